@@ -1,0 +1,154 @@
+"""The one diagnostic type and the one error type, backed by the catalogue in spec/errors.yaml.
+
+A diagnostic names a stable code, where it happened (a JSON pointer into the document as
+written and, where known, a file with a 1-based line and column) and what to do next. It never
+carries a submitted value, a product response or a secret: messages are fixed sentences that
+may only name structural identifiers (file names, member names, step ids, function names).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+Severity = Literal["error", "warning"]
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueEntry:
+    code: str
+    title: str
+    hint: str
+    exit: int
+    severity: Severity
+    http: int | None
+
+
+_FALLBACK: Final = CatalogueEntry(
+    code="",
+    title="The input was refused.",
+    hint="Correct the reported member and try again.",
+    exit=1,
+    severity="error",
+    http=None,
+)
+
+_catalogue: dict[str, CatalogueEntry] | None = None
+
+
+def catalogue() -> dict[str, CatalogueEntry]:
+    """The error catalogue generated from spec/errors.yaml (loaded once, read-only)."""
+    global _catalogue  # noqa: PLW0603 - a lazily built read-only cache
+    if _catalogue is None:
+        from coordinator_models.error_catalogue import CODES
+
+        _catalogue = {
+            code: CatalogueEntry(code, title, hint, exit_code, severity, http)  # type: ignore[arg-type]
+            for code, (title, hint, exit_code, severity, http) in CODES.items()
+        }
+    return _catalogue
+
+
+def entry(code: str) -> CatalogueEntry:
+    """The catalogue entry of `code`; unknown codes fall back to a generic refusal."""
+    return catalogue().get(code, _FALLBACK)
+
+
+@dataclass(frozen=True, slots=True)
+class Related:
+    """A further position that explains a diagnostic (file 02 §2.1 `related`)."""
+
+    file: str
+    path: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"file": self.file}
+        if self.line is not None:
+            out["line"] = self.line
+            if self.column is not None:
+                out["column"] = self.column
+        out["path"] = self.path
+        out["message"] = self.message
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One finding. `message`, `hint` and `severity` default to the catalogue's entry."""
+
+    code: str
+    path: str = ""
+    file: str | None = None
+    line: int | None = None
+    column: int | None = None
+    message: str | None = None
+    hint: str | None = None
+    severity: Severity | None = None
+    artifact: str | None = None
+    related: tuple[Related, ...] = field(default=())
+
+    @property
+    def effective_severity(self) -> Severity:
+        return self.severity or entry(self.code).severity
+
+    @property
+    def effective_message(self) -> str:
+        return self.message or entry(self.code).title
+
+    @property
+    def effective_hint(self) -> str:
+        return self.hint or entry(self.code).hint
+
+    @property
+    def exit_code(self) -> int:
+        if self.effective_severity == "warning":
+            return 0
+        return entry(self.code).exit
+
+    def dedupe_key(self) -> tuple[str, str | None, str, int | None, int | None]:
+        """At most one diagnostic per (code, file, path, line, column) (file 02 §4.2)."""
+        return (self.code, self.file, self.path, self.line, self.column)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"severity": self.effective_severity, "code": self.code}
+        if self.artifact is not None:
+            out["artifact"] = self.artifact
+        out["path"] = self.path
+        out["message"] = self.effective_message
+        out["suggestedAction"] = self.effective_hint
+        if self.file is not None:
+            source: dict[str, Any] = {"file": self.file}
+            if self.line is not None:
+                source["line"] = self.line
+                if self.column is not None:
+                    source["column"] = self.column
+            out["source"] = source
+        if self.related:
+            out["related"] = [r.to_json() for r in self.related]
+        return out
+
+
+class CoordinatorError(Exception):
+    """An error that ends an operation, carrying exactly one diagnostic."""
+
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        super().__init__(diagnostic.code)
+        self.diagnostic = diagnostic
+
+    @property
+    def code(self) -> str:
+        return self.diagnostic.code
+
+
+def exit_code_of(diagnostics: list[Diagnostic], *, deny_warnings: bool = False) -> int:
+    """The maximum exit class over all diagnostics (file 02 §3: 3 > 2 > 1 > 0)."""
+    worst = 0
+    for diagnostic in diagnostics:
+        code = diagnostic.exit_code
+        if diagnostic.effective_severity == "warning" and deny_warnings:
+            code = 1
+        worst = max(worst, code)
+    return worst
