@@ -1,0 +1,1 @@
+"""Generated from spec/ by `nox -s generate`. Do not edit by hand."""

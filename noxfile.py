@@ -1,0 +1,83 @@
+"""The one task runner: tests, lint, typecheck, generate, demo and benchmarks, locally and in CI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
+WORKSPACE = (
+    "-e", str(ROOT / "generated"),
+    "-e", str(ROOT / "packages" / "coordinator-core"),
+    "-e", str(ROOT / "packages" / "coordinatorctl"),
+)  # fmt: skip
+TEST_TOOLS = ("pytest", "pytest-xdist", "hypothesis")
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["generate_check", "lint", "typecheck", "tests"]
+# pip byte-compiles on install, uv does not; this machine sets PYTHONDONTWRITEBYTECODE=1.
+os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
+
+
+def install_workspace(session: nox.Session, *extra: str) -> None:
+    session.install(*CONSTRAINTS, *WORKSPACE, *extra)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite (unit, acceptance) against the installed workspace."""
+    install_workspace(session, *TEST_TOOLS)
+    args = session.posargs or ["-n", "2", "-q"]
+    session.run("pytest", *args)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint and formatting."""
+    session.install(*CONSTRAINTS, "ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over the workspace packages."""
+    install_workspace(session, "mypy", "types-PyYAML", *TEST_TOOLS)
+    session.run("mypy")
+
+
+@nox.session
+def generate(session: nox.Session) -> None:
+    """Build generated/ and docs/reference/error-codes.md from spec/."""
+    session.install(*CONSTRAINTS, "datamodel-code-generator", "PyYAML")
+    session.run("python", "scripts/generate.py")
+
+
+@nox.session
+def generate_check(session: nox.Session) -> None:
+    """Fail when generated/ differs from what spec/ produces."""
+    session.install(*CONSTRAINTS, "datamodel-code-generator", "PyYAML")
+    session.run("python", "scripts/generate.py", "--check")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job on the embedded default: check, explain, graph and package every example."""
+    install_workspace(session)
+    session.run("python", "scripts/demo.py", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks that print ratios against a baseline measured in the same run.
+
+    `nox -s bench -- functions` or `nox -s bench -- check`; no argument runs all.
+    """
+    install_workspace(session)
+    targets = session.posargs or ["functions", "check"]
+    for target in targets:
+        session.run("python", f"scripts/bench_{target}.py")

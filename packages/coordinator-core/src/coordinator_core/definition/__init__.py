@@ -1,0 +1,1 @@
+"""Definition checking: rules, graph analysis, schemas, snapshots and packages."""

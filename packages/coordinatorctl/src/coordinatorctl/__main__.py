@@ -1,0 +1,5 @@
+"""`python -m coordinatorctl`."""
+
+from coordinatorctl.cli import main
+
+raise SystemExit(main())

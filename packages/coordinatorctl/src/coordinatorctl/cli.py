@@ -1,0 +1,163 @@
+"""`coordinatorctl`: the command line (contract 09). Parses arguments and renders outcomes.
+
+Offline commands call coordinator_core directly. Parsing never echoes an offending argument:
+an unparsable command line is reported only as `coordinator.cli.usage`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinatorctl.report import Outcome, emit
+
+__all__ = ["main"]
+
+SCHEMA_NAMES = {"workflow": "project", "runtime": "runtime", "scenarios": "scenarios"}
+
+
+class UsageError(Exception):
+    """The command line could not be parsed."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # argparse's own message quotes the offending argument; it is deliberately dropped.
+        raise UsageError
+
+
+def _add_global_flags(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    default: Any = argparse.SUPPRESS if suppress else None
+    parser.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default=argparse.SUPPRESS if suppress else "text",
+        help="output mode: text (default) or json (one CoordinatorCtlReport on stdout)",
+    )
+    parser.add_argument("--runtime-config", default=default, metavar="FILE", help="runtime file")
+    parser.add_argument("--url", default=default, metavar="ORIGIN", help="service origin")
+    parser.add_argument("--token-file", default=default, metavar="FILE", help="access token file")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="coordinatorctl",
+        description="Check, explain, test, evaluate and package Registry Coordinator projects.",
+    )
+    _add_global_flags(parser, suppress=False)
+    commands = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        _add_global_flags(sub, suppress=True)
+        return sub
+
+    init = command("init", "create a starter project (delayed-follow-up) in a new directory")
+    init.add_argument("--directory", required=True, metavar="DIR")
+
+    check = command("check", "prove a project (and/or a runtime file) offline")
+    check.add_argument("--project", metavar="DIR")
+    check.add_argument("--explain", action="store_true", help="report the explain result")
+    check.add_argument("--deny-warnings", action="store_true", help="fail on warnings")
+    check.add_argument(
+        "--environment", action="store_true", help="substitute ${…} from the environment"
+    )
+
+    explain = command("explain", "check a project and describe its structure")
+    explain.add_argument("--project", required=True, metavar="DIR")
+    explain.add_argument(
+        "--graph", choices=("mermaid", "dot"), help="print the step graph instead (text mode)"
+    )
+    explain.add_argument("--deny-warnings", action="store_true", help="fail on warnings")
+
+    package = command("package", "freeze a checked project into an immutable package")
+    package.add_argument("--project", required=True, metavar="DIR")
+    package.add_argument("--output", required=True, metavar="NEW_DIR")
+
+    schema = command("schema", "print the JSON Schema of an authored format")
+    schema.add_argument("name", choices=tuple(SCHEMA_NAMES), metavar="workflow|runtime|scenarios")
+
+    evaluate = command("eval", "evaluate one function of a functions file offline")
+    evaluate.add_argument("--functions", required=True, metavar="FILE")
+    evaluate.add_argument("--function", required=True, metavar="NAME")
+    evaluate.add_argument("--arguments", required=True, metavar="JSON_ARRAY")
+    return parser
+
+
+def _usage_outcome(command: str = "usage") -> Outcome:
+    return Outcome(command, [Diagnostic("coordinator.cli.usage", path="")])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    output_format = _sniff_format(arguments)
+    parser = build_parser()
+    try:
+        options = parser.parse_args(arguments)
+    except UsageError:
+        return emit(_usage_outcome(), output_format)
+    if options.command is None:
+        return emit(_usage_outcome(), output_format)
+    try:
+        outcome = _run(options)
+    except CoordinatorError as error:
+        outcome = Outcome(options.command, [error.diagnostic])
+    return emit(outcome, options.format)
+
+
+def _sniff_format(arguments: Sequence[str]) -> str:
+    """The output mode for a usage error, read without trusting the rest of the line."""
+    for index, argument in enumerate(arguments):
+        if argument == "--format=json" or (
+            argument == "--format" and index + 1 < len(arguments) and arguments[index + 1] == "json"
+        ):
+            return "json"
+    return "text"
+
+
+def _run(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import commands
+
+    if options.command == "init":
+        return commands.init(Path(options.directory))
+    if options.command == "check":
+        if options.project is None and options.runtime_config is None:
+            return Outcome("check", [Diagnostic("coordinator.command.usage", path="")])
+        return commands.check(
+            Path(options.project) if options.project is not None else None,
+            runtime_config=_runtime_path(options.runtime_config),
+            explain=options.explain,
+            deny_warnings=options.deny_warnings,
+            environment=dict(os.environ) if options.environment else None,
+        )
+    if options.command == "explain":
+        return commands.explain(
+            Path(options.project),
+            runtime_config=_runtime_path(options.runtime_config),
+            graph=options.graph,
+            deny_warnings=options.deny_warnings,
+        )
+    if options.command == "package":
+        return commands.package(
+            Path(options.project),
+            Path(options.output),
+            runtime_config=_runtime_path(options.runtime_config),
+        )
+    if options.command == "schema":
+        return commands.schema(SCHEMA_NAMES[options.name])
+    if options.command == "eval":
+        return commands.evaluate(Path(options.functions), options.function, options.arguments)
+    return _usage_outcome()
+
+
+def _runtime_path(value: str | None) -> Path | None:
+    return Path(value) if value is not None else None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,255 @@
+"""The offline commands of contract 09 §2, each returning an Outcome for the report layer."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from collections.abc import Mapping
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from coordinator_core import limits
+from coordinator_core.errors import Diagnostic
+from coordinatorctl.report import Outcome
+
+__all__ = ["check", "evaluate", "explain", "init", "package", "schema"]
+
+
+def _valid_text(result: Mapping[str, Any]) -> str:
+    return (
+        f"Valid workflow {result['workflow']} version {result['version']}\n"
+        f"Revision: {result['revision']}\n"
+        f"Definition: {result['definitionDigest']}\n"
+    )
+
+
+def check(
+    project: Path | None,
+    *,
+    runtime_config: Path | None,
+    explain: bool = False,
+    deny_warnings: bool = False,
+    environment: Mapping[str, str] | None = None,
+    graph: str | None = None,
+    command: str = "check",
+) -> Outcome:
+    """`check` (02 §4.1, §12) and, with `explain`, the explain result (§11)."""
+    from coordinator_core.definition.checker import check_project, check_runtime_only
+
+    if project is None:
+        assert runtime_config is not None
+        runtime_only = check_runtime_only(runtime_config, environment)
+        outcome = Outcome(command, runtime_only.diagnostics, deny_warnings=deny_warnings)
+        outcome.status = "valid-with-warnings" if runtime_only.has_warnings else "valid"
+        outcome.result = {"runtimeConfig": str(runtime_config)}
+        outcome.text = f"Valid runtime file {runtime_config}\n"
+        return outcome
+    checked = check_project(project, runtime_config=runtime_config, environment=environment)
+    outcome = Outcome(command, checked.diagnostics, deny_warnings=deny_warnings)
+    definition = checked.definition
+    if checked.has_errors or definition is None or definition.snapshot is None:
+        return outcome
+    from coordinator_core.definition.explain import check_result, explain_result, render_graph
+
+    warnings = checked.has_warnings
+    result = (
+        explain_result(definition, warnings=warnings)
+        if explain or graph
+        else check_result(definition, warnings=warnings)
+    )
+    outcome.status = result.pop("status")
+    outcome.result = result
+    if graph is not None:
+        outcome.text = render_graph({"status": outcome.status, **result}, graph)
+    elif explain:
+        outcome.text = _valid_text(result) + _explain_text(result)
+    else:
+        outcome.text = _valid_text(result)
+    return outcome
+
+
+def explain(
+    project: Path,
+    *,
+    runtime_config: Path | None,
+    graph: str | None = None,
+    deny_warnings: bool = False,
+) -> Outcome:
+    """`explain --project DIR` is `check --project DIR --explain`; `--graph` draws the graph."""
+    return check(
+        project,
+        runtime_config=runtime_config,
+        explain=True,
+        deny_warnings=deny_warnings,
+        graph=graph,
+        command="explain",
+    )
+
+
+def _explain_text(result: Mapping[str, Any]) -> str:
+    lines = [
+        f"Start: {result['start']}    Deadline: {result['deadlineSeconds']}s",
+        "",
+        "Steps (topological order):",
+    ]
+    for step in result["steps"]:
+        routes = ", ".join(
+            f"{route.get('label') or route.get('code') or route['kind']} → {route['target']}"
+            for route in step["routes"]
+        )
+        detail = step.get("operation") or step.get("outcome") or ""
+        lines.append(f"  {step['id']:<28} {step['type']:<10} {detail}")
+        if routes:
+            lines.append(f"      routes: {routes}")
+        if step.get("available"):
+            lines.append(f"      available: {', '.join(step['available'])}")
+    lines.append("")
+    lines.append("Operations:")
+    for alias, operation in result["operations"].items():
+        lines.append(
+            f"  {alias:<28} {operation['operation']} on {operation['connection']}"
+            f" ({operation['effect']}, recovery {operation['recovery']})"
+        )
+    lines.append("")
+    lines.append(str(result["recovery"]))
+    return "\n".join(lines) + "\n"
+
+
+def package(project: Path, output: Path, *, runtime_config: Path | None) -> Outcome:
+    """`package` (02 §9.1): the definition part of check, then the immutable package."""
+    from coordinator_core.definition.checker import check_project
+    from coordinator_core.definition.package import write_package
+
+    checked = check_project(project, runtime_config=runtime_config, environment=None)
+    diagnostics = [d for d in checked.diagnostics if d.file != "scenarios.yaml"]
+    outcome = Outcome("package", diagnostics)
+    definition = checked.definition
+    if outcome.exit_code != 0 or definition is None or definition.snapshot is None:
+        return outcome
+    assert definition.decoded is not None
+    root = output.absolute()
+    digest = write_package(definition.snapshot, root)
+    outcome.status = "packaged"
+    outcome.result = {
+        "packageDigest": digest,
+        "revision": definition.snapshot.revision,
+        "definitionDigest": definition.snapshot.definition_digest,
+        "workflow": definition.decoded["project"]["id"],
+        "version": definition.decoded["project"]["version"],
+        "root": str(root),
+    }
+    outcome.text = (
+        f"Packaged workflow {outcome.result['workflow']} version {outcome.result['version']}"
+        f" into {root}\nPackage: {digest}\nRevision: {outcome.result['revision']}\n"
+        f"Definition: {outcome.result['definitionDigest']}\n"
+    )
+    return outcome
+
+
+def schema(name: str) -> Outcome:
+    """`schema workflow|runtime|scenarios`: the published JSON Schema of an authored format."""
+    from coordinator_core.project.decode import load_schema
+
+    document = load_schema(name)
+    outcome = Outcome("schema", status="printed")
+    outcome.result = {"schema": document}
+    outcome.text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    return outcome
+
+
+INIT_FILES = ("workflow.yaml", "functions.rhai", "runtime.yaml")
+INIT_SECRETS = ("state-1.key", "admission.key", "audit.key")
+
+
+def init(directory: Path) -> Outcome:
+    """`init` (09 §2): the delayed-follow-up project with generated development keys."""
+    outcome = Outcome("init")
+    if directory.exists() or directory.is_symlink():
+        outcome.diagnostics.append(
+            Diagnostic("coordinator.project.init", path="", file=str(directory))
+        )
+        return outcome
+    root = directory.absolute()
+    created: list[Path] = [p for p in reversed(root.parents) if not p.exists()]
+    template = files("coordinatorctl").joinpath("templates", "delayed-follow-up")
+    try:
+        root.mkdir(parents=True)
+        created.append(root)
+        for name in INIT_FILES:
+            (root / name).write_bytes(template.joinpath(name).read_bytes())
+        secrets = root / ".coordinator" / "secrets"
+        secrets.mkdir(parents=True, mode=0o700)
+        os.chmod(root / ".coordinator", 0o700)
+        os.chmod(secrets, 0o700)
+        for name in INIT_SECRETS:
+            descriptor = os.open(secrets / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(os.urandom(32))
+            os.chmod(secrets / name, stat.S_IRUSR | stat.S_IWUSR)
+    except OSError:
+        for path in reversed(created):
+            shutil.rmtree(path, ignore_errors=True)
+        outcome.diagnostics.append(
+            Diagnostic("coordinator.command.output-unavailable", path="", file=str(directory))
+        )
+        return outcome
+    created_files = sorted(
+        [f".coordinator/secrets/{name}" for name in INIT_SECRETS] + list(INIT_FILES)
+    )
+    outcome.status = "initialized"
+    outcome.result = {"directory": str(root), "files": created_files}
+    outcome.text = f"Initialized project delayed-follow-up in {root}\n" + "".join(
+        f"  {name}\n" for name in created_files
+    )
+    return outcome
+
+
+def evaluate(functions_file: Path, name: str, arguments_text: str) -> Outcome:
+    """`eval` (03 §10): one function, exactly as the worker would call it."""
+    from coordinator_core.functions import FunctionError, compile_functions
+    from coordinator_core.values import StrictJsonError, canonical_json, parse_strict_json
+
+    outcome = Outcome("eval")
+    display = str(functions_file)
+
+    def fail(code: str, line: int | None = None, column: int | None = None, message: str | None = None) -> Outcome:
+        outcome.diagnostics.append(
+            Diagnostic(code, path="", file=display, line=line, column=column, message=message, artifact="functions")
+        )
+        return outcome
+
+    try:
+        info = functions_file.stat()
+        if not stat.S_ISREG(info.st_mode):
+            return fail("coordinator.command.input-unavailable")
+        data = functions_file.read_bytes()
+    except OSError:
+        return fail("coordinator.command.input-unavailable")
+    if len(data) > limits.FUNCTION_MAX_SOURCE_BYTES:
+        return fail("coordinator.function.source-limit")
+    try:
+        source = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return fail("coordinator.function.definition", message="The functions file is not valid UTF-8.")
+    compiled = compile_functions(source)
+    if compiled.program is None:
+        for error in compiled.errors:
+            fail(error.code, error.line, error.column, error.message)
+        return outcome
+    try:
+        arguments = parse_strict_json(arguments_text)
+    except (StrictJsonError, ValueError):
+        return fail("coordinator.command.input-invalid", message="--arguments is not a strict JSON array.")
+    if not isinstance(arguments, list):
+        return fail("coordinator.command.input-invalid", message="--arguments is not a strict JSON array.")
+    try:
+        result = compiled.program.call(name, arguments)
+    except FunctionError as error:
+        return fail(error.code, error.line, error.column, error.message)
+    outcome.status = "evaluated"
+    outcome.result = {"function": name, "result": result}
+    outcome.text = canonical_json(result).decode("utf-8") + "\n"
+    return outcome

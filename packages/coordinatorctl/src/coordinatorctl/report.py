@@ -1,0 +1,152 @@
+"""The `CoordinatorCtlReport` envelope, exit codes and the text rendering of diagnostics."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TextIO
+
+from coordinator_core import limits
+from coordinator_core.errors import Diagnostic, exit_code_of
+
+__all__ = ["Outcome", "emit", "render_text", "sanitize"]
+
+FAILURE_STATUS: Final = {1: "domain-refusal", 2: "usage-error", 3: "operational-failure"}
+RESERVED_MEMBERS: Final = frozenset({"apiVersion", "kind", "command", "ok", "status", "diagnostics"})
+
+
+@dataclass
+class Outcome:
+    """What one command produced: its diagnostics, success status word and result members."""
+
+    command: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    status: str = "completed"
+    result: Mapping[str, Any] | None = None
+    text: str | None = None  # text-mode stdout; None prints the result as indented JSON
+    deny_warnings: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_of(self.diagnostics, deny_warnings=self.deny_warnings)
+
+    def envelope(self) -> dict[str, Any]:
+        code = self.exit_code
+        report: dict[str, Any] = {
+            "apiVersion": limits.REPORT_API_VERSION,
+            "kind": limits.KIND_REPORT,
+            "command": self.command,
+            "ok": code == 0,
+            "status": self.status if code == 0 else FAILURE_STATUS[code],
+            "diagnostics": [d.to_json() for d in self.diagnostics],
+        }
+        if self.result is not None:
+            for key, value in self.result.items():
+                if key in RESERVED_MEMBERS:
+                    raise ValueError(f"result member {key} would replace an envelope member")
+                report[key] = value
+        return report
+
+
+def sanitize(text: str) -> str:
+    """Write control characters as \\u{XX} (02 §2.2) so a rendered line stays one line."""
+    return "".join(
+        f"\\u{{{ord(ch):02X}}}" if ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F else ch
+        for ch in text
+    )
+
+
+def _location(d: Diagnostic) -> str:
+    if d.file is None:
+        return ""
+    where = sanitize(d.file)
+    if d.line is not None:
+        where += f":{d.line}"
+        if d.column is not None:
+            where += f":{d.column}"
+    return where
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def render_text(diagnostics: Sequence[Diagnostic]) -> list[tuple[str, str]]:
+    """The text blocks of 02 §2.2 as (style, line) pairs; style is for the terminal only."""
+    lines: list[tuple[str, str]] = []
+    files: set[str] = set()
+    errors = warnings = 0
+    for d in diagnostics:
+        severity = d.effective_severity
+        if severity == "error":
+            errors += 1
+        else:
+            warnings += 1
+        if d.file is not None:
+            files.add(d.file)
+        location = _location(d)
+        head = f"{severity}[{d.code}]"
+        if location:
+            head += f" {location}"
+        head += f" {sanitize(d.path) or '/'}"
+        lines.append((severity, head))
+        lines.append(("message", f"  {sanitize(d.effective_message)}"))
+        lines.append(("hint", f"  next: {sanitize(d.effective_hint)}"))
+        for related in d.related:
+            where = sanitize(related.file)
+            if related.line is not None:
+                where += f":{related.line}"
+                if related.column is not None:
+                    where += f":{related.column}"
+            lines.append(
+                ("note", f"  note: {where} {sanitize(related.path) or '/'}: {sanitize(related.message)}")
+            )
+    if diagnostics:
+        summary = (
+            f"{_plural(errors, 'error')}, {_plural(warnings, 'warning')} in {_plural(len(files), 'file')}"
+        )
+        lines.append(("summary", summary))
+    return lines
+
+
+_STYLES: Final = {
+    "error": "bold red",
+    "warning": "bold yellow",
+    "message": "",
+    "hint": "cyan",
+    "note": "dim",
+    "summary": "bold",
+}
+
+
+def _write_lines(stream: TextIO, lines: Sequence[tuple[str, str]]) -> None:
+    if stream.isatty():
+        from rich.console import Console
+        from rich.text import Text
+
+        console = Console(file=stream, highlight=False, soft_wrap=True)
+        for style, line in lines:
+            console.print(Text(line, style=_STYLES.get(style, "")))
+        return
+    for _, line in lines:
+        stream.write(line + "\n")
+
+
+def emit(outcome: Outcome, output_format: str) -> int:
+    """Write the outcome as the envelope (json) or as text; return the exit code."""
+    if output_format == "json":
+        sys.stdout.write(json.dumps(outcome.envelope(), ensure_ascii=False, separators=(",", ":")))
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        return outcome.exit_code
+    if outcome.diagnostics:
+        _write_lines(sys.stderr, render_text(outcome.diagnostics))
+    if outcome.exit_code == 0:
+        if outcome.text is not None:
+            sys.stdout.write(outcome.text)
+        elif outcome.result is not None:
+            sys.stdout.write(json.dumps(outcome.result, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+    return outcome.exit_code

@@ -1,0 +1,139 @@
+"""Build generated/ (and the error-code reference in docs/) from spec/; `--check` reports drift.
+
+Outputs, all byte-reproducible:
+  generated/coordinator_models/schemas/*.schema.json   published copies of spec/schemas
+  generated/coordinator_models/<name>.py               pydantic v2 models (datamodel-code-generator)
+  generated/coordinator_models/error_catalogue.py      the catalogue of spec/errors.yaml
+  docs/reference/error-codes.md                        the same catalogue for people
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import filecmp
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "spec"
+PACKAGE = Path("generated") / "coordinator_models"
+ERROR_DOC = Path("docs") / "reference" / "error-codes.md"
+
+# Schema file stem → generated module name.
+MODELS = {
+    "project": "project",
+    "runtime": "runtime",
+    "scenarios": "scenarios",
+    "ctl-report": "ctl_report",
+}
+
+CODEGEN_FLAGS = [
+    "--input-file-type", "jsonschema",
+    "--output-model-type", "pydantic_v2.BaseModel",
+    "--use-annotated", "--field-constraints",
+    "--target-python-version", "3.11",
+    "--use-standard-collections", "--use-union-operator", "--use-double-quotes",
+    "--disable-timestamp", "--use-schema-description", "--use-field-description",
+    "--snake-case-field", "--allow-population-by-field-name",
+    "--formatters", "builtin",
+]  # fmt: skip
+
+PACKAGE_INIT = '"""Generated from spec/ by `nox -s generate`. Do not edit by hand."""\n'
+
+
+def generate(out_root: Path) -> None:
+    """Write every generated file under `out_root` (the repository root or a scratch copy)."""
+    package = out_root / PACKAGE
+    schemas_out = package / "schemas"
+    schemas_out.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(PACKAGE_INIT, encoding="utf-8")
+    (package / "py.typed").write_text("", encoding="utf-8")
+    (schemas_out / "__init__.py").write_text(PACKAGE_INIT, encoding="utf-8")
+    for stem, module in MODELS.items():
+        source = SPEC / "schemas" / f"{stem}.schema.json"
+        if not source.exists():
+            continue
+        schema = json.loads(source.read_text(encoding="utf-8"))
+        published = json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+        (schemas_out / source.name).write_text(published, encoding="utf-8")
+        subprocess.run(
+            [
+                sys.executable, "-m", "datamodel_code_generator",
+                "--input", str(source),
+                "--output", str(package / f"{module}.py"),
+                *CODEGEN_FLAGS,
+            ],
+            check=True,
+        )  # fmt: skip
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import generate_errors
+
+    catalogue = generate_errors.load_catalogue(SPEC / "errors.yaml")
+    problems = generate_errors.validate_catalogue(catalogue)
+    if problems:
+        raise SystemExit("spec/errors.yaml: " + "; ".join(problems))
+    (package / "error_catalogue.py").write_text(
+        generate_errors.render_python(catalogue), encoding="utf-8"
+    )
+    (out_root / ERROR_DOC).parent.mkdir(parents=True, exist_ok=True)
+    (out_root / ERROR_DOC).write_text(generate_errors.render_markdown(catalogue), encoding="utf-8")
+
+
+def _files(base: Path) -> set[Path]:
+    return {
+        path.relative_to(base)
+        for path in base.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
+def check() -> int:
+    """Regenerate into a scratch directory and compare with the committed files."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch)
+        generate(out)
+        drift: list[str] = []
+        committed, fresh = _files(ROOT / PACKAGE), _files(out / PACKAGE)
+        drift.extend(f"missing from generated/: {p}" for p in sorted(fresh - committed))
+        drift.extend(f"not produced by spec/: {p}" for p in sorted(committed - fresh))
+        pairs = [(ROOT / PACKAGE / p, out / PACKAGE / p) for p in sorted(committed & fresh)]
+        pairs.append((ROOT / ERROR_DOC, out / ERROR_DOC))
+        for old, new in pairs:
+            if not old.exists() or not filecmp.cmp(old, new, shallow=False):
+                drift.append(f"differs: {old.relative_to(ROOT)}")
+                if old.exists():
+                    sys.stdout.writelines(
+                        difflib.unified_diff(
+                            old.read_text(encoding="utf-8").splitlines(keepends=True),
+                            new.read_text(encoding="utf-8").splitlines(keepends=True),
+                            str(old.relative_to(ROOT)),
+                            "regenerated",
+                        )
+                    )
+    for line in drift:
+        print(line)
+    if drift:
+        print("generated/ is out of date: run `nox -s generate` and commit the result.")
+        return 1
+    print("generated/ matches spec/.")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="fail on drift instead of writing")
+    arguments = parser.parse_args()
+    if arguments.check:
+        return check()
+    shutil.rmtree(ROOT / PACKAGE / "schemas", ignore_errors=True)
+    generate(ROOT)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
