@@ -497,7 +497,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(json_values)
 def test_canonical_round_trip_is_a_fixed_point(value: object) -> None:
     canonical = canonical_json(value)

@@ -4,9 +4,10 @@
 # that library refuses every integer outside ±(2**53 − 1) (`IntegerDomainError`), while this
 # contract accepts any integer exactly representable as binary64 (10**20, 2**60, −2**63) and
 # prints it as ECMAScript prints that double. It also recurses without bound, serialises tuples
-# and enums, and has no lone-surrogate refusal for keys before sorting. The number layout below
-# follows ECMA-262 Number::toString over the shortest round-trip digits of `repr(float)`, which
-# is the same digit choice (shortest, then nearest) that ECMAScript requires.
+# and enums, and lets a lone surrogate in a member name escape as a bare UnicodeEncodeError.
+# (`canonicaljson` on PyPI implements Matrix's canonical JSON, not RFC 8785.) The number
+# layout below follows ECMA-262 Number::toString over the shortest round-trip digits of
+# `repr(float)`, which is the same digit choice (shortest, then nearest) ECMAScript requires.
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ class StrictJsonError(ValueError):
 
 
 def is_binary64_integer(n: int) -> bool:
-    """True iff the integer `n` equals some binary64 value exactly (bool is not an integer)."""
+    """True iff the integer `n` equals some binary64 value exactly (so 2**53 + 1 does not)."""
     if -_SAFE_INT <= n <= _SAFE_INT:
         return True
     try:

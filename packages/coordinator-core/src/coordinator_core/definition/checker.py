@@ -479,7 +479,7 @@ def check_project(
     )
     scenarios = None
     scenarios_path = directory / SCENARIOS_FILE
-    if scenarios_path.exists() or scenarios_path.is_symlink():
+    if _is_regular(scenarios_path):
         data = _read_regular(scenarios_path)
         if data is not None:
             scenarios = read_authored_file(
@@ -505,7 +505,7 @@ def _check_runtime_files(
         candidates.append((runtime_config, str(runtime_config)))
     if directory is not None:
         own = directory / RUNTIME_FILE
-        if own.exists() or own.is_symlink():
+        if _is_regular(own):  # a symlink or special file is P5's finding alone
             same = runtime_config is not None and _same_file(own, runtime_config)
             if not same:
                 candidates.append((own, RUNTIME_FILE))
@@ -526,6 +526,13 @@ def _check_runtime_files(
             out.extend(check_bindings(definition.decoded, runtime))
         checks.append(runtime)
     return checks
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _same_file(first: Path, second: Path) -> bool:

@@ -176,7 +176,7 @@ class WorkflowRules:
                     first = connection_product.setdefault(connection, product)
                     if first != product:
                         self.report("coordinator.definition.connection", f"{base}/connection")
-            if alias not in used:
+            if alias not in used and "steps" in self.workflow:
                 self.report("coordinator.definition.unused-operation", base, key=True)
         if len(connections) > limits.MAX_CONNECTIONS:
             self.report(
@@ -241,6 +241,8 @@ class WorkflowRules:
             self.report("coordinator.definition.completion", f"{base}/completion")
 
     def outcomes_used(self) -> None:
+        if "steps" not in self.workflow:
+            return  # which finishes exist is unknown when steps failed to decode
         targeted = {
             step["outcome"]
             for step in self.raw_steps.values()

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
-from coordinator_core.limits import JSON_MAX_DEPTH, JSON_MAX_NODES, SCHEMA_ABI
+from coordinator_core.limits import (
+    JSON_MAX_CANONICAL_BYTES,
+    JSON_MAX_DEPTH,
+    JSON_MAX_MEMBERS,
+    JSON_MAX_NODES,
+    JSON_MAX_STRING_BYTES,
+    SCHEMA_ABI,
+)
 from coordinator_core.values import JsonBoundsError, check_json_value, pointer_token
 
 __all__ = [
@@ -133,9 +140,9 @@ class SchemaFinding:
 _BOUNDS_MESSAGES: Final = {
     "depth": f"The schema is nested deeper than {JSON_MAX_DEPTH} levels (JSON value bounds).",
     "nodes": f"The schema has more than {JSON_MAX_NODES} nodes (JSON value bounds).",
-    "members": "A schema array or object has more than 256 members (JSON value bounds).",
-    "string": "A schema string or member name is longer than 16384 bytes (JSON value bounds).",
-    "canonical-size": "The canonical JSON form of the schema is larger than 131072 bytes.",
+    "members": f"A schema array or object has more than {JSON_MAX_MEMBERS} members (JSON value bounds).",
+    "string": f"A schema string or member name is longer than {JSON_MAX_STRING_BYTES} bytes (JSON value bounds).",
+    "canonical-size": f"The canonical JSON form of the schema is larger than {JSON_MAX_CANONICAL_BYTES} bytes.",
     "integer": "A schema number is an integer not exactly representable as binary64.",
     "not-json": "The schema contains a value that is not JSON.",
 }
@@ -187,15 +194,24 @@ def _is_type_value(value: object) -> bool:
     )
 
 
+def _too_wide(value: object) -> bool:
+    return isinstance(value, list | dict) and len(value) > JSON_MAX_MEMBERS
+
+
 # -- the walk ------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
 class _Reference:
-    keyword: str  # "$ref" or "$dynamicRef"
-    pointer: str  # relative pointer of the keyword
-    source: str  # relative pointer of the schema holding it
-    fragment: str
+    """A local reference: its keyword ("$ref"/"$dynamicRef"), its relative pointer, the
+    relative pointer of the schema holding it, and the fragment after "#"."""
+
+    __slots__ = ("fragment", "keyword", "pointer", "source")
+
+    def __init__(self, keyword: str, pointer: str, source: str, fragment: str) -> None:
+        self.keyword = keyword
+        self.pointer = pointer
+        self.source = source
+        self.fragment = fragment
 
 
 class _Walk:
@@ -221,7 +237,7 @@ class _Walk:
         while stack:
             node, pointer, depth = stack.pop()
             visits += 1
-            if visits > JSON_MAX_NODES or depth > JSON_MAX_DEPTH:
+            if visits > JSON_MAX_NODES or depth > JSON_MAX_DEPTH or _too_wide(node):
                 # Only reachable when the value bounds already failed: stop rather than walk
                 # hostile (possibly aliased or cyclic) input.
                 self.truncated = True
@@ -267,6 +283,8 @@ class _Walk:
             children.append((value, at, depth + 1))
             if keyword in _IN_PLACE or (keyword in ("then", "else") and "if" in node):
                 in_place.append(at)
+        elif (keyword in _SUBSCHEMA_ARRAY or keyword in _SUBSCHEMA_MAP) and _too_wide(value):
+            self.truncated = True  # a members bound break, already reported; do not expand
         elif keyword in _SUBSCHEMA_ARRAY:
             if not isinstance(value, list) or not value:
                 self.report(at, f"The keyword {keyword} must be a non-empty array of schemas.")

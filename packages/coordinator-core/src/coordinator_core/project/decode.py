@@ -143,10 +143,8 @@ def _check_envelope(
     if not isinstance(root, dict):
         at("config.invalid-type", "")
         return None
-    missing = [member for member in ("apiVersion", "kind") if member not in root]
-    if missing:
-        for member in missing:
-            at("config.missing-envelope", f"/{member}")
+    if "apiVersion" not in root or "kind" not in root:
+        at("config.missing-envelope", "")
         return None
     kind, api_version = root["kind"], root["apiVersion"]
     if kind is INVALID or api_version is INVALID:
@@ -316,6 +314,10 @@ class _Decoder:
         result: dict[str, Any] = {}
         for key, child in node.items():
             child_pointer = f"{pointer}/{escape_pointer_token(key)}"
+            if child is INVALID:
+                # The reader refused this member (a merge key, a non-string key, a tag, …).
+                self.fail(child_pointer)
+                continue
             if key in properties:
                 member_schema = self.resolve(properties[key])
                 if "x-removed" in member_schema:
@@ -419,7 +421,7 @@ class _Decoder:
                 self.report("config.unknown-variant", pointer)
                 return self.fail(pointer)
             pattern = schema.get("pattern")
-            if pattern is not None and _compiled(pattern).search(node) is None:
+            if pattern is not None and not _matches(pattern, node):
                 self.report("config.invalid-value", pointer)
                 return self.fail(pointer)
             return node
@@ -452,13 +454,22 @@ def _compiled(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
+def _matches(pattern: str, text: str) -> bool:
+    """JSON Schema search semantics, except that an anchored `^…$` pattern must match the whole
+    string: Python's `$` also matches before a final line feed, which would let one through."""
+    compiled = _compiled(pattern)
+    if pattern.startswith("^") and pattern.endswith("$"):
+        return compiled.fullmatch(text) is not None
+    return compiled.search(text) is not None
+
+
 def _name_ok(name: str, schema: Mapping[str, Any]) -> bool:
     if "${" in name:
         return False
     if len(name) > schema.get("maxLength", len(name)) or len(name) < schema.get("minLength", 0):
         return False
     pattern = schema.get("pattern")
-    return pattern is None or _compiled(pattern).search(name) is not None
+    return pattern is None or _matches(pattern, name)
 
 
 def _contains_invalid(node: Any) -> bool:

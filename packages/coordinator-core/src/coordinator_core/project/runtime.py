@@ -60,6 +60,7 @@ _ENVELOPE_CODES: Final = frozenset(
     {"config.unsupported-api-version", "config.wrong-kind", "coordinator.project.misplaced-kind"}
 )
 # Reader and envelope only: the body is decoded later, after substitution (see _Preparer).
+# An open object schema makes the decoder pass the body through without a finding.
 _ENVELOPE_ONLY: Final[Mapping[str, Any]] = {"type": "object"}
 
 
@@ -69,7 +70,9 @@ class RuntimeCheck:
 
     `authored.decoded` holds substituted values (with `--environment`) or stand-ins (offline);
     `stand_ins` are the pointers of members holding a stand-in and `incomplete` the objects
-    skipped because a stand-in could not be decoded (05 §3, item 3).
+    skipped because a stand-in could not be decoded (05 §3, item 3). `ok_for_bindings` is
+    true when the file decoded without an error (02 §4.1 step 8): the reader, the envelope,
+    substitution and decoding found nothing; findings of the rules V2–V10 do not count.
     """
 
     authored: AuthoredFile
@@ -156,7 +159,7 @@ def check_runtime_bytes(
     schema = load_schema("runtime")
     preparer = _Preparer(document, schema, display_file, environment)
     effective = preparer.walk(document.value, schema, "", refused=False)
-    diagnostics.extend(preparer.diagnostics)
+    body: list[Diagnostic] = list(preparer.diagnostics)
 
     decoding: list[Diagnostic] = []
     decoded, failed = decode_body(
@@ -172,7 +175,7 @@ def check_runtime_bytes(
         if diagnostic.path in stand_ins and diagnostic.code in _VALUE_CODES:
             if diagnostic.code == "config.unknown-variant":
                 # An enum or tag the stand-in cannot stand for: the object is not checked.
-                diagnostics.append(
+                body.append(
                     dataclasses.replace(
                         diagnostic,
                         code="platform.runtime-config.check-incomplete",
@@ -182,7 +185,15 @@ def check_runtime_bytes(
                 )
                 incomplete.add(_enclosing_object(document.value, diagnostic.path))
             continue
-        diagnostics.append(diagnostic)
+        body.append(diagnostic)
+    # The object around an undecodable stand-in is skipped: nothing inside it is reported,
+    # neither decoding nor substitution findings (the reader's own yaml.* findings stay).
+    diagnostics.extend(
+        d
+        for d in body
+        if d.code == "platform.runtime-config.check-incomplete"
+        or not any(d.path.startswith(skipped + "/") for skipped in incomplete)
+    )
 
     authored = AuthoredFile(display_file, document, decoded, failed, diagnostics, ARTIFACT)
     check = RuntimeCheck(

@@ -65,7 +65,9 @@ _DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
 _PATH_SEGMENT: Final = re.compile(r"[A-Za-z0-9._~-]+")
 _QUERY_NAME: Final = re.compile(r"[A-Za-z0-9._~-]{1,64}")
 _LOCAL_ID: Final = re.compile(r"[a-z][a-z0-9_-]{0,63}")
-_SECRET_REF: Final = re.compile(r"secret:(env|file)/(.+)")
+_SECRET_REF: Final = re.compile(
+    r"secret:(?:(env)/[A-Z_][A-Z0-9_]{0,127}|(file)/[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
+)
 _STATE_KEY_MAX: Final = 4_294_967_295
 _URI_SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _URI_CHARACTERS: Final = re.compile(r"[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]*")
@@ -333,8 +335,13 @@ class RuntimeRules:
                 if name in providers or f"/secretProviders/{name}" in self.authored.failed
             }
         for pointer, member, reference in _references(self.root, ""):
+            if self.holds_stand_in(pointer):
+                continue
             match = _SECRET_REF.fullmatch(reference)
             if match is None:
+                # The schema's pattern is matched with search semantics, where `$` also
+                # accepts a final line feed; the same finding at the same place is deduplicated.
+                self.report("config.invalid-value", pointer)
                 continue
             provider = "environment" if match.group(1) == "env" else "file"
             if member in FILE_ONLY_SECRETS and provider != "file":

@@ -109,7 +109,8 @@ _NUMBER_LIKE: Final = re.compile(
     r"[-+]?0[xXoObB][0-9a-fA-F_]+"
     r"|\+[0-9.].*"
     r"|-?0[0-9_]+(?:\.[0-9_]*)?"
-    r"|[-+]?[0-9][0-9_]*_[0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?"
+    # `[0-9][0-9_]*_[0-9_]*` as a lookahead for the `_`, which keeps long scalars linear
+    r"|[-+]?[0-9](?=[0-9_]*_)[0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?"
     r"|[-+]?\.[0-9]+(?:[eE][-+]?[0-9]+)?"
     r"|[-+]?[0-9]+\.(?:[eE][-+]?[0-9]+)?"
     r"|[-+]?\.(?:inf|Inf|INF)"
@@ -215,8 +216,15 @@ _TAB_IN_INDENT: Final = re.compile(r"^ *\t[ \t]*[^ \t\r\n#]", re.MULTILINE)
 # space or flow indicator; files without one skip the token scan that finds explicit keys.
 _QUESTION_MARK: Final = re.compile("\\?(?:[ \t\r\n\x85\u2028\u2029]|\\Z)")
 _BEFORE_EXPLICIT_KEY: Final = " \t\r\n\x85\u2028\u2029[{,"
-_BLANK_OR_COMMENTS: Final = re.compile("(?:[ \t\r\n\x85\u2028\u2029]+|#[^\r\n\x85\u2028\u2029]*)*")
 _DOCUMENT_START_LINE: Final = re.compile(r"^---(?=[ \t\r\n\x85\u2028\u2029]|\Z)", re.MULTILINE)
+
+
+def _only_blanks_and_comments(text: str, index: int) -> bool:
+    for line in _LINE_BREAK.split(text[index:]):
+        content = line.lstrip(" \t")
+        if content and not content.startswith("#"):
+            return False
+    return True
 
 
 def _mark(mark: Any) -> Mark:
@@ -318,7 +326,7 @@ def _classify(text: str, error: yaml.MarkedYAMLError) -> tuple[str, Mark]:
         return "yaml.colon-in-plain-value", mark
     if (
         "end of stream" in problem
-        or _BLANK_OR_COMMENTS.fullmatch(text, index) is not None
+        or _only_blanks_and_comments(text, index)
         or (
             (index == 0 or text[index - 1] in _BREAK_CHARACTERS)
             and text.startswith(("---", "..."), index)
