@@ -161,6 +161,13 @@ def schema(name: str) -> Outcome:
 
 
 INIT_FILES = ("workflow.yaml", "functions.rhai", "runtime.yaml")
+
+
+def _json_string(text: str) -> str:
+    """A path written as its RFC 8785 JSON string, which is also a YAML double-quoted scalar."""
+    from coordinator_core.values import canonical_json
+
+    return canonical_json(text).decode("utf-8")
 INIT_SECRETS = ("state-1.key", "admission.key", "audit.key")
 
 
@@ -172,14 +179,21 @@ def init(directory: Path) -> Outcome:
             Diagnostic("coordinator.project.init", path="", file=str(directory))
         )
         return outcome
-    root = directory.absolute()
+    root = Path(os.path.abspath(directory))
     created: list[Path] = [p for p in reversed(root.parents) if not p.exists()]
     template = files("coordinatorctl").joinpath("templates", "delayed-follow-up")
+    runtime = (
+        template.joinpath("runtime.yaml.in")
+        .read_text(encoding="utf-8")
+        .replace("@SECRETS_ROOT@", _json_string(f"{root}/.coordinator/secrets"))
+        .replace("@DATABASE_PATH@", _json_string(f"{root}/.coordinator/coordinator.db"))
+    )
     try:
         root.mkdir(parents=True)
         created.append(root)
-        for name in INIT_FILES:
+        for name in ("workflow.yaml", "functions.rhai"):
             (root / name).write_bytes(template.joinpath(name).read_bytes())
+        (root / "runtime.yaml").write_bytes(runtime.encode("utf-8"))
         secrets = root / ".coordinator" / "secrets"
         secrets.mkdir(parents=True, mode=0o700)
         os.chmod(root / ".coordinator", 0o700)

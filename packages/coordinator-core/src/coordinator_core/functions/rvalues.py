@@ -39,11 +39,12 @@ MSG_NOT_ORDERED: Final = "These values cannot be ordered."
 class Ctx:
     """Per-call state: the operation count and the script call depth."""
 
-    __slots__ = ("depth", "ops")
+    __slots__ = ("depth", "fn_names", "ops")
 
-    def __init__(self) -> None:
+    def __init__(self, fn_names: frozenset[str] = frozenset()) -> None:
         self.ops = 0
-        self.depth = 0
+        self.depth = -1  # the entry call runs at level 0
+        self.fn_names = fn_names
 
 
 def too_many_operations() -> LimitError:

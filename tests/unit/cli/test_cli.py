@@ -1,0 +1,234 @@
+"""The command line: envelope, exit codes, usage errors, init, schema, explain and eval (09 §2)."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from coordinatorctl.cli import main
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLES = REPO / "examples"
+REPORT_SCHEMA = json.loads(
+    (REPO / "spec" / "schemas" / "ctl-report.schema.json").read_text(encoding="utf-8")
+)
+CANARY = "CANARY-c1i-5e7a"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def report(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code, out, _ = run(capsys, *argv, "--format", "json")
+    assert out.endswith("\n") and out.count("\n") == 1, "exactly one JSON object and a line feed"
+    document = json.loads(out)
+    jsonschema.Draft202012Validator(REPORT_SCHEMA).validate(document)
+    return code, document
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [f"--{CANARY}"],
+        ["check", f"--{CANARY}"],
+        ["check", "--project"],
+        [CANARY],
+        ["schema", CANARY],
+        ["explain", "--project", "x", "--graph", CANARY],
+        ["--format", CANARY],
+    ],
+)
+def test_usage_errors_never_echo_the_offending_argument(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert CANARY not in out + err
+    assert "coordinator.cli.usage" in err
+
+
+def test_usage_error_in_json_mode_is_the_usage_envelope(capsys: pytest.CaptureFixture[str]) -> None:
+    code, document = report(capsys, "check", f"--{CANARY}")
+    assert code == 2
+    assert document["command"] == "usage"
+    assert document["status"] == "usage-error"
+    assert [d["code"] for d in document["diagnostics"]] == ["coordinator.cli.usage"]
+    assert CANARY not in json.dumps(document)
+
+
+def test_check_without_project_or_runtime_is_command_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, document = report(capsys, "check")
+    assert code == 2
+    assert document["diagnostics"][0]["code"] == "coordinator.command.usage"
+
+
+def test_global_flags_work_before_and_after_the_subcommand(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    project = str(EXAMPLES / "delayed-follow-up")
+    before = main(["--format", "json", "check", "--project", project])
+    first = capsys.readouterr().out
+    after = main(["check", "--project", project, "--format", "json"])
+    second = capsys.readouterr().out
+    assert before == after == 0
+    assert json.loads(first) == json.loads(second)
+
+
+@pytest.mark.parametrize("example", ["reviewed-notice", "delayed-follow-up"])
+def test_check_reports_valid_with_identities(
+    capsys: pytest.CaptureFixture[str], example: str
+) -> None:
+    code, document = report(capsys, "check", "--project", str(EXAMPLES / example))
+    assert code == 0
+    assert document["status"] == "valid"
+    assert document["workflow"] == example
+    assert document["revision"].startswith("sha256:")
+    assert document["definitionDigest"].startswith("sha256:")
+
+
+def test_check_text_mode_prints_three_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "check", "--project", str(EXAMPLES / "delayed-follow-up"))
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0] == "Valid workflow delayed-follow-up version 1"
+    assert lines[1].startswith("Revision: sha256:")
+    assert lines[2].startswith("Definition: sha256:")
+
+
+def test_missing_project_is_exit_3(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, document = report(capsys, "check", "--project", str(tmp_path / "absent"))
+    assert code == 3
+    assert document["status"] == "operational-failure"
+    assert document["diagnostics"][0]["code"] == "coordinator.definition.read"
+
+
+def test_deny_warnings_turns_a_warning_into_a_refusal(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    for name in ("workflow.yaml", "functions.rhai"):
+        (project / name).write_bytes((EXAMPLES / "delayed-follow-up" / name).read_bytes())
+    (project / "drafts").mkdir()  # P4: an unread directory is a warning
+    code, document = report(capsys, "check", "--project", str(project))
+    assert code == 0 and document["status"] == "valid-with-warnings"
+    code, document = report(capsys, "check", "--project", str(project), "--deny-warnings")
+    assert code == 1 and document["status"] == "domain-refusal"
+
+
+def test_explain_reports_structure_and_never_literal_values(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, document = report(capsys, "explain", "--project", str(EXAMPLES / "reviewed-notice"))
+    assert code == 0
+    steps = {step["id"]: step for step in document["steps"]}
+    assert document["steps"][0]["id"] == "read-application"
+    assert steps["send-notice"]["available"] == ["await-review", "read-application", "request-review"]
+    assert steps["withdraw-after-timeout"]["available"] == ["read-application", "request-review"]
+    assert steps["await-review"]["observeOperation"] == "casework.read-review-result/v1"
+    assert steps["await-review"]["defaultIntervalSeconds"] == 900
+    kinds = {route["kind"] for route in steps["await-review"]["routes"]}
+    assert kinds == {"next", "timeout", "cancel"}
+    assert document["networkAccess"] is False
+    assert document["limits"]["operations"] == 100000
+    # the literal "application-review" is a value: only its type is shown
+    assert "application-review" not in json.dumps(document)
+
+
+@pytest.mark.parametrize("style", ["mermaid", "dot"])
+def test_explain_graph_draws_every_route(capsys: pytest.CaptureFixture[str], style: str) -> None:
+    code, out, _ = run(
+        capsys, "explain", "--project", str(EXAMPLES / "reviewed-notice"), "--graph", style
+    )
+    assert code == 0
+    for label in ("success", "timeout", "cancel", "approved", "rejected", "completed"):
+        assert label in out
+    # reviewed-notice has 14 routes: every one is an edge of the picture
+    assert out.count("->|" if style == "mermaid" else " -> ") == 14
+
+
+@pytest.mark.parametrize("name", ["workflow", "runtime", "scenarios"])
+def test_schema_prints_the_published_schema(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    code, out, _ = run(capsys, "schema", name)
+    assert code == 0
+    schema = json.loads(out)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$id"].startswith("https://id.registrystack.org/schemas/coordinator/")
+
+
+def test_init_writes_the_starter_project_with_private_keys(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    target = tmp_path / "deeper" / "follow-up"
+    code, document = report(capsys, "init", "--directory", str(target))
+    assert code == 0 and document["status"] == "initialized"
+    assert document["directory"] == str(target)
+    assert document["files"] == [
+        ".coordinator/secrets/admission.key",
+        ".coordinator/secrets/audit.key",
+        ".coordinator/secrets/state-1.key",
+        "functions.rhai",
+        "runtime.yaml",
+        "workflow.yaml",
+    ]
+    secrets = target / ".coordinator" / "secrets"
+    assert stat.S_IMODE(secrets.stat().st_mode) == 0o700
+    keys = [(secrets / name).read_bytes() for name in ("admission.key", "audit.key", "state-1.key")]
+    assert all(len(key) == 32 for key in keys) and len(set(keys)) == 3
+    for name in ("admission.key", "audit.key", "state-1.key"):
+        assert stat.S_IMODE((secrets / name).stat().st_mode) == 0o600
+    runtime = (target / "runtime.yaml").read_text(encoding="utf-8")
+    assert f'root: "{target}/.coordinator/secrets"' in runtime
+    expected = (EXAMPLES / "delayed-follow-up" / "runtime.yaml").read_text(encoding="utf-8")
+    assert runtime == expected.replace("/home/dev/delayed-follow-up", str(target))
+    for name in ("workflow.yaml", "functions.rhai"):
+        assert (target / name).read_bytes() == (EXAMPLES / "delayed-follow-up" / name).read_bytes()
+    code, checked = report(capsys, "check", "--project", str(target))
+    assert code == 0, checked["diagnostics"]
+
+
+def test_init_never_overwrites(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, document = report(capsys, "init", "--directory", str(tmp_path))
+    assert code == 1
+    assert document["diagnostics"][0]["code"] == "coordinator.project.init"
+
+
+def test_package_reports_digest_and_refuses_a_second_time(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    output = tmp_path / "dist" / "pkg"
+    project = str(EXAMPLES / "reviewed-notice")
+    code, document = report(capsys, "package", "--project", project, "--output", str(output))
+    assert code == 0 and document["status"] == "packaged"
+    assert document["root"] == str(output)
+    assert sorted(p.name for p in output.iterdir()) == ["SHA256SUMS", "definition.json"]
+    code, document = report(capsys, "package", "--project", project, "--output", str(output))
+    assert code == 1
+    assert document["diagnostics"][0]["code"] == "coordinator.package.output-exists"
+
+
+def test_text_rendering_follows_the_block_format(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    project = tmp_path / "p"
+    project.mkdir()
+    workflow = (EXAMPLES / "delayed-follow-up" / "workflow.yaml").read_text(encoding="utf-8")
+    (project / "workflow.yaml").write_text(workflow.replace("next: read-application", "next: nowhere"))
+    (project / "functions.rhai").write_bytes((EXAMPLES / "delayed-follow-up" / "functions.rhai").read_bytes())
+    code, out, err = run(capsys, "check", "--project", str(project))
+    assert code == 1 and out == ""
+    lines = err.splitlines()
+    assert lines[0].startswith("error[coordinator.definition.target] workflow.yaml:")
+    assert lines[0].endswith(" /steps/due/next")
+    assert lines[1].startswith("  ") and lines[2].startswith("  next: ")
+    assert lines[-1] == "1 error, 0 warnings in 1 file"
