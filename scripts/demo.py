@@ -57,7 +57,9 @@ def main() -> int:
             print(packaged.stdout + packaged.stderr, end="")
             failures += packaged.returncode != 0
     banner("summary")
-    print("all examples checked, explained and packaged" if not failures else f"{failures} failures")
+    print(
+        "all examples checked, explained and packaged" if not failures else f"{failures} failures"
+    )
     return 1 if failures else 0
 
 

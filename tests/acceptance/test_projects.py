@@ -45,8 +45,17 @@ CANARY = "CANARY-7f3a91"
 STATUS_BY_EXIT = {1: "domain-refusal", 2: "usage-error", 3: "operational-failure"}
 EXPECT_KEYS = {"description", "exit", "exhaustive", "setup", "diagnostics"}
 DIAGNOSTIC_KEYS = {
-    "code", "path", "file", "line", "column", "severity", "count",
-    "related_path", "related_paths", "related_file", "related_line",
+    "code",
+    "path",
+    "file",
+    "line",
+    "column",
+    "severity",
+    "count",
+    "related_path",
+    "related_paths",
+    "related_file",
+    "related_line",
 }
 FILE_ORDER = {"workflow.yaml": 0, "functions.rhai": 1, "runtime.yaml": 2, "scenarios.yaml": 3}
 
@@ -99,7 +108,9 @@ def _pad(path: Path, to_bytes: int, line: str) -> None:
     path.write_bytes(data)
 
 
-def _inflate(project: Path, properties: int, description_length: int, functions_to_bytes: int) -> None:
+def _inflate(
+    project: Path, properties: int, description_length: int, functions_to_bytes: int
+) -> None:
     """Grow the snapshot with schema annotations (each schema stays within the JSON value bounds)."""
     workflow = project / "workflow.yaml"
     out: list[str] = []
@@ -112,7 +123,11 @@ def _inflate(project: Path, properties: int, description_length: int, functions_
                 out.append(f"{indent}  annotation-{number:02d}:")
                 out.append(f"{indent}    description: {'d' * description_length}")
     workflow.write_text("\n".join(out) + "\n", encoding="utf-8")
-    _pad(project / "functions.rhai", functions_to_bytes, "// annotation padding: comments are part of the snapshot")
+    _pad(
+        project / "functions.rhai",
+        functions_to_bytes,
+        "// annotation padding: comments are part of the snapshot",
+    )
 
 
 def _apply_setup(project: Path, steps: list[dict[str, Any]]) -> None:
@@ -126,8 +141,12 @@ def _apply_setup(project: Path, steps: list[dict[str, Any]]) -> None:
             for number in range(1, int(args["count"]) + 1):
                 (project / f"{args['prefix']}{number:04d}{args['suffix']}").write_text("filler\n")
         elif action == "inflate":
-            _inflate(project, int(args["properties"]), int(args["description_length"]),
-                     int(args["functions_to_bytes"]))
+            _inflate(
+                project,
+                int(args["properties"]),
+                int(args["description_length"]),
+                int(args["functions_to_bytes"]),
+            )
         else:
             raise AssertionError(f"unknown setup action {action!r} in {project.name}")
 
@@ -143,7 +162,9 @@ class Workspace:
     def copy(self, source: Path) -> Path:
         if source not in self._copies:
             target = self.root / source.parent.name / source.name
-            shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns("expect.yaml"))
+            shutil.copytree(
+                source, target, symlinks=True, ignore=shutil.ignore_patterns("expect.yaml")
+            )
             _apply_setup(target, _expectation(source).get("setup") or [])
             self._copies[source] = target
         return self._copies[source]
@@ -152,10 +173,25 @@ class Workspace:
         key = (source, fmt)
         if key not in self._runs:
             project = self.copy(source)
-            command = [sys.executable, "-m", "coordinatorctl", "check", "--project", str(project), "--format", fmt]
-            env = {k: v for k, v in os.environ.items() if not k.startswith(("COORDINATOR", "CANARY"))}
-            proc = subprocess.run(command, cwd=REPO, capture_output=True, timeout=300, env=env, check=False)
-            self._runs[key] = Run(proc.returncode, proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8"))
+            command = [
+                sys.executable,
+                "-m",
+                "coordinatorctl",
+                "check",
+                "--project",
+                str(project),
+                "--format",
+                fmt,
+            ]
+            env = {
+                k: v for k, v in os.environ.items() if not k.startswith(("COORDINATOR", "CANARY"))
+            }
+            proc = subprocess.run(
+                command, cwd=REPO, capture_output=True, timeout=300, env=env, check=False
+            )
+            self._runs[key] = Run(
+                proc.returncode, proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")
+            )
         return self._runs[key]
 
 
@@ -164,7 +200,9 @@ def cli() -> None:
     try:
         import coordinatorctl.cli  # noqa: F401
     except ImportError as exc:
-        pytest.skip(f"coordinatorctl.cli is not importable yet ({exc}); the acceptance corpus waits for it")
+        pytest.skip(
+            f"coordinatorctl.cli is not importable yet ({exc}); the acceptance corpus waits for it"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -179,10 +217,17 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
 
 def _report(run: Run) -> dict[str, Any]:
     """stdout must be exactly one JSON object followed by one line feed (file 02 §3)."""
-    assert run.stdout.endswith("\n"), f"stdout must end with a line feed: {run.stdout!r:.300}"
-    decoder = json.JSONDecoder()
-    report, end = decoder.raw_decode(run.stdout)
-    assert run.stdout[end:] == "\n", f"stdout holds more than one JSON object and a line feed: {run.stdout[end:]!r:.300}"
+    context = (
+        f"exit {run.returncode}; stdout {run.stdout[:300]!r}; stderr tail {run.stderr[-1500:]!r}"
+    )
+    assert run.stdout.endswith("\n"), f"stdout must end with a line feed ({context})"
+    try:
+        report, end = json.JSONDecoder().raw_decode(run.stdout)
+    except json.JSONDecodeError as exc:
+        raise AssertionError(f"stdout is not a JSON report: {exc} ({context})") from None
+    assert run.stdout[end:] == "\n", (
+        f"stdout holds more than one JSON object and a line feed: {run.stdout[end:]!r:.300}"
+    )
     assert isinstance(report, dict)
     assert report.get("apiVersion") == REPORT_API_VERSION
     assert report.get("kind") == "CoordinatorCtlReport"
@@ -200,7 +245,9 @@ def _assert_diagnostic_shape(d: dict[str, Any]) -> None:
     code = d.get("code")
     assert isinstance(code, str) and CODE.match(code), d
     if code.startswith("coordinator."):
-        assert COORDINATOR_CODE.match(code), f"coordinator.* codes have exactly three kebab-case segments: {code}"
+        assert COORDINATOR_CODE.match(code), (
+            f"coordinator.* codes have exactly three kebab-case segments: {code}"
+        )
     path = d.get("path")
     assert isinstance(path, str) and (path == "" or path.startswith("/")), d
     assert isinstance(d.get("message"), str) and d["message"].strip(), d
@@ -248,16 +295,25 @@ def _sort_key(d: dict[str, Any]) -> tuple[Any, ...]:
 def _assert_sorted(diagnostics: list[dict[str, Any]]) -> None:
     """File, whole-file first, line, column, path (bytes), code (file 02 §4.3)."""
     keys = [_sort_key(d) for d in diagnostics]
-    assert keys == sorted(keys), "diagnostics are not in the order of file 02 §4.3:\n" + _listing(diagnostics)
+    assert keys == sorted(keys), "diagnostics are not in the order of file 02 §4.3:\n" + _listing(
+        diagnostics
+    )
 
 
 def _listing(diagnostics: list[dict[str, Any]]) -> str:
     rows = []
     for d in diagnostics:
         source = d.get("source") or {}
-        where = ":".join(str(x) for x in (source.get("file"), source.get("line"), source.get("column")) if x is not None)
+        where = ":".join(
+            str(x)
+            for x in (source.get("file"), source.get("line"), source.get("column"))
+            if x is not None
+        )
         related = [r.get("path") for r in d.get("related") or []]
-        rows.append(f"  {d['severity']}[{d['code']}] {where} {d['path'] or '/'}" + (f" related={related}" if related else ""))
+        rows.append(
+            f"  {d['severity']}[{d['code']}] {where} {d['path'] or '/'}"
+            + (f" related={related}" if related else "")
+        )
     return "\n".join(rows) or "  (no diagnostics)"
 
 
@@ -287,11 +343,13 @@ def _matches(expected: dict[str, Any], d: dict[str, Any]) -> bool:
         wanted_paths.append(expected["related_path"])
     checks += [any(r.get("path") == p for r in related) for p in wanted_paths]
     if "related_file" in expected or "related_line" in expected:
-        checks.append(any(
-            ("related_file" not in expected or r.get("file") == expected["related_file"])
-            and ("related_line" not in expected or r.get("line") == expected["related_line"])
-            for r in related
-        ))
+        checks.append(
+            any(
+                ("related_file" not in expected or r.get("file") == expected["related_file"])
+                and ("related_line" not in expected or r.get("line") == expected["related_line"])
+                for r in related
+            )
+        )
     return all(checks)
 
 
@@ -325,16 +383,26 @@ def _assert_expectations(expect: dict[str, Any], diagnostics: list[dict[str, Any
     slots = [entry for entry in expected for _ in range(int(entry.get("count", 1)))]
     assignment = _match(slots, diagnostics)
     missing = [slot for slot, j in zip(slots, assignment, strict=True) if j is None]
-    assert not missing, "expected diagnostics not reported:\n" + "\n".join(
-        f"  {m}" for m in missing) + "\nreported:\n" + _listing(diagnostics)
+    assert not missing, (
+        "expected diagnostics not reported:\n"
+        + "\n".join(f"  {m}" for m in missing)
+        + "\nreported:\n"
+        + _listing(diagnostics)
+    )
     for entry in expected:
         if "count" in entry:
             found = sum(1 for d in diagnostics if _matches(entry, d))
-            assert found == entry["count"], f"{entry['code']}: expected exactly {entry['count']}, got {found}"
+            assert found == entry["count"], (
+                f"{entry['code']}: expected exactly {entry['count']}, got {found}"
+            )
     if expect.get("exhaustive"):
         matched = {j for j in assignment if j is not None}
-        extra = [d for j, d in enumerate(diagnostics) if d["severity"] == "error" and j not in matched]
-        assert not extra, "errors beyond the expected ones (a cascade or a wrong rule?):\n" + _listing(extra)
+        extra = [
+            d for j, d in enumerate(diagnostics) if d["severity"] == "error" and j not in matched
+        ]
+        assert not extra, (
+            "errors beyond the expected ones (a cascade or a wrong rule?):\n" + _listing(extra)
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -381,7 +449,8 @@ def test_project_is_refused_as_expected(cli: None, workspace: Workspace, project
     run = workspace.check(project, "json")
     report = _report(run)
     assert run.returncode == expect["exit"], (
-        f"exit {run.returncode}, expected {expect['exit']}:\n" + _listing(report["diagnostics"]))
+        f"exit {run.returncode}, expected {expect['exit']}:\n" + _listing(report["diagnostics"])
+    )
     if expect["exit"] == 0:
         assert report["ok"] is True
         assert report["status"] in ("valid", "valid-with-warnings")
@@ -406,7 +475,9 @@ def test_project_is_refused_in_text_mode(cli: None, workspace: Workspace, projec
 
 def _assert_text_diagnostics(stderr: str, diagnostics: list[dict[str, Any]]) -> None:
     """Blocks of file 02 §2.2, in the JSON report's order, then one summary line."""
-    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", stderr), "control characters must be rendered as \\u{XX}"
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", stderr), (
+        "control characters must be rendered as \\u{XX}"
+    )
     lines = stderr.splitlines()
     if not diagnostics and not lines:
         return
@@ -416,8 +487,11 @@ def _assert_text_diagnostics(stderr: str, diagnostics: list[dict[str, Any]]) -> 
     errors = sum(1 for d in diagnostics if d["severity"] == "error")
     warnings = len(diagnostics) - errors
     assert int(summary.group(1)) == errors and int(summary.group(3)) == warnings, lines[-1]
-    for count, word in ((summary.group(1), summary.group(2)), (summary.group(3), summary.group(4)),
-                        (summary.group(5), summary.group(6))):
+    for count, word in (
+        (summary.group(1), summary.group(2)),
+        (summary.group(3), summary.group(4)),
+        (summary.group(5), summary.group(6)),
+    ):
         assert word.endswith("s") == (int(count) != 1), f"singular/plural: {lines[-1]!r}"
     blocks: list[list[str]] = []
     for line in lines[:-1]:
@@ -427,14 +501,24 @@ def _assert_text_diagnostics(stderr: str, diagnostics: list[dict[str, Any]]) -> 
         else:
             assert TEXT_HEADER.match(line), f"not a diagnostic header: {line!r}"
             blocks.append([line])
-    assert len(blocks) == len(diagnostics), f"{len(blocks)} text blocks for {len(diagnostics)} diagnostics"
+    assert len(blocks) == len(diagnostics), (
+        f"{len(blocks)} text blocks for {len(diagnostics)} diagnostics"
+    )
     for block, d in zip(blocks, diagnostics, strict=True):
         header = TEXT_HEADER.match(block[0])
         assert header is not None
         source = d["source"]
-        location = ":".join(str(x) for x in (source["file"], source.get("line"), source.get("column")) if x is not None)
+        location = ":".join(
+            str(x)
+            for x in (source["file"], source.get("line"), source.get("column"))
+            if x is not None
+        )
         assert (header.group(1), header.group(2), header.group(3), header.group(4)) == (
-            d["severity"], d["code"], location, d["path"] or "/"), block[0]
+            d["severity"],
+            d["code"],
+            location,
+            d["path"] or "/",
+        ), block[0]
         assert len(block) >= 3, block
         assert block[1] == "  " + _render(d["message"]), block
         assert block[2] == "  next: " + _render(d["suggestedAction"]), block
@@ -442,7 +526,11 @@ def _assert_text_diagnostics(stderr: str, diagnostics: list[dict[str, Any]]) -> 
         related = d.get("related") or []
         assert len(notes) == len(related), block
         for note, entry in zip(notes, related, strict=True):
-            where = ":".join(str(x) for x in (entry["file"], entry.get("line"), entry.get("column")) if x is not None)
+            where = ":".join(
+                str(x)
+                for x in (entry["file"], entry.get("line"), entry.get("column"))
+                if x is not None
+            )
             assert note.startswith(f"  note: {where} "), (note, entry)
 
 
@@ -460,7 +548,11 @@ def test_corpus_size() -> None:
     assert len(_project_dirs("good")) >= 6
     assert len(REFUSED) >= 45
     assert {p.name for p in _project_dirs("examples")} >= {
-        "reviewed-notice", "delayed-follow-up", "appointment-booking", "recorded-decision"}
+        "reviewed-notice",
+        "delayed-follow-up",
+        "appointment-booking",
+        "recorded-decision",
+    }
 
 
 @pytest.mark.parametrize("project", ACCEPTED, ids=_ids(ACCEPTED))

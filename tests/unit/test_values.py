@@ -7,6 +7,9 @@ import struct
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from coordinator_core.limits import (
     JSON_MAX_CANONICAL_BYTES,
     JSON_MAX_DEPTH,
@@ -24,8 +27,6 @@ from coordinator_core.values import (
     parse_strict_json,
     sha256_label,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 # --------------------------------------------------------------------------------------------
 # RFC 8785 test vectors

@@ -133,7 +133,11 @@ def test_explain_reports_structure_and_never_literal_values(
     assert code == 0
     steps = {step["id"]: step for step in document["steps"]}
     assert document["steps"][0]["id"] == "read-application"
-    assert steps["send-notice"]["available"] == ["await-review", "read-application", "request-review"]
+    assert steps["send-notice"]["available"] == [
+        "await-review",
+        "read-application",
+        "request-review",
+    ]
     assert steps["withdraw-after-timeout"]["available"] == ["read-application", "request-review"]
     assert steps["await-review"]["observeOperation"] == "casework.read-review-result/v1"
     assert steps["await-review"]["defaultIntervalSeconds"] == 900
@@ -223,8 +227,12 @@ def test_text_rendering_follows_the_block_format(
     project = tmp_path / "p"
     project.mkdir()
     workflow = (EXAMPLES / "delayed-follow-up" / "workflow.yaml").read_text(encoding="utf-8")
-    (project / "workflow.yaml").write_text(workflow.replace("next: read-application", "next: nowhere"))
-    (project / "functions.rhai").write_bytes((EXAMPLES / "delayed-follow-up" / "functions.rhai").read_bytes())
+    (project / "workflow.yaml").write_text(
+        workflow.replace("next: read-application", "next: nowhere")
+    )
+    (project / "functions.rhai").write_bytes(
+        (EXAMPLES / "delayed-follow-up" / "functions.rhai").read_bytes()
+    )
     code, out, err = run(capsys, "check", "--project", str(project))
     assert code == 1 and out == ""
     lines = err.splitlines()

@@ -81,7 +81,9 @@ EXECUTION = {
     "schema-keyword": _set(["input", "properties", "applicationId", "format"], "uri"),
     "route": _set(["steps", "decide", "cases", "maybe"], "review-inconclusive"),
     "connection": _set(["operations", "applicant-notice", "connection"], "notices-two"),
-    "trigger-event": _set(["triggers", "application-submitted", "event"], "application-submitted-v2"),
+    "trigger-event": _set(
+        ["triggers", "application-submitted", "event"], "application-submitted-v2"
+    ),
 }
 
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+
 from coordinator_core.definition.schema_dialect import (
     FORMATS,
     SCHEMA_URI,

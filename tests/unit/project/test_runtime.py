@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema  # type: ignore[import-untyped]
 import pytest
 import yaml
+
 from coordinator_core.errors import Diagnostic, exit_code_of
 from coordinator_core.project import runtime_env
 from coordinator_core.project.runtime import (

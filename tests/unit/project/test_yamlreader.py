@@ -10,6 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from coordinator_core.errors import Diagnostic
 from coordinator_core.project import yamlreader
 from coordinator_core.project.yamlreader import (
@@ -19,8 +22,6 @@ from coordinator_core.project.yamlreader import (
     escape_pointer_token,
     read_yaml,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 FILE = "workflow.yaml"
 

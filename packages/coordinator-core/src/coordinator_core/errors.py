@@ -43,7 +43,7 @@ def catalogue() -> dict[str, CatalogueEntry]:
         from coordinator_models.error_catalogue import CODES
 
         _catalogue = {
-            code: CatalogueEntry(code, title, hint, exit_code, severity, http)  # type: ignore[arg-type]
+            code: CatalogueEntry(code, title, hint, exit_code, severity, http)
             for code, (title, hint, exit_code, severity, http) in CODES.items()
         }
     return _catalogue

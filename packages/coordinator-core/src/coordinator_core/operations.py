@@ -110,7 +110,14 @@ PROPOSAL_OPERATION: Final = "breg.propose-action/v1"
 
 _ENTRIES: Final = (
     _op("breg.read-record/v1", "read", "read-again"),
-    _op("breg.invoke-action/v1", "mutation", "same-command", key=True, preparation=True, refusals=True),
+    _op(
+        "breg.invoke-action/v1",
+        "mutation",
+        "same-command",
+        key=True,
+        preparation=True,
+        refusals=True,
+    ),
     _op("breg.propose-action/v1", "mutation", "same-command", key=True, preparation=True),
     _op(
         "casework.submit-review-request/v1",
@@ -127,7 +134,13 @@ _ENTRIES: Final = (
     ),
     _op("casework.read-review-result/v1", "read", "read-again"),
     _op("casework.withdraw-review-request/v1", "mutation", "same-command", key=True),
-    _op("messaging.submit-message/v1", "mutation", "same-command-and-receipt", key=True, receipt=True),
+    _op(
+        "messaging.submit-message/v1",
+        "mutation",
+        "same-command-and-receipt",
+        key=True,
+        receipt=True,
+    ),
     _op("scheduling.read-scheduling/v1", "read", "read-again"),
     _op("scheduling.read-availability/v1", "read", "read-again"),
     _op(

@@ -97,6 +97,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     output_format = _sniff_format(arguments)
     parser = build_parser()
+    if output_format == "json" and ("-h" in arguments or "--help" in arguments):
+        # Even help honours the envelope: one report object on stdout, nothing else.
+        return emit(
+            Outcome("help", status="completed", result={"usage": parser.format_help()}), "json"
+        )
     try:
         options = parser.parse_args(arguments)
     except UsageError:
@@ -122,6 +127,22 @@ def _sniff_format(arguments: Sequence[str]) -> str:
 
 def _run(options: argparse.Namespace) -> Outcome:
     from coordinatorctl import commands
+
+    runtime = options.runtime_config
+    if runtime is not None and (
+        not runtime.startswith("/") or any(part in (".", "..") for part in runtime.split("/"))
+    ):
+        return Outcome(
+            options.command,
+            [
+                Diagnostic(
+                    "coordinator.command.usage",
+                    path="",
+                    message="--runtime-config must be an absolute path without . or .. segments.",
+                    hint="Name the runtime file by its absolute path, e.g. /srv/coordinator/runtime.yaml.",
+                )
+            ],
+        )
 
     if options.command == "init":
         return commands.init(Path(options.directory))

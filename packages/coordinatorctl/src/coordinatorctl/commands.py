@@ -101,7 +101,7 @@ def _explain_text(result: Mapping[str, Any]) -> str:
             for route in step["routes"]
         )
         detail = step.get("operation") or step.get("outcome") or ""
-        lines.append(f"  {step['id']:<28} {step['type']:<10} {detail}")
+        lines.append(f"  {step['id']:<28} {step['type']:<10} {detail}".rstrip())
         if routes:
             lines.append(f"      routes: {routes}")
         if step.get("available"):
@@ -123,9 +123,10 @@ def package(project: Path, output: Path, *, runtime_config: Path | None) -> Outc
     from coordinator_core.definition.checker import check_project
     from coordinator_core.definition.package import write_package
 
-    checked = check_project(project, runtime_config=runtime_config, environment=None)
-    diagnostics = [d for d in checked.diagnostics if d.file != "scenarios.yaml"]
-    outcome = Outcome("package", diagnostics)
+    checked = check_project(
+        project, runtime_config=runtime_config, environment=None, definition_only=True
+    )
+    outcome = Outcome("package", checked.diagnostics)
     definition = checked.definition
     if outcome.exit_code != 0 or definition is None or definition.snapshot is None:
         return outcome
@@ -168,6 +169,8 @@ def _json_string(text: str) -> str:
     from coordinator_core.values import canonical_json
 
     return canonical_json(text).decode("utf-8")
+
+
 INIT_SECRETS = ("state-1.key", "admission.key", "audit.key")
 
 
@@ -229,9 +232,19 @@ def evaluate(functions_file: Path, name: str, arguments_text: str) -> Outcome:
     outcome = Outcome("eval")
     display = str(functions_file)
 
-    def fail(code: str, line: int | None = None, column: int | None = None, message: str | None = None) -> Outcome:
+    def fail(
+        code: str, line: int | None = None, column: int | None = None, message: str | None = None
+    ) -> Outcome:
         outcome.diagnostics.append(
-            Diagnostic(code, path="", file=display, line=line, column=column, message=message, artifact="functions")
+            Diagnostic(
+                code,
+                path="",
+                file=display,
+                line=line,
+                column=column,
+                message=message,
+                artifact="functions",
+            )
         )
         return outcome
 
@@ -247,7 +260,9 @@ def evaluate(functions_file: Path, name: str, arguments_text: str) -> Outcome:
     try:
         source = data.decode("utf-8")
     except UnicodeDecodeError:
-        return fail("coordinator.function.definition", message="The functions file is not valid UTF-8.")
+        return fail(
+            "coordinator.function.definition", message="The functions file is not valid UTF-8."
+        )
     compiled = compile_functions(source)
     if compiled.program is None:
         for error in compiled.errors:
@@ -256,9 +271,13 @@ def evaluate(functions_file: Path, name: str, arguments_text: str) -> Outcome:
     try:
         arguments = parse_strict_json(arguments_text)
     except (StrictJsonError, ValueError):
-        return fail("coordinator.command.input-invalid", message="--arguments is not a strict JSON array.")
+        return fail(
+            "coordinator.command.input-invalid", message="--arguments is not a strict JSON array."
+        )
     if not isinstance(arguments, list):
-        return fail("coordinator.command.input-invalid", message="--arguments is not a strict JSON array.")
+        return fail(
+            "coordinator.command.input-invalid", message="--arguments is not a strict JSON array."
+        )
     try:
         result = compiled.program.call(name, arguments)
     except FunctionError as error:

@@ -14,7 +14,9 @@ from coordinator_core.errors import Diagnostic, exit_code_of
 __all__ = ["Outcome", "emit", "render_text", "sanitize"]
 
 FAILURE_STATUS: Final = {1: "domain-refusal", 2: "usage-error", 3: "operational-failure"}
-RESERVED_MEMBERS: Final = frozenset({"apiVersion", "kind", "command", "ok", "status", "diagnostics"})
+RESERVED_MEMBERS: Final = frozenset(
+    {"apiVersion", "kind", "command", "ok", "status", "diagnostics"}
+)
 
 
 @dataclass
@@ -53,8 +55,7 @@ class Outcome:
 def sanitize(text: str) -> str:
     """Write control characters as \\u{XX} (02 §2.2) so a rendered line stays one line."""
     return "".join(
-        f"\\u{{{ord(ch):02X}}}" if ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F else ch
-        for ch in text
+        f"\\u{{{ord(ch):02X}}}" if ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F else ch for ch in text
     )
 
 
@@ -101,12 +102,15 @@ def render_text(diagnostics: Sequence[Diagnostic]) -> list[tuple[str, str]]:
                 if related.column is not None:
                     where += f":{related.column}"
             lines.append(
-                ("note", f"  note: {where} {sanitize(related.path) or '/'}: {sanitize(related.message)}")
+                (
+                    "note",
+                    f"  note: {where} {sanitize(related.path) or '/'}: {sanitize(related.message)}",
+                )
             )
     if diagnostics:
-        summary = (
-            f"{_plural(errors, 'error')}, {_plural(warnings, 'warning')} in {_plural(len(files), 'file')}"
-        )
+        summary = f"{_plural(errors, 'error')}, {_plural(warnings, 'warning')}"
+        if files:
+            summary += f" in {_plural(len(files), 'file')}"
         lines.append(("summary", summary))
     return lines
 

@@ -448,8 +448,14 @@ def check_project(
     *,
     runtime_config: Path | None = None,
     environment: Mapping[str, str] | None = None,
+    definition_only: bool = False,
 ) -> ProjectCheck:
-    """Check a project directory, its runtime file(s) and its scenarios document."""
+    """Check a project directory, its runtime file(s) and its scenarios document.
+
+    `definition_only` is the part `package` runs (02 §9.1): the definition, plus only the
+    runtime file given by `runtime_config`; the project's own runtime.yaml and scenarios.yaml
+    are not read.
+    """
     out: list[Diagnostic] = []
     runtime_names: list[str] = []
     if not directory.is_dir():
@@ -475,11 +481,16 @@ def check_project(
     definition = check_definition(authored, source, out)
 
     runtime_checks = _check_runtime_files(
-        directory, runtime_config, environment, definition, out, runtime_names
+        None if definition_only else directory,
+        runtime_config,
+        environment,
+        definition,
+        out,
+        runtime_names,
     )
     scenarios = None
     scenarios_path = directory / SCENARIOS_FILE
-    if _is_regular(scenarios_path):
+    if not definition_only and _is_regular(scenarios_path):
         data = _read_regular(scenarios_path)
         if data is not None:
             scenarios = read_authored_file(

@@ -175,7 +175,9 @@ def _edge_label(step_type: str, route: Mapping[str, Any]) -> str:
     if kind == "refusal":
         return f"refusal: {route['code']}"
     if kind == "next":
-        return {"call": "success", "wait-for": "completed", "wait-until": "due"}.get(step_type, "next")
+        return {"call": "success", "wait-for": "completed", "wait-until": "due"}.get(
+            step_type, "next"
+        )
     return str(kind)
 
 
@@ -225,10 +227,14 @@ def render_graph(explained: Mapping[str, Any], style: str) -> str:
     lines.append('    node [fontname="Helvetica"]; edge [fontname="Helvetica", fontsize=10];')
     for step in steps:
         label = f"{step['id']}\\n{_node_detail(step)}"
-        lines.append(f'    {node_id[step["id"]]} [shape={shapes_dot[step["type"]]}, label="{label}"];')
+        lines.append(
+            f'    {node_id[step["id"]]} [shape={shapes_dot[step["type"]]}, label="{label}"];'
+        )
     for step in steps:
         for route in step["routes"]:
-            style_attr = ", style=dashed" if route["kind"] in ("timeout", "cancel", "refusal") else ""
+            style_attr = (
+                ", style=dashed" if route["kind"] in ("timeout", "cancel", "refusal") else ""
+            )
             label = _edge_label(step["type"], route)
             lines.append(
                 f'    {node_id[step["id"]]} -> {node_id[route["target"]]} [label="{label}"{style_attr}];'

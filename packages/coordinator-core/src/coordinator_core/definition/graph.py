@@ -51,7 +51,9 @@ def edges_of(step_id: str, step: Mapping[str, Any]) -> list[Edge]:
     step_type = step.get("type")
     edges: list[Edge] = []
 
-    def add(target: Any, kind: EdgeKind, route: RouteKind, member: str, label: str | None = None) -> None:
+    def add(
+        target: Any, kind: EdgeKind, route: RouteKind, member: str, label: str | None = None
+    ) -> None:
         if isinstance(target, str):
             edges.append(Edge(step_id, target, kind, route, f"{base}/{member}", label))
 
@@ -60,7 +62,13 @@ def edges_of(step_id: str, step: Mapping[str, Any]) -> list[Edge]:
     elif step_type == "call":
         add(step.get("next"), "success", "next", "next")
         for code, target in (step.get("onDeclaredRefusal") or {}).items():
-            add(target, "refusal", "refusal", f"onDeclaredRefusal/{escape_pointer_token(code)}", code)
+            add(
+                target,
+                "refusal",
+                "refusal",
+                f"onDeclaredRefusal/{escape_pointer_token(code)}",
+                code,
+            )
     elif step_type == "wait-for":
         add(step.get("next"), "success", "next", "next")
         add(step.get("onTimeout"), "timeout", "timeout", "onTimeout")

@@ -52,7 +52,9 @@ def write_package(snapshot: Snapshot, output: Path) -> str:
     everything it created and raises `coordinator.command.output-unavailable`.
     """
     if output.exists() or output.is_symlink():
-        raise CoordinatorError(Diagnostic("coordinator.package.output-exists", path="", file=str(output)))
+        raise CoordinatorError(
+            Diagnostic("coordinator.package.output-exists", path="", file=str(output))
+        )
     created: list[Path] = []
     for parent in reversed(output.parents):
         if not parent.exists():
@@ -77,12 +79,14 @@ def load_package(root: Path, expected_digest: str | None = None) -> LoadedPackag
     try:
         entries = sorted(root.iterdir())
     except OSError:
-        raise _refuse("coordinator.package.invalid", str(root), "The package root is not a readable directory.") from None
+        raise _refuse(
+            "coordinator.package.invalid",
+            str(root),
+            "The package root is not a readable directory.",
+        ) from None
     names = {entry.name for entry in entries}
     expected = {SUMS_FILE, DEFINITION_FILE}
-    irregular = sorted(
-        entry.name for entry in entries if not stat.S_ISREG(entry.lstat().st_mode)
-    )
+    irregular = sorted(entry.name for entry in entries if not stat.S_ISREG(entry.lstat().st_mode))
     if names != expected or irregular:
         problems = []
         if expected - names:
@@ -169,10 +173,17 @@ def _revalidate(workflow: Mapping[str, Any], source: str) -> None:
 
     diagnostics: list[Diagnostic] = []
     document = YamlDocument(value=dict(workflow), positions={}, key_positions={})
-    if workflow.get("apiVersion") != limits.PROJECT_API_VERSION or workflow.get("kind") != limits.KIND_PROJECT:
+    if (
+        workflow.get("apiVersion") != limits.PROJECT_API_VERSION
+        or workflow.get("kind") != limits.KIND_PROJECT
+    ):
         raise _refuse("coordinator.definition.snapshot", DEFINITION_FILE)
     decoded, failed = decode_body(
-        document, load_schema("project"), file=DEFINITION_FILE, artifact=limits.KIND_SNAPSHOT, out=diagnostics
+        document,
+        load_schema("project"),
+        file=DEFINITION_FILE,
+        artifact=limits.KIND_SNAPSHOT,
+        out=diagnostics,
     )
     authored = AuthoredFile(DEFINITION_FILE, document, decoded, failed, diagnostics)
     result = check_definition(authored, source, diagnostics)
@@ -180,7 +191,9 @@ def _revalidate(workflow: Mapping[str, Any], source: str) -> None:
     if errors:
         first = errors[0]
         raise CoordinatorError(
-            Diagnostic(first.code, path=first.path, file=DEFINITION_FILE, artifact=limits.KIND_SNAPSHOT)
+            Diagnostic(
+                first.code, path=first.path, file=DEFINITION_FILE, artifact=limits.KIND_SNAPSHOT
+            )
         )
     if result.graph is None:
         raise _refuse("coordinator.definition.snapshot", DEFINITION_FILE)

@@ -25,7 +25,12 @@ WORKFLOW_FILE: Final = "workflow.yaml"
 FUNCTIONS_FILE: Final = "functions.rhai"
 
 # The member of each step type that holds its mapping (contract 02 §5.2 `<role>`).
-MAPPING_ROLE: Final = {"call": "input", "choose": "choose", "wait-until": "waitUntil", "finish": "output"}
+MAPPING_ROLE: Final = {
+    "call": "input",
+    "choose": "choose",
+    "wait-until": "waitUntil",
+    "finish": "output",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +56,26 @@ def mappings_of(workflow: Mapping[str, Any]) -> Iterator[MappingRef]:
             yield MappingRef(pointer, trigger["input"], trigger=trigger_id)
 
 
+def is_function_name(name: str) -> bool:
+    """The function-name grammar of 01 §3: an identifier that is no Rhai keyword or reserved
+    word (disabled symbols and keyword functions included: a script cannot define them)."""
+    from coordinator_core.functions.lexer import (
+        DISABLED,
+        KEYWORD_FUNCTIONS,
+        KEYWORDS,
+        RESERVED_WORDS,
+    )
+
+    return bool(FUNCTION_NAME.match(name)) and name not in (
+        KEYWORDS | RESERVED_WORDS | KEYWORD_FUNCTIONS | DISABLED
+    )
+
+
 def _raw_map(value: Any, member: str) -> dict[str, Any]:
-    if isinstance(value, dict) and isinstance(value.get(member), dict):
-        return value[member]
+    if isinstance(value, dict):
+        inner = value.get(member)
+        if isinstance(inner, dict):
+            return inner
     return {}
 
 
@@ -160,7 +182,11 @@ class WorkflowRules:
                     self.report("coordinator.definition.operation", f"{base}/operation")
             if known:
                 wants_action = operation == "breg.invoke-action/v1"
-                if wants_action and "action" not in entry and f"{base}/action" not in self.authored.failed:
+                if (
+                    wants_action
+                    and "action" not in entry
+                    and f"{base}/action" not in self.authored.failed
+                ):
                     self.report(
                         "coordinator.definition.action",
                         base,
@@ -176,7 +202,7 @@ class WorkflowRules:
                     first = connection_product.setdefault(connection, product)
                     if first != product:
                         self.report("coordinator.definition.connection", f"{base}/connection")
-            if alias not in used and "steps" in self.workflow:
+            if alias not in used and self.all_steps_decoded():
                 self.report("coordinator.definition.unused-operation", base, key=True)
         if len(connections) > limits.MAX_CONNECTIONS:
             self.report(
@@ -208,7 +234,9 @@ class WorkflowRules:
                 operation = self.alias_operation(alias)
                 descriptor = CATALOG.get(operation) if operation else None
                 if descriptor is not None and not descriptor.declared_refusals:
-                    self.report("coordinator.definition.declared-refusal", f"{base}/onDeclaredRefusal")
+                    self.report(
+                        "coordinator.definition.declared-refusal", f"{base}/onDeclaredRefusal"
+                    )
         elif step_type == "wait-for":
             self.wait_for(step_id, step, base)
         elif step_type == "finish":
@@ -240,9 +268,13 @@ class WorkflowRules:
         if descriptor is not None and completion not in descriptor.completions:
             self.report("coordinator.definition.completion", f"{base}/completion")
 
+    def all_steps_decoded(self) -> bool:
+        """Whether every step decoded: rules about what the steps use need all of them."""
+        return "steps" in self.workflow and all(step in self.steps for step in self.raw_steps)
+
     def outcomes_used(self) -> None:
-        if "steps" not in self.workflow:
-            return  # which finishes exist is unknown when steps failed to decode
+        if not self.all_steps_decoded():
+            return  # a finish that failed to decode may be the one that targets an outcome
         targeted = {
             step["outcome"]
             for step in self.raw_steps.values()
@@ -250,7 +282,7 @@ class WorkflowRules:
             and step.get("type") == "finish"
             and isinstance(step.get("outcome"), str)
         }
-        for outcome in (self.workflow.get("outcomes") or {}):
+        for outcome in self.workflow.get("outcomes") or {}:
             if outcome not in targeted:
                 self.report(
                     "coordinator.definition.outcome",
@@ -260,14 +292,11 @@ class WorkflowRules:
                 )
 
     def mapping_shapes(self) -> None:
-        from coordinator_core.functions import RESERVED_WORDS
         from coordinator_core.values import JsonBoundsError, check_json_value
 
         for ref in mappings_of(self.workflow):
             function = ref.mapping.get("function")
-            if isinstance(function, str) and (
-                not FUNCTION_NAME.match(function) or function in RESERVED_WORDS
-            ):
+            if isinstance(function, str) and not is_function_name(function):
                 self.report("coordinator.mapping.function", f"{ref.pointer}/function")
             arguments = ref.mapping.get("arguments")
             if not isinstance(arguments, list):
@@ -293,7 +322,9 @@ class WorkflowRules:
         def check(pointer: str, schema: Any) -> None:
             findings = check_schema(schema, pointer)
             for finding in findings:
-                self.report("coordinator.definition.schema", finding.pointer, message=finding.message)
+                self.report(
+                    "coordinator.definition.schema", finding.pointer, message=finding.message
+                )
             self.schema_ok[pointer] = not findings
 
         if "input" in self.workflow:
@@ -343,7 +374,7 @@ def function_rules(
         arguments = ref.mapping.get("arguments")
         if not isinstance(name, str) or not isinstance(arguments, list):
             continue
-        if not FUNCTION_NAME.match(name) or len(arguments) > limits.MAX_MAPPING_ARGUMENTS:
+        if not is_function_name(name) or len(arguments) > limits.MAX_MAPPING_ARGUMENTS:
             continue  # W23/W24 already reported this mapping
         info = functions.get(name)
         if info is not None and not info.private and info.parameters == len(arguments):
@@ -355,8 +386,8 @@ def function_rules(
             message = f"Function {name} is private; a mapping can only call a public function."
         else:
             message = (
-                f"Function {name} takes {info.parameters} parameters, "
-                f"but the mapping passes {len(arguments)} arguments."
+                f"Function {name} takes {_count(info.parameters, 'parameter')}, "
+                f"but the mapping passes {_count(len(arguments), 'argument')}."
             )
         if info is not None:
             related = (
@@ -381,3 +412,7 @@ def function_rules(
                 related=related,
             )
         )
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"

@@ -21,17 +21,68 @@ ERROR: Final = "error"
 EOF: Final = "eof"
 
 KEYWORDS: Final = frozenset(
-    "true false let const if else switch do while until loop for in continue break return "
-    "throw try catch as global private fn this".split()
+    [
+        "true",
+        "false",
+        "let",
+        "const",
+        "if",
+        "else",
+        "switch",
+        "do",
+        "while",
+        "until",
+        "loop",
+        "for",
+        "in",
+        "continue",
+        "break",
+        "return",
+        "throw",
+        "try",
+        "catch",
+        "as",
+        "global",
+        "private",
+        "fn",
+        "this",
+    ]
 )
 # Keyword-functions: callable, never names of variables or functions.
 KEYWORD_FUNCTIONS: Final = frozenset(
-    "Fn call curry is_shared is_def_fn is_def_var type_of".split()
+    ["Fn", "call", "curry", "is_shared", "is_def_fn", "is_def_var", "type_of"]
 )
-DISABLED: Final = frozenset("import export eval print debug".split())
+DISABLED: Final = frozenset(["import", "export", "eval", "print", "debug"])
 RESERVED_WORDS: Final = frozenset(
-    "var static shared goto exit match case public protected new use with is module package "
-    "super thread spawn go await async sync yield default void null nil".split()
+    [
+        "var",
+        "static",
+        "shared",
+        "goto",
+        "exit",
+        "match",
+        "case",
+        "public",
+        "protected",
+        "new",
+        "use",
+        "with",
+        "is",
+        "module",
+        "package",
+        "super",
+        "thread",
+        "spawn",
+        "go",
+        "await",
+        "async",
+        "sync",
+        "yield",
+        "default",
+        "void",
+        "null",
+        "nil",
+    ]
 )
 
 # Rust's char::is_whitespace (the Unicode White_Space property).
@@ -48,10 +99,53 @@ _ALPHA: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 # After these tokens a `-` directly before a digit is folded into a negative literal
 # (Rhai's `Token::is_next_unary`).
 _UNARY_AFTER_OPS: Final = frozenset(
-    "; : , ?? .. ..= { ( [ + += - -= * *= / /= % %= ** **= << <<= >> >>= = == != < > ! <= >= "
-    "| & && &= || |= ^ ^= ?[ !in".split()
+    [
+        ";",
+        ":",
+        ",",
+        "??",
+        "..",
+        "..=",
+        "{",
+        "(",
+        "[",
+        "+",
+        "+=",
+        "-",
+        "-=",
+        "*",
+        "*=",
+        "/",
+        "/=",
+        "%",
+        "%=",
+        "**",
+        "**=",
+        "<<",
+        "<<=",
+        ">>",
+        ">>=",
+        "=",
+        "==",
+        "!=",
+        "<",
+        ">",
+        "!",
+        "<=",
+        ">=",
+        "|",
+        "&",
+        "&&",
+        "&=",
+        "||",
+        "|=",
+        "^",
+        "^=",
+        "?[",
+        "!in",
+    ]
 )
-_UNARY_AFTER_KWS: Final = frozenset("if while until in return throw".split())
+_UNARY_AFTER_KWS: Final = frozenset(["if", "while", "until", "in", "return", "throw"])
 
 _MAX_U64: Final = 2**64
 _MIN_I64: Final = -(2**63)
@@ -64,9 +158,7 @@ MSG_MALFORMED_IDENT: Final = "An identifier is malformed."
 MSG_UNTERMINATED: Final = "A string literal is not terminated."
 MSG_BAD_ESCAPE: Final = "A string or character literal contains an invalid escape sequence."
 MSG_BAD_CHAR: Final = "A character literal must hold exactly one character."
-MSG_STRING_TOO_LONG: Final = (
-    f"A string literal is longer than {FUNCTION_MAX_STRING_BYTES} bytes."
-)
+MSG_STRING_TOO_LONG: Final = f"A string literal is longer than {FUNCTION_MAX_STRING_BYTES} bytes."
 
 
 def disabled_message(name: str) -> str:
@@ -584,12 +676,38 @@ class Lexer:
         raise _LexFailure(MSG_UNEXPECTED_CHAR, i, i + 1)
 
 
-_RESERVED_PAIRS: Final = frozenset("++ -- -> *) <- <| |> :; := !. (*".split())
-_TRIPLES: Final = frozenset("**= <<= >>= ..=".split())
-_RESERVED_TRIPLES: Final = frozenset("... === ::<".split())
-_THREE_PREFIX: Final = frozenset("** << >> .. == ::".split())
+_RESERVED_PAIRS: Final = frozenset(
+    ["++", "--", "->", "*)", "<-", "<|", "|>", ":;", ":=", "!.", "(*"]
+)
+_TRIPLES: Final = frozenset(["**=", "<<=", ">>=", "..="])
+_RESERVED_TRIPLES: Final = frozenset(["...", "===", "::<"])
+_THREE_PREFIX: Final = frozenset(["**", "<<", ">>", "..", "==", "::"])
 _PAIRS: Final = frozenset(
-    "+= -= *= /= %= ** << >> <= >= == != && || &= |= ^= .. :: => ?. ?? ?[".split()
+    [
+        "+=",
+        "-=",
+        "*=",
+        "/=",
+        "%=",
+        "**",
+        "<<",
+        ">>",
+        "<=",
+        ">=",
+        "==",
+        "!=",
+        "&&",
+        "||",
+        "&=",
+        "|=",
+        "^=",
+        "..",
+        "::",
+        "=>",
+        "?.",
+        "??",
+        "?[",
+    ]
 )
 _SINGLES: Final = frozenset("+-*/%=<>|&^;,.:)[]")
 _RESERVED_SINGLES: Final = frozenset("?~@$#")

@@ -65,7 +65,7 @@ def _wrap_i64(v: int) -> int:
 
 def fdiv(x: float, y: float) -> float:
     if y == 0.0:
-        if x != x or x == 0.0:
+        if math.isnan(x) or x == 0.0:
             return math.nan
         negative = (x < 0) != (math.copysign(1.0, y) < 0)
         return -math.inf if negative else math.inf
@@ -73,7 +73,7 @@ def fdiv(x: float, y: float) -> float:
 
 
 def fmod(x: float, y: float) -> float:
-    if y == 0.0 or math.isinf(x) or x != x or y != y:
+    if y == 0.0 or math.isinf(x) or math.isnan(x) or math.isnan(y):
         return math.nan
     if math.isinf(y):
         return x
@@ -308,37 +308,37 @@ def op_bxor(c: Ctx, a: Any, b: Any) -> Any:
 
 def op_eq(c: Ctx, a: Any, b: Any) -> bool:
     if type(a) is int and type(b) is int:
-        return a == b  # type: ignore[no-any-return]
+        return a == b
     return rhai_eq(a, b, c)
 
 
 def op_ne(c: Ctx, a: Any, b: Any) -> bool:
     if type(a) is int and type(b) is int:
-        return a != b  # type: ignore[no-any-return]
+        return a != b
     return not rhai_eq(a, b, c)
 
 
 def op_lt(c: Ctx, a: Any, b: Any) -> bool:
     if type(a) is int and type(b) is int:
-        return a < b  # type: ignore[no-any-return]
+        return a < b
     return compare("<", a, b)
 
 
 def op_le(c: Ctx, a: Any, b: Any) -> bool:
     if type(a) is int and type(b) is int:
-        return a <= b  # type: ignore[no-any-return]
+        return a <= b
     return compare("<=", a, b)
 
 
 def op_gt(c: Ctx, a: Any, b: Any) -> bool:
     if type(a) is int and type(b) is int:
-        return a > b  # type: ignore[no-any-return]
+        return a > b
     return compare(">", a, b)
 
 
 def op_ge(c: Ctx, a: Any, b: Any) -> bool:
     if type(a) is int and type(b) is int:
-        return a >= b  # type: ignore[no-any-return]
+        return a >= b
     return compare(">=", a, b)
 
 
@@ -618,25 +618,25 @@ def _offset_len(length: int, start: int, count: int) -> tuple[int, int]:
 def _int(v: Any) -> int:
     if type(v) is not int:
         raise not_found()
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 def _list(v: Any) -> list[Any]:
     if type(v) is not list:
         raise not_found()
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 def _map(v: Any) -> dict[str, Any]:
     if type(v) is not dict:
         raise not_found()
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 def _str_key(v: Any) -> str:
     if type(v) is not str:
         raise not_found()
-    return v  # type: ignore[no-any-return]
+    return v
 
 
 # ArithmeticPackage ---------------------------------------------------------------------
@@ -657,7 +657,7 @@ def f_sign(c: Ctx, a: list[Any]) -> Any:
     x = a[0]
     t = type(x)
     if t is int or t is float:
-        if x != x:
+        if t is float and math.isnan(x):
             raise ScriptError("The sign of NaN is undefined.")
         return 0 if x == 0 else (1 if x > 0 else -1)
     raise not_found()
@@ -993,7 +993,8 @@ def f_contains(c: Ctx, a: list[Any]) -> Any:
     t = type(x)
     if t is list:
         charge_work(c, len(x))
-        for item in x:
+        # A plain loop (not any()) keeps deep comparisons in Python frames only.
+        for item in x:  # noqa: SIM110
             if rhai_eq(item, v, c):
                 return True
         return False
@@ -1111,7 +1112,7 @@ def f_range3(c: Ctx, a: list[Any]) -> Any:
     if type(x) is int and type(y) is int and type(step) is int:
         pass
     elif type(x) is float and type(y) is float and type(step) is float:
-        if step != step or step == 0.0:
+        if math.isnan(step) or step == 0.0:
             raise ScriptError("The step of a range cannot be zero.")
         return StepIter(x, y, step)
     else:

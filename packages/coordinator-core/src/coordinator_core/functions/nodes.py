@@ -168,9 +168,7 @@ class ExprStmt(Stmt):
 class Let(Stmt):
     __slots__ = ("const", "name", "name_column", "name_line", "value")
 
-    def __init__(
-        self, name: str, value: Expr | None, const: bool, line: int, column: int
-    ) -> None:
+    def __init__(self, name: str, value: Expr | None, const: bool, line: int, column: int) -> None:
         super().__init__(line, column)
         self.name = name
         self.value = value
@@ -317,9 +315,7 @@ class TryCatch(Stmt):
 class FnDef(Node):
     __slots__ = ("body", "name", "params", "private")
 
-    def __init__(
-        self, name: str, params: list[str], private: bool, line: int, column: int
-    ) -> None:
+    def __init__(self, name: str, params: list[str], private: bool, line: int, column: int) -> None:
         super().__init__(line, column)
         self.name = name
         self.params = params

@@ -394,10 +394,7 @@ class Parser:
         else_: n.Block | n.If | None = None
         if self.peek().is_kw("else"):
             self.pos += 1
-            if self.peek().is_kw("if"):
-                else_ = self.parse_if(level)
-            else:
-                else_ = self.parse_block(level)
+            else_ = self.parse_if(level) if self.peek().is_kw("if") else self.parse_block(level)
         return n.If(cond, then, else_, keyword.line, keyword.column)
 
     def loop_body(self, level: int) -> n.Block:
@@ -446,7 +443,8 @@ class Parser:
             raise self.fail("An expression is expected before '{'.")
         iterable = self.parse_expr(level)
         if (
-            isinstance(iterable, n.Lit) and type(iterable.value) in (type(None), bool, int, float, Char)
+            isinstance(iterable, n.Lit)
+            and type(iterable.value) in (type(None), bool, int, float, Char)
         ) or isinstance(iterable, n.MapLit):
             raise ParseError(MSG_NOT_ITERABLE, iterable.line, iterable.column)
         body = self.loop_body(level)
@@ -557,9 +555,7 @@ class Parser:
         if isinstance(target, n.Chain):
             for link in target.links:
                 if link.kind == n.Link.METHOD:
-                    raise ParseError(
-                        "A method call cannot be assigned to.", link.line, link.column
-                    )
+                    raise ParseError("A method call cannot be assigned to.", link.line, link.column)
             if not isinstance(target.root, n.Var | n.This):
                 raise ParseError(
                     "Only a variable or a path from one can be assigned to.",
@@ -818,7 +814,9 @@ class Parser:
                 if not links:
                     self.check_index_literal(e, index)
                 self.expect("]", "']' is expected to close the index.")
-                links.append(n.Link(n.Link.INDEX, symbol == "?[", token.line, token.column, index=index))
+                links.append(
+                    n.Link(n.Link.INDEX, symbol == "?[", token.line, token.column, index=index)
+                )
             else:
                 break
         if not links:
@@ -834,7 +832,8 @@ class Parser:
         is_logic = isinstance(index, n.Binary) and index.op in ("&&", "||")
         if isinstance(target, n.MapLit):
             bad = is_logic or (
-                isinstance(index, n.Lit) and type(index_value) in (int, float, Char, type(None), bool)
+                isinstance(index, n.Lit)
+                and type(index_value) in (int, float, Char, type(None), bool)
             )
         elif isinstance(target, n.ArrayLit | n.Interp) or (
             isinstance(target, n.Lit) and type(target.value) in (int, str)

@@ -8,6 +8,7 @@ what gives Rhai's value semantics without copying on assignment.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
 from coordinator_core.functions.errors import LimitError, ScriptError
@@ -25,7 +26,7 @@ EPSILON: Final = 2.220446049250313e-16  # f64::EPSILON
 
 # Built-in work (comparisons, formatting, size scans) costs one operation per this many
 # elements visited, so that no single operation can hide unbounded Python work.
-WORK_PER_OPERATION: Final = 16
+WORK_PER_OPERATION: Final = 8
 
 MSG_NOT_FOUND: Final = "Function not found for the given argument types."
 MSG_TYPE: Final = "A value has the wrong type for this operation."
@@ -39,10 +40,11 @@ MSG_NOT_ORDERED: Final = "These values cannot be ordered."
 class Ctx:
     """Per-call state: the operation count and the script call depth."""
 
-    __slots__ = ("depth", "fn_names", "ops")
+    __slots__ = ("depth", "fn_names", "ops", "work")
 
     def __init__(self, fn_names: frozenset[str] = frozenset()) -> None:
         self.ops = 0
+        self.work = 0  # elements visited by built-ins, not yet charged as operations
         self.depth = -1  # the entry call runs at level 0
         self.fn_names = fn_names
 
@@ -52,10 +54,13 @@ def too_many_operations() -> LimitError:
 
 
 def charge_work(c: Ctx, units: int) -> None:
-    if units >= WORK_PER_OPERATION:
-        c.ops += units // WORK_PER_OPERATION
+    work = c.work + units
+    if work >= WORK_PER_OPERATION:
+        c.ops += work // WORK_PER_OPERATION
+        work %= WORK_PER_OPERATION
         if c.ops > MAX_OPS:
             raise too_many_operations()
+    c.work = work
 
 
 class _Unbound:
@@ -209,9 +214,9 @@ def _exponential(digits: str, point: int) -> str:
 
 
 def _special(x: float) -> str | None:
-    if x != x:
+    if math.isnan(x):
         return "NaN"
-    if x in (float("inf"), float("-inf")):
+    if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return None
 
@@ -247,7 +252,14 @@ def format_float_debug(x: float) -> str:
 
 
 _STR_ESCAPES: Final = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "\0": "\\0"}
-_CHAR_ESCAPES: Final = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\0": "\\0"}
+_CHAR_ESCAPES: Final = {
+    "\\": "\\\\",
+    "'": "\\'",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\0": "\\0",
+}
 
 
 def _escape(text: str, table: dict[str, str]) -> str:
@@ -304,7 +316,7 @@ def to_debug(v: Any, c: Ctx, top: bool = True) -> str:
     if t is float:
         return format_float_debug(v)
     if t is Char:
-        return v.c if top else debug_char(v.c)  # type: ignore[no-any-return]
+        return v.c if top else debug_char(v.c)
     if t is list:
         charge_work(c, len(v))
         return "[" + ", ".join([to_debug(x, c, False) for x in v]) + "]"
@@ -363,7 +375,8 @@ def rhai_eq(a: Any, b: Any, c: Ctx) -> bool:
             if len(a) != len(b):
                 return False
             charge_work(c, len(a))
-            for x, y in zip(a, b, strict=True):
+            # Plain loops (not all()) keep deep comparisons in Python frames only.
+            for x, y in zip(a, b, strict=True):  # noqa: SIM110
                 if not rhai_eq(x, y, c):
                     return False
             return True
@@ -371,7 +384,7 @@ def rhai_eq(a: Any, b: Any, c: Ctx) -> bool:
             if len(a) != len(b):
                 return False
             charge_work(c, len(a))
-            for k, x in a.items():
+            for k, x in a.items():  # noqa: SIM110
                 if k not in b or not rhai_eq(x, b[k], c):
                     return False
             return True
@@ -421,7 +434,7 @@ def compare(op: str, a: Any, b: Any) -> bool:
     return x >= y  # type: ignore[no-any-return]
 
 
-def strict_key(v: Any) -> Any:
+def strict_key(v: Any, c: Ctx | None = None) -> Any:
     """A hashable key under which values match only if equal with identical types
     (switch-case matching hashes the value, so `1` never matches `1.0`)."""
     t = type(v)
@@ -432,9 +445,13 @@ def strict_key(v: Any) -> Any:
     if t is bool or v is None or t is Char or t is Range:
         return (t, v)
     if t is list:
-        return (list, tuple([strict_key(x) for x in v]))
+        if c is not None:
+            charge_work(c, len(v))
+        return (list, tuple([strict_key(x, c) for x in v]))
     if t is dict:
-        return (dict, tuple(sorted((k, strict_key(x)) for k, x in v.items())))
+        if c is not None:
+            charge_work(c, len(v))
+        return (dict, tuple(sorted((k, strict_key(x, c)) for k, x in v.items())))
     return (t, id(v))
 
 

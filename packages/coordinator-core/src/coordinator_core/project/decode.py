@@ -17,7 +17,12 @@ from typing import Any, Final
 
 from coordinator_core import limits
 from coordinator_core.errors import Diagnostic
-from coordinator_core.project.yamlreader import INVALID, YamlDocument, escape_pointer_token, read_yaml
+from coordinator_core.project.yamlreader import (
+    INVALID,
+    YamlDocument,
+    escape_pointer_token,
+    read_yaml,
+)
 
 __all__ = [
     "AuthoredFile",
@@ -294,12 +299,14 @@ class _Decoder:
             return self.fail(pointer)
         if not isinstance(tag, str):
             self.report(
-                "config.expected-string" if not isinstance(tag, dict | list) else "config.invalid-type",
+                "config.expected-string"
+                if not isinstance(tag, dict | list)
+                else "config.invalid-type",
                 tag_pointer,
             )
             return self.fail(pointer)
-        for branch in schema["oneOf"]:
-            branch = self.resolve(branch)
+        for candidate in schema["oneOf"]:
+            branch = self.resolve(candidate)
             if branch["properties"][tag_name].get("const") == tag:
                 return self.decode_object(node, branch, pointer)
         self.report("config.unknown-variant", tag_pointer)
@@ -404,7 +411,9 @@ class _Decoder:
             return self.fail(pointer)
         return result
 
-    def decode_scalar(self, node: Any, schema: Mapping[str, Any], pointer: str, expected: str) -> Any:
+    def decode_scalar(
+        self, node: Any, schema: Mapping[str, Any], pointer: str, expected: str
+    ) -> Any:
         if not _is_type(node, expected):
             return self.type_mismatch(node, expected, pointer)
         if schema.get("x-rule-owned"):
