@@ -25,6 +25,11 @@ os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
 
 def install_workspace(session: nox.Session, *extra: str) -> None:
     session.install(*CONSTRAINTS, *WORKSPACE, *extra)
+    # Editable installs are not byte-compiled and this machine sets PYTHONDONTWRITEBYTECODE=1,
+    # so every `coordinatorctl` process would recompile the sources; compile them once here.
+    session.run(
+        "python", "-m", "compileall", "-q", "packages", "generated", silent=True
+    )  # fmt: skip
 
 
 @nox.session
