@@ -67,7 +67,7 @@ def is_json(value: object) -> bool:
     return False
 
 
-_real_invoke = program_module.invoke
+_real_invoke = program_module.invoke  # type: ignore[attr-defined]
 
 
 def _checked_invoke(*args: Any) -> Any:

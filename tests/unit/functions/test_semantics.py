@@ -358,3 +358,11 @@ def test_compiled_functions_are_reusable_and_deterministic() -> None:
     first = compiled.call("f", [{"b": 1, "a": 2}])
     assert all(compiled.call("f", [{"b": 1, "a": 2}]) == first for _ in range(5))
     assert first == {"a": 4, "b": 2}
+
+
+def test_execution_errors_locate_the_failing_construct() -> None:
+    compiled = program("fn g(x) {\n    let y = 1;\n    x / 0\n}\nfn f() { g(1) }")
+    with pytest.raises(FunctionError) as caught:
+        compiled.call("f", [])
+    assert caught.value.code == "coordinator.function.execution"
+    assert (caught.value.line, caught.value.column) == (3, 7)  # the `/` operator

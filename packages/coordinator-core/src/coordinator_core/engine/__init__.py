@@ -27,6 +27,7 @@ from coordinator_core.engine.codes import (
 from coordinator_core.engine.commands import (
     Attention,
     Cancelled,
+    Claimed,
     Command,
     Dispatch,
     Fail,
@@ -74,6 +75,7 @@ from coordinator_core.engine.events import (
     RestoreHold,
     RetrySame,
     StepDue,
+    Work,
     event_from_json,
     to_canonical,
 )
@@ -112,6 +114,7 @@ __all__ = [
     "CancelRequested",
     "Cancelled",
     "ChooseStep",
+    "Claimed",
     "Command",
     "CommitmentKeys",
     "DeadlinePassed",
@@ -158,6 +161,7 @@ __all__ = [
     "TriggerSpec",
     "WaitForStep",
     "WaitUntilStep",
+    "Work",
     "advance",
     "command_from_json",
     "commitment",

@@ -18,6 +18,7 @@ from coordinator_core.engine.codes import NON_RECOVERABLE_CODES
 from coordinator_core.engine.commands import (
     Attention,
     Cancelled,
+    Claimed,
     Command,
     Dispatch,
     Fail,
@@ -56,6 +57,7 @@ from coordinator_core.engine.events import (
     RestoreHold,
     RetrySame,
     StepDue,
+    Work,
     to_canonical,
 )
 from coordinator_core.engine.keys import Keys
@@ -421,14 +423,6 @@ def _step_due(tx: _Tx, event: StepDue) -> Advance:
     if not record.pure and tx.now >= state.deadline_at:
         _deadline(tx, record)  # claim step 5: T26 instead of leasing (T27 if uncertain)
         return tx.done()
-    spec = tx.definition.steps.get(record.step)
-    if spec is None or spec.type != record.type:
-        # T36: the record does not fit the snapshot; an uncertain record keeps its code.
-        if record.uncertain:
-            _unknown(tx, record, None)
-        else:
-            _dead_letter(tx, record, "step-invalid")
-        return tx.done()
     record = tx.update(  # T2
         record,
         state="leased",
@@ -437,7 +431,28 @@ def _step_due(tx: _Tx, event: StepDue) -> Advance:
         attempt_started_at=tx.now,
         due_at=None,
         dispatched=False,
+        awaiting="work",
     )
+    tx.emit(Claimed(record.step, record.generation, record.attempt))
+    return tx.done()
+
+
+def _work(tx: _Tx, event: Work) -> Advance:
+    """The work of a claimed record: the `step-invalid` check, then the step by its type."""
+    if event.step != tx.run.current_step:
+        return _unchanged(tx.run, NOT_APPLICABLE)
+    record = tx.get(event.step)
+    if record.state != "leased" or record.awaiting != "work":
+        return _unchanged(tx.run, NOT_APPLICABLE)
+    record = tx.update(record, awaiting=None)
+    spec = tx.definition.steps.get(record.step)
+    if spec is None or spec.type != record.type:
+        # T36: the record does not fit the snapshot; an uncertain record keeps its code.
+        if record.uncertain:
+            _unknown(tx, record, None)
+        else:
+            _dead_letter(tx, record, "step-invalid")
+        return tx.done()
     if isinstance(spec, CallStep):
         _call_attempt(tx, record, spec)
     elif isinstance(spec, ChooseStep):
@@ -1108,6 +1123,8 @@ def advance(
         return _unchanged(state, NOT_APPLICABLE)
     if isinstance(event, StepDue):
         return _step_due(tx, event)
+    if isinstance(event, Work):
+        return _work(tx, event)
     if isinstance(event, PreparationDone):
         return _preparation_done(tx, event)
     if isinstance(event, ReadyToSend):

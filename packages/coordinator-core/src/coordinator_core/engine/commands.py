@@ -2,7 +2,7 @@
 
 The shell persists the new state and each write-ahead command (`FreezeCommand`,
 `FreezePreparation`, `MarkMaySend`) before it performs the I/O command that follows it, and
-answers each I/O command (`Prepare`, `ObtainCredential`, `Dispatch`, `Observe`,
+answers each I/O command (`Claimed`, `Prepare`, `ObtainCredential`, `Dispatch`, `Observe`,
 `LookupReceipt`) with an event. `Schedule*` set the record's due time; `Finish`, `Fail`,
 `Cancelled` and `Attention` announce a run status change (for audit and sealing).
 """
@@ -18,6 +18,7 @@ from coordinator_core.engine.serial import FormatError, decode, encode
 __all__ = [
     "Attention",
     "Cancelled",
+    "Claimed",
     "Command",
     "Dispatch",
     "Fail",
@@ -60,6 +61,17 @@ class ScheduleObservation(_Tagged):
     kind: ClassVar[str] = "schedule-observation"
     step: str
     at: Instant
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed(_Tagged):
+    """The record of `step` is leased (T2): commit the claim and its audit intent, then answer
+    with `Work`. A lease that lapses before the work is recorded is `LeaseLapsed`."""
+
+    kind: ClassVar[str] = "claimed"
+    step: str
+    generation: int
+    attempt: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +211,7 @@ class Attention(_Tagged):
 Command = (
     ScheduleDue
     | ScheduleObservation
+    | Claimed
     | FreezeCommand
     | Prepare
     | FreezePreparation
@@ -218,6 +231,7 @@ _COMMAND_TYPES: dict[str, type[Any]] = {
     for cls in (
         ScheduleDue,
         ScheduleObservation,
+        Claimed,
         FreezeCommand,
         Prepare,
         FreezePreparation,

@@ -30,6 +30,7 @@ __all__ = [
     "RestoreHold",
     "RetrySame",
     "StepDue",
+    "Work",
     "event_from_json",
     "to_canonical",
 ]
@@ -70,13 +71,22 @@ class Admitted(_Tagged):
 
 @dataclass(frozen=True, slots=True)
 class StepDue(_Tagged):
-    """A claim (07 §7.2): the pending record of `step` is due; lease it and do its work.
+    """A claim (07 §7.2): the pending record of `step` is due; lease it (answered by `Work`).
 
     Covers first attempts, retries, timers, observations and the wait timeout (a `wait-for`
     claimed at or after its `timeoutAt` takes its timeout route, 07 §7.3 step 2).
     """
 
     kind: ClassVar[str] = "step-due"
+    step: str
+
+
+@dataclass(frozen=True, slots=True)
+class Work(_Tagged):
+    """The claim of `step` is committed; do the step's work (07 §7.2 "then the work happens
+    outside any transaction"), beginning with the claim-time `step-invalid` check."""
+
+    kind: ClassVar[str] = "work"
     step: str
 
 
@@ -209,6 +219,7 @@ class AttemptRefused(_Tagged):
 Event = (
     Admitted
     | StepDue
+    | Work
     | PreparationDone
     | ReadyToSend
     | CallOutcome
@@ -228,6 +239,7 @@ _EVENT_TYPES: dict[str, type[Any]] = {
     for cls in (
         Admitted,
         StepDue,
+        Work,
         PreparationDone,
         ReadyToSend,
         CallOutcome,

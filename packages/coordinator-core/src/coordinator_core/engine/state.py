@@ -48,7 +48,7 @@ CancelMode = Literal["none", "stopping", "on-cancel-path"]
 EffectState = Literal["accepted", "unknown", "refused", "not-sent"]
 RouteKind = Literal["next", "case", "refusal", "timeout", "cancel"]
 SettledBy = Literal["response", "reconcile", "retry-same"]
-Awaiting = Literal["preparation", "credential", "answer", "observation"]
+Awaiting = Literal["work", "preparation", "credential", "answer", "observation"]
 Effect = Literal["read", "mutation", "evaluation"]
 
 TERMINAL_STATUSES: Final[frozenset[str]] = frozenset(

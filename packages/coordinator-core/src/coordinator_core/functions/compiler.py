@@ -541,12 +541,9 @@ class Compiler:
 
         return switch, cost
 
-    def _loop_body(self, block: n.Block) -> tuple[Ev, int]:
-        return self.compile_block(block)
-
     def stmt_while(self, stmt: n.While) -> tuple[Ev, int]:
         cond_code = self.compile_expr(stmt.cond) if stmt.cond is not None else None
-        body, body_cost = self._loop_body(stmt.body)
+        body, body_cost = self.compile_block(stmt.body)
         per = 1 + body_cost + (cond_code.cost if cond_code is not None else 0)
         if cond_code is None:
 
@@ -585,7 +582,7 @@ class Compiler:
         return while_, 1
 
     def stmt_do(self, stmt: n.DoLoop) -> tuple[Ev, int]:
-        body, body_cost = self._loop_body(stmt.body)
+        body, body_cost = self.compile_block(stmt.body)
         cond_code = self.compile_expr(stmt.cond)
         cond = cond_code.ev
         per = 1 + body_cost + cond_code.cost
@@ -615,7 +612,7 @@ class Compiler:
         mark = len(self.scope)
         counter = self.declare(stmt.counter) if stmt.counter is not None else -1
         var = self.declare(stmt.var)
-        body, body_cost = self._loop_body(stmt.body)
+        body, body_cost = self.compile_block(stmt.body)
         del self.scope[mark:]
         per = 1 + body_cost
         source = iterable.ev

@@ -166,7 +166,7 @@ def disabled_message(name: str) -> str:
 
 
 class Token:
-    __slots__ = ("column", "disabled", "kind", "line", "offset", "value")
+    __slots__ = ("column", "kind", "line", "offset", "value")
 
     def __init__(self, kind: str, value: Any, offset: int) -> None:
         self.kind = kind
@@ -174,7 +174,6 @@ class Token:
         self.offset = offset
         self.line = 0
         self.column = 0
-        self.disabled = False
 
     def is_op(self, symbol: str) -> bool:
         return self.kind == OP and self.value == symbol
@@ -347,9 +346,8 @@ class Lexer:
                 emit(OP, symbol, start)
                 i += length
             except _LexFailure as failure:
-                token = emit(ERROR, failure.message, failure.offset)
+                emit(ERROR, failure.message, failure.offset)
                 i = max(failure.resume, start + 1)
-                token.disabled = False
 
         for token in tokens:
             token.line, token.column = self.position(token.offset)
@@ -364,9 +362,7 @@ class Lexer:
         elif word in KEYWORDS:
             tokens.append(Token(KW, word, start))
         elif word in DISABLED:
-            token = Token(ERROR, disabled_message(word), start)
-            token.disabled = True
-            tokens.append(token)
+            tokens.append(Token(ERROR, disabled_message(word), start))
         elif word in KEYWORD_FUNCTIONS:
             tokens.append(Token(KWFN, word, start))
         elif word in RESERVED_WORDS:
@@ -514,7 +510,6 @@ class Lexer:
                     skip_until = quote_column + 1
                     continue
                 decoded, i = self._escape(ch, i, '"')
-                column += 0
                 out.append(decoded)
                 size += _utf8_len(decoded)
                 skip_until = 0

@@ -139,6 +139,13 @@ class CompiledFunctions:
         )
 
     def call(self, name: str, arguments: Sequence[object]) -> object:
+        """Run public function `name` on JSON arguments; return its JSON result.
+
+        Refusals, in the order checked: `.definition` (no public function of that name),
+        `.arity` (more than 16 arguments, or not the parameter count), `.input` (an argument
+        breaks the JSON bounds), `.execution` / `.resource-limit` (during the call), then
+        `.output` / `.value-limit` / `.json` for the result (03 §5–§6).
+        """
         fn = self._fns.get(name)
         if fn is None or fn.private:
             raise FunctionError(CODE_DEFINITION, f"No public function named '{name}' is defined.")
@@ -164,8 +171,9 @@ class CompiledFunctions:
             result = invoke(fn, converted, ctx)
         except LimitError:
             raise FunctionError(CODE_RESOURCE_LIMIT, MSG_RESOURCE) from None
-        except ScriptError:
-            raise FunctionError(CODE_EXECUTION, MSG_EXECUTION) from None
+        except ScriptError as error:
+            # The failing statement's position (03 §10 recommends it; never a value).
+            raise FunctionError(CODE_EXECUTION, MSG_EXECUTION, error.line, error.column) from None
         except (RecursionError, MemoryError):
             raise FunctionError(CODE_RESOURCE_LIMIT, MSG_RESOURCE) from None
         except Exception:

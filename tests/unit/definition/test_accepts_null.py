@@ -1,0 +1,57 @@
+"""W20's null acceptance: the validator-free fast path agrees with the real validator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator_core.definition.schema_dialect import (
+    _accepts_null_directly,
+    accepts_null,
+    check_schema,
+    compile_validator,
+)
+
+TYPES = ["null", "object", "string", "integer", "number", "boolean", "array"]
+
+keyword = st.one_of(
+    st.builds(lambda t: {"type": t}, st.sampled_from(TYPES)),
+    st.builds(
+        lambda ts: {"type": ts},
+        st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True),
+    ),
+    st.builds(lambda v: {"const": v}, st.one_of(st.none(), st.integers(), st.text(max_size=3))),
+    st.builds(
+        lambda vs: {"enum": vs},
+        st.lists(st.one_of(st.none(), st.integers()), min_size=1, max_size=3),
+    ),
+    st.just({"required": ["a"]}),
+    st.just({"minLength": 2}),
+    st.just({"properties": {"a": {"type": "string"}}}),
+    st.just({"title": "x", "description": "y"}),
+    st.just({"format": "date-time"}),
+    st.just({"anyOf": [{"type": "null"}, {"type": "string"}]}),
+    st.just({"not": {"type": "null"}}),
+)
+
+
+@st.composite
+def schemas(draw: st.DrawFn) -> Any:
+    if draw(st.booleans()) and draw(st.booleans()):
+        return draw(st.booleans())
+    merged: dict[str, Any] = {}
+    for part in draw(st.lists(keyword, max_size=4)):
+        merged.update(part)
+    return merged
+
+
+@settings(max_examples=300, deadline=None)
+@given(schemas())
+def test_fast_path_agrees_with_the_validator(schema: Any) -> None:
+    assert not check_schema(schema, "")
+    expected = compile_validator(schema).is_valid(None)
+    direct = _accepts_null_directly(schema)
+    assert direct is None or direct == expected
+    assert accepts_null(schema) == expected
