@@ -240,3 +240,76 @@ def test_text_rendering_follows_the_block_format(
     assert lines[0].endswith(" /steps/due/next")
     assert lines[1].startswith("  ") and lines[2].startswith("  next: ")
     assert lines[-1] == "1 error, 0 warnings in 1 file"
+
+
+def _functions(tmp_path: Path, source: str) -> str:
+    path = tmp_path / "functions.rhai"
+    path.write_text(source, encoding="utf-8")
+    return str(path)
+
+
+def test_eval_prints_the_canonical_result(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        capsys,
+        "eval",
+        "--functions",
+        str(EXAMPLES / "reviewed-notice" / "functions.rhai"),
+        "--function",
+        "review_route",
+        "--arguments",
+        '[{"status":"approved","completedAt":"2026-03-02T09:30:00Z"}]',
+    )
+    assert (code, out, err) == (0, '"approved"\n', "")
+
+
+def test_eval_json_envelope_carries_function_and_result(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    functions = _functions(tmp_path, "fn pair(a, b) { #{ b: b, a: a } }")
+    code, document = report(
+        capsys, "eval", "--functions", functions, "--function", "pair", "--arguments", "[1, 2.5]"
+    )
+    assert code == 0 and document["status"] == "evaluated"
+    assert document["function"] == "pair" and document["result"] == {"a": 1, "b": 2.5}
+
+
+@pytest.mark.parametrize(
+    ("source", "function", "arguments", "expected", "exit_code"),
+    [
+        ("fn f(a) { a }", "f", "[1, 2]", "coordinator.function.arity", 1),
+        ("fn f(a) { a }", "g", "[1]", "coordinator.function.definition", 1),
+        ("private fn f(a) { a }", "f", "[1]", "coordinator.function.definition", 1),
+        ("fn f(a) { a", "f", "[1]", "coordinator.function.definition", 1),
+        ("fn f(a) { a }", "f", '{"a": 1}', "coordinator.command.input-invalid", 1),
+        ("fn f(a) { a }", "f", '[{"k": 1, "k": 2}]', "coordinator.command.input-invalid", 1),
+        ("fn f(a) { a }", "f", "[9007199254740993]", "coordinator.function.input", 1),
+        ("fn f() { throw `" + CANARY + "`; }", "f", "[]", "coordinator.function.execution", 1),
+        ("fn f() { loop { } }", "f", "[]", "coordinator.function.resource-limit", 1),
+        ("fn f() { 1..3 }", "f", "[]", "coordinator.function.output", 1),
+    ],
+)
+def test_eval_refusals_carry_the_contract_codes_and_never_the_value(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    source: str,
+    function: str,
+    arguments: str,
+    expected: str,
+    exit_code: int,
+) -> None:
+    functions = _functions(tmp_path, source)
+    code, out, err = run(
+        capsys, "eval", "--functions", functions, "--function", function, "--arguments", arguments
+    )
+    assert code == exit_code
+    assert f"error[{expected}]" in err
+    assert CANARY not in out + err
+
+
+def test_eval_missing_file_is_exit_3(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, document = report(
+        capsys, "eval", "--functions", str(tmp_path / "none.rhai"), "--function", "f",
+        "--arguments", "[]",
+    )  # fmt: skip
+    assert code == 3
+    assert document["diagnostics"][0]["code"] == "coordinator.command.input-unavailable"
