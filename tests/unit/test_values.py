@@ -522,12 +522,9 @@ def test_canonical_form_ignores_member_order(value: object, seed: int) -> None:
     assert canonical_json(_shuffled(value, random.Random(seed))) == canonical_json(value)
 
 
-def test_known_gap_padded_integer_tokens() -> None:
-    # ES prints this double as its 16 shortest digits padded with a zero. Read back, the token
-    # is an integer that binary64 cannot hold exactly, so contract 02 §7 rule 5 / 03 §4 refuse
-    # the very text rule 4 produced. Reported to the integrator; pinned here so a contract
-    # change shows up as a test change.
-    # The same holds for integers the contract accepts, e.g. 2**62 and -2**63.
+def test_padded_integer_tokens_read_back_as_the_double_they_print() -> None:
+    # ES prints these doubles as their shortest digits padded with zeros; read back, the token
+    # denotes that double, so canonical bytes round-trip (02 §7 rules 4 and 5 together).
     for value, expected in [
         (6.035130739964729e16, b"60351307399647290"),
         (2**62, b"4611686018427388000"),
@@ -536,11 +533,17 @@ def test_known_gap_padded_integer_tokens() -> None:
         check_json_value(value)
         text = canonical_json(value)
         assert text == expected
-        assert float(text) == value
         reparsed = parse_strict_json(text)
         assert isinstance(reparsed, int)
+        assert reparsed == int(value)
+        check_json_value(reparsed)
+        assert canonical_json(reparsed) == text
+
+
+def test_an_inexact_integer_token_that_is_no_double_rendering_stays_refused() -> None:
+    for token in (b"9007199254740993", b"9223372036854775807"):
         with pytest.raises(JsonBoundsError) as caught:
-            check_json_value(reparsed)
+            check_json_value(parse_strict_json(token))
         assert caught.value.kind == "integer"
 
 

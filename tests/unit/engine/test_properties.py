@@ -362,7 +362,7 @@ def _check_invariants(definition: Definition, script: Script) -> None:
 
 
 @settings(
-    max_examples=120,
+    max_examples=300,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -370,6 +370,11 @@ def _check_invariants(definition: Definition, script: Script) -> None:
 def test_every_random_run_keeps_the_engine_guarantees(
     generated: tuple[Definition, dict[str, Any]], data: st.DataObject
 ) -> None:
+    """A mutating command is never sent with other bytes or another key; an evaluation that
+    may have been sent is never sent again; no step is entered twice; a live run always has
+    pending or leased work; every run rests within a bound; a mapping never reads an output
+    that is not available (`advance` would raise EngineInvariantError); and replaying the same
+    script gives the same states and commands."""
     definition, run_input = generated
     script = drive(definition, run_input, data.draw)
     # bounded: the run rests (finished, failed, cancelled…, expired or attention)

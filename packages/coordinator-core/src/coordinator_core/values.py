@@ -383,6 +383,23 @@ def _parse_float(token: str) -> float:
     return number
 
 
+def _parse_int(token: str) -> int:
+    """An integer token; one that is the ECMAScript rendering of a double (how RFC 8785 prints
+    integers of 2**53 and beyond, e.g. 2**62 as 4611686018427388000) denotes that double's
+    exact integer, so canonical bytes read back to the value they were made from. Any other
+    inexact token stays as written, for check_json_value to refuse."""
+    number = int(token)
+    if -_SAFE_INT <= number <= _SAFE_INT or is_binary64_integer(number):
+        return number
+    try:
+        nearest = float(number)
+    except OverflowError:
+        return number
+    if _format_float(nearest) == token.lstrip("+"):
+        return int(nearest)
+    return number
+
+
 def _unique_members(pairs: list[tuple[str, object]]) -> dict[str, object]:
     result = dict(pairs)
     if len(result) != len(pairs):
@@ -413,7 +430,8 @@ def parse_strict_json(data: bytes | str) -> object:
     Bytes must be UTF-8 (no BOM). Refused with StrictJsonError: invalid syntax, duplicate
     member names, NaN/Infinity tokens, numbers that overflow binary64, lone surrogates (raw or
     escaped). Integer tokens stay int (even beyond binary64: bounds are check_json_value's
-    job); tokens with a fraction or exponent become float.
+    job), except that the canonical rendering of a large double reads back as that double's
+    integer; tokens with a fraction or exponent become float.
     """
     if isinstance(data, bytes | bytearray):
         try:
@@ -428,6 +446,7 @@ def parse_strict_json(data: bytes | str) -> object:
             object_pairs_hook=_unique_members,
             parse_constant=_refuse_constant,
             parse_float=_parse_float,
+            parse_int=_parse_int,
         )
     except StrictJsonError:
         raise
