@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     explain.add_argument("--deny-warnings", action="store_true", help="fail on warnings")
 
+    test = command("test", "run the project's scenarios offline on a virtual clock")
+    test.add_argument("--project", required=True, metavar="DIR")
+    test.add_argument("--scenarios", metavar="FILE", help="instead of DIR/scenarios.yaml")
+
     package = command("package", "freeze a checked project into an immutable package")
     package.add_argument("--project", required=True, metavar="DIR")
     package.add_argument("--output", required=True, metavar="NEW_DIR")
@@ -169,6 +173,9 @@ def _run(options: argparse.Namespace) -> Outcome:
             Path(options.output),
             runtime_config=_runtime_path(options.runtime_config),
         )
+    if options.command == "test":
+        scenarios = Path(options.scenarios) if options.scenarios is not None else None
+        return commands.test(Path(options.project), scenarios)
     if options.command == "schema":
         return commands.schema(SCHEMA_NAMES[options.name])
     if options.command == "eval":

@@ -15,7 +15,7 @@ from coordinator_core import limits
 from coordinator_core.errors import Diagnostic
 from coordinatorctl.report import Outcome
 
-__all__ = ["check", "evaluate", "explain", "init", "package", "schema"]
+__all__ = ["check", "evaluate", "explain", "init", "package", "schema", "test"]
 
 
 def _valid_text(result: Mapping[str, Any]) -> str:
@@ -61,6 +61,11 @@ def check(
         else check_result(definition, warnings=warnings)
     )
     outcome.status = result.pop("status")
+    report = checked.scenario_report
+    if report is not None:
+        # Counts only: check never carries per-case results or scenario values (02 §12).
+        passed = sum(1 for case in report.cases if case.passed)
+        result["scenarios"] = {"passed": passed, "failed": len(report.cases) - passed}
     outcome.result = result
     if graph is not None:
         outcome.text = render_graph({"status": outcome.status, **result}, graph)
@@ -285,4 +290,60 @@ def evaluate(functions_file: Path, name: str, arguments_text: str) -> Outcome:
     outcome.status = "evaluated"
     outcome.result = {"function": name, "result": result}
     outcome.text = canonical_json(result).decode("utf-8") + "\n"
+    return outcome
+
+
+def test(project: Path, scenarios_file: Path | None) -> Outcome:
+    """`test` (04 §5): the definition check, then every case of the scenarios document."""
+    import dataclasses
+
+    from coordinator_core.definition.checker import check_project
+    from coordinator_core.project.decode import read_authored_file
+    from coordinator_core.scenarios import run_scenarios
+
+    checked = check_project(project, runtime_config=None, environment=None, definition_only=True)
+    outcome = Outcome("test", list(checked.diagnostics))
+    definition = checked.definition
+    if outcome.exit_code != 0 or definition is None or definition.snapshot is None:
+        return outcome
+    path = scenarios_file if scenarios_file is not None else project / "scenarios.yaml"
+    display = str(scenarios_file) if scenarios_file is not None else "scenarios.yaml"
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            raise OSError
+        data = path.read_bytes()
+    except OSError:
+        outcome.diagnostics.append(
+            Diagnostic("coordinator.command.input-unavailable", path="", file=display)
+        )
+        return outcome
+    authored = read_authored_file(data, file=display, expected_kind=limits.KIND_SCENARIOS)
+    outcome.diagnostics.extend(authored.diagnostics)
+    if authored.decoded is None:
+        return outcome
+    report = run_scenarios(authored, definition.snapshot)
+    outcome.diagnostics.extend(
+        dataclasses.replace(d, file=display) if d.file == "scenarios.yaml" else d
+        for d in report.diagnostics
+    )
+    result = report.to_json()
+    outcome.result = result
+    outcome.status = "passed"
+    lines = []
+    for case in result["scenarios"]:
+        if "status" not in case:
+            lines.append(f"FAIL {case.get('id')} not run")
+            continue
+        outcome_value = (case.get("outcome") or {}).get("value") or "-"
+        verdict = "PASS" if case["passed"] else "FAIL"
+        lines.append(
+            f"{verdict} {case['id']} {case['status']} {outcome_value} {case['elapsedSeconds']}s"
+        )
+    coverage = result["coverage"]
+    lines.append(
+        f"routes covered: {len(coverage['covered'])} of {len(coverage['routes'])}"
+        f" ({coverage['percent']}%)"
+    )
+    lines.extend(f"  not covered: {route}" for route in coverage["uncovered"])
+    outcome.text = "\n".join(lines) + "\n"
     return outcome

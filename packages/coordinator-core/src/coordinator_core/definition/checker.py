@@ -74,6 +74,7 @@ class ProjectCheck:
     definition: DefinitionCheck | None = None
     runtime: list[Any] = field(default_factory=list)  # project.runtime.RuntimeCheck
     scenarios: AuthoredFile | None = None
+    scenario_report: Any = None  # coordinator_core.scenarios.ScenarioReport when cases ran
 
     @property
     def has_errors(self) -> bool:
@@ -489,6 +490,7 @@ def check_project(
         runtime_names,
     )
     scenarios = None
+    report = None
     scenarios_path = directory / SCENARIOS_FILE
     if not definition_only and _is_regular(scenarios_path):
         data = _read_regular(scenarios_path)
@@ -497,7 +499,13 @@ def check_project(
                 data, file=SCENARIOS_FILE, expected_kind=limits.KIND_SCENARIOS
             )
             out.extend(scenarios.diagnostics)
-    return ProjectCheck(finalize(out, runtime_names), definition, runtime_checks, scenarios)
+            if definition.snapshot is not None and scenarios.decoded is not None:
+                # 02 §4.1 step 9: the document rules, then every case, on a valid definition.
+                from coordinator_core.scenarios import run_scenarios
+
+                report = run_scenarios(scenarios, definition.snapshot)
+                out.extend(report.diagnostics)
+    return ProjectCheck(finalize(out, runtime_names), definition, runtime_checks, scenarios, report)
 
 
 def _check_runtime_files(

@@ -1,0 +1,81 @@
+"""Projects and scenario documents for the scenario runner tests."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from coordinator_core.definition.checker import check_project
+from coordinator_core.definition.snapshot import Snapshot
+from coordinator_core.engine import Definition
+from coordinator_core.project.decode import AuthoredFile, read_authored_file
+from coordinator_core.scenarios import CaseResult, ScenarioReport, run_scenarios
+
+DATA = Path(__file__).parent / "data"
+REPO = Path(__file__).resolve().parents[3]
+ADMITTED = "2026-03-02T09:00:00Z"
+API_VERSION = "id.registrystack.org/formats/coordinator/scenarios/v1alpha1"
+
+
+@cache
+def snapshot(project: str) -> Snapshot:
+    """The snapshot of a checked project: `lab` (test data) or an example's name."""
+    directory = DATA / "lab" if project == "lab" else REPO / "examples" / project
+    checked = check_project(directory)
+    assert checked.definition is not None and checked.definition.snapshot is not None, [
+        (d.code, d.path) for d in checked.diagnostics
+    ]
+    return checked.definition.snapshot
+
+
+@cache
+def definition(project: str) -> Definition:
+    return Definition.from_snapshot(snapshot(project))
+
+
+def document(*cases: dict[str, Any]) -> AuthoredFile:
+    """A scenarios.yaml (written as JSON, which the strict reader accepts) with these cases."""
+    text = json.dumps(
+        {"apiVersion": API_VERSION, "kind": "CoordinatorScenarios", "cases": list(cases)},
+        indent=2,
+    )
+    return read_authored_file(
+        text.encode("utf-8"), file="scenarios.yaml", expected_kind="CoordinatorScenarios"
+    )
+
+
+def case(
+    route: str | None = "read",
+    *,
+    status: str = "finished",
+    path: list[str] | None = None,
+    case_id: str = "c",
+    **members: Any,
+) -> dict[str, Any]:
+    """A lab case that starts on `route` and expects `status` and `path`."""
+    built: dict[str, Any] = {"id": case_id, "admittedAt": ADMITTED}
+    if route is not None:
+        built["input"] = {"route": route}
+    expect = members.pop("expect", {})
+    built.update(members)
+    built["expect"] = {"status": status, "path": path if path is not None else [], **expect}
+    return built
+
+
+def run(*cases: dict[str, Any], project: str = "lab") -> ScenarioReport:
+    return run_scenarios(document(*cases), snapshot(project), definition=definition(project))
+
+
+def only(report: ScenarioReport) -> CaseResult:
+    assert len(report.cases) == 1
+    return report.cases[0]
+
+
+def codes(report: ScenarioReport) -> list[tuple[str, str]]:
+    return [(d.code, d.path) for d in report.diagnostics]
+
+
+def success(value: Any = None) -> dict[str, Any]:
+    return {"type": "success", "value": {"ok": True} if value is None else value}
