@@ -156,7 +156,11 @@ class Driver:
         self.definition = definition
         self.now = at
         first = advance(
-            definition, None, Admitted.of(INPUT if run_input is None else run_input, policy), at, KEYS
+            definition,
+            None,
+            Admitted.of(INPUT if run_input is None else run_input, policy),
+            at,
+            KEYS,
         )
         self.state: RunState = first.state
         self.commands: tuple[Command, ...] = first.commands
@@ -170,6 +174,10 @@ class Driver:
         self.commands = result.commands
         self.log.append(result)
         return result
+
+    def status(self) -> str:
+        """The run status (a call, so that a type checker does not narrow it across feeds)."""
+        return self.state.status
 
     def record(self, step: str) -> StepRecord:
         record = self.state.record(step)

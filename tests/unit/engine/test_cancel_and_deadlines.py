@@ -47,7 +47,7 @@ REVIEW = definition(
 def test_cancel_without_on_cancel_of_a_pending_call_ends_cancelled_with_nothing_sent() -> None:
     run = Driver(SEND)
     result = run.feed(CancelRequested())
-    assert run.state.status == "cancelled" and run.record("send").state == "cancelled"
+    assert run.status() == "cancelled" and run.record("send").state == "cancelled"
     assert result.commands == (Cancelled("cancelled"),)
     assert run.record("send").effect_state is None  # never prepared: no effect
 
@@ -56,10 +56,10 @@ def test_cancel_before_the_pre_send_fence_is_not_sent_and_its_effect_is_not_sent
     run = Driver(SEND)
     run.claim("send")  # frozen, waiting for the credential
     run.feed(CancelRequested())
-    assert run.state.status == "cancel-requested"
+    assert run.status() == "cancel-requested"
     result = run.feed(ReadyToSend("send"))
     assert "dispatch" not in [c.kind for c in result.commands]
-    assert run.state.status == "cancelled"
+    assert run.status() == "cancelled"
     assert run.record("send").effect_state == "not-sent"
 
 
@@ -68,7 +68,7 @@ def test_cancel_of_a_sent_command_awaiting_a_retry_has_effect_refused() -> None:
     run.send("send")
     run.answer("send", "retryable", code="transport-unavailable")
     run.feed(CancelRequested())
-    assert run.state.status == "cancelled"
+    assert run.status() == "cancelled"
     assert run.record("send").effect_state == "refused"
 
 
@@ -77,7 +77,7 @@ def test_cancel_while_leased_resolves_a_retry_at_once() -> None:
     run.send("send")
     run.feed(CancelRequested())
     run.answer("send", "retryable", code="transport-unavailable")
-    assert run.record("send").state == "cancelled" and run.state.status == "cancelled"
+    assert run.record("send").state == "cancelled" and run.status() == "cancelled"
 
 
 def test_cancel_after_effect_a_leased_mutation_accepted_later() -> None:
@@ -86,31 +86,34 @@ def test_cancel_after_effect_a_leased_mutation_accepted_later() -> None:
     run.send("send")
     run.feed(CancelRequested())
     run.answer("send", "success", value={"id": "m"})
-    assert run.state.status == "cancelled-after-effect"
+    assert run.status() == "cancelled-after-effect"
     assert [r.step for r in run.state.records] == ["read", "send"]
 
 
 def test_cancel_while_a_pure_step_is_leased_cancels_the_next_record() -> None:
-    picked = definition({"pick": choose({"yes": "send"}), "send": call("notice", "end"),
-                         "end": finish()}, "pick")
+    picked = definition(
+        {"pick": choose({"yes": "send"}), "send": call("notice", "end"), "end": finish()}, "pick"
+    )
     run = Driver(picked)
     run.lease("pick")
     run.feed(CancelRequested())
     run.feed(Work("pick"))
-    assert run.record("send").state == "cancelled" and run.state.status == "cancelled"
+    assert run.record("send").state == "cancelled" and run.status() == "cancelled"
 
 
-def test_cancel_with_on_cancel_runs_the_cancel_path_and_later_waits_take_their_cancel_route() -> None:
+def test_cancel_with_on_cancel_runs_the_cancel_path_and_later_waits_take_their_cancel_route() -> (
+    None
+):
     run = Driver(REVIEW)
     run.succeed("ask", {"requestId": "r"})
     run.feed(CancelRequested(), at=T0 + 10 * SECOND)
     assert run.state.cancel_mode == "on-cancel-path"
     run.succeed("undo", {})
     # a wait-for entered on the cancel path is resolved at once through its own onCancel
-    assert run.record("second").route is not None
-    assert run.record("second").route.kind == "cancel"
+    route = run.record("second").route
+    assert route is not None and route.kind == "cancel"
     run.claim("gone")
-    assert run.state.status == "cancelled" and run.state.outcome == "done"
+    assert run.status() == "cancelled" and run.state.outcome == "done"
 
 
 def test_cancel_during_an_observation_discards_the_read() -> None:
@@ -137,7 +140,7 @@ def test_cancel_of_a_failed_run_ends_cancelled_and_keeps_its_failure_code() -> N
     run.send("send")
     run.answer("send", "refused", code="invalid-command")
     run.feed(CancelRequested(), at=T0 + SECOND)
-    assert (run.state.status, run.state.failure_code) == ("cancelled", "invalid-command")
+    assert (run.status(), run.state.failure_code) == ("cancelled", "invalid-command")
     assert run.feed(RetrySame()).refused == "cancelled"
 
 
@@ -154,7 +157,7 @@ def test_cancel_of_an_unknown_effect_keeps_attention_and_sends_nothing() -> None
     run.send("send")
     run.answer("send", "uncertain", code="transport-uncertain")
     result = run.feed(CancelRequested())
-    assert run.state.status == "attention" and run.state.cancel_requested
+    assert run.status() == "attention" and run.state.cancel_requested
     assert result.commands == ()
 
 
@@ -163,7 +166,7 @@ def test_cancel_rule_a_lapsed_lease_of_a_stopping_run_resolves_at_once() -> None
     run.claim("send")
     run.feed(CancelRequested())
     run.feed(LeaseLapsed("send"), at=T0 + 15 * SECOND)
-    assert run.record("send").state == "cancelled" and run.state.status == "cancelled"
+    assert run.record("send").state == "cancelled" and run.status() == "cancelled"
 
 
 def test_cancel_under_restore_review_clears_the_review_when_terminal() -> None:
@@ -172,7 +175,7 @@ def test_cancel_under_restore_review_clears_the_review_when_terminal() -> None:
     run = Driver(SEND)
     run.feed(RestoreHold())
     run.feed(CancelRequested())
-    assert run.state.status == "cancelled" and not run.state.restore_review
+    assert run.status() == "cancelled" and not run.state.restore_review
 
 
 # -- deadlines ----------------------------------------------------------------------------
@@ -186,7 +189,7 @@ def test_deadline_pure_steps_never_expire() -> None:
     run.now = run.state.deadline_at + 5 * SECOND
     assert run.feed(DeadlinePassed()).refused == "not-applicable"
     run.claim("end")
-    assert run.state.status == "finished"
+    assert run.status() == "finished"
 
 
 def test_deadline_the_pre_send_fence_expires_a_call_past_the_deadline() -> None:
@@ -194,7 +197,7 @@ def test_deadline_the_pre_send_fence_expires_a_call_past_the_deadline() -> None:
     run = Driver(short)
     run.claim("send")
     run.feed(ReadyToSend("send"), at=run.state.deadline_at)
-    assert run.state.status == "expired"
+    assert run.status() == "expired"
     assert run.record("send").effect_state == "not-sent"
 
 
@@ -215,7 +218,7 @@ def test_deadline_wins_over_a_wait_timeout_at_or_after_it() -> None:
         run.feed(ObservationOutcome("wait", "pending"))
     assert run.record("wait").due_at == T0 + 3600 * SECOND
     run.feed(DeadlinePassed(), at=T0 + 3600 * SECOND)
-    assert (run.state.status, run.state.failure_code) == ("expired", "deadline-reached")
+    assert (run.status(), run.state.failure_code) == ("expired", "deadline-reached")
 
 
 def test_deadline_of_a_wait_until_due_at_the_deadline_expires() -> None:
@@ -224,4 +227,4 @@ def test_deadline_of_a_wait_until_due_at_the_deadline_expires() -> None:
     run.claim("t")
     assert run.record("t").due_at == run.state.deadline_at
     run.claim("t")
-    assert run.state.status == "expired"
+    assert run.status() == "expired"

@@ -18,9 +18,11 @@ from coordinator_core.engine import (
     Admitted,
     Advance,
     CallOutcome,
+    CallStep,
     CancelRequested,
     Claimed,
     Command,
+    CompletionNotified,
     DeadlinePassed,
     Definition,
     Dispatch,
@@ -202,7 +204,7 @@ class Script:
 
 def _weighted(draw: Any, common: Any, rare: list[Any], weight: int = 2) -> Any:
     """`common` with odds `weight` to 1 against each pass over `rare`, else one of `rare`."""
-    roll = draw(st.integers(min_value=0, max_value=(weight + 1) * len(rare) - 1))
+    roll: int = draw(st.integers(min_value=0, max_value=(weight + 1) * len(rare) - 1))
     return common if roll < weight * len(rare) else rare[roll - weight * len(rare)]
 
 
@@ -229,7 +231,7 @@ def _answer(draw: Any, command: Command, definition: Definition) -> Event:
     if isinstance(command, Claimed):
         return Work(command.step)
     if isinstance(command, Prepare):
-        return _weighted(
+        prepared: Event = _weighted(
             draw,
             PreparationDone(command.step, "cHJlcA=="),
             [
@@ -238,8 +240,9 @@ def _answer(draw: Any, command: Command, definition: Definition) -> Event:
             ],
             weight=6,
         )
+        return prepared
     if isinstance(command, ObtainCredential):
-        return _weighted(
+        credential: Event = _weighted(
             draw,
             ReadyToSend(command.step),
             [
@@ -248,6 +251,7 @@ def _answer(draw: Any, command: Command, definition: Definition) -> Event:
             ],
             weight=6,
         )
+        return credential
     if isinstance(command, Dispatch):
         return _reply(draw, command, definition)
     if isinstance(command, Observe):
@@ -265,6 +269,7 @@ def _answer(draw: Any, command: Command, definition: Definition) -> Event:
 
 
 IO = (Claimed, Prepare, ObtainCredential, Dispatch, Observe, LookupReceipt)
+IoCommand = Claimed | Prepare | ObtainCredential | Dispatch | Observe | LookupReceipt
 
 
 def drive(definition: Definition, run_input: Any, draw: Any) -> Script:
@@ -281,7 +286,7 @@ def drive(definition: Definition, run_input: Any, draw: Any) -> Script:
 
     result = feed(None, Admitted.of(run_input, policy))
     state = result.state
-    outstanding: list[Command] = []
+    outstanding: list[IoCommand] = []
     operator_budget, cancels, lapses = 3, 0, 0
     while len(script.events) < MAX_EVENTS:
         outstanding = [c for c in result.commands if isinstance(c, IO)] or outstanding
@@ -309,7 +314,10 @@ def drive(definition: Definition, run_input: Any, draw: Any) -> Script:
         if state.status in ("running", "cancel-requested"):
             record = state.current
             assert record.state in ("pending", "leased"), (state.status, record.state)
-            if record.state == "leased":  # its I/O answer was lost: the lease lapses
+            if record.type == "wait-for" and draw(st.integers(min_value=0, max_value=9)) == 4:
+                now += draw(st.sampled_from([0, 5 * SECOND, 60 * SECOND]))
+                result = feed(state, CompletionNotified())
+            elif record.state == "leased":  # its I/O answer was lost: the lease lapses
                 now += 15 * SECOND
                 result = feed(state, LeaseLapsed(record.step))
             else:
@@ -354,9 +362,12 @@ def _check_invariants(definition: Definition, script: Script) -> None:
                 sent.setdefault(command.step, set()).add((command.command, command.idempotency_key))
         for record in state.records:
             spec = definition.steps[record.step]
-            if record.uncertain and spec.type == "call":
-                if spec.alias.operation.recovery == "hold-after-dispatch":  # type: ignore[union-attr]
-                    held.add(record.step)
+            if (
+                record.uncertain
+                and isinstance(spec, CallStep)
+                and spec.alias.operation.recovery == "hold-after-dispatch"
+            ):
+                held.add(record.step)
     for step, variants in sent.items():
         assert len(variants) == 1, f"step {step} was sent with different bytes or keys"
 

@@ -55,7 +55,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def _allowed(module: str) -> bool:
-    if module.split(".")[0] in ALLOWED_STDLIB:
+    if module.split(".", maxsplit=1)[0] in ALLOWED_STDLIB:
         return True
     return any(module == core or module.startswith(core + ".") for core in ALLOWED_CORE)
 
@@ -64,7 +64,10 @@ def test_engine_and_scenario_modules_import_only_pure_modules() -> None:
     files = sorted(ENGINE_DIR.glob("*.py")) + sorted(SCENARIOS_DIR.glob("*.py"))
     assert len(files) >= 10
     offending = {
-        f"{path.name}: {module}" for path in files for module in _imports(path) if not _allowed(module)
+        f"{path.name}: {module}"
+        for path in files
+        for module in _imports(path)
+        if not _allowed(module)
     }
     assert offending == set()
 

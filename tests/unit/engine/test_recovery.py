@@ -10,6 +10,7 @@ from engine_support import SECOND, T0, Driver, call, definition, finish, kinds, 
 from coordinator_core.engine import (
     CallOutcome,
     CancelRequested,
+    Definition,
     LeaseLapsed,
     ObservationOutcome,
     ReceiptAnswer,
@@ -29,7 +30,7 @@ WAIT = definition(
 )
 
 
-def _uncertain(definition_=SEND, step: str = "send") -> Driver:
+def _uncertain(definition_: Definition = SEND, step: str = "send") -> Driver:
     run = Driver(definition_)
     run.send(step)
     run.answer(step, "uncertain", code="transport-uncertain")
@@ -45,7 +46,7 @@ def test_read_again_a_lapsed_read_is_read_again_never_unknown() -> None:
     assert not run.record("read").dispatched
     run.feed(LeaseLapsed("read"), at=T0 + 15 * SECOND)
     assert run.record("read").state == "pending"
-    assert run.state.status == "running"
+    assert run.status() == "running"
 
 
 # -- same-command -----------------------------------------------------------------------------
@@ -67,9 +68,9 @@ def test_same_command_retry_same_after_a_definite_failure_resends_the_frozen_com
     run = Driver(REVIEW)
     first = run.send("ask")
     run.answer("ask", "refused", code="product-refused")
-    assert run.state.status == "failed"
+    assert run.status() == "failed"
     run.feed(RetrySame())
-    assert run.state.status == "running" and run.state.failure_code is None
+    assert run.status() == "running" and run.state.failure_code is None
     assert run.send("ask").command == first.command
     assert kinds(run.log[-3].commands) == ["claimed"]  # no second freeze: evaluated once
 
@@ -138,7 +139,7 @@ def test_hold_after_dispatch_claiming_an_uncertain_evaluation_holds_it() -> None
     run.feed(StepDue("eval"))
     result = run.feed(Work("eval"))
     assert "dispatch" not in kinds(result.commands)
-    assert (run.state.status, run.state.failure_code) == ("attention", "evaluation-uncertain")
+    assert (run.status(), run.state.failure_code) == ("attention", "evaluation-uncertain")
 
 
 def test_hold_after_dispatch_a_retryable_evaluation_is_retried() -> None:
@@ -156,7 +157,7 @@ def test_retry_same_is_refused_for_a_cancelled_run() -> None:
     run.send("send")
     run.answer("send", "refused", code="product-refused")
     run.feed(CancelRequested())
-    assert run.state.status == "cancelled"
+    assert run.status() == "cancelled"
     assert run.feed(RetrySame()).refused == "cancelled"
 
 
@@ -234,7 +235,7 @@ def test_retry_same_under_restore_review_makes_a_pending_record_claimable() -> N
     assert run.state.reported_status == "attention"
     assert run.feed(StepDue("send")).refused == "not-applicable"
     run.feed(RetrySame())
-    assert not run.state.restore_review and run.state.reported_status == "running"
+    assert (run.state.restore_review, run.state.reported_status) == (False, "running")
     assert run.record("send").generation == 1
     run.send("send")
 
@@ -242,12 +243,12 @@ def test_retry_same_under_restore_review_makes_a_pending_record_claimable() -> N
 def test_retry_same_of_an_unknown_effect_after_cancel_ends_cancelled_after_effect() -> None:
     run = _uncertain()
     run.feed(CancelRequested())
-    assert run.state.status == "attention" and run.state.cancel_requested
+    assert run.status() == "attention" and run.state.cancel_requested
     run.feed(RetrySame())
-    assert run.state.status == "cancel-requested"
+    assert run.status() == "cancel-requested"
     run.send("send")
     run.answer("send", "success", value={"id": "m"})
-    assert run.state.status == "cancelled-after-effect"
+    assert run.status() == "cancelled-after-effect"
 
 
 def test_reconcile_of_an_unknown_effect_after_cancel_ends_cancelled_after_effect() -> None:
@@ -255,4 +256,4 @@ def test_reconcile_of_an_unknown_effect_after_cancel_ends_cancelled_after_effect
     run.feed(CancelRequested())
     run.feed(ReconcileRequested())
     run.feed(ReceiptAnswer.confirmed("send", 1, {"id": "m"}))
-    assert run.state.status == "cancelled-after-effect"
+    assert run.status() == "cancelled-after-effect"

@@ -21,6 +21,7 @@ from coordinator_core.engine import (
     CallOutcome,
     CancelRequested,
     DeadlinePassed,
+    Definition,
     Dispatch,
     Fail,
     LeaseLapsed,
@@ -71,7 +72,7 @@ PICK = definition(
 TIMER = definition({"timer": wait_until("end"), "end": finish()}, "timer")
 
 
-def _waiting_review(definition_=REVIEW) -> Driver:
+def _waiting_review(definition_: Definition = REVIEW) -> Driver:
     run = Driver(definition_)
     run.succeed("ask", {"requestId": "r-1"})
     return run
@@ -79,7 +80,7 @@ def _waiting_review(definition_=REVIEW) -> Driver:
 
 def test_t1_admission_runs_the_start_step_due_now() -> None:
     run = Driver(READ)
-    assert run.state.status == "running"
+    assert run.status() == "running"
     assert run.state.current_step == "read"
     assert run.state.deadline_at == T0 + 86400 * SECOND
     record = run.record("read")
@@ -98,7 +99,7 @@ def test_t2_claim_leases_the_record_and_counts_the_attempt() -> None:
     record = run.record("read")
     assert (record.state, record.attempt, record.claims) == ("leased", 1, 1)
     assert record.attempt_started_at == T0 and record.due_at is None
-    assert run.state.status == "running"
+    assert run.status() == "running"
 
 
 def test_t3_call_success_delivers_through_next_and_records_the_output() -> None:
@@ -109,16 +110,16 @@ def test_t3_call_success_delivers_through_next_and_records_the_output() -> None:
     assert record.state == "delivered" and record.route == Route("next")
     assert record.output == '{"data":1}' and record.settled_by == "response"
     assert run.state.current_step == "end" and run.record("end").state == "pending"
-    assert run.state.status == "running"
+    assert run.status() == "running"
 
 
 def test_t4_success_while_stopping_ends_a_mutation_cancelled_after_effect() -> None:
     run = Driver(SEND)
     run.send("send")
     run.feed(CancelRequested())
-    assert run.state.status == "cancel-requested"
+    assert run.status() == "cancel-requested"
     run.answer("send", "success", value={"id": "m"})
-    assert run.state.status == "cancelled-after-effect"
+    assert run.status() == "cancelled-after-effect"
     assert run.record("send").effect_state == "accepted"
     assert run.state.completed_at == run.now
     assert "end" not in [r.step for r in run.state.records]
@@ -129,7 +130,7 @@ def test_t4_success_of_a_read_while_stopping_ends_cancelled() -> None:
     run.send("read")
     run.feed(CancelRequested())
     run.answer("read", "success", value={})
-    assert run.state.status == "cancelled"
+    assert run.status() == "cancelled"
 
 
 def test_t5_routed_declared_refusal_continues_at_the_refusal_target() -> None:
@@ -147,7 +148,7 @@ def test_t6_unrouted_declared_refusal_fails_with_product_refused() -> None:
     run.send("act")
     run.answer("act", "declared-refusal", refusal_code="something-else")
     assert run.record("act").state == "dead-lettered"
-    assert run.state.status == "failed" and run.state.failure_code == "product-refused"
+    assert run.status() == "failed" and run.state.failure_code == "product-refused"
     assert Fail("failed", "product-refused") in run.commands
 
 
@@ -156,7 +157,7 @@ def test_t6_declared_refusal_while_stopping_ends_cancelled() -> None:
     run.send("act")
     run.feed(CancelRequested())
     run.answer("act", "declared-refusal", refusal_code="withdrawn")
-    assert run.state.status == "cancelled"
+    assert run.status() == "cancelled"
     assert run.record("act").effect_state == "refused"
 
 
@@ -179,7 +180,7 @@ def test_t8_third_retryable_dead_letters_with_its_code() -> None:
         run.answer("send", "retryable", code="transport-unavailable")
     assert run.record("send").state == "dead-lettered"
     assert run.record("send").attempt == 3
-    assert (run.state.status, run.state.failure_code) == ("failed", "transport-unavailable")
+    assert (run.status(), run.state.failure_code) == ("failed", "transport-unavailable")
 
 
 def test_t9_a_retry_at_or_after_the_deadline_expires_instead() -> None:
@@ -189,7 +190,7 @@ def test_t9_a_retry_at_or_after_the_deadline_expires_instead() -> None:
     run.feed(ReadyToSend("send"), at=T0 + 10 * SECOND - 100)
     run.answer("send", "retryable", code="transport-unavailable")
     assert run.record("send").state == "expired"
-    assert (run.state.status, run.state.failure_code) == ("expired", "deadline-reached")
+    assert (run.status(), run.state.failure_code) == ("expired", "deadline-reached")
 
 
 def test_t10_refused_dead_letters_and_fails_the_run() -> None:
@@ -198,7 +199,7 @@ def test_t10_refused_dead_letters_and_fails_the_run() -> None:
     run.answer("send", "refused", code="invalid-command")
     assert run.record("send").state == "dead-lettered"
     assert run.record("send").effect_state == "refused"
-    assert (run.state.status, run.state.failure_code) == ("failed", "invalid-command")
+    assert (run.status(), run.state.failure_code) == ("failed", "invalid-command")
 
 
 def test_t10_refused_while_stopping_ends_cancelled() -> None:
@@ -206,7 +207,7 @@ def test_t10_refused_while_stopping_ends_cancelled() -> None:
     run.send("send")
     run.feed(CancelRequested())
     run.answer("send", "refused", code="product-forbidden")
-    assert run.state.status == "cancelled" and run.record("send").state == "dead-lettered"
+    assert run.status() == "cancelled" and run.record("send").state == "dead-lettered"
 
 
 def test_t11_uncertain_mutation_puts_run_in_attention() -> None:
@@ -216,7 +217,7 @@ def test_t11_uncertain_mutation_puts_run_in_attention() -> None:
     record = run.record("send")
     assert record.state == "unknown" and record.uncertain
     assert record.effect_state == "unknown"
-    assert (run.state.status, run.state.failure_code) == ("attention", "transport-uncertain")
+    assert (run.status(), run.state.failure_code) == ("attention", "transport-uncertain")
 
 
 def test_t11_receipt_expired_marks_the_record() -> None:
@@ -246,7 +247,7 @@ def test_t11_any_non_success_while_uncertain_stays_unknown_with_its_code() -> No
     run.feed(RetrySame())
     run.send("send")
     run.answer("send", "refused", code="product-refused")
-    assert run.record("send").state == "unknown" and run.state.status == "attention"
+    assert run.record("send").state == "unknown" and run.status() == "attention"
     assert run.state.failure_code == "product-refused"
 
 
@@ -266,7 +267,7 @@ def test_t13_choose_with_a_label_that_is_no_case_is_choice_invalid() -> None:
         "choice-invalid",
         "coordinator.mapping.branch",
     )
-    assert (run.state.status, run.state.failure_code) == ("failed", "choice-invalid")
+    assert (run.status(), run.state.failure_code) == ("failed", "choice-invalid")
 
 
 def test_t13_choose_function_failure_is_mapping_invalid() -> None:
@@ -281,7 +282,7 @@ def test_t14_finish_publishes_outcome_and_output() -> None:
     published = definition({"end": finish("done", mapping("publish"))}, "end")
     run = Driver(published)
     run.claim("end")
-    assert run.state.status == "finished"
+    assert run.status() == "finished"
     assert (run.state.outcome, run.state.output) == ("done", "1")
     assert run.state.completed_at == T0
 
@@ -291,7 +292,7 @@ def test_t14_finish_on_the_cancel_path_ends_cancelled_with_its_outcome() -> None
     run.feed(CancelRequested(), at=T0 + 60 * SECOND)
     run.succeed("undo", {"ok": True})
     run.claim("undone")
-    assert run.state.status == "cancelled" and run.state.outcome == "done"
+    assert run.status() == "cancelled" and run.state.outcome == "done"
     assert run.state.cancel_requested
 
 
@@ -299,7 +300,7 @@ def test_t15_finish_output_failing_its_schema_is_outcome_invalid() -> None:
     strict = definition({"end": finish("strict", mapping("publish"))}, "end")
     run = Driver(strict)
     run.claim("end")
-    assert (run.state.status, run.state.failure_code) == ("failed", "outcome-invalid")
+    assert (run.status(), run.state.failure_code) == ("failed", "outcome-invalid")
     assert run.record("end").detail == "coordinator.mapping.outcome"
 
 
@@ -331,7 +332,7 @@ def test_t16_a_past_instant_does_not_rewind_and_a_late_one_is_capped_at_the_dead
 def test_t17_wait_until_that_is_not_a_date_time_is_mapping_invalid() -> None:
     run = Driver(TIMER, {"at": "tomorrow"})
     run.claim("timer")
-    assert (run.state.status, run.state.failure_code) == ("failed", "mapping-invalid")
+    assert (run.status(), run.state.failure_code) == ("failed", "mapping-invalid")
     assert run.record("timer").detail == "coordinator.mapping.timestamp"
 
 
@@ -381,7 +382,7 @@ def test_t22_timeout_without_on_timeout_fails_wait_timed_out() -> None:
     run = _waiting_review(BARE_REVIEW)
     run.now = T0 + 3600 * SECOND
     run.claim("wait")
-    assert (run.state.status, run.state.failure_code) == ("failed", "wait-timed-out")
+    assert (run.status(), run.state.failure_code) == ("failed", "wait-timed-out")
 
 
 def test_t23_refused_observation_fails_the_run_with_its_code() -> None:
@@ -389,7 +390,7 @@ def test_t23_refused_observation_fails_the_run_with_its_code() -> None:
     run.claim("wait")
     run.feed(ObservationOutcome("wait", "refused", code="completion-expired"))
     assert run.record("wait").state == "dead-lettered"
-    assert (run.state.status, run.state.failure_code) == ("failed", "completion-expired")
+    assert (run.status(), run.state.failure_code) == ("failed", "completion-expired")
 
 
 def test_t24_retryable_observation_reads_again_after_the_floor() -> None:
@@ -405,7 +406,7 @@ def test_t25_cancel_of_a_pending_wait_with_on_cancel_takes_the_cancel_route() ->
     run.feed(CancelRequested(), at=T0 + 60 * SECOND)
     assert run.record("wait").route == Route("cancel")
     assert run.state.cancel_mode == "on-cancel-path"
-    assert run.state.status == "cancel-requested" and run.state.cancel_requested
+    assert run.status() == "cancel-requested" and run.state.cancel_requested
     assert run.state.current_step == "undo" and run.record("undo").state == "pending"
 
 
@@ -413,14 +414,14 @@ def test_t25_cancel_of_a_pending_wait_without_on_cancel_ends_cancelled() -> None
     run = _waiting_review(BARE_REVIEW)
     run.feed(CancelRequested(), at=T0 + 60 * SECOND)
     assert run.record("wait").state == "cancelled"
-    assert run.state.status == "cancelled" and run.state.completed_at == T0 + 60 * SECOND
+    assert run.status() == "cancelled" and run.state.completed_at == T0 + 60 * SECOND
 
 
 def test_t25_cancel_of_another_pending_record_ends_cancelled() -> None:
     run = Driver(TIMER)
     run.claim("timer")
     run.feed(CancelRequested(), at=T0 + 60 * SECOND)
-    assert run.record("timer").state == "cancelled" and run.state.status == "cancelled"
+    assert run.record("timer").state == "cancelled" and run.status() == "cancelled"
 
 
 def test_t26_deadline_sweep_expires_a_pending_non_pure_record() -> None:
@@ -428,7 +429,7 @@ def test_t26_deadline_sweep_expires_a_pending_non_pure_record() -> None:
     run.claim("timer")
     run.feed(DeadlinePassed(), at=run.state.deadline_at)
     assert run.record("timer").state == "expired"
-    assert (run.state.status, run.state.failure_code) == ("expired", "deadline-reached")
+    assert (run.status(), run.state.failure_code) == ("expired", "deadline-reached")
 
 
 def test_t26_a_claim_after_the_deadline_expires_instead_of_leasing() -> None:
@@ -444,7 +445,7 @@ def test_t27_deadline_of_an_uncertain_record_needs_attention() -> None:
     run.feed(RetrySame())
     run.feed(DeadlinePassed(), at=run.state.deadline_at)
     assert run.record("send").state == "unknown"
-    assert (run.state.status, run.state.failure_code) == ("attention", "transport-uncertain")
+    assert (run.status(), run.state.failure_code) == ("attention", "transport-uncertain")
 
 
 def test_t28_lease_lapsed_after_dispatch_is_unknown_transport_uncertain() -> None:
@@ -453,7 +454,7 @@ def test_t28_lease_lapsed_after_dispatch_is_unknown_transport_uncertain() -> Non
     run.feed(LeaseLapsed("send"), at=T0 + 15 * SECOND)
     record = run.record("send")
     assert record.state == "unknown" and record.uncertain
-    assert (run.state.status, run.state.failure_code) == ("attention", "transport-uncertain")
+    assert (run.status(), run.state.failure_code) == ("attention", "transport-uncertain")
 
 
 def test_t29_lease_lapsed_before_dispatch_retries_as_attempt_timeout() -> None:
@@ -502,7 +503,7 @@ def test_t30_retry_same_rearms_the_record_in_a_new_generation() -> None:
     assert result.refused is None
     assert (record.state, record.generation, record.attempt) == ("pending", 2, 0)
     assert record.due_at == T0 + 60 * SECOND and record.uncertain
-    assert (run.state.status, run.state.failure_code, run.state.completed_at) == (
+    assert (run.status(), run.state.failure_code, run.state.completed_at) == (
         "running",
         None,
         None,
@@ -524,7 +525,7 @@ def test_t31_confirmed_reconcile_settles_by_receipt_and_continues() -> None:
     record = run.record("send")
     assert record.state == "delivered" and record.settled_by == "reconcile"
     assert record.output == '{"id":"m"}' and not record.uncertain
-    assert run.state.status == "running" and run.state.current_step == "end"
+    assert run.status() == "running" and run.state.current_step == "end"
 
 
 def test_t32_reconcile_receipt_expired_stays_in_attention() -> None:
@@ -535,7 +536,7 @@ def test_t32_reconcile_receipt_expired_stays_in_attention() -> None:
     result = run.feed(ReceiptAnswer("send", 1, "expired"))
     assert result.answer == "receipt-expired"
     assert run.record("send").receipt_expired
-    assert (run.state.status, run.state.failure_code) == ("attention", "receipt-expired")
+    assert (run.status(), run.state.failure_code) == ("attention", "receipt-expired")
 
 
 def test_t33_restore_hold_reviews_the_run_and_lapses_its_lease() -> None:
@@ -580,7 +581,7 @@ def test_t36_a_record_that_does_not_fit_the_snapshot_is_step_invalid() -> None:
     run.definition = other
     run.claim("read")
     assert run.record("read").state == "dead-lettered"
-    assert (run.state.status, run.state.failure_code) == ("failed", "step-invalid")
+    assert (run.status(), run.state.failure_code) == ("failed", "step-invalid")
 
 
 def test_dispatch_carries_the_frozen_command_and_the_product_command_key() -> None:

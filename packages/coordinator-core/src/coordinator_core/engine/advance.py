@@ -37,6 +37,7 @@ from coordinator_core.engine.definition import (
     CallStep,
     ChooseStep,
     Definition,
+    EngineInvariantError,
     FinishStep,
     WaitForStep,
     WaitUntilStep,
@@ -46,6 +47,7 @@ from coordinator_core.engine.events import (
     AttemptRefused,
     CallOutcome,
     CancelRequested,
+    CompletionNotified,
     DeadlinePassed,
     Event,
     LeaseLapsed,
@@ -282,6 +284,9 @@ def _completion_reference(tx: _Tx, spec: WaitForStep) -> Any:
 
 def _enter(tx: _Tx, target: str) -> None:
     """Leave the current step for `target`: create its record `pending` (07 §5.1)."""
+    if target in tx.index:
+        # Guarantee 2: the graph is acyclic (G2), so no route can lead back to a step.
+        raise EngineInvariantError(f"Step {target} would be entered twice.")
     spec = tx.definition.step(target)
     tx.set(current_step=target)
     now = tx.now
@@ -847,6 +852,24 @@ def _lease_lapsed_event(tx: _Tx, event: LeaseLapsed) -> Advance:
     return tx.done()
 
 
+def _completion_notified(tx: _Tx) -> Advance:
+    """07 §7.6: due := max(now, lastObservedAt + floor) (now if never observed) when that is
+    earlier than the current due time and than `timeoutAt`; anything else changes nothing
+    (a leased observation is already in flight)."""
+    record = tx.get(tx.run.current_step)
+    if record.type != "wait-for" or record.state != "pending":
+        return tx.done()
+    assert record.due_at is not None and record.timeout_at is not None
+    floor = tx.run.policy.observation_floor_seconds * 1000
+    due = (
+        tx.now if record.last_observed_at is None else max(tx.now, record.last_observed_at + floor)
+    )
+    if due < record.due_at and due < record.timeout_at:
+        tx.update(record, due_at=due)
+        tx.emit(ScheduleObservation(record.step, due))
+    return tx.done()
+
+
 def is_settled(state: RunState, now: Instant) -> bool:
     """07 §13: terminal, or `failed` with `retry-same` no longer possible — and no unknown
     effect and no restore review."""
@@ -1137,4 +1160,6 @@ def advance(
         return _deadline_passed(tx)
     if isinstance(event, LeaseLapsed):
         return _lease_lapsed_event(tx, event)
+    if isinstance(event, CompletionNotified):
+        return _completion_notified(tx)
     return _attempt_refused(tx, event)

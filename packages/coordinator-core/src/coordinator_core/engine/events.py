@@ -19,6 +19,7 @@ __all__ = [
     "AttemptRefused",
     "CallOutcome",
     "CancelRequested",
+    "CompletionNotified",
     "DeadlinePassed",
     "Event",
     "LeaseLapsed",
@@ -155,6 +156,14 @@ class LeaseLapsed(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
+class CompletionNotified(_Tagged):
+    """A completion event matched the run's pending `wait-for` (07 §7.6): bring its next
+    observation forward, never closer than the floor to the last read."""
+
+    kind: ClassVar[str] = "completion-notified"
+
+
+@dataclass(frozen=True, slots=True)
 class CancelRequested(_Tagged):
     """`POST /v1/runs/{run}/cancel` (07 §8)."""
 
@@ -226,6 +235,7 @@ Event = (
     | ObservationOutcome
     | DeadlinePassed
     | LeaseLapsed
+    | CompletionNotified
     | CancelRequested
     | RetrySame
     | ReconcileRequested
@@ -246,6 +256,7 @@ _EVENT_TYPES: dict[str, type[Any]] = {
         ObservationOutcome,
         DeadlinePassed,
         LeaseLapsed,
+        CompletionNotified,
         CancelRequested,
         RetrySame,
         ReconcileRequested,

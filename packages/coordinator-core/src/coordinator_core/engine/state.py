@@ -207,6 +207,17 @@ class RunState:
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
 
+    @property
+    def effects(self) -> tuple[tuple[str, str, EffectState, SettledBy | None], ...]:
+        """`(step, operation, state, settledBy)` of every prepared mutation or evaluation, in
+        order of first attempt (06 §11.4)."""
+        found: list[tuple[str, str, EffectState, SettledBy | None]] = []
+        for record in self.records:
+            effect = record.effect_state
+            if effect is not None and record.operation is not None:
+                found.append((record.step, record.operation, effect, record.settled_by))
+        return tuple(found)
+
     def to_json(self) -> dict[str, Any]:
         result: dict[str, Any] = encode(self)
         return result

@@ -160,12 +160,8 @@ class _RunnerError(Exception):
 class _Case:
     """The mutable bookkeeping of one running case; the run itself lives in `state`."""
 
-    def __init__(
-        self, definition: Definition, scenarios: AuthoredFile, index: int, case: Mapping[str, Any]
-    ) -> None:
+    def __init__(self, definition: Definition, index: int, case: Mapping[str, Any]) -> None:
         self.definition = definition
-        self.scenarios = scenarios
-        self.index = index
         self.base = f"/cases/{index}"
         self.case = case
         self.case_id = str(case.get("id", ""))
@@ -412,9 +408,7 @@ def _path(state: RunState) -> tuple[str, ...]:
     )
 
 
-def _start_input(
-    definition: Definition, scenarios: AuthoredFile, base: str, case: Mapping[str, Any]
-) -> Any:
+def _start_input(definition: Definition, base: str, case: Mapping[str, Any]) -> Any:
     """04 §4.2: the literal input, or the trigger mapping's result for an event start."""
     if "input" in case:
         if not definition.input_valid(case["input"]):
@@ -493,13 +487,13 @@ def run_case(
     base = f"/cases/{index}"
     case_id = case.get("id")
     try:
-        run_input = _start_input(definition, scenarios, base, case)
+        run_input = _start_input(definition, base, case)
     except _RunnerError as error:
         diagnostic = scenario_diagnostic(
             scenarios, error.code, error.pointer, related=error.related
         )
         return CaseResult(case_id, index, False, diagnostics=(diagnostic,))
-    runner = _Case(definition, scenarios, index, case)
+    runner = _Case(definition, index, case)
     runner_error: _RunnerError | None = None
     try:
         runner.run(run_input)

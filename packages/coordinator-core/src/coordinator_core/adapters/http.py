@@ -1,0 +1,535 @@
+"""The one HTTP client policy every product adapter and the token exchange use (contract 08 §2.1).
+
+One request = one fresh connection through a private transport: the destination is checked
+(https anywhere; plain http only to a numeric loopback address; cloud metadata addresses
+never), the host is resolved once and the socket is connected to exactly that address (TLS
+still verifies the certificate against the host name), every socket operation is clipped to
+the request's deadline (connect 1 s, total 2 s, never beyond the attempt budget), redirects are
+never followed, nothing is retried, and at most 65,536 body bytes are read.
+
+Failures leave this module as two exception types only, `DestinationRefused` and
+`TransportFailure`, carrying facts (was anything sent? did the attempt budget run out?) and
+fixed messages; the adapters turn them into outcomes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Final, Literal
+from urllib.parse import quote
+
+# This module is shell: the pure core's import ban on httpx (architecture rule 2) does not
+# apply to adapters, which ARCHITECTURE.md places in core as the HTTP edge.
+import httpcore
+import httpx  # noqa: TID251
+
+from coordinator_core.values import (
+    JsonBoundsError,
+    StrictJsonError,
+    check_json_value,
+    parse_strict_json,
+)
+
+__all__ = [
+    "CONNECT_TIMEOUT_SECONDS",
+    "MAX_BODY_BYTES",
+    "METADATA_ADDRESSES",
+    "TOTAL_TIMEOUT_SECONDS",
+    "Answer",
+    "DestinationRefused",
+    "HttpSettings",
+    "Problem",
+    "TransportFailure",
+    "exchange",
+    "json_body",
+    "path_segment",
+    "problem_of",
+    "user_agent",
+]
+
+CONNECT_TIMEOUT_SECONDS: Final = 1.0
+TOTAL_TIMEOUT_SECONDS: Final = 2.0
+MAX_BODY_BYTES: Final = 65_536
+METADATA_ADDRESSES: Final = frozenset(
+    ipaddress.ip_address(text) for text in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")
+)
+
+# A socket timeout of 0 would make the socket non-blocking (an OSError, not a timeout), so a
+# deadline that has not quite passed still gets this much time.
+_MINIMUM_WAIT: Final = 0.001
+# A timeout firing this close to the attempt deadline is the attempt budget running out.
+_BUDGET_SLACK: Final = 0.005
+
+Resolver = Callable[[str, int], Sequence[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    """The client policy. Defaults are the contract's; tests shorten the timeouts or inject a
+    resolver and a TLS context."""
+
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS
+    total_timeout: float = TOTAL_TIMEOUT_SECONDS
+    max_body_bytes: int = MAX_BODY_BYTES
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+    resolver: Resolver | None = field(default=None, repr=False)
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+
+
+class DestinationRefused(Exception):
+    """The destination policy refused the URL; nothing was resolved or sent."""
+
+    def __init__(self) -> None:
+        super().__init__("The destination is refused by the client policy.")
+
+
+class TransportFailure(Exception):
+    """The exchange failed without a usable answer.
+
+    `sent` is true once any byte of the request may have left (the first socket write was
+    attempted); `budget` is true when the attempt budget, not the request's own timeout, ran
+    out. The message is fixed and never names the URL or the cause's text.
+    """
+
+    def __init__(self, *, sent: bool, budget: bool, timeout: bool) -> None:
+        super().__init__("The request did not complete.")
+        self.sent = sent
+        self.budget = budget
+        self.timeout = timeout
+
+
+BodyProblem = Literal["oversize", "undecodable"]
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A complete HTTP answer. `body` is None when it could not be kept (`body_problem`)."""
+
+    status: int
+    body: bytes | None = field(repr=False)
+    body_problem: BodyProblem | None = None
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """The only members of an `application/problem+json` body the adapter ever keeps (08
+    §2.3), and only when the body's `status` equals the HTTP status."""
+
+    code: str
+    refusal_code: str | None = None
+
+
+# -- small pieces ------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def user_agent() -> str:
+    """`registry-coordinator/<version>` (08 §2.1)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"registry-coordinator/{version('coordinator-core')}"
+    except PackageNotFoundError:
+        return "registry-coordinator/0"
+
+
+def path_segment(value: str) -> str:
+    """`value` percent-encoded as exactly one path segment (08 §2.1).
+
+    Everything outside RFC 3986 `unreserved` is encoded, so `/`, `?`, `#` and `%` cannot
+    change the path; `.` and `..` are encoded too because a client or server that removes
+    dot segments would otherwise climb out of the collection.
+    """
+    encoded = quote(value, safe="")
+    if encoded in (".", ".."):
+        return encoded.replace(".", "%2E")
+    return encoded
+
+
+def json_body(answer: Answer) -> object | None:
+    """The body as a strict JSON value within the value bounds (03 §4), or None when it is
+    missing, oversize, not strict JSON or out of bounds (08 §2.1: `invalid-response`)."""
+    if answer.body is None or not answer.body:
+        return None
+    try:
+        value = parse_strict_json(answer.body)
+        check_json_value(value)
+    except (StrictJsonError, JsonBoundsError):
+        return None
+    return value
+
+
+def problem_of(answer: Answer) -> Problem | None:
+    """The trusted `code` (and `refusalCode`) of a problem body, or None (08 §2.3)."""
+    value = json_body(answer)
+    if not isinstance(value, dict):
+        return None
+    status, code = value.get("status"), value.get("code")
+    if isinstance(status, bool) or status != answer.status or not isinstance(code, str):
+        return None
+    refusal = value.get("refusalCode")
+    return Problem(code, refusal if isinstance(refusal, str) else None)
+
+
+def _retry_after(headers: httpx.Headers) -> float | None:
+    text = headers.get("retry-after")
+    if text is None or not text.strip().isdigit():
+        return None  # HTTP-date values are ignored: the worker ignores the hint anyway
+    return float(min(int(text.strip()), 86_400))
+
+
+# -- destination policy --------------------------------------------------------------------------
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _is_metadata(text: str) -> bool:
+    address = _address(text)
+    return address is not None and address in METADATA_ADDRESSES
+
+
+def _system_resolve(host: str, port: int) -> list[str]:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    return [str(info[4][0]) for info in infos]
+
+
+_resolver_pool: ThreadPoolExecutor | None = None
+_resolver_lock = threading.Lock()
+
+
+def _resolve_within(resolver: Resolver, host: str, port: int, timeout: float) -> Sequence[str]:
+    """Resolve on a helper thread so a slow resolver cannot outlast the connect timeout."""
+    global _resolver_pool  # noqa: PLW0603 - one small lazily created pool per process
+    with _resolver_lock:
+        if _resolver_pool is None:
+            _resolver_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="resolve")
+        pool = _resolver_pool
+    future: Future[Sequence[str]] = pool.submit(resolver, host, port)
+    return future.result(timeout=timeout)
+
+
+def _destination(url: httpx.URL, settings: HttpSettings, timeout: float) -> str:
+    """The one address to connect to, or DestinationRefused / a pre-send TransportFailure."""
+    scheme = url.scheme
+    host = url.raw_host.decode("ascii")
+    if scheme not in ("http", "https") or not host or url.userinfo:
+        raise DestinationRefused()
+    literal = _address(host)
+    if scheme == "http" and (literal is None or not literal.is_loopback or "%" in host):
+        raise DestinationRefused()  # plain http only to a numeric loopback address
+    if literal is not None:
+        if literal in METADATA_ADDRESSES:
+            raise DestinationRefused()
+        return host
+    port = url.port or 443
+    try:
+        addresses = _resolve_within(settings.resolver or _system_resolve, host, port, timeout)
+    except FutureTimeout as exc:
+        raise TransportFailure(sent=False, budget=False, timeout=True) from exc
+    except Exception as exc:  # noqa: BLE001 - any resolver failure is a DNS failure
+        raise TransportFailure(sent=False, budget=False, timeout=False) from exc
+    if not addresses:
+        raise TransportFailure(sent=False, budget=False, timeout=False)
+    # Refuse the name if any of its addresses is a metadata address: a resolver that mixes
+    # one in must not get a second chance at the next request.
+    if any(_is_metadata(address) for address in addresses) or any(
+        _address(address) is None for address in addresses
+    ):
+        raise DestinationRefused()
+    return addresses[0]
+
+
+# -- the pinned, deadline-clipped transport --------------------------------------------------------
+
+
+class _Clock:
+    """The request's deadline and what happened so far; shared by the backend and streams."""
+
+    def __init__(self, deadline: float, attempt_deadline: float, now: Callable[[], float]):
+        self.deadline = deadline
+        self.attempt_deadline = attempt_deadline
+        self.now = now
+        self.sending = False
+
+    def clip(self, timeout: float | None, expired: type[Exception]) -> float:
+        remaining = self.deadline - self.now()
+        if remaining <= 0:
+            raise expired("The request deadline passed.")
+        if timeout is not None:
+            remaining = min(remaining, timeout)
+        return max(remaining, _MINIMUM_WAIT)
+
+    def budget_spent(self) -> bool:
+        return self.now() >= self.attempt_deadline - _BUDGET_SLACK
+
+
+class _Stream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream, clock: _Clock) -> None:
+        self._inner = inner
+        self._clock = clock
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, self._clock.clip(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        wait = self._clock.clip(timeout, httpcore.WriteTimeout)
+        if buffer:
+            self._clock.sending = True  # from here on the request may have left
+        self._inner.write(buffer, wait)
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        wait = self._clock.clip(timeout, httpcore.ConnectTimeout)
+        return _Stream(self._inner.start_tls(ssl_context, server_hostname, wait), self._clock)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _PinnedBackend(httpcore.NetworkBackend):
+    """Connects every TCP connection to the one address resolved for this request."""
+
+    def __init__(self, address: str, clock: _Clock) -> None:
+        self._address = address
+        self._clock = clock
+        self._inner = httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        wait = self._clock.clip(timeout, httpcore.ConnectTimeout)
+        stream = self._inner.connect_tcp(
+            self._address, port, wait, local_address=local_address, socket_options=socket_options
+        )
+        return _Stream(stream, self._clock)
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        raise httpcore.ConnectError("Unix sockets are not a destination.")
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+_EXCEPTIONS: Final[tuple[tuple[type[Exception], type[httpx.HTTPError]], ...]] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
+
+
+def _as_httpx(exc: Exception) -> Exception:
+    for source, target in _EXCEPTIONS:
+        if isinstance(exc, source):
+            mapped = target("The transport failed.")
+            mapped.__cause__ = exc
+            return mapped
+    return exc
+
+
+class _ResponseStream(httpx.SyncByteStream):
+    def __init__(self, inner: Iterable[bytes]) -> None:
+        self._inner = inner
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._inner
+        except httpcore.TimeoutException as exc:
+            raise _as_httpx(exc) from exc
+        except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
+            raise _as_httpx(exc) from exc
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
+
+class _PinnedTransport(httpx.BaseTransport):
+    """An httpx transport over one httpcore pool whose backend is pinned and clipped."""
+
+    def __init__(self, ssl_context: ssl.SSLContext, backend: httpcore.NetworkBackend) -> None:
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=1,
+            max_keepalive_connections=0,
+            http1=True,
+            http2=False,
+            retries=0,  # the worker owns retries (08 §2.1)
+            network_backend=backend,
+        )
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.SyncByteStream)
+        core_request = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
+            extensions=request.extensions,
+        )
+        try:
+            response = self._pool.handle_request(core_request)
+        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
+            raise _as_httpx(exc) from exc
+        assert isinstance(response.stream, Iterable)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_ResponseStream(response.stream),
+            extensions=response.extensions,
+        )
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+@lru_cache(maxsize=1)
+def _default_ssl_context() -> ssl.SSLContext:
+    return httpx.create_ssl_context(trust_env=False)
+
+
+# -- the exchange ------------------------------------------------------------------------------------
+
+
+def exchange(
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    body: bytes | None = None,
+    attempt_deadline: float,
+    settings: HttpSettings,
+) -> Answer:
+    """Send one request under the client policy and read its complete answer.
+
+    Raises DestinationRefused or TransportFailure; any other exception is a fault of this
+    module (the adapters map it to the fallback codes). A non-2xx body that cannot be kept
+    is dropped (the status alone then classifies); a 2xx body that is oversize or cannot be
+    decoded is reported through `body_problem`.
+    """
+    now = settings.clock()
+    deadline = min(now + settings.total_timeout, attempt_deadline)
+    clock = _Clock(deadline, attempt_deadline, settings.clock)
+    if deadline - now <= 0:
+        raise TransportFailure(sent=False, budget=True, timeout=True)
+    try:
+        target = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise DestinationRefused() from exc
+    connect = min(settings.connect_timeout, deadline - now)
+    address = _destination(target, settings, connect)
+    if clock.deadline - settings.clock() <= 0:
+        raise TransportFailure(sent=False, budget=clock.budget_spent(), timeout=True)
+
+    transport = _PinnedTransport(
+        settings.ssl_context or _default_ssl_context(), _PinnedBackend(address, clock)
+    )
+    remaining = max(deadline - settings.clock(), _MINIMUM_WAIT)
+    timeout = httpx.Timeout(
+        connect=min(settings.connect_timeout, remaining),
+        read=remaining,
+        write=remaining,
+        pool=remaining,
+    )
+    request_headers = {
+        "Accept": "application/json",
+        "User-Agent": user_agent(),
+        # Bodies are counted after decoding; asking for none keeps the count honest.
+        "Accept-Encoding": "identity",
+        **headers,
+    }
+    with httpx.Client(
+        transport=transport, follow_redirects=False, trust_env=False, timeout=timeout
+    ) as client:
+        try:
+            request = client.build_request(method, target, headers=request_headers, content=body)
+            response = client.send(request, stream=True)
+        except httpx.UnsupportedProtocol as exc:
+            raise DestinationRefused() from exc
+        except (httpx.TransportError, OSError) as exc:
+            raise _failure(exc, clock) from exc
+        try:
+            return _read_answer(response, clock, settings.max_body_bytes)
+        finally:
+            response.close()
+
+
+def _failure(exc: BaseException, clock: _Clock) -> TransportFailure:
+    timed_out = isinstance(exc, httpx.TimeoutException | TimeoutError)
+    return TransportFailure(
+        sent=clock.sending, budget=timed_out and clock.budget_spent(), timeout=timed_out
+    )
+
+
+def _read_answer(response: httpx.Response, clock: _Clock, limit: int) -> Answer:
+    status = response.status_code
+    success = 200 <= status < 300
+    retry_after = _retry_after(response.headers)
+    declared = response.headers.get("content-length", "")
+    if declared.strip().isdigit() and int(declared) > limit:
+        return Answer(status, None, "oversize", retry_after)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > limit:
+                return Answer(status, None, "oversize", retry_after)
+            chunks.append(chunk)
+    except httpx.DecodingError:
+        return Answer(status, None, "undecodable", retry_after)
+    except (httpx.TransportError, httpx.StreamError, OSError) as exc:
+        if success:
+            raise _failure(exc, clock) from exc
+        return Answer(status, None, "undecodable", retry_after)  # the status alone decides
+    return Answer(status, b"".join(chunks), None, retry_after)

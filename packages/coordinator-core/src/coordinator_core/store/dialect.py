@@ -1,0 +1,310 @@
+"""Every difference between the PostgreSQL and SQLite stores, in one place (ARCHITECTURE rule 5).
+
+Owned here: locating a store from its URL, engine set-up (PostgreSQL `search_path`, SQLite
+pragmas and `BEGIN IMMEDIATE`), the UTC time type (timestamptz on PostgreSQL, integer
+milliseconds on SQLite, file 07 §14.3), the JSON type, row locking for claims, the namespace
+marker, and which driver errors are transient. Nothing outside this module looks at a dialect
+name.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from sqlalchemy import JSON, BigInteger, DateTime, event, exc
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Connection, Dialect, Engine, create_engine
+from sqlalchemy.sql import Select
+from sqlalchemy.sql.expression import FromClause
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+from coordinator_core.errors import CoordinatorError, Diagnostic
+
+__all__ = [
+    "NAMESPACE_MARKER",
+    "JsonDocument",
+    "StoreKind",
+    "StoreLocation",
+    "UTCDateTime",
+    "create_store_engine",
+    "from_epoch_ms",
+    "is_transient",
+    "lock_one",
+    "lock_rows",
+    "locate",
+    "quote_namespace",
+    "to_epoch_ms",
+    "truncate_ms",
+]
+
+StoreKind = Literal["postgresql", "sqlite"]
+
+NAMESPACE_MARKER: Final = "registry-coordinator/v1 store"
+"""The comment `migrate` puts on the PostgreSQL schema it owns (file 07 §14.2)."""
+
+_NAMESPACE: Final = re.compile(r"coordinator_[a-z0-9_]*")
+_NAMESPACE_MAX_BYTES: Final = 60
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND: Final = timedelta(milliseconds=1)
+
+# SQLite connection settings of file 07 §14.3.
+_SQLITE_BUSY_TIMEOUT_MS: Final = 5000
+_SQLITE_PRAGMAS: Final = (
+    "PRAGMA journal_mode=WAL",
+    "PRAGMA synchronous=FULL",
+    "PRAGMA foreign_keys=ON",
+    f"PRAGMA busy_timeout={_SQLITE_BUSY_TIMEOUT_MS}",
+)
+# Execution option that makes a SQLite transaction a deferred (read) one; writes are IMMEDIATE.
+READ_ONLY_OPTION: Final = "coordinator_read_only"
+
+# PostgreSQL errors after which the server has rolled the transaction back and a retry is safe:
+# serialization_failure, deadlock_detected, lock_not_available.
+_PG_TRANSIENT: Final = frozenset({"40001", "40P01", "55P03"})
+_SQLITE_BUSY: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
+
+
+def _refuse(code: str) -> CoordinatorError:
+    return CoordinatorError(Diagnostic(code=code))
+
+
+# -- time ---------------------------------------------------------------------------------------
+
+
+def truncate_ms(value: datetime) -> datetime:
+    """`value` in UTC, truncated to whole milliseconds (the resolution both backends keep)."""
+    if value.tzinfo is None:
+        raise ValueError("The store accepts only timezone-aware datetimes.")
+    value = value.astimezone(UTC)
+    return value.replace(microsecond=value.microsecond - value.microsecond % 1000)
+
+
+def to_epoch_ms(value: datetime) -> int:
+    """Milliseconds since the Unix epoch (the engine's `Instant`) of an aware datetime."""
+    return (truncate_ms(value) - _EPOCH) // _MILLISECOND
+
+
+def from_epoch_ms(value: int) -> datetime:
+    """The aware UTC datetime of an engine `Instant`."""
+    return _EPOCH + value * _MILLISECOND
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """An instant: `timestamptz` on PostgreSQL, integer milliseconds on SQLite (07 §14.3).
+
+    Binds only timezone-aware values, stores them in UTC truncated to milliseconds, and reads
+    back aware UTC datetimes on both backends, so both return identical values.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(BigInteger())
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if dialect.name == "sqlite":
+            return to_epoch_ms(value)
+        return truncate_ms(value)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, int):
+            return from_epoch_ms(value)
+        if isinstance(value, datetime):
+            return truncate_ms(value if value.tzinfo else value.replace(tzinfo=UTC))
+        raise TypeError("An instant column returned a value that is not an instant.")
+
+
+JsonDocument: Final[TypeEngine[Any]] = JSON().with_variant(JSONB(), "postgresql")
+"""Store-controlled JSON documents only (custody markers, retry policy). JSONB is safe for them:
+they never hold caller data, which is always sealed bytes (`LargeBinary`), so JSONB's refusal
+of `\\u0000` and lone surrogates (STACK.md §4) cannot be reached."""
+
+
+# -- locating a store ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLocation:
+    """Where a store lives: a PostgreSQL database and namespace, or a SQLite file."""
+
+    kind: StoreKind
+    url: str
+    """The SQLAlchemy URL (`postgresql+psycopg://…` or `sqlite:///…`)."""
+    namespace: str | None = None
+    """PostgreSQL only: the schema holding the store."""
+    database: str | None = None
+    """PostgreSQL only: the database name the URL names (checked in every transaction)."""
+    path: Path | None = None
+    """SQLite only: the absolute path of the database file."""
+
+    @property
+    def lock_path(self) -> Path:
+        """SQLite only: the file `coordinator serve` holds locked for its lifetime (07 §14.3)."""
+        assert self.path is not None
+        return self.path.with_name(self.path.name + ".lock")
+
+
+def quote_namespace(namespace: str) -> str:
+    """The namespace as a quoted identifier; only names of 05 §4.1 are accepted."""
+    if not _NAMESPACE.fullmatch(namespace) or len(namespace.encode()) > _NAMESPACE_MAX_BYTES:
+        raise ValueError("The namespace is not a valid coordinator namespace.")
+    return f'"{namespace}"'
+
+
+def locate(url: str, *, namespace: str | None = None) -> StoreLocation:
+    """The store a URL names.
+
+    Accepts `postgresql://user@host:port/db` (also `postgres://` and `postgresql+psycopg://`;
+    a `namespace` is required) and `sqlite:////absolute/path` (or a bare absolute path).
+    """
+    if url.startswith("/"):
+        url = "sqlite:///" + url
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        if namespace is None:
+            raise ValueError("A PostgreSQL store needs a namespace.")
+        quote_namespace(namespace)
+        database = parts.path.lstrip("/")
+        if not database:
+            raise ValueError("The PostgreSQL URL must name a database.")
+        normalised = urlunsplit(("postgresql+psycopg", *parts[1:]))
+        return StoreLocation("postgresql", normalised, namespace=namespace, database=database)
+    if scheme == "sqlite":
+        raw = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
+        path = Path(raw)
+        if not raw or not path.is_absolute() or "?" in raw:
+            raise ValueError("A SQLite store is named by an absolute file path.")
+        return StoreLocation("sqlite", "sqlite:///" + str(path), path=path)
+    raise ValueError("The store URL is neither PostgreSQL nor SQLite.")
+
+
+def create_store_engine(
+    location: StoreLocation, *, pool_size: int = 10, read_only_file: bool = False
+) -> Engine:
+    """An engine whose every connection is set up for the store (07 §14.2, §14.3).
+
+    PostgreSQL: `search_path TO <namespace>, pg_catalog` on every connection. SQLite: the
+    pragmas of §14.3, and every transaction begins `BEGIN IMMEDIATE` (the admission lock and the
+    claim serialisation) unless the connection carries the read-only execution option.
+    `read_only_file` opens an existing SQLite file read-only and never creates it.
+    """
+    if location.kind == "postgresql":
+        assert location.namespace is not None
+        options = f"-c search_path={quote_namespace(location.namespace)},pg_catalog"
+        return create_engine(
+            location.url,
+            pool_size=pool_size,
+            max_overflow=pool_size,
+            pool_pre_ping=True,
+            connect_args={"options": options, "application_name": "registry-coordinator"},
+        )
+    url = location.url
+    if read_only_file:
+        url = f"sqlite:///file:{location.path}?mode=ro&uri=true"
+    engine = create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        connect_args={"check_same_thread": False, "timeout": _SQLITE_BUSY_TIMEOUT_MS / 1000},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # Hand transaction control to SQLAlchemy's `begin` event below (pysqlite would
+        # otherwise open deferred transactions on its own).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            for pragma in _SQLITE_PRAGMAS:
+                if read_only_file and "journal_mode" in pragma:
+                    continue
+                cursor.execute(pragma)
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        read_only = connection.get_execution_options().get(READ_ONLY_OPTION, False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+
+    return engine
+
+
+def read_engine(engine: Engine) -> Engine:
+    """The engine for consistent read-only transactions over the same pool.
+
+    PostgreSQL: `REPEATABLE READ READ ONLY` (one snapshot for an inspection, 06 §5.4).
+    SQLite: a deferred `BEGIN` (one read transaction; WAL lets it run beside the writer).
+    """
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+    return engine.execution_options(**{READ_ONLY_OPTION: True})
+
+
+# -- locking ------------------------------------------------------------------------------------
+
+
+def lock_one(statement: Select[Any], of: FromClause) -> Select[Any]:
+    """Lock the selected row of `of`, skipping rows other transactions hold.
+
+    PostgreSQL renders `FOR UPDATE OF … SKIP LOCKED`. SQLAlchemy drops the clause on SQLite,
+    where it is not needed: every write transaction there is `BEGIN IMMEDIATE`, so exactly one
+    writer runs at a time. Use it only inside `UPDATE … WHERE key IN (<this>) RETURNING`, never
+    as a bare `SELECT … FOR UPDATE` whose result is written later (STACK.md §4).
+    """
+    return statement.with_for_update(skip_locked=True, of=of)
+
+
+def lock_rows(statement: Select[Any], of: FromClause | None = None) -> Select[Any]:
+    """Lock the selected rows, waiting for other holders (PostgreSQL `FOR UPDATE`).
+
+    On SQLite the enclosing `BEGIN IMMEDIATE` transaction already excludes every other writer.
+    """
+    return statement.with_for_update(of=of) if of is not None else statement.with_for_update()
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def is_transient(error: BaseException) -> bool:
+    """A driver error after which the transaction was rolled back and may simply be retried.
+
+    PostgreSQL: serialization failure, deadlock, lock not available. SQLite: the database stayed
+    busy or locked beyond `busy_timeout`. Anything else (lost connections included, where a
+    commit's outcome may be unknown) is not retried.
+    """
+    if not isinstance(error, exc.DBAPIError):
+        return False
+    original = error.orig
+    sqlstate = getattr(original, "sqlstate", None)
+    if isinstance(sqlstate, str):
+        return sqlstate in _PG_TRANSIENT
+    if isinstance(original, sqlite3.OperationalError):
+        code = getattr(original, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            return code & 0xFF in _SQLITE_BUSY
+        return "locked" in str(original) or "busy" in str(original)
+    return False
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """A driver error that means the store cannot be reached or a commit's outcome is unknown."""
+    return isinstance(error, exc.OperationalError | exc.InterfaceError)
+
+
+def store_unavailable() -> CoordinatorError:
+    return _refuse("coordinator.command.store-unavailable")
