@@ -80,9 +80,9 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks that print ratios against a baseline measured in the same run.
 
-    `nox -s bench -- functions` or `nox -s bench -- check`; no argument runs all.
+    `nox -s bench -- functions`, `-- check` or `-- sealing`; no argument runs all.
     """
     install_workspace(session)
-    targets = session.posargs or ["functions", "check"]
+    targets = session.posargs or ["functions", "check", "sealing"]
     for target in targets:
         session.run("python", f"scripts/bench_{target}.py")

@@ -20,7 +20,7 @@ EXAMPLE = REPO / "examples" / "reviewed-notice"
 
 def _copy(tmp_path: Path) -> Path:
     project = tmp_path / "project"
-    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("*.md"))
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("*.md", "scenarios.yaml"))
     return project
 
 

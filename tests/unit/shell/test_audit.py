@@ -12,6 +12,7 @@ import re
 import secrets
 import stat
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from functools import partial
@@ -19,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.hashes import SHA256  # noqa: TID251 - test cross-check
-from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand  # noqa: TID251 - test cross-check
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 
 from coordinator_core import audit
 from coordinator_core.audit import (
@@ -403,6 +404,38 @@ def test_concurrent_appends_keep_one_contiguous_chain(journal_dir: Path) -> None
     result = verify_directory(journal_dir)
     assert result.entries == 800 == writer.sequence
     assert result.groups[0].head == writer.head
+
+
+def test_concurrent_appends_share_one_fsync(
+    journal_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # RECOMMENDED group commit: lines queued while one fsync runs are covered by the next one.
+    writer = AuditWriter.open(journal_dir, "serve")
+    real_fsync = os.fsync
+    calls: list[int] = []
+
+    def slow_fsync(fd: int) -> None:
+        calls.append(fd)
+        time.sleep(0.005)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    entries = sample_entries(10)
+
+    def append_all() -> None:
+        for entry in entries:
+            writer.append(entry)
+
+    threads = [threading.Thread(target=append_all) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    monkeypatch.undo()
+    writer.close()
+    assert writer.sequence == 80
+    assert len(calls) < 80
+    assert verify_directory(journal_dir).entries == 80
 
 
 def test_rotation_continues_the_sequence_in_numbered_files(journal_dir: Path) -> None:

@@ -15,8 +15,8 @@ from functools import partial
 from typing import cast
 
 import pytest
-from cryptography.hazmat.primitives.hashes import SHA256  # noqa: TID251 - test cross-check
-from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand  # noqa: TID251 - test cross-check
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -334,6 +334,23 @@ def test_malformed_stored_forms_are_protected_state_invalid(stored: object) -> N
     assert refused(lambda: sealer().open(stored, run_id=RUN, purpose="input")).code == (
         PROTECTED_STATE_INVALID
     )
+
+
+def test_only_the_canonical_base64_spelling_of_a_valid_envelope_opens() -> None:
+    box = sealer()
+    stored = box.seal("abc", run_id=RUN, purpose="input")  # 33 + 5 bytes: one pad character
+    text = stored[SEALED_MEMBER]
+    assert text.endswith("=") and not text.endswith("==")
+    last = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".index(text[-2])
+    other_pad_bits = (
+        text[:-2]
+        + "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"[last ^ 1]
+        + "="
+    )
+    assert base64.b64decode(other_pad_bits) == base64.b64decode(text)  # same bytes, other text
+    for spelling in (other_pad_bits, text + "====", text + "\n", " " + text, text[:-1]):
+        assert refused(partial(box.open, {SEALED_MEMBER: spelling}, run_id=RUN, purpose="input"))
+    assert box.open(stored, run_id=RUN, purpose="input") == "abc"
 
 
 def test_extra_member_beside_the_envelope_is_refused() -> None:

@@ -540,6 +540,7 @@ class AuditWriter:
         except OSError:
             self._failed = True
         if self._failed:
+            self.close()
             raise _unavailable("The audit journal file cannot be created.")
 
     @classmethod

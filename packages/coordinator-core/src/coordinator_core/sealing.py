@@ -56,8 +56,8 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final, Literal, NamedTuple
 
-from cryptography.exceptions import InvalidTag  # noqa: TID251 - sealing is a shell module
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM  # noqa: TID251 - shell module
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.values import CanonicalJsonError, canonical_json, parse_strict_json
@@ -431,10 +431,14 @@ _UNREADABLE: Final = object()
 def _strict_b64decode(text: str) -> bytes | None:
     """Standard-alphabet, padded base64 in its one canonical spelling, else None."""
     try:
-        data = base64.b64decode(text.encode("ascii"), validate=True)
+        # strict: only alphabet characters, correct and contiguous padding, nothing after it
+        data = binascii.a2b_base64(text.encode("ascii"), strict_mode=True)
     except (UnicodeEncodeError, binascii.Error):
         return None
-    if base64.b64encode(data).decode("ascii") != text:
+    if len(text) != 4 * ((len(data) + 2) // 3):
+        return None  # e.g. a whole quantum of padding, which strict mode lets through
+    remainder = len(data) % 3
+    if remainder and base64.b64encode(data[-remainder:]).decode("ascii") != text[-4:]:
         return None  # non-zero pad bits: another spelling of the same bytes
     return data
 

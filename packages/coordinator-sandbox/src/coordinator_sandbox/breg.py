@@ -10,12 +10,13 @@ as quoted ETags; a stale `ifMatch` is `412 precondition.failed`, nothing committ
 from __future__ import annotations
 
 import base64
+import importlib
+import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -27,6 +28,12 @@ from coordinator_sandbox.tokens import Issuer, Principal
 from coordinator_sandbox.web import ProblemError, json_response, problems, read_json_body
 
 __all__ = ["BregService"]
+
+
+def _jsonschema() -> Any:
+    """jsonschema, imported dynamically: it ships no type information."""
+    return importlib.import_module("jsonschema")
+
 
 READ_RECORD = "breg.read-record/v1"
 INVOKE_ACTION = "breg.invoke-action/v1"
@@ -102,7 +109,7 @@ def action_from_json(name: str, value: Any) -> Action:
     _require(kind in {"immediate", "proposal"}, "`kind` is immediate or proposal")
     schema = value.get("inputSchema", {"type": "object"})
     _require(isinstance(schema, dict), "`inputSchema` is an object")
-    jsonschema.Draft202012Validator.check_schema(schema)
+    _jsonschema().Draft202012Validator.check_schema(schema)
     conditions = value.get("conditionInputs", [])
     _require(
         isinstance(conditions, list) and all(isinstance(item, str) for item in conditions),
@@ -197,7 +204,9 @@ class BregService(Service):
         self.event_source = str(value.get("source", self.event_source))
         if "signingKeyFile" in value:
             path = Path(str(value["signingKeyFile"]))
-            self.event_key = (path if path.is_absolute() or base is None else base / path).read_bytes()
+            self.event_key = (
+                path if path.is_absolute() or base is None else base / path
+            ).read_bytes()
         elif "signingKeyBase64" in value:
             self.event_key = base64.b64decode(str(value["signingKeyBase64"]))
         elif "signingKey" in value:
@@ -241,8 +250,6 @@ class BregService(Service):
     # -- authentication: bearer token, then the access profile header (file 08 §3)
     def authenticate(self, request: Request, operation: Operation) -> Principal:
         principal = super().authenticate(request, operation)
-        import re
-
         profile = request.headers.get("registry-access-profile")
         if profile is None or not re.match(_PROFILE_PATTERN, profile):
             raise ProblemError(400, "request.invalid", "Registry-Access-Profile is required.")
@@ -295,10 +302,12 @@ class BregService(Service):
         async def effect(call: Call) -> Response:
             action = self._action(request)
             body = call.body
-            if not isinstance(body, dict) or set(body) != {"input"} or not isinstance(
-                body["input"], dict
+            if (
+                not isinstance(body, dict)
+                or set(body) != {"input"}
+                or not isinstance(body["input"], dict)
             ):
-                raise ProblemError(400, "request.invalid", "The body is {\"input\": {…}}.")
+                raise ProblemError(400, "request.invalid", 'The body is {"input": {…}}.')
             preconditions = {
                 target.name: {"ifMatch": self._target(target, body["input"]).etag()}
                 for target in action.targets
@@ -328,7 +337,7 @@ class BregService(Service):
             action_input = body.get("input")
             if not isinstance(action_input, dict):
                 raise ProblemError(400, "request.invalid", "`input` is an object.")
-            validator = jsonschema.Draft202012Validator(current.input_schema)
+            validator = _jsonschema().Draft202012Validator(current.input_schema)
             if next(iter(validator.iter_errors(action_input)), None) is not None:
                 raise ProblemError(400, "request.invalid", "`input` does not match inputSchema.")
             for rule in current.refusals:
@@ -344,7 +353,11 @@ class BregService(Service):
             if not isinstance(preconditions, dict):
                 raise ProblemError(400, "request.invalid", "`preconditions` is an object.")
             results = self._apply(current, action_input, preconditions)
-            answer = {"action": current.name, "applicationId": str(uuid.uuid4()), "results": results}
+            answer = {
+                "action": current.name,
+                "applicationId": str(uuid.uuid4()),
+                "results": results,
+            }
             self.idempotency.store(
                 "actions", principal, key, request.url.path, call.body, 201, answer
             )
@@ -449,7 +462,7 @@ class BregService(Service):
         name = request.path_params["action"]
         try:
             action = action_from_json(name, body)
-        except (ValueError, jsonschema.SchemaError) as exc:
+        except (ValueError, _jsonschema().SchemaError) as exc:
             raise ProblemError(400, "request.invalid", str(exc)) from exc
         self.actions[name] = action
         return json_response(action.descriptor())

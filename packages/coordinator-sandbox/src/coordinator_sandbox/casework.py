@@ -110,7 +110,10 @@ class CaseworkService(Service):
 
     def load(self, config: dict[str, Any], base: Path | None) -> None:
         if "policy" in config:
-            policy = {"id": str(config["policy"]["id"]), "version": str(config["policy"]["version"])}
+            policy = {
+                "id": str(config["policy"]["id"]),
+                "version": str(config["policy"]["version"]),
+            }
             self.policy = {**policy, "digest": sha256_label(canonical_json(policy))}
         if "completionDestinations" in config:
             self.configure_destinations(config["completionDestinations"], base)
@@ -330,7 +333,9 @@ class CaseworkService(Service):
             or not isinstance(available, int | float)
             or available < 0
         ):
-            raise ProblemError(400, "request.invalid", "Check `outcome`, `result` and availability.")
+            raise ProblemError(
+                400, "request.invalid", "Check `outcome`, `result` and availability."
+            )
         if review["result"] is not None:
             raise ProblemError(409, "review-request.already-final")
         return json_response(self.decide(review, body["status"], outcome, details, available))

@@ -8,10 +8,10 @@ attempt number, the delivery time and therefore the signature change.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
 import hmac
-import base64
 import struct
 import time
 import uuid
@@ -21,12 +21,12 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+import httpx  # noqa: TID251 - the sandbox is a shell process that delivers events
 
 __all__ = [
+    "Deliverer",
     "Delivery",
     "DeliveryPolicy",
-    "Deliverer",
     "delivery_signature",
     "rfc3339_now",
 ]
@@ -141,7 +141,9 @@ class Deliverer:
                 headers = delivery.build_headers(attempt)
                 record: dict[str, Any] = {"attempt": attempt, "at": time.time()}
                 try:
-                    response = await client.post(delivery.url, content=delivery.body, headers=headers)
+                    response = await client.post(
+                        delivery.url, content=delivery.body, headers=headers
+                    )
                     record["status"] = response.status_code
                 except httpx.HTTPError as exc:
                     record["error"] = type(exc).__name__
@@ -152,7 +154,11 @@ class Deliverer:
                     if 200 <= status < 300:
                         delivery.state = "delivered"
                         return
-                    if delivery.stop_on_client_error and 400 <= status < 500 and status not in {408, 429}:
+                    if (
+                        delivery.stop_on_client_error
+                        and 400 <= status < 500
+                        and status not in {408, 429}
+                    ):
                         delivery.state = "abandoned"
                         return
                 delay = min(policy.initial_seconds * 2 ** (attempt - 1), policy.maximum_seconds)
@@ -218,9 +224,7 @@ class Deliverer:
             return result
 
         summary = {"ceId": event_id, "type": event_type, "idempotencyKey": key_header}
-        return self.submit(
-            Delivery(str(uuid.uuid4()), "event", url, body, headers, True, summary)
-        )
+        return self.submit(Delivery(str(uuid.uuid4()), "event", url, body, headers, True, summary))
 
     def completion(self, *, url: str, token: str, body: bytes, event_id: str) -> Delivery:
         """Deliver a Casework completion event with the destination's bearer secret, retrying

@@ -88,7 +88,9 @@ class EvaluationService(Service):
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             token.strip().encode(), self.bearer_token.encode()
         ):
-            raise ProblemError(401, "authentication.refused", headers={"WWW-Authenticate": "Bearer"})
+            raise ProblemError(
+                401, "authentication.refused", headers={"WWW-Authenticate": "Bearer"}
+            )
         return Principal("bearer", "bearer", frozenset())
 
     def product_routes(self) -> list[BaseRoute]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +25,7 @@ from starlette.routing import BaseRoute, Route
 
 from coordinator_sandbox.keys import public_jwk, verification_key
 from coordinator_sandbox.service import Service
-from coordinator_sandbox.tokens import ALLOWED_ALGORITHMS, Issuer, scopes_of
+from coordinator_sandbox.tokens import ALLOWED_ALGORITHMS, Issuer, mint_caller_token, scopes_of
 from coordinator_sandbox.web import (
     DroppedResponse,
     ProblemError,
@@ -150,14 +149,16 @@ class IdentityService(Service):
         assertion_audiences: Iterable[str] = (),
     ) -> None:
         super().__init__("identity", None, None, [TOKEN_OPERATION])
-        self.issuer = issuer
+        self.provider = issuer
         self.clients = clients
         self.resources = set(resources)
         self.assertion_audiences = {issuer.token_endpoint, *assertion_audiences}
         self.seen_jti: dict[tuple[str, str], float] = {}
 
     def fault_response(self, status: int, code: str | None, request: Request) -> Response:
-        error = code or _OAUTH_ERRORS.get(status, "server_error" if status >= 500 else "invalid_request")
+        error = code or _OAUTH_ERRORS.get(
+            status, "server_error" if status >= 500 else "invalid_request"
+        )
         return _oauth_response(status, error, "Injected by the sandbox.")
 
     def product_routes(self) -> list[BaseRoute]:
@@ -178,14 +179,14 @@ class IdentityService(Service):
         ]
 
     async def _jwks(self, request: Request) -> Response:
-        return json_response(self.issuer.jwks())
+        return json_response(self.provider.jwks())
 
     async def _discovery(self, request: Request) -> Response:
         return json_response(
             {
-                "issuer": self.issuer.url,
-                "jwks_uri": self.issuer.url + "/.well-known/jwks.json",
-                "token_endpoint": self.issuer.token_endpoint,
+                "issuer": self.provider.url,
+                "jwks_uri": self.provider.url + "/.well-known/jwks.json",
+                "token_endpoint": self.provider.token_endpoint,
                 "grant_types_supported": ["client_credentials"],
                 "token_endpoint_auth_methods_supported": ["private_key_jwt"],
                 "token_endpoint_auth_signing_alg_values_supported": list(ALLOWED_ALGORITHMS),
@@ -255,7 +256,7 @@ class IdentityService(Service):
             raise OAuthError(400, "invalid_scope", "A scope is not granted to this client.")
         scopes = list(dict.fromkeys(requested))
         record["body"] = {"clientId": client.client_id, "resource": resource, "scope": scopes}
-        token, expires_in = self.issuer.issue_access_token(client.client_id, resource, scopes)
+        token, expires_in = self.provider.issue_access_token(client.client_id, resource, scopes)
         return json_response(
             {
                 "access_token": token,
@@ -309,10 +310,14 @@ class IdentityService(Service):
         self._check_assertion_claims(client.client_id, claims, refuse)
         return client
 
-    def _check_assertion_claims(self, client_id: str, claims: Mapping[str, Any], refuse: Any) -> None:
+    def _check_assertion_claims(
+        self, client_id: str, claims: Mapping[str, Any], refuse: Any
+    ) -> None:
         audience = claims.get("aud")
         audiences = audience if isinstance(audience, list) else [audience]
-        if not any(isinstance(item, str) and item in self.assertion_audiences for item in audiences):
+        if not any(
+            isinstance(item, str) and item in self.assertion_audiences for item in audiences
+        ):
             raise refuse("`aud` is not this token endpoint.")
         now = time.time()
         expires, issued = claims.get("exp"), claims.get("iat")
@@ -360,12 +365,12 @@ class IdentityService(Service):
         client_id = body.get("clientId", "sandbox-test-client")
         resource = body.get("resource")
         scopes = scopes_of(body.get("scope", body.get("scopes", [])))
-        lifetime = body.get("expiresIn", self.issuer.access_token_lifetime_seconds)
+        lifetime = body.get("expiresIn", self.provider.access_token_lifetime_seconds)
         if not isinstance(client_id, str) or not isinstance(resource, str):
             raise ProblemError(400, "request.invalid", "`clientId` and `resource` are strings.")
         if isinstance(lifetime, bool) or not isinstance(lifetime, int):
             raise ProblemError(400, "request.invalid", "`expiresIn` is an integer.")
-        token, expires_in = self.issuer.issue_access_token(
+        token, expires_in = self.provider.issue_access_token(
             client_id, resource, sorted(scopes), lifetime
         )
         return json_response(
@@ -375,7 +380,7 @@ class IdentityService(Service):
     async def _caller_token(self, request: Request) -> Response:
         body = await read_json_body(request)
         try:
-            token, claims = mint_caller_token(self.issuer, body)
+            token, claims = mint_caller_token(self.provider, body)
         except ValueError as exc:
             raise ProblemError(400, "request.invalid", str(exc)) from exc
         return json_response(
@@ -387,85 +392,3 @@ class IdentityService(Service):
             },
             201,
         )
-
-
-def mint_caller_token(issuer: Issuer, spec: Any) -> tuple[str, dict[str, Any]]:
-    """A coordinator caller token (RFC 9068 `at+jwt`, file 06 §2) from a request of the form
-
-    `{subject, clientId, scopes | scope, audience, issuer, expiresIn, issuedAt, notBefore,
-      algorithm: ES256|RS256, scopeClaim, clientIdClaim, claims: {…}, header: {…}}`
-
-    with defaults `demo-operator`, `ops-console`, `["coordinator:operate"]`, `coordinator`,
-    this issuer, 300 s, now. `claims` adds or replaces claims (null removes one) and `header`
-    overrides header members, so tests can build every malformed token they need.
-    """
-    if spec is None:
-        spec = {}
-    if not isinstance(spec, dict):
-        raise ValueError("the request is a JSON object")
-    now = int(time.time())
-
-    def text(name: str, default: str) -> str:
-        value = spec.get(name, default)
-        if not isinstance(value, str):
-            raise ValueError(f"`{name}` must be a string")
-        return value
-
-    def integer(name: str, default: int | None) -> int | None:
-        value = spec.get(name, default)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f"`{name}` must be an integer")
-        return value
-
-    raw_scopes = spec.get("scopes", spec.get("scope", ["coordinator:operate"]))
-    if isinstance(raw_scopes, list):
-        if not all(isinstance(item, str) for item in raw_scopes):
-            raise ValueError("`scopes` must be strings")
-        scope_text = " ".join(raw_scopes)
-    elif isinstance(raw_scopes, str):
-        scope_text = raw_scopes
-    else:
-        raise ValueError("`scopes` must be a list or a string")
-    issued_at = integer("issuedAt", now)
-    assert issued_at is not None
-    expires_in = integer("expiresIn", 300)
-    assert expires_in is not None
-    audience: Any = spec.get("audience", "coordinator")
-    if not isinstance(audience, str | list):
-        raise ValueError("`audience` must be a string or a list")
-    claims: dict[str, Any] = {
-        "iss": text("issuer", issuer.url),
-        "sub": text("subject", "demo-operator"),
-        "aud": audience,
-        text("clientIdClaim", "client_id"): text("clientId", "ops-console"),
-        text("scopeClaim", "registry_scopes"): scope_text,
-        "iat": issued_at,
-        "exp": issued_at + expires_in,
-        "jti": str(uuid.uuid4()),
-    }
-    not_before = integer("notBefore", None)
-    if not_before is not None:
-        claims["nbf"] = not_before
-    overrides = spec.get("claims", {})
-    header = spec.get("header", {})
-    if not isinstance(overrides, dict) or not isinstance(header, dict):
-        raise ValueError("`claims` and `header` must be objects")
-    for name, value in overrides.items():
-        if value is None:
-            claims.pop(name, None)
-        else:
-            claims[name] = value
-    algorithm = text("algorithm", "ES256")
-    if algorithm not in ALLOWED_ALGORITHMS:
-        raise ValueError("`algorithm` must be ES256 or RS256")
-    typ = header.get("typ", "at+jwt")
-    kid = header.get("kid")
-    extra = {name: value for name, value in header.items() if name not in {"typ", "kid"}}
-    token = issuer.sign(
-        claims,
-        algorithm=algorithm,
-        typ=typ if isinstance(typ, str) else None,
-        kid=kid if isinstance(kid, str) else None,
-        extra_header=extra,
-    )
-    return token, claims

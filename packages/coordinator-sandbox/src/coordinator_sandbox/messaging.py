@@ -144,7 +144,11 @@ class MessagingService(Service):
 
     def receipt(self, message_id: str, status: str) -> dict[str, Any]:
         own = f"{self.base_url}/v1/messages/{message_id}"
-        return {"id": message_id, "status": status, "links": {"self": own, "cancel": own + "/cancel"}}
+        return {
+            "id": message_id,
+            "status": status,
+            "links": {"self": own, "cancel": own + "/cancel"},
+        }
 
     async def _submit(self, request: Request) -> Response:
         async def effect(call: Call) -> Response:
@@ -200,7 +204,9 @@ class MessagingService(Service):
     def control_routes(self) -> list[BaseRoute]:
         return [
             Route("/sandbox/messages", problems(self._list_messages), methods=["GET"]),
-            Route("/sandbox/templates/{template_id}", problems(self._put_template), methods=["PUT"]),
+            Route(
+                "/sandbox/templates/{template_id}", problems(self._put_template), methods=["PUT"]
+            ),
             *super().control_routes(),
         ]
 

@@ -122,8 +122,7 @@ class SchedulingService(Service):
             self.policy_revision = str(config["policyRevision"])
         if "offerings" in config:
             self.offerings = {
-                name: offering_from_json(name, value)
-                for name, value in config["offerings"].items()
+                name: offering_from_json(name, value) for name, value in config["offerings"].items()
             }
 
     def policy_digest(self) -> str:
@@ -169,7 +168,11 @@ class SchedulingService(Service):
                 len(params.getlist(name)) > 1 for name in params
             ):
                 raise ProblemError(400, "request.invalid", "Unknown or repeated parameters.")
-            offering_name, start, end = params.get("offering"), params.get("start"), params.get("end")
+            offering_name, start, end = (
+                params.get("offering"),
+                params.get("start"),
+                params.get("end"),
+            )
             limit = params.get("limit", "")
             if (
                 offering_name is None

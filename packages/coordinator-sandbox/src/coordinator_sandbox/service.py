@@ -58,7 +58,11 @@ FAULT_KINDS = (
     "respond",  # answer `status` with the given `body` verbatim, nothing committed
 )
 _KEY_PATTERN = re.compile(r"^[\x21-\x7e]+$")
-_FAULT_CODES = {429: "rate-limit.exceeded", 500: "service.internal-error", 503: "service.unavailable"}
+_FAULT_CODES = {
+    429: "rate-limit.exceeded",
+    500: "service.internal-error",
+    503: "service.unavailable",
+}
 
 
 @dataclass

@@ -12,14 +12,20 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jwt
 
-from coordinator_sandbox.keys import SigningKey, generate_private_jwk
-from coordinator_sandbox.web import ProblemError
+from coordinator_sandbox.errors import ProblemError
+from coordinator_sandbox.keys import (
+    SigningKey,
+    generate_private_jwk,
+    read_json_file,
+    write_secret_json,
+)
 
-__all__ = ["Issuer", "Principal", "scopes_of"]
+__all__ = ["Issuer", "Principal", "load_issuer", "mint_caller_token", "scopes_of"]
 
 ALLOWED_ALGORITHMS = ("ES256", "RS256")
 
@@ -159,3 +165,95 @@ class Issuer:
                 403, "operation.not-authorized", "The token lacks a scope this operation needs."
             )
         return principal
+
+
+def load_issuer(state_dir: Path | None, issuer_url: str, lifetime: int = 300) -> Issuer:
+    """The issuer with the state directory's keys, creating and saving them when absent."""
+    path = state_dir / "issuer-keys.json" if state_dir else None
+    keys = read_json_file(path)["keys"] if path and path.exists() else None
+    issuer = Issuer(issuer_url, keys, lifetime)
+    if path is not None and keys is None:
+        write_secret_json(path, issuer.private_jwks())
+    return issuer
+
+
+def mint_caller_token(issuer: Issuer, spec: Any) -> tuple[str, dict[str, Any]]:
+    """A coordinator caller token (RFC 9068 `at+jwt`, file 06 §2) from a request of the form
+
+    `{subject, clientId, scopes | scope, audience, issuer, expiresIn, issuedAt, notBefore,
+      algorithm: ES256|RS256, scopeClaim, clientIdClaim, claims: {…}, header: {…}}`
+
+    with defaults `demo-operator`, `ops-console`, `["coordinator:operate"]`, `coordinator`,
+    this issuer, 300 s, now. `claims` adds or replaces claims (null removes one) and `header`
+    overrides header members, so tests can build every malformed token they need.
+    """
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise ValueError("the request is a JSON object")
+    now = int(time.time())
+
+    def text(name: str, default: str) -> str:
+        value = spec.get(name, default)
+        if not isinstance(value, str):
+            raise ValueError(f"`{name}` must be a string")
+        return value
+
+    def integer(name: str, default: int | None) -> int | None:
+        value = spec.get(name, default)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"`{name}` must be an integer")
+        return value
+
+    raw_scopes = spec.get("scopes", spec.get("scope", ["coordinator:operate"]))
+    if isinstance(raw_scopes, list):
+        if not all(isinstance(item, str) for item in raw_scopes):
+            raise ValueError("`scopes` must be strings")
+        scope_text = " ".join(raw_scopes)
+    elif isinstance(raw_scopes, str):
+        scope_text = raw_scopes
+    else:
+        raise ValueError("`scopes` must be a list or a string")
+    issued_at = integer("issuedAt", now)
+    assert issued_at is not None
+    expires_in = integer("expiresIn", 300)
+    assert expires_in is not None
+    audience: Any = spec.get("audience", "coordinator")
+    if not isinstance(audience, str | list):
+        raise ValueError("`audience` must be a string or a list")
+    claims: dict[str, Any] = {
+        "iss": text("issuer", issuer.url),
+        "sub": text("subject", "demo-operator"),
+        "aud": audience,
+        text("clientIdClaim", "client_id"): text("clientId", "ops-console"),
+        text("scopeClaim", "registry_scopes"): scope_text,
+        "iat": issued_at,
+        "exp": issued_at + expires_in,
+        "jti": str(uuid.uuid4()),
+    }
+    not_before = integer("notBefore", None)
+    if not_before is not None:
+        claims["nbf"] = not_before
+    overrides = spec.get("claims", {})
+    header = spec.get("header", {})
+    if not isinstance(overrides, dict) or not isinstance(header, dict):
+        raise ValueError("`claims` and `header` must be objects")
+    for name, value in overrides.items():
+        if value is None:
+            claims.pop(name, None)
+        else:
+            claims[name] = value
+    algorithm = text("algorithm", "ES256")
+    if algorithm not in ALLOWED_ALGORITHMS:
+        raise ValueError("`algorithm` must be ES256 or RS256")
+    typ = header.get("typ", "at+jwt")
+    kid = header.get("kid")
+    extra = {name: value for name, value in header.items() if name not in {"typ", "kid"}}
+    token = issuer.sign(
+        claims,
+        algorithm=algorithm,
+        typ=typ if isinstance(typ, str) else None,
+        kid=kid if isinstance(kid, str) else None,
+        extra_header=extra,
+    )
+    return token, claims

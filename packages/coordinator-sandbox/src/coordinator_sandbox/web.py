@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from coordinator_sandbox.canonical import JsonParseError, parse_json_strict
+from coordinator_sandbox.errors import ProblemError
 
 __all__ = [
     "ConnectionControl",
@@ -46,47 +47,6 @@ _TITLES = {
     500: "Internal server error",
     503: "Service unavailable",
 }
-
-_DEFAULT_CODES = {
-    400: "request.invalid",
-    401: "authentication.refused",
-    403: "operation.not-authorized",
-    404: "resource.not-found",
-    405: "request.method-not-allowed",
-    409: "request.conflict",
-    410: "resource.gone",
-    413: "request.body-too-large",
-    415: "request.unsupported-media-type",
-    422: "request.unprocessable",
-    429: "rate-limit.exceeded",
-    500: "service.internal-error",
-    503: "service.unavailable",
-}
-
-
-def default_code(status: int) -> str:
-    """The problem code a sandbox answers for a status when nothing more specific applies."""
-    return _DEFAULT_CODES.get(status, "request.refused" if status < 500 else "service.failed")
-
-
-class ProblemError(Exception):
-    """A refusal answered as `application/problem+json` (file 08 §2.3)."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str | None = None,
-        detail: str | None = None,
-        *,
-        extra: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(code or default_code(status))
-        self.status = status
-        self.code = code or default_code(status)
-        self.detail = detail
-        self.extra = dict(extra or {})
-        self.headers = dict(headers or {})
 
 
 def _trace_id(request: Request | None) -> str | None:
@@ -191,10 +151,11 @@ class ConnectionControl:
         if scope["type"] == "http":
             cycle = getattr(send, "__self__", None)
             transport = getattr(cycle, "transport", None)
-            if transport is not None and hasattr(cycle, "disconnected"):
+            if cycle is not None and transport is not None and hasattr(cycle, "disconnected"):
+                request_cycle: Any = cycle
 
                 def abort() -> None:
-                    cycle.disconnected = True
+                    request_cycle.disconnected = True
                     transport.close()
 
                 scope[_ABORT_KEY] = abort

@@ -97,7 +97,7 @@ def load_signing_key(jwk: Mapping[str, Any] | str | bytes) -> SigningKey:
         raise SigningKeyError()
     try:
         key = jwt.PyJWK(data, algorithm=algorithm).key
-    except Exception as exc:  # noqa: BLE001 - PyJWT raises several types for bad key material
+    except Exception as exc:  # PyJWT raises several types for bad key material
         raise SigningKeyError() from exc
     if isinstance(key, ec.EllipticCurvePrivateKey):
         if not isinstance(key.curve, ec.SECP256R1):
@@ -156,10 +156,12 @@ class CredentialIssuer:
             return jwt.encode(
                 claims, key.key, algorithm=key.algorithm, headers={"kid": key.kid, "typ": "JWT"}
             )
-        except Exception as exc:  # noqa: BLE001 - a key that loads but cannot sign
+        except Exception as exc:  # a key that loads but cannot sign
             raise SigningKeyError() from exc
 
-    def obtain(self, credentials: ClientCredentials, *, attempt_deadline: float) -> CredentialOutcome:
+    def obtain(
+        self, credentials: ClientCredentials, *, attempt_deadline: float
+    ) -> CredentialOutcome:
         """Exchange a fresh assertion for a token (08 §2.2 steps 2–3), classified by the
         table of §2.2: transport failure, 408, 429, 5xx → retryable `credential-unavailable`;
         an unusable signing key → refused `credential-configuration`; any other non-200 or a

@@ -63,6 +63,8 @@ METADATA_ADDRESSES: Final = frozenset(
     ipaddress.ip_address(text) for text in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")
 )
 
+_LOOPBACK_V4: Final = ipaddress.ip_network("127.0.0.0/8")
+_LOOPBACK_V6: Final = ipaddress.ip_address("::1")
 # A socket timeout of 0 would make the socket non-blocking (an OSError, not a timeout), so a
 # deadline that has not quite passed still gets this much time.
 _MINIMUM_WAIT: Final = 0.001
@@ -201,6 +203,17 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return address
 
 
+def _is_numeric_loopback(host: str) -> bool:
+    """05 §5.1: `127.0.0.0/8` or `[::1]`, written as such (no mapped or scoped forms)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv4Address):
+        return address in _LOOPBACK_V4
+    return address == _LOOPBACK_V6
+
+
 def _is_metadata(text: str) -> bool:
     address = _address(text)
     return address is not None and address in METADATA_ADDRESSES
@@ -233,7 +246,7 @@ def _destination(url: httpx.URL, settings: HttpSettings, timeout: float) -> str:
     if scheme not in ("http", "https") or not host or url.userinfo:
         raise DestinationRefused()
     literal = _address(host)
-    if scheme == "http" and (literal is None or not literal.is_loopback or "%" in host):
+    if scheme == "http" and not _is_numeric_loopback(host):
         raise DestinationRefused()  # plain http only to a numeric loopback address
     if literal is not None:
         if literal in METADATA_ADDRESSES:
@@ -244,7 +257,7 @@ def _destination(url: httpx.URL, settings: HttpSettings, timeout: float) -> str:
         addresses = _resolve_within(settings.resolver or _system_resolve, host, port, timeout)
     except FutureTimeout as exc:
         raise TransportFailure(sent=False, budget=False, timeout=True) from exc
-    except Exception as exc:  # noqa: BLE001 - any resolver failure is a DNS failure
+    except Exception as exc:  # any resolver failure is a DNS failure
         raise TransportFailure(sent=False, budget=False, timeout=False) from exc
     if not addresses:
         raise TransportFailure(sent=False, budget=False, timeout=False)

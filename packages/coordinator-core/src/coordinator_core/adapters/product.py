@@ -9,6 +9,7 @@ shapes and the rows of contract 08 §3–§6 that take precedence over the defau
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, ClassVar, Final, Literal
 
 from coordinator_core.adapters.base import (
@@ -44,6 +45,7 @@ from coordinator_core.adapters.http import (
 )
 from coordinator_core.adapters.validation import ShapeError
 from coordinator_core.operations import CATALOG
+from coordinator_core.values import canonical_json
 
 __all__ = [
     "Attempt",
@@ -52,6 +54,7 @@ __all__ = [
     "Stop",
     "classify_status",
     "invalid_response",
+    "receipt_lookup",
 ]
 
 Effect = Literal["read", "mutation"]
@@ -128,7 +131,9 @@ class Attempt:
         self.budget_effect = budget_effect
         self.attempt_deadline = attempt_deadline
         self.credential = credential
-        self.traceparent = traceparent if traceparent and _TRACEPARENT.fullmatch(traceparent) else None
+        self.traceparent = (
+            traceparent if traceparent and _TRACEPARENT.fullmatch(traceparent) else None
+        )
         self.mutation_started = False
 
     def token(self) -> AccessToken:
@@ -211,7 +216,7 @@ class ProductAdapter:
     (`remote-uncertain` once a mutating request may have left, else `remote-retryable`).
     """
 
-    product: ClassVar[str] = ""
+    product: str = ""
     call_operations: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
@@ -255,7 +260,7 @@ class ProductAdapter:
             return self.credentials.obtain(
                 connection.authorization, attempt_deadline=attempt_deadline
             )
-        except Exception:  # noqa: BLE001 - nothing but an outcome leaves an adapter
+        except Exception:  # nothing but an outcome leaves an adapter
             return Retryable("remote-retryable")
 
     def _attempt(
@@ -308,9 +313,12 @@ class ProductAdapter:
             outcome = stop.outcome
         except ShapeError:
             return Refused("invalid-command")
-        except Exception:  # noqa: BLE001 - nothing but an outcome leaves an adapter
+        except Exception:  # nothing but an outcome leaves an adapter
             return _fallback(attempt)
-        if isinstance(outcome, DeclaredRefusal) and not CATALOG[command.operation].declared_refusals:
+        if (
+            isinstance(outcome, DeclaredRefusal)
+            and not CATALOG[command.operation].declared_refusals
+        ):
             return Refused("product-refused")
         return outcome
 
@@ -333,7 +341,7 @@ class ProductAdapter:
             return _definite(stop.outcome)
         except ShapeError:
             return Refused("invalid-command")
-        except Exception:  # noqa: BLE001 - preparation sends nothing that mutates
+        except Exception:  # preparation sends nothing that mutates
             return Retryable("remote-retryable")
 
     def observe(
@@ -358,7 +366,7 @@ class ProductAdapter:
             return _definite(stop.outcome)
         except ShapeError:
             return Refused("invalid-command")
-        except Exception:  # noqa: BLE001 - an observation is a read
+        except Exception:  # an observation is a read
             return Retryable("remote-retryable")
 
     def lookup_receipt(
@@ -375,18 +383,44 @@ class ProductAdapter:
             return ReceiptUnavailable(_code_of(unbound))
         attempt = self._attempt(connection, "read", attempt_deadline, credential, traceparent)
         try:
-            outcome = self.handle_receipt(attempt, command)
+            return self.handle_receipt(attempt, command)
         except Stop as stop:
             return ReceiptUnavailable(_code_of(stop.outcome))
         except ShapeError:
             return ReceiptUnavailable("invalid-command")
-        except Exception:  # noqa: BLE001 - a lookup never creates anything
+        except Exception:  # a lookup never creates anything
             return ReceiptUnavailable("remote-retryable")
-        if isinstance(
-            outcome, ReceiptConfirmed | ReceiptUnresolved | ReceiptExpired | ReceiptUnavailable
-        ):
-            return outcome
-        return ReceiptUnavailable("remote-retryable")
+
+
+def receipt_lookup(
+    attempt: Attempt,
+    path: str,
+    command: PreparedCommand,
+    check: Callable[[Any], object],
+) -> ReceiptOutcome:
+    """The receipt lookup of 08 §5.2 (Messaging; Scheduling §6.3): the original request under
+    the original key, answered by the table of §5.2. `check` raises ShapeError for a body
+    that is not the operation's receipt."""
+    key = command.idempotency_key
+    if key is None:
+        return ReceiptUnavailable("invalid-command")
+    answer = attempt.send("POST", path, effect="read", body=canonical_json(command.input), key=key)
+    problem = problem_of(answer) if answer.status >= 400 else None
+    code = problem.code if problem is not None else None
+    if answer.status == 200:
+        receipt = json_body(answer)
+        try:
+            check(receipt)
+        except ShapeError:
+            return ReceiptUnavailable("invalid-response")
+        return ReceiptConfirmed(receipt)
+    if answer.status == 404 and code == "receipt.unresolved":
+        return ReceiptUnresolved("missing")
+    if answer.status == 409 and code == "idempotency.key-reused":
+        return ReceiptUnresolved("key-reused")
+    if answer.status == 410 and code == "idempotency.expired":
+        return ReceiptExpired()
+    return ReceiptUnavailable(_code_of(classify_status(answer, "read")))
 
 
 def _fallback(attempt: Attempt) -> CallOutcome:

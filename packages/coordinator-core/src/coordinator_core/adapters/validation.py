@@ -49,7 +49,9 @@ def json_object(value: Any) -> dict[str, Any]:
 
 
 def closed_object(
-    value: Any, required: frozenset[str] | set[str], optional: frozenset[str] | set[str] = frozenset()
+    value: Any,
+    required: frozenset[str] | set[str],
+    optional: frozenset[str] | set[str] = frozenset(),
 ) -> dict[str, Any]:
     """An object with every `required` member and nothing outside `required | optional`."""
     found = json_object(value)

@@ -501,9 +501,15 @@ def check_project(
             out.extend(scenarios.diagnostics)
             if definition.snapshot is not None and scenarios.decoded is not None:
                 # 02 §4.1 step 9: the document rules, then every case, on a valid definition.
+                from coordinator_core.engine import Definition
                 from coordinator_core.scenarios import run_scenarios
 
-                report = run_scenarios(scenarios, definition.snapshot)
+                engine_definition = Definition.from_snapshot(
+                    definition.snapshot, program=definition.program
+                )
+                report = run_scenarios(
+                    scenarios, definition.snapshot, definition=engine_definition
+                )
                 out.extend(report.diagnostics)
     return ProjectCheck(finalize(out, runtime_names), definition, runtime_checks, scenarios, report)
 

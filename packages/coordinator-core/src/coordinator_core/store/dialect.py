@@ -35,10 +35,13 @@ __all__ = [
     "create_store_engine",
     "from_epoch_ms",
     "is_transient",
+    "is_unavailable",
+    "locate",
     "lock_one",
     "lock_rows",
-    "locate",
     "quote_namespace",
+    "read_engine",
+    "store_unavailable",
     "to_epoch_ms",
     "truncate_ms",
 ]
@@ -238,7 +241,9 @@ def create_store_engine(
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:
-        read_only = connection.get_execution_options().get(READ_ONLY_OPTION, False)
+        read_only = read_only_file or connection.get_execution_options().get(
+            READ_ONLY_OPTION, False
+        )
         connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine

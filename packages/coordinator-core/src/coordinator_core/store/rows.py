@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -49,7 +49,9 @@ __all__ = [
 
 Origin = Literal["api", "event"]
 EffectKind = Literal["read", "mutation", "evaluation"]
-_TERMINAL: frozenset[str] = frozenset({"finished", "cancelled", "cancelled-after-effect", "expired"})
+_TERMINAL: frozenset[str] = frozenset(
+    {"finished", "cancelled", "cancelled-after-effect", "expired"}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +217,7 @@ class StepRow:
         cls,
         run_id: uuid.UUID,
         step: str,
-        type: StepType,  # noqa: A002 - the contract's column name
+        type: StepType,
         *,
         entered_at: datetime,
         due_at: datetime,
@@ -343,6 +345,8 @@ class Claim:
     lease_owner: str
     attempt_started_at: datetime
     lease_expires_at: datetime
+    snapshot: RunSnapshot
+    """The run as leased, read under the claim's locks (the worker's input for `Work`)."""
 
 
 Journal = Callable[[Claim], None]
@@ -435,4 +439,3 @@ class StoreSummary:
     oldest_due_at: datetime | None
     terminal_payloads: int
     oldest_terminal_payload_at: datetime | None
-    extra: Mapping[str, Any] = field(default_factory=dict)

@@ -148,7 +148,9 @@ class LedgerTable(SQLModel, table=True):
 
     __tablename__ = "migrations"
 
-    version: int = Field(sa_column=Column("version", Integer, primary_key=True, autoincrement=False))
+    version: int = Field(
+        sa_column=Column("version", Integer, primary_key=True, autoincrement=False)
+    )
     applied_at: datetime = Field(sa_column=Column("applied_at", UTCDateTime, nullable=False))
     checksum: str = Field(sa_column=Column("checksum", String(_DIGEST), nullable=False))
 
@@ -250,8 +252,10 @@ class StepTable(SQLModel, table=True):
             " AND (NOT dispatched OR sent)",
             name="ck_steps_command_flags",
         ),
-        CheckConstraint("generation >= 1 AND attempt >= 0 AND claims >= 0 AND observations >= 0",
-                        name="ck_steps_counters"),
+        CheckConstraint(
+            "generation >= 1 AND attempt >= 0 AND claims >= 0 AND observations >= 0",
+            name="ck_steps_counters",
+        ),
     )
 
     run_id: uuid.UUID = Field(

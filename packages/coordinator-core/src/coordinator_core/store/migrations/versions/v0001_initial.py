@@ -26,7 +26,9 @@ _RUN_STATUSES = (
     "'running', 'attention', 'cancel-requested', 'finished', 'failed', 'cancelled',"
     " 'cancelled-after-effect', 'expired'"
 )
-_STEP_STATES = "'pending', 'leased', 'delivered', 'dead-lettered', 'unknown', 'expired', 'cancelled'"
+_STEP_STATES = (
+    "'pending', 'leased', 'delivered', 'dead-lettered', 'unknown', 'expired', 'cancelled'"
+)
 _STEP_TYPES = "'call', 'choose', 'wait-until', 'wait-for', 'finish'"
 
 
@@ -205,7 +207,9 @@ def upgrade() -> None:
         postgresql_where=waiting,
         sqlite_where=waiting,
     )
-    op.create_index("ix_runs_admitted", "runs", [sa.text("admitted_at DESC"), sa.text("run_id DESC")])
+    op.create_index(
+        "ix_runs_admitted", "runs", [sa.text("admitted_at DESC"), sa.text("run_id DESC")]
+    )
     op.create_index(
         "ix_runs_owner_admitted",
         "runs",

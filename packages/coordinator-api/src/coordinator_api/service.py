@@ -1,0 +1,513 @@
+"""The narrow seams the API calls: `RunService` (store + engine) and `AuditJournal` (07 §11).
+
+The API owns HTTP: authentication, the order of checks (06 §1 item 6), media type, size, strict
+bodies, problem+json and serialisation. Everything that needs the store, the engine, the keys or
+the products is behind `RunService`, whose methods take already validated values and return the
+result shapes below (snake_case, typed: `coordinator_api.wire` renders them as 06 §11 JSON, so
+timestamps and run ids are formatted in one place). Domain refusals are raised as
+`ServiceRefusal(code, reason)` with a code of 06 §3.1; the API renders them.
+
+Visibility (06 §2): every run-scoped method takes the verified `Caller`. A run the caller may not
+see (neither its owner `(iss, sub)` nor an operator, or not of a workflow of its policy) is
+reported exactly like an absent run: `None` from the readers, `ServiceRefusal(run-absent)` from
+the commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol, runtime_checkable
+from uuid import UUID
+
+from coordinator_core.operations import OperationDescriptor
+
+__all__ = [
+    "Action",
+    "Admission",
+    "Admitted",
+    "AuditAction",
+    "AuditJournal",
+    "AuditOutcome",
+    "AuditRequest",
+    "AuditResponse",
+    "AuditUnavailable",
+    "BlockReason",
+    "CallDetails",
+    "Caller",
+    "Doctor",
+    "DoctorState",
+    "EffectStatus",
+    "EventAdmitted",
+    "EventDelivery",
+    "HoldState",
+    "ReconcileResult",
+    "Recovery",
+    "RunInspection",
+    "RunPage",
+    "RunQuery",
+    "RunService",
+    "RunStatus",
+    "RunStatusValue",
+    "ServiceRefusal",
+    "StepRoute",
+    "StepStatus",
+    "WaitFor",
+    "WaitUntil",
+]
+
+JsonValue = object
+"""Any JSON value as `json.loads` returns it (dict, list, str, int, float, bool or None)."""
+
+RunStatusValue = Literal[
+    "running",
+    "attention",
+    "cancel-requested",
+    "finished",
+    "failed",
+    "cancelled",
+    "cancelled-after-effect",
+    "expired",
+]
+RUN_STATUSES: tuple[RunStatusValue, ...] = (
+    "running",
+    "attention",
+    "cancel-requested",
+    "finished",
+    "failed",
+    "cancelled",
+    "cancelled-after-effect",
+    "expired",
+)
+BlockReason = Literal[
+    "terminal",
+    "not-recoverable",
+    "deadline-reached",
+    "receipt-expired",
+    "binding-changed",
+    "snapshot-incompatible",
+    "cancelled",
+    "payload-erased",
+    "evaluation-uncertain",
+    "lease-active",
+    "no-receipt",
+    "not-uncertain",
+]
+Action = Literal[
+    "start",
+    "status",
+    "inspect",
+    "retry-same",
+    "cancel",
+    "reconcile",
+    "doctor",
+    "restore-hold",
+    "release-restore-hold",
+    "release-admission-hold",
+    "retain",
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# The caller
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """A verified bearer caller and the one policy that applies to it (06 §2).
+
+    Ownership is `(issuer, subject)`; the client id is not part of it. `workflows` and `actions`
+    are the policy's lists; `operator` lets the caller see and act on every run of its workflows.
+    """
+
+    issuer: str
+    subject: str
+    client_id: str
+    operator: bool
+    workflows: frozenset[str]
+    actions: frozenset[str]
+
+    def may(self, action: str, workflow: str | None = None) -> bool:
+        """The policy allows `action` (on `workflow`, or on some workflow when None)."""
+        if action not in self.actions:
+            return False
+        return workflow is None or workflow in self.workflows
+
+
+# ---------------------------------------------------------------------------------------------
+# Result shapes (06 §11)
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatus:
+    """06 §11.1. Datetimes are timezone-aware; `output` is the finish step's declared output."""
+
+    run_id: UUID
+    workflow_id: str
+    workflow_version: str
+    revision: str
+    definition_digest: str
+    binding_digest: str
+    origin: Literal["api", "event"]
+    trigger: str | None
+    status: RunStatusValue
+    step: str
+    admitted_at: datetime
+    deadline_at: datetime
+    completed_at: datetime | None
+    next_due_at: datetime | None
+    cancel_requested: bool
+    restore_review: bool
+    uncertain: bool
+    outcome: str | None
+    output: JsonValue
+    failure_code: str | None
+    payload_erased: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepRoute:
+    kind: Literal["next", "case", "refusal", "timeout", "cancel"]
+    label: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitUntil:
+    until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WaitFor:
+    call: str
+    completion: str
+    started_at: datetime
+    timeout_at: datetime
+    interval_seconds: int
+    observations: int
+    last_observed_at: datetime | None
+    next_observation_at: datetime | None
+    result: Literal["waiting", "completed", "timed-out", "cancelled", "failed", "expired"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallDetails:
+    """The members of a `StepStatus` that only call steps have."""
+
+    operation: str
+    effect: Literal["read", "mutation", "evaluation"]
+    command_prepared: bool
+    uncertain: bool
+    receipt_expired: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepStatus:
+    """06 §11.3: `call` is set for call steps only, `wait` for wait steps only."""
+
+    step: str
+    type: Literal["call", "choose", "wait-until", "wait-for", "finish"]
+    state: Literal[
+        "pending", "leased", "delivered", "dead-lettered", "expired", "unknown", "cancelled"
+    ]
+    generation: int
+    attempt: int
+    entered_at: datetime
+    finished_at: datetime | None
+    next_due_at: datetime | None
+    lease_expires_at: datetime | None
+    failure_code: str | None
+    route: StepRoute | None
+    call: CallDetails | None = None
+    wait: WaitUntil | WaitFor | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EffectStatus:
+    """06 §11.4 `Effect`."""
+
+    step: str
+    operation: str
+    state: Literal["accepted", "unknown", "refused", "not-sent"]
+    settled_by: Literal["response", "reconcile", "retry-same"] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """06 §11.4. `operation` only when the current step is a call and the snapshot restores."""
+
+    retry_allowed: bool
+    retry_blocked_by: BlockReason | None
+    reconcile_allowed: bool
+    reconcile_blocked_by: BlockReason | None
+    operation: OperationDescriptor | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunInspection:
+    """06 §11.2: steps ordered by `entered_at`, then step id; effects in order of first attempt."""
+
+    run: RunStatus
+    steps: Sequence[StepStatus]
+    effects: Sequence[EffectStatus]
+    recovery: Recovery
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileResult:
+    result: Literal["settled", "unresolved", "receipt-expired", "unavailable"]
+    inspection: RunInspection
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """`GET /v1/runs` (06 §5.2), with the query parameters already validated."""
+
+    limit: int = 20
+    cursor: str | None = None
+    status: RunStatusValue | None = None
+    workflow: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    runs: Sequence[RunStatus]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """`POST /v1/runs` after API checks 1–7 of 06 §5.1: the caller may start `workflow`, the
+    service is not recovery-only, `workflow` is the active workflow id, `idempotency_key` is
+    well formed and `input` is within the JSON value bounds."""
+
+    caller: Caller
+    workflow: str
+    revision: str
+    input: JsonValue
+    idempotency_key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """`created` is True for a new run (201), False for an idempotent replay (200)."""
+
+    run: RunStatus
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class EventDelivery:
+    """`POST /v1/events/{workflow}/{trigger}` after API checks 1–7 of 06 §8: the signature,
+    source, delivery time and event type are verified and `body` is strict bounded JSON."""
+
+    workflow: str
+    trigger: str
+    source_name: str
+    event_id: str
+    body: JsonValue
+
+
+@dataclass(frozen=True, slots=True)
+class EventAdmitted:
+    run_id: UUID
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HoldState:
+    restore_hold: bool
+    admissions_hold: bool
+    restore_review: int
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorState:
+    database_id: str
+    store: Literal["postgresql", "sqlite"]
+    schema_version: int
+    active_package_digest: str
+    active_revision: str
+    restore_hold: bool
+    admissions_hold: bool
+    audit_ready: bool
+    restore_review: int
+    statuses: Mapping[RunStatusValue, int]
+    unknown_effects: int
+    waits: int
+    oldest_due_at: datetime | None
+    terminal_payloads: int
+    oldest_terminal_payload_at: datetime | None
+    audit_head: str
+
+
+@dataclass(frozen=True, slots=True)
+class Doctor:
+    activation_ready: bool
+    state: DoctorState
+
+
+class ServiceRefusal(Exception):
+    """A domain refusal with a code of 06 §3.1 (`reason` only for retry/reconcile refusals)."""
+
+    def __init__(self, code: str, reason: BlockReason | None = None) -> None:
+        super().__init__(code)
+        self.code = code
+        self.reason = reason
+
+
+# ---------------------------------------------------------------------------------------------
+# The run service
+
+
+@runtime_checkable
+class RunService(Protocol):
+    """Store and engine operations behind the HTTP API; one method per action of 06 §4.
+
+    Every method may raise `ServiceRefusal`. Codes by method (besides
+    `coordinator.command.store-unavailable`, which any method may raise):
+
+    * `admit`: `idempotency.key-reused`, `admission.revision-mismatch`,
+      `coordinator.command.activation-changed`, `coordinator.command.restore-hold`,
+      `coordinator.command.restore-admissions-held`, `coordinator.definition.input`,
+      `coordinator.command.live-binding-conflict`.
+    * `list_runs`: `coordinator.request.cursor-invalid` (a cursor that does not verify, or whose
+      filters differ from `query`).
+    * `cancel`, `retry_same`, `reconcile`: `coordinator.command.run-absent`;
+      `retry_same`: `coordinator.command.retry-refused` + reason; `reconcile`:
+      `coordinator.command.reconciliation-unavailable`, `coordinator.command.reconcile-refused`
+      + reason, `coordinator.command.reconcile-raced`.
+    * `release_admission_hold`: `coordinator.command.restore-hold` (the API has already checked
+      both attestations).
+    * `admit_event`: `coordinator.event.admissions-held` (holds), `idempotency.key-reused`,
+      `coordinator.event.mapping-invalid`, `coordinator.event.input-invalid`,
+      `coordinator.command.activation-changed`, `coordinator.command.live-binding-conflict`.
+    """
+
+    async def ready(self) -> bool:
+        """06 §10 readiness, except recovery-only mode (which the API knows)."""
+        ...
+
+    async def admit(self, admission: Admission) -> Admitted:
+        """06 §5.1 steps 8–10: identity, one admission transaction, the new or replayed run."""
+        ...
+
+    async def get_run(self, caller: Caller, run_id: UUID) -> RunStatus | None:
+        """06 §5.3; None when absent or not visible to `caller`."""
+        ...
+
+    async def list_runs(self, caller: Caller, query: RunQuery) -> RunPage:
+        """06 §5.2: runs visible to `caller`, newest first, keyset-paginated."""
+        ...
+
+    async def inspect_run(self, caller: Caller, run_id: UUID) -> RunInspection | None:
+        """06 §5.4, in one consistent store snapshot; None when absent or not visible."""
+        ...
+
+    async def cancel(self, caller: Caller, run_id: UUID, reason: str) -> RunStatus:
+        """06 §5.5 / 07 §8; idempotent on runs already settled or with `cancelRequested`."""
+        ...
+
+    async def retry_same(self, caller: Caller, run_id: UUID, reason: str) -> RunStatus:
+        """06 §5.6 / 07 §9.1."""
+        ...
+
+    async def reconcile(self, caller: Caller, run_id: UUID, reason: str) -> ReconcileResult:
+        """06 §5.7 / 07 §9.2."""
+        ...
+
+    async def doctor(self) -> Doctor:
+        """06 §7.1."""
+        ...
+
+    async def restore_hold(self, reason: str) -> HoldState:
+        """06 §7.2 / 07 §12 step 3; idempotent."""
+        ...
+
+    async def release_restore_hold(self, reason: str) -> HoldState:
+        """06 §7.3; idempotent."""
+        ...
+
+    async def release_admission_hold(self, reason: str) -> HoldState:
+        """06 §7.4, after the API checked both attestations."""
+        ...
+
+    async def retain(self, before: datetime, limit: int) -> int:
+        """06 §7.5 / 07 §13: erase up to `limit` eligible payloads; the number erased."""
+        ...
+
+    async def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
+        """06 §8 steps 8–11 (holds, identity, mapping, admission transaction)."""
+        ...
+
+    async def complete_review(self, connection: str, request_id: UUID) -> None:
+        """06 §9: move the next observation of matching waits forward; idempotent."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit journal (07 §11)
+
+AuditAction = Literal[
+    "admit",
+    "workflow-read",
+    "list",
+    "status",
+    "inspect",
+    "cancel",
+    "retry-same",
+    "reconcile",
+    "doctor",
+    "restore-hold",
+    "release-restore-hold",
+    "release-admission-hold",
+    "retention",
+    "event-admit",
+    "review-completion",
+]
+AuditOutcome = Literal["accepted", "refused", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRequest:
+    """The raw values of a request entry; the journal turns them into keyed references.
+
+    API actions: `caller` (→ actorRef), `run_id` (→ runRef), `reason` (→ reasonRef).
+    `event-admit`: `source` (event source name → sourceRef), `event_id` (ce-id → eventRef).
+    `review-completion`: `connection` (→ connectionRef), `request_id` (→ requestRef).
+    """
+
+    action: AuditAction
+    caller: Caller | None = None
+    run_id: UUID | None = None
+    reason: str | None = None
+    source: str | None = None
+    event_id: str | None = None
+    connection: str | None = None
+    request_id: UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditResponse:
+    action: AuditAction
+    outcome: AuditOutcome
+    code: str | None = None
+    run_id: UUID | None = None  # events: the admitted run
+
+
+class AuditUnavailable(Exception):
+    """The journal could not append (07 §11: the writer then refuses every later append)."""
+
+
+@runtime_checkable
+class AuditJournal(Protocol):
+    """Request and response entries around every `/v1` request (06 §4, 07 §11)."""
+
+    async def request(self, entry: AuditRequest) -> str:
+        """Append a request entry and return its correlation id; raise AuditUnavailable."""
+        ...
+
+    async def response(self, correlation: str, entry: AuditResponse) -> None:
+        """Append the response entry paired with `correlation`; raise AuditUnavailable."""
+        ...
+

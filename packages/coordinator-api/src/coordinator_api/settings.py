@@ -1,0 +1,129 @@
+"""What the API needs to know about its deployment, already resolved by the caller.
+
+The service start-up reads `runtime.yaml` (05) and the active package, resolves the secrets and
+passes the result in as `ApiSettings`; this package never parses configuration files or secret
+references itself. The field comments name the runtime-config member each value comes from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "ApiSettings",
+    "AuthenticationSettings",
+    "EventTrigger",
+    "JwksSource",
+    "JwksUri",
+    "OidcDiscovery",
+    "Policy",
+    "StaticJwks",
+    "WorkflowSummary",
+    "utc_now",
+]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """`deployment.authentication.policies[]` (05 §8.1)."""
+
+    client_id: str
+    required_scopes: frozenset[str]
+    workflows: frozenset[str]
+    actions: frozenset[str]
+    operator: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StaticJwks:
+    """`jwksSource: {type: static, documentRef}`: the resolved JWKS document (JSON bytes)."""
+
+    document: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JwksUri:
+    """`jwksSource: {type: uri, uri}`."""
+
+    uri: str
+
+
+@dataclass(frozen=True, slots=True)
+class OidcDiscovery:
+    """`jwksSource: {type: discovery}`: `jwks_uri` from `<issuer>/.well-known/openid-configuration`."""
+
+
+JwksSource = StaticJwks | JwksUri | OidcDiscovery
+
+
+@dataclass(frozen=True, slots=True)
+class AuthenticationSettings:
+    """`deployment.authentication` (05 §8.1), validated by the runtime-config checker."""
+
+    issuer: str
+    audience: str
+    jwks_source: JwksSource
+    allowed_clients: frozenset[str]
+    policies: tuple[Policy, ...]
+    assertion_issuers: frozenset[str] = frozenset()
+    scope_claim: str = "registry_scopes"
+    client_id_claim: str = "client_id"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSummary:
+    """The active package's workflow, as `GET /v1/workflow` shows it (06 §6)."""
+
+    workflow_id: str
+    title: str | None
+    version: str
+    revision: str
+    definition_digest: str
+    package_digest: str
+    input_schema: object
+    triggers: tuple[str, ...]
+    outcomes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EventTrigger:
+    """One trigger of the active workflow joined with its event source (01 §11, 05 §6)."""
+
+    event: str  # the trigger's `event`: the required `ce-type`
+    source_name: str  # the `eventSources` key
+    source: str  # `eventSources.<name>.source`: the required `ce-source`
+    signing_key: bytes  # the resolved `signingKeyRef`
+    maximum_clock_skew_seconds: int = 300
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    """Everything `create_app` needs besides the service and the audit journal.
+
+    `event_triggers` must name exactly the workflow's triggers. `completion_tokens` maps each
+    `casework` connection with `reviewCompletions` to its resolved token. `openapi_dir` is the
+    directory holding `openapi.bundled.yaml` and `openapi.connexion.yaml` (default: see
+    `coordinator_api.spec.locate_openapi`). `clock` is the wall clock (tests pass a fixed one);
+    `jwks_transport` is the httpx transport used to fetch key sets (tests pass a mock).
+    """
+
+    authentication: AuthenticationSettings
+    workflow: WorkflowSummary
+    event_triggers: Mapping[str, EventTrigger] = field(default_factory=dict)
+    completion_tokens: Mapping[str, bytes] = field(default_factory=dict)
+    recovery_only: bool = False
+    validate_responses: bool = True
+    openapi_dir: Path | None = None
+    clock: Callable[[], datetime] = utc_now
+    jwks_transport: httpx.AsyncBaseTransport | None = None

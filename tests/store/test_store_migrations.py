@@ -1,0 +1,290 @@
+"""Migrations and deployment checks (07 §14.2–§14.4, §15; 09 §3), on both backends."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from store_support import ACTIVATION, IDENTITY, T0, Backend, admit
+
+from coordinator_core.errors import CoordinatorError
+from coordinator_core.store import (
+    NAMESPACE_MARKER,
+    ActivationRequest,
+    ProcessLock,
+    Store,
+    inspect_deployment,
+    locate,
+    supported_version,
+)
+from coordinator_core.store.dialect import create_store_engine
+from coordinator_core.store.tables import METADATA
+
+
+def _code(error: pytest.ExceptionInfo[CoordinatorError]) -> str:
+    return error.value.code
+
+
+def test_migrate_creates_the_store_and_a_second_run_applies_nothing(backend: Backend) -> None:
+    first = backend.migrate()
+    second = backend.migrate()
+    assert (first.from_version, first.to_version) == (0, supported_version())
+    assert (second.from_version, second.to_version) == (supported_version(), supported_version())
+    state = inspect_deployment(backend.url, namespace=backend.namespace)
+    assert state.exists and state.applied == (1,) and state.pending == () and state.checksums_match
+    assert state.control is not None and state.control.database_id == IDENTITY.database_id
+    assert state.control.restore_hold is False and state.control.admissions_hold is False
+    assert state.active is None  # migrate never activates a package
+    assert [row[0] for row in backend.execute("SELECT version FROM migrations")] == [1]
+
+
+def test_the_migration_creates_exactly_the_declared_schema(backend: Backend) -> None:
+    backend.migrate()
+    engine = create_store_engine(locate(backend.url, namespace=backend.namespace))
+
+    def include(_obj: Any, name: str | None, type_: str, _reflected: bool, _other: Any) -> bool:
+        return not (type_ == "table" and name == "alembic_version")
+
+    try:
+        with engine.connect() as connection:
+            context = MigrationContext.configure(
+                connection, opts={"include_object": include, "compare_type": True}
+            )
+            differences = compare_metadata(context, METADATA)
+    finally:
+        engine.dispose()
+    assert differences == []
+
+
+def test_inspecting_an_absent_store_creates_nothing(backend: Backend) -> None:
+    state = inspect_deployment(backend.url, namespace=backend.namespace)
+    assert not state.exists and state.applied == () and state.pending == (1,)
+    if backend.path is not None:
+        assert not backend.path.exists()
+
+
+def test_sqlite_file_is_created_owner_only(sqlite_backend: Backend) -> None:
+    old = os.umask(0)
+    try:
+        sqlite_backend.migrate()
+    finally:
+        os.umask(old)
+    assert sqlite_backend.path is not None
+    assert stat.S_IMODE(sqlite_backend.path.stat().st_mode) == 0o600
+
+
+def test_postgresql_namespace_carries_the_store_marker(postgresql_backend: Backend) -> None:
+    postgresql_backend.migrate()
+    with psycopg.connect(postgresql_backend.url) as connection:
+        marker = connection.execute(
+            "SELECT obj_description(oid, 'pg_namespace') FROM pg_namespace WHERE nspname = %s",
+            (postgresql_backend.namespace,),
+        ).fetchone()
+    assert marker == (NAMESPACE_MARKER,)
+
+
+def test_an_existing_foreign_schema_is_refused_and_left_untouched(postgresql_backend: Backend) -> None:
+    with psycopg.connect(postgresql_backend.url, autocommit=True) as connection:
+        connection.execute(f'CREATE SCHEMA "{postgresql_backend.namespace}"')
+        connection.execute(f'CREATE TABLE "{postgresql_backend.namespace}".precious (id int)')
+    with pytest.raises(CoordinatorError) as refused:
+        postgresql_backend.migrate()
+    assert _code(refused) == "coordinator.command.namespace-occupied"
+    with pytest.raises(CoordinatorError) as opened:
+        postgresql_backend.open()
+    assert _code(opened) == "coordinator.command.namespace-occupied"
+    tables = postgresql_backend.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+        postgresql_backend.namespace,
+    )
+    assert tables == [("precious",)]
+
+
+def test_migrate_refuses_another_database_id(backend: Backend) -> None:
+    backend.migrate()
+    with pytest.raises(CoordinatorError) as refused:
+        backend.migrate(replace(IDENTITY, database_id="someone-else"))
+    assert _code(refused) == "coordinator.deployment.database-id-mismatch"
+
+
+def test_migrate_refuses_a_changed_admission_key(backend: Backend) -> None:
+    backend.migrate()
+    with pytest.raises(CoordinatorError) as refused:
+        backend.migrate(replace(IDENTITY, admission_key_commitment="c" * 64))
+    assert _code(refused) == "coordinator.command.admission-key-custody"
+
+
+def test_migrate_and_apply_register_new_state_key_versions_but_refuse_a_changed_key(
+    backend: Backend,
+) -> None:
+    backend.migrate()
+    rotated = replace(IDENTITY, state_key_commitments={1: "b" * 64, 2: "d" * 64})
+    backend.migrate(rotated)
+    with pytest.raises(CoordinatorError) as refused:
+        backend.migrate(replace(IDENTITY, state_key_commitments={1: "e" * 64}))
+    assert _code(refused) == "coordinator.command.state-key-custody"
+    backend.apply(ACTIVATION, replace(rotated, state_key_commitments={1: "b" * 64, 2: "d" * 64, 3: "f" * 64}))
+    state = inspect_deployment(backend.url, namespace=backend.namespace)
+    assert state.control is not None
+    assert state.control.state_key_commitments == {1: "b" * 64, 2: "d" * 64, 3: "f" * 64}
+
+
+def test_the_service_refuses_another_database_id_or_key(backend: Backend) -> None:
+    backend.migrate()
+    backend.apply()
+    cases = {
+        "coordinator.deployment.database-id-mismatch": replace(IDENTITY, database_id="other"),
+        "coordinator.command.admission-key-custody": replace(
+            IDENTITY, admission_key_commitment="c" * 64
+        ),
+        "coordinator.command.state-key-custody": replace(IDENTITY, active_state_key=2),
+        "coordinator.deployment.refused": replace(IDENTITY, package_digest="sha256:" + "9" * 64),
+    }
+    for code, identity in cases.items():
+        with pytest.raises(CoordinatorError) as refused:
+            backend.open(identity)
+        assert _code(refused) == code
+    # A registered state-key version missing from the configuration is refused too.
+    backend.migrate(replace(IDENTITY, state_key_commitments={1: "b" * 64, 2: "d" * 64}))
+    with pytest.raises(CoordinatorError) as missing:
+        backend.open(IDENTITY)
+    assert _code(missing) == "coordinator.command.state-key-custody"
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "UPDATE migrations SET checksum = 'sha256:0'",
+        "INSERT INTO migrations (version, applied_at, checksum) SELECT 2, applied_at, checksum FROM migrations",
+        "DELETE FROM migrations",
+        "UPDATE control SET schema_version = 2",
+    ],
+    ids=["checksum", "newer", "missing", "control-version"],
+)
+def test_a_store_at_another_schema_version_is_refused(backend: Backend, tamper: str) -> None:
+    backend.migrate()
+    backend.apply()
+    backend.open().close()
+    backend.execute(tamper)
+    with pytest.raises(CoordinatorError) as refused:
+        backend.open()
+    assert _code(refused) == "coordinator.deployment.schema-mismatch"
+
+
+def test_an_unmigrated_store_is_refused_by_service_and_apply(backend: Backend) -> None:
+    with pytest.raises(CoordinatorError) as opened:
+        backend.open()
+    assert _code(opened) == "coordinator.deployment.schema-mismatch"
+    with pytest.raises(CoordinatorError) as applied:
+        backend.apply()
+    assert _code(applied) == "coordinator.deployment.schema-pending"
+    if backend.path is not None:
+        assert not backend.path.exists()
+
+
+def test_apply_appends_activations_and_sets_the_active_package(backend: Backend) -> None:
+    backend.migrate()
+    first = backend.apply()
+    second_package = ActivationRequest("sha256:" + "5" * 64, "wf", "sha256:" + "6" * 64, "sha256:" + "7" * 64)
+    second = backend.apply(second_package)
+    assert (first.apply_order, second.apply_order) == (1, 2)
+    assert second.predecessor_package_digest == ACTIVATION.package_digest
+    assert first.role_mode == ("embedded" if backend.kind == "sqlite" else "split")
+    state = inspect_deployment(backend.url, namespace=backend.namespace)
+    assert state.active == second
+    assert state.control is not None and state.control.active_revision == "sha256:" + "6" * 64
+
+
+def test_apply_runs_the_live_binding_check_over_unsettled_runs(backend: Backend) -> None:
+    backend.migrate()
+    backend.apply()
+    with backend.open() as store:
+        admit(store, "k1")
+    seen: list[frozenset[tuple[str, str]]] = []
+
+    def conflict(pairs: frozenset[tuple[str, str]]) -> bool:
+        seen.append(pairs)
+        return False
+
+    with pytest.raises(CoordinatorError) as refused:
+        backend.apply(bindings_ok=conflict)
+    assert _code(refused) == "coordinator.command.live-binding-conflict"
+    assert seen == [frozenset({("sha256:" + "3" * 64, "sha256:" + "4" * 64)})]
+
+
+def test_sqlite_migrate_and_apply_refuse_while_a_service_holds_the_store(sqlite_backend: Backend) -> None:
+    sqlite_backend.migrate()
+    sqlite_backend.apply()
+    with sqlite_backend.open(exclusive=True):
+        for command in (sqlite_backend.migrate, sqlite_backend.apply, lambda: sqlite_backend.open(exclusive=True)):
+            with pytest.raises(CoordinatorError) as busy:
+                command()
+            assert _code(busy) == "coordinator.command.store-busy"
+        assert inspect_deployment(sqlite_backend.url).exists  # plan/deployment-status may read
+    sqlite_backend.migrate()  # released on close
+
+
+def test_process_lock_is_exclusive_between_holders(tmp_path: Any) -> None:
+    path = tmp_path / "store.db.lock"
+    with ProcessLock(path):
+        with pytest.raises(CoordinatorError):
+            ProcessLock(path).acquire()
+    ProcessLock(path).acquire().release()
+
+
+def test_runtime_role_gets_exactly_its_grants(postgresql_backend: Backend, request: pytest.FixtureRequest) -> None:
+    role = request.getfixturevalue("postgres_role")()
+    identity = replace(IDENTITY, runtime_role=role)
+    postgresql_backend.migrate(identity)
+    postgresql_backend.apply(ACTIVATION, identity)
+    runtime_url = postgresql_backend.url.replace("root@", f"{role}@", 1)
+    runtime = Backend("postgresql", runtime_url, postgresql_backend.namespace, None)
+    with runtime.open(identity) as store:
+        store.verify()
+        run = admit(store, "k1")
+        assert store.get_run(run.run_id) is not None
+        store.release_restore_hold("evidence")  # hold columns are the runtime's to update
+    with psycopg.connect(runtime_url, autocommit=True) as connection:
+        connection.execute(f'SET search_path TO "{postgresql_backend.namespace}"')
+        for forbidden in (
+            "CREATE TABLE intruder (id int)",
+            "UPDATE control SET database_id = 'x'",
+            "UPDATE control SET active_package_digest = NULL",
+            "DELETE FROM migrations",
+            "INSERT INTO activations SELECT * FROM activations",
+            "TRUNCATE runs CASCADE",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                connection.execute(forbidden.encode())
+    # The migration role is not the runtime role: the service check refuses it.
+    with pytest.raises(CoordinatorError) as refused:
+        postgresql_backend.open(identity)
+    assert _code(refused) == "coordinator.deployment.refused"
+
+
+def test_migrate_refuses_a_runtime_role_that_owns_the_namespace(
+    postgresql_backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    with pytest.raises(CoordinatorError) as refused:
+        postgresql_backend.migrate(replace(IDENTITY, runtime_role="root"))
+    assert _code(refused) == "coordinator.deployment.refused"
+
+
+def test_store_times_round_trip_identically(backend: Backend) -> None:
+    backend.migrate(now=T0.replace(microsecond=123_456))
+    state = inspect_deployment(backend.url, namespace=backend.namespace)
+    assert state.control is not None
+    assert state.control.created_at == T0.replace(microsecond=123_000)
+    assert state.control.created_at.tzinfo is not None
+
+
+def test_an_unreachable_postgresql_is_store_unavailable() -> None:
+    with pytest.raises(CoordinatorError) as refused:
+        Store.open("postgresql://nobody@127.0.0.1:1/none", IDENTITY, namespace="coordinator_x")
+    assert _code(refused) == "coordinator.command.store-unavailable"
