@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
@@ -99,6 +100,13 @@ class Backend:
             return cursor.fetchall() if cursor.description else []
 
 
+def with_user(url: str, user: str) -> str:
+    """`url` connecting as `user` (trust authentication in the test cluster)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, f"{user}@{host}", parts.path, parts.query, parts.fragment))
+
+
 def start_step(
     run_id: uuid.UUID,
     now: datetime = T0,
@@ -143,9 +151,8 @@ def admission(
         policy={"retryDelaysMs": [100, 500], "observationFloorSeconds": 30},
         deadline_seconds=deadline_seconds,
         first_step=start_step(run_id, now, type=step_type, pure=step_type in ("choose", "finish")),
-        bindings_ok=lambda _pairs: True,
         expected_revision=expected_revision,
-        **changes,
+        **({"bindings_ok": lambda _pairs: True} | changes),
     )
 
 

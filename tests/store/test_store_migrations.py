@@ -6,12 +6,13 @@ import os
 import stat
 from dataclasses import replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from store_support import ACTIVATION, IDENTITY, T0, Backend, admit
+from store_support import ACTIVATION, IDENTITY, T0, Backend, admit, with_user
 
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.store import (
@@ -243,7 +244,7 @@ def test_runtime_role_gets_exactly_its_grants(postgresql_backend: Backend, reque
     identity = replace(IDENTITY, runtime_role=role)
     postgresql_backend.migrate(identity)
     postgresql_backend.apply(ACTIVATION, identity)
-    runtime_url = postgresql_backend.url.replace("root@", f"{role}@", 1)
+    runtime_url = with_user(postgresql_backend.url, role)
     runtime = Backend("postgresql", runtime_url, postgresql_backend.namespace, None)
     with runtime.open(identity) as store:
         store.verify()
@@ -272,7 +273,8 @@ def test_migrate_refuses_a_runtime_role_that_owns_the_namespace(
     postgresql_backend: Backend, request: pytest.FixtureRequest
 ) -> None:
     with pytest.raises(CoordinatorError) as refused:
-        postgresql_backend.migrate(replace(IDENTITY, runtime_role="root"))
+        owner = urlsplit(postgresql_backend.url).username
+        postgresql_backend.migrate(replace(IDENTITY, runtime_role=owner))
     assert _code(refused) == "coordinator.deployment.refused"
 
 

@@ -157,8 +157,8 @@ class Attempt:
         key: str | None = None,
     ) -> Answer:
         """One request to `baseUrl + path`; transport failures stop the attempt, classified."""
-        headers = {"Authorization": self.token().authorization()}
-        headers.update(self.adapter.product_headers(self.connection))
+        headers = self.adapter.product_headers(self.connection)
+        headers["Authorization"] = self.token().authorization()
         if key is not None:
             if _IDEMPOTENCY_KEY.fullmatch(key) is None:
                 raise Stop(Refused("invalid-command"))

@@ -1,0 +1,176 @@
+"""The outermost ASGI layer: what holds for every request and every response (06 §1).
+
+* Unknown paths answer `404 coordinator.request.not-found`, known paths with an undocumented
+  method `405 coordinator.request.method-not-allowed` with the complete `Allow` header.
+* The body is read here, at most 65,536 bytes (a larger declared or streamed body is not read
+  further and is marked too large); handlers decide 413 at their point in the order of checks.
+* The media type is classified here from the original `Content-Type`; Connexion is then handed
+  `application/json` (or nothing), so that neither its media-type check nor its form parsing
+  runs before access and visibility have been decided (06 §1 item 6).
+* Every response gets `Cache-Control: no-store` and the recommended security headers.
+* A well-formed W3C `traceparent` is accepted and kept on the request context.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from coordinator_api.bodies import BodyCapture
+from coordinator_api.events import request_target
+from coordinator_api.limits import BODY_MAX_BYTES
+from coordinator_api.problems import problem_response
+from coordinator_api.spec import RouteTable
+
+if TYPE_CHECKING:
+    from coordinator_api.app import AppState
+
+__all__ = ["CONTEXT_KEY", "EdgeMiddleware", "RequestContext"]
+
+CONTEXT_KEY: Final = "coordinator"
+"""The key of the request context in Connexion's context (handlers take it as a parameter)."""
+
+_SECURITY_HEADERS: Final = (
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"content-security-policy", b"default-src 'none'"),
+    (b"referrer-policy", b"no-referrer"),
+)
+_TRACEPARENT: Final = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Per-request state shared by the security functions and the handlers."""
+
+    state: AppState
+    body: BodyCapture
+    raw_headers: list[tuple[bytes, bytes]]
+    method: bytes
+    target: bytes
+    traceparent: str | None = None
+    extensions: dict[str, Any] = field(default_factory=dict)
+
+    def header(self, name: str) -> list[str]:
+        """Every value of header `name` (latin-1 decoded, as HTTP defines header bytes)."""
+        wanted = name.lower().encode("latin-1")
+        return [value.decode("latin-1") for key, value in self.raw_headers if key == wanted]
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return bytes(value)
+    return None
+
+
+async def _read_body(scope: Scope, receive: Receive) -> tuple[bytes, bool]:
+    declared = _header(scope, b"content-length")
+    if declared is not None and declared.isdigit() and int(declared) > BODY_MAX_BYTES:
+        return b"", True
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return bytes(body), False  # the client went away; nothing more will come
+        body.extend(message.get("body", b""))
+        if len(body) > BODY_MAX_BYTES:
+            return b"", True
+        if not message.get("more_body", False):
+            return bytes(body), False
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    delivered = False
+
+    async def replay() -> Message:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        while True:  # after the body only the disconnect matters; drop unread body chunks
+            message = await receive()
+            if message["type"] != "http.request":
+                return message
+
+    return replay
+
+
+def _with_headers(send: Send) -> Send:
+    async def send_with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            names = {name for name, _ in _SECURITY_HEADERS}
+            headers = [
+                (bytes(name).lower(), bytes(value))
+                for name, value in message.get("headers", [])
+                if bytes(name).lower() not in names
+            ]
+            message = {**message, "headers": [*headers, *_SECURITY_HEADERS]}
+        await send(message)
+
+    return send_with_headers
+
+
+class EdgeMiddleware:
+    def __init__(self, app: ASGIApp, *, state: AppState) -> None:
+        self.app = app
+        self.state = state
+        self.routes: RouteTable = state.routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        send = _with_headers(send)
+        route = self.routes.match(scope["path"])
+        if route is None:
+            await problem_response("coordinator.request.not-found")(scope, receive, send)
+            return
+        if scope["method"] not in route.methods:
+            response = problem_response(
+                "coordinator.request.method-not-allowed", headers={"Allow": route.allow}
+            )
+            await response(scope, receive, send)
+            return
+        data, too_large = await _read_body(scope, receive)
+        content_type = _header(scope, b"content-type")
+        traceparent = _header(scope, b"traceparent")
+        raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")
+        query = scope.get("query_string", b"")
+        context = RequestContext(
+            state=self.state,
+            body=BodyCapture(
+                data=data,
+                too_large=too_large,
+                content_type=None if content_type is None else content_type.decode("latin-1"),
+            ),
+            raw_headers=[(bytes(k).lower(), bytes(v)) for k, v in scope.get("headers", [])],
+            method=scope["method"].encode("ascii"),
+            target=request_target(bytes(raw_path), bytes(query)),
+            traceparent=(
+                traceparent.decode("latin-1")
+                if traceparent is not None and _TRACEPARENT.match(traceparent.decode("latin-1"))
+                else None
+            ),
+        )
+        downstream: MutableMapping[str, Any] = dict(scope)
+        downstream["headers"] = [
+            (key, b"application/json" if bytes(key).lower() == b"content-type" else value)
+            for key, value in scope.get("headers", [])
+        ]
+        extensions = dict(scope.get("extensions") or {})
+        extensions["connexion_context"] = {CONTEXT_KEY: context}
+        downstream["extensions"] = extensions
+        await self.app(downstream, _replay(data, receive), send)
+
+
+def context_of(request: Any) -> RequestContext:
+    """The request context from a Connexion request (security functions)."""
+    context = request.context[CONTEXT_KEY]
+    assert isinstance(context, RequestContext)
+    return context
+

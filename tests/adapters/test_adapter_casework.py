@@ -1,0 +1,227 @@
+"""Contract 08 §4: Casework submit, read result (as a call and as an observation), withdraw."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from adapter_support import Reply, command, command_key, deadline, problem
+
+from coordinator_core.adapters import (
+    Pending,
+    ReceiptExpired,
+    Refused,
+    Retryable,
+    Success,
+    Uncertain,
+)
+from coordinator_core.adapters.casework import CaseworkAdapter
+from coordinator_core.values import canonical_json
+
+SUBMIT = "casework.submit-review-request/v1"
+READ = "casework.read-review-result/v1"
+WITHDRAW = "casework.withdraw-review-request/v1"
+REQUEST_ID = "5f0c3a52-1d2e-4f6a-8b7c-9d0e1f2a3b4c"
+SUBJECT = {
+    "source": "urn:registry:applications",
+    "type": "application",
+    "id": "app-1",
+    "version": "3",
+    "digest": "sha256:" + "1" * 64,
+}
+REVIEW = {
+    "kind": "eligibility",
+    "subject": SUBJECT,
+    "requesterReference": "run-1",
+    "initiator": {"issuer": "https://idp.example", "subject": "user-1"},
+    "context": {"strategy": "submitted", "snapshot": {"income": 1200}},
+    "resultConstraints": {"allowed": ["approved", "rejected"]},
+}
+ACCEPTED = {
+    "requestId": REQUEST_ID,
+    "subject": SUBJECT,
+    "policy": {"id": "p", "version": "1", "digest": "sha256:" + "2" * 64},
+    "submissionDigest": "sha256:" + "3" * 64,
+}
+RESULT = {
+    "resultId": "6a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+    "requestId": REQUEST_ID,
+    "subject": SUBJECT,
+    "policy": ACCEPTED["policy"],
+    "submissionDigest": ACCEPTED["submissionDigest"],
+    "status": "approved",
+    "outcome": "eligible",
+    "result": {"score": 3},
+    "completedAt": "2026-03-01T10:00:00Z",
+    "availableUntil": "2026-06-01T10:00:00+02:00",
+}
+RESULT_PATH = f"/v1/review-requests/{REQUEST_ID}/result"
+
+
+@pytest.fixture
+def bound(connect):
+    return connect("casework")
+
+
+def call(bound, operation: str, value: Any, key: str | None = None):
+    return CaseworkAdapter().call(bound, command(operation, value, key=key), attempt_deadline=deadline())
+
+
+def observe(bound, reference: Any):
+    return CaseworkAdapter().observe(bound, READ, reference, attempt_deadline=deadline())
+
+
+# -- submit --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [201, 200])
+def test_submit_returns_the_acceptance(fake, bound, status):
+    fake.route("POST", "/v1/review-requests", Reply(status, ACCEPTED))
+    key = command_key()
+    assert call(bound, SUBMIT, REVIEW, key) == Success(ACCEPTED)
+    seen = fake.requests()[-1]
+    assert seen.body == canonical_json(REVIEW)
+    assert seen.headers["idempotency-key"] == key
+
+
+def _without(name: str) -> dict[str, Any]:
+    return {k: v for k, v in REVIEW.items() if k != name}
+
+
+def _with(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(REVIEW)
+    target = changed
+    for name in path[:-1]:
+        target = target[name]
+    target[path[-1]] = value
+    return changed
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        _without("kind"),
+        _without("context"),
+        {**REVIEW, "extra": 1},
+        _with(("kind",), ""),
+        _with(("kind",), "k" * 129),
+        _with(("subject", "digest"), "sha256:xyz"),
+        _with(("subject", "extra"), "x"),
+        _with(("subject", "source"), "s" * 257),
+        _with(("requesterReference",), "r" * 257),
+        _with(("initiator",), {"issuer": "i"}),
+        _with(("initiator", "subject"), "s" * 513),
+        _with(("context", "strategy"), "referenced"),
+        _with(("context", "snapshot"), [1]),
+        _with(("context", "snapshot"), {"big": ["x" * 16_000] * 5}),
+        _with(("resultConstraints",), "none"),
+    ],
+)
+def test_submit_refuses_an_invalid_request_before_sending(fake, bound, value):
+    assert call(bound, SUBMIT, value, command_key()) == Refused("invalid-command")
+    assert not fake.seen
+
+
+def test_submit_refuses_a_body_over_98304_bytes(fake, bound):
+    snapshot = {f"k{i}": "x" * 16_000 for i in range(4)}  # ≤ 65,536 on its own
+    value = _with(("context", "snapshot"), snapshot)
+    value["resultConstraints"] = {f"c{i}": "y" * 16_000 for i in range(3)}
+    assert call(bound, SUBMIT, value, command_key()) == Refused("invalid-command")
+    assert not fake.seen
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (problem(409, "idempotency.key-reused"), Refused("product-refused")),
+        (problem(410, "idempotency.expired"), ReceiptExpired()),
+        (Reply(201, {**ACCEPTED, "requestId": "nope"}), Uncertain("invalid-response")),
+        (Reply(202, ACCEPTED), Uncertain("invalid-response")),
+        (Reply(504), Uncertain("transport-uncertain")),
+    ],
+)
+def test_submit_outcomes(fake, bound, reply, expected):
+    fake.route("POST", "/v1/review-requests", reply)
+    assert call(bound, SUBMIT, REVIEW, command_key()) == expected
+
+
+# -- read result ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("reply", "as_call", "as_observation"),
+    [
+        (Reply(200, RESULT), Success({"state": "complete", "result": RESULT}), Success(RESULT)),
+        (Reply(202, {"ignored": True}), Success({"state": "pending"}), Pending()),
+        (Reply(202, raw=b"not json"), Success({"state": "pending"}), Pending()),
+        (problem(404, "review.not-found"), Refused("product-not-found"), Refused("product-not-found")),
+        (Reply(410), Refused("completion-expired"), Refused("completion-expired")),
+        (Reply(503), Retryable("transport-unavailable"), Retryable("transport-unavailable")),
+        (Reply(429), Retryable("rate-limited"), Retryable("rate-limited")),
+        (Reply(401), Refused("product-forbidden"), Refused("product-forbidden")),
+        (Reply(200, {**RESULT, "status": "pending"}), Refused("invalid-response"), Refused("invalid-response")),
+        (
+            Reply(200, {**RESULT, "completedAt": "yesterday"}),
+            Refused("invalid-response"),
+            Refused("invalid-response"),
+        ),
+    ],
+)
+def test_read_result_as_a_call_and_as_an_observation(fake, bound, reply, as_call, as_observation):
+    fake.route("GET", RESULT_PATH, reply)
+    assert call(bound, READ, {"requestId": REQUEST_ID}) == as_call
+    assert observe(bound, REQUEST_ID) == as_observation
+
+
+@pytest.mark.parametrize("value", [{"requestId": "not-a-uuid"}, {}, {"requestId": REQUEST_ID, "x": 1}])
+def test_read_result_refuses_an_invalid_command(fake, bound, value):
+    assert call(bound, READ, value) == Refused("invalid-command")
+    assert not fake.seen
+
+
+@pytest.mark.parametrize("reference", ["not-a-uuid", 7, None, {"requestId": REQUEST_ID}])
+def test_an_observation_of_an_invalid_reference_is_refused(fake, bound, reference):
+    assert observe(bound, reference) == Refused("invalid-command")
+    assert not fake.seen
+
+
+# -- withdraw ------------------------------------------------------------------------------------------
+
+
+def test_withdraw_posts_subject_and_reason(fake, bound):
+    answer = {"outcome": "already_terminal", "result": RESULT}
+    fake.route("POST", f"/v1/review-requests/{REQUEST_ID}/cancel", Reply(200, answer))
+    key = command_key()
+    value = {"requestId": REQUEST_ID, "subject": SUBJECT, "reason": "run cancelled"}
+    assert call(bound, WITHDRAW, value, key) == Success(answer)
+    seen = fake.requests()[-1]
+    assert seen.json() == {"subject": SUBJECT, "reason": "run cancelled"}
+    assert seen.headers["idempotency-key"] == key
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"requestId": REQUEST_ID, "subject": SUBJECT},
+        {"requestId": REQUEST_ID, "subject": SUBJECT, "reason": ""},
+        {"requestId": "x", "subject": SUBJECT, "reason": "r"},
+        {"requestId": REQUEST_ID, "subject": {**SUBJECT, "digest": "d"}, "reason": "r"},
+    ],
+)
+def test_withdraw_refuses_an_invalid_command(fake, bound, value):
+    assert call(bound, WITHDRAW, value, command_key()) == Refused("invalid-command")
+    assert not fake.seen
+
+
+def test_withdraw_with_an_unknown_outcome_is_an_invalid_response(fake, bound):
+    fake.route(
+        "POST", f"/v1/review-requests/{REQUEST_ID}/cancel", Reply(200, {"outcome": "gone", "result": RESULT})
+    )
+    value = {"requestId": REQUEST_ID, "subject": SUBJECT, "reason": "r"}
+    assert call(bound, WITHDRAW, value, command_key()) == Uncertain("invalid-response")
+
+
+def test_a_keyed_command_without_its_key_is_refused(fake, bound):
+    assert call(bound, SUBMIT, REVIEW, None) == Refused("invalid-command")
+    assert not fake.seen

@@ -1,0 +1,129 @@
+"""Admission (07 §6.1; 06 §5.1 step 10): one transaction, idempotent by start identity."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+from store_support import (
+    BINDING,
+    DEFINITION,
+    REVISION,
+    SECOND,
+    T0,
+    ActivationRequest,
+    Backend,
+    admission,
+    admit,
+    claim,
+)
+
+from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.store import Store, StoreInvariantError
+
+
+def _refusal(store: Store, *args: object, **options: object) -> str:
+    with pytest.raises(CoordinatorError) as refused:
+        store.admit(admission(*args, **options), T0)  # type: ignore[arg-type]
+    return refused.value.code
+
+
+def test_admission_inserts_the_run_and_its_due_start_record(store: Store) -> None:
+    request = admission("k1")
+    result = store.admit(request, T0)
+    assert result.created
+    snapshot = store.get_run_snapshot(request.run_id)
+    assert snapshot is not None
+    run = snapshot.run
+    assert (run.status, run.cancel_mode, run.current_step) == ("running", "none", "start")
+    assert (run.admitted_at, run.deadline_at) == (T0, T0 + 3600 * SECOND)
+    assert (run.snapshot, run.input) == (b"sealed-snapshot", b"sealed-input")
+    assert (run.definition_digest, run.binding_digest, run.revision) == (DEFINITION, BINDING, REVISION)
+    assert [(s.step, s.state, s.due_at, s.generation, s.attempt) for s in snapshot.steps] == [
+        ("start", "pending", T0, 1, 0)
+    ]
+    assert result.run == run
+
+
+def test_same_start_identity_and_input_answers_the_existing_run(store: Store) -> None:
+    first = store.admit(admission("k1"), T0)
+    again = store.admit(admission("k1"), T0 + SECOND)
+    assert not again.created
+    assert again.run.run_id == first.run.run_id
+    assert len(store.list_runs(owner=None).runs) == 1
+
+
+def test_same_start_identity_with_other_input_is_key_reused(store: Store) -> None:
+    admit(store, "k1")
+    assert _refusal(store, "k1", input_digest="f" * 64) == "idempotency.key-reused"
+
+
+def test_replay_is_answered_even_after_the_revision_changed(store: Store) -> None:
+    admit(store, "k1")
+    # the replay check comes before the revision check (06 §5.1 step 10.4–10.5)
+    assert not store.admit(admission("k1", expected_revision="sha256:" + "9" * 64), T0).created
+    assert _refusal(store, "k2", expected_revision="sha256:" + "9" * 64) == "admission.revision-mismatch"
+
+
+def test_holds_refuse_admissions_in_order(store: Store) -> None:
+    store.set_restore_hold(T0, lambda _snapshot: None)
+    assert _refusal(store, "k1") == "coordinator.command.restore-admissions-held"
+    store.release_restore_hold("evidence")
+    assert _refusal(store, "k1") == "coordinator.command.restore-admissions-held"
+    store.release_admission_hold(
+        "recovery", admission_history_complete=True, prior_deployment_fenced=True
+    )
+    assert store.admit(admission("k1"), T0).created
+
+
+def test_input_problem_and_live_binding_conflict_are_refused_after_the_replay_check(
+    store: Store,
+) -> None:
+    problem = CoordinatorError(Diagnostic(code="coordinator.definition.input"))
+    assert _refusal(store, "k1", input_problem=problem) == "coordinator.definition.input"
+    admit(store, "k2")
+    seen: list[frozenset[tuple[str, str]]] = []
+
+    def conflict(pairs: frozenset[tuple[str, str]]) -> bool:
+        seen.append(pairs)
+        return False
+
+    assert _refusal(store, "k3", bindings_ok=conflict) == "coordinator.command.live-binding-conflict"
+    assert seen == [frozenset({(DEFINITION, BINDING)})]
+    assert not store.admit(admission("k2", bindings_ok=conflict), T0).created  # replay first
+
+
+def test_admission_is_refused_when_another_package_is_active(store: Store, backend: Backend) -> None:
+    backend.apply(ActivationRequest("sha256:" + "8" * 64, "wf", REVISION, DEFINITION))
+    assert _refusal(store, "k1") == "coordinator.command.activation-changed"
+    assert claim(store) is None  # the worker claims nothing either
+
+
+def test_a_start_record_of_another_run_is_refused(store: Store) -> None:
+    request = admission("k1")
+    other = replace(request, first_step=replace(request.first_step, run_id=admission("x").run_id))
+    with pytest.raises(StoreInvariantError):
+        store.admit(other, T0)
+
+
+def test_concurrent_admissions_of_one_key_resolve_to_one_run(store: Store) -> None:
+    results: list[bool] = []
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(6)
+
+    def admit_once() -> None:
+        barrier.wait()
+        try:
+            results.append(store.admit(admission("same-key"), T0).created)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=admit_once) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(results) == [False] * 5 + [True]
+    assert len(store.list_runs(owner=None).runs) == 1
