@@ -120,8 +120,7 @@ class _Hoister:
         file_part, _, fragment = reference.partition("#")
         if not fragment.startswith("/$defs/") or fragment.count("/") != 2:
             raise BundleError(
-                f"{self._relative(base)}: reference {reference!r} must name "
-                "`<file>#/$defs/<Name>`"
+                f"{self._relative(base)}: reference {reference!r} must name `<file>#/$defs/<Name>`"
             )
         if PurePosixPath(file_part).is_absolute() or "://" in file_part:
             raise BundleError(f"{self._relative(base)}: reference {reference!r} must be relative")
@@ -148,8 +147,7 @@ class _Hoister:
                 )
             if name in self.hoisted:
                 raise BundleError(
-                    f"{self._relative(path)}: `$defs/{name}` is also defined in "
-                    f"{self.origin[name]}"
+                    f"{self._relative(path)}: `$defs/{name}` is also defined in {self.origin[name]}"
                 )
             self.origin[name] = self._relative(path)
             self.hoisted[name] = None  # reserve the name before converting (recursion)
@@ -213,8 +211,8 @@ def _bundle_31(spec_dir: Path) -> dict[str, Any]:
 def _check_internal_refs(document: dict[str, Any]) -> None:
     def resolve(pointer: str) -> None:
         node: Any = document
-        for token in pointer[2:].split("/"):
-            token = token.replace("~1", "/").replace("~0", "~")
+        for escaped in pointer[2:].split("/"):
+            token = escaped.replace("~1", "/").replace("~0", "~")
             if not isinstance(node, dict) or token not in node:
                 raise BundleError(f"dangling reference {pointer!r}")
             node = node[token]
@@ -290,7 +288,7 @@ def _schema_30(schema: Any, where: str) -> Any:
         elif key in ("allOf", "anyOf", "oneOf"):
             out[key] = [_schema_30(sub, f"{here}/{index}") for index, sub in enumerate(value)]
         elif key == "nullable":
-            raise BundleError(f"{here}: `nullable` is not OpenAPI 3.1; use `type: [X, \"null\"]`")
+            raise BundleError(f'{here}: `nullable` is not OpenAPI 3.1; use `type: [X, "null"]`')
         else:
             raise BundleError(f"{here}: `{key}` has no OpenAPI 3.0.3 rendering")
     return out
@@ -312,9 +310,13 @@ def _type_30(value: Any, out: dict[str, Any], where: str) -> None:
             out["enum"] = [None]
 
 
-def _map_values(node: dict[str, Any], key: str, convert: Callable[[Any, str], Any], where: str) -> None:
+def _map_values(
+    node: dict[str, Any], key: str, convert: Callable[[Any, str], Any], where: str
+) -> None:
     if isinstance(node.get(key), dict):
-        node[key] = {name: convert(value, f"{where}/{key}/{name}") for name, value in node[key].items()}
+        node[key] = {
+            name: convert(value, f"{where}/{key}/{name}") for name, value in node[key].items()
+        }
 
 
 def _content_30(content: Any, where: str) -> Any:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import socket
@@ -335,10 +336,8 @@ class RawServer:
         except OSError:
             pass
         finally:
-            try:
+            with contextlib.suppress(OSError):
                 conn.close()
-            except OSError:
-                pass
 
     def close(self) -> None:
         self.closed = True

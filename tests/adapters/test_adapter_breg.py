@@ -35,7 +35,10 @@ RECORD = {
 }
 SCHEMA = {
     "type": "object",
-    "properties": {"applicationId": {"type": "string"}, "decision": {"enum": ["approve", "reject"]}},
+    "properties": {
+        "applicationId": {"type": "string"},
+        "decision": {"enum": ["approve", "reject"]},
+    },
     "required": ["applicationId", "decision"],
     "additionalProperties": False,
 }
@@ -96,7 +99,9 @@ def prepare(bound, cmd=None):
 def test_read_record_returns_the_body_unchanged(fake, bound):
     fake.route("GET", "/v1/records/people/r-1", Reply(200, RECORD))
     outcome = BregAdapter().call(
-        bound, command(READ, {"collection": "people", "recordId": "r-1"}), attempt_deadline=deadline()
+        bound,
+        command(READ, {"collection": "people", "recordId": "r-1"}),
+        attempt_deadline=deadline(),
     )
     assert outcome == Success(RECORD)
     assert fake.requests()[-1].headers["registry-access-profile"] == "coordinator-writer"
@@ -124,7 +129,9 @@ def test_read_record_refuses_an_invalid_command_before_sending(fake, bound, valu
 def test_read_record_requires_an_object_with_a_data_object(fake, bound, body):
     fake.route("GET", "/v1/records/people/r-1", Reply(200, body))
     outcome = BregAdapter().call(
-        bound, command(READ, {"collection": "people", "recordId": "r-1"}), attempt_deadline=deadline()
+        bound,
+        command(READ, {"collection": "people", "recordId": "r-1"}),
+        attempt_deadline=deadline(),
     )
     assert outcome == Refused("invalid-response")
 
@@ -153,7 +160,9 @@ def test_preparation_freezes_body_binding_and_key(breg, bound):
     conditions = breg.requests(f"/v1/actions/{ACTION}/target-conditions")
     assert [seen.json() for seen in conditions] == [{"input": {"applicationId": "app-1"}}]
     assert "idempotency-key" not in conditions[0].headers
-    assert not [s for s in breg.requests() if s.method == "POST" and s.path == f"/v1/actions/{ACTION}"]
+    assert not [
+        s for s in breg.requests() if s.method == "POST" and s.path == f"/v1/actions/{ACTION}"
+    ]
 
 
 def test_preparation_without_condition_inputs_omits_preconditions(breg, bound):
@@ -172,7 +181,10 @@ def test_preparation_without_condition_inputs_omits_preconditions(breg, bound):
         (Reply(200, describe(kind="other")), Refused("invalid-response")),
         (Reply(200, describe(action="another")), Refused("invalid-response")),
         (Reply(200, describe(contractFingerprint="md5:1")), Refused("invalid-response")),
-        (Reply(200, describe(inputSchema={"type": "object", "definitions": {}})), Refused("invalid-response")),
+        (
+            Reply(200, describe(inputSchema={"type": "object", "definitions": {}})),
+            Refused("invalid-response"),
+        ),
         (Reply(408), Retryable("transport-unavailable")),
         (Reply(503), Retryable("transport-unavailable")),
         (Reply(500), Retryable("transport-unavailable")),
@@ -189,7 +201,10 @@ def test_preparation_describe_outcomes(breg, bound, reply, expected):
     [
         (Reply(503), Retryable("transport-unavailable")),
         (Reply(408), Retryable("transport-unavailable")),
-        (Reply(200, {"preconditions": {"a": {"ifMatch": "unquoted"}}}), Refused("invalid-response")),
+        (
+            Reply(200, {"preconditions": {"a": {"ifMatch": "unquoted"}}}),
+            Refused("invalid-response"),
+        ),
         (Reply(200, {}), Refused("invalid-response")),
     ],
 )
@@ -242,7 +257,9 @@ def test_send_posts_exactly_the_prepared_bytes_with_the_key(breg, bound):
         "POST", f"/v1/actions/{ACTION}/target-conditions", Reply(200, {"preconditions": {}})
     )  # conditions are never refreshed at send
     assert send(bound, preparation, key) == Success(RESULT)
-    posted = [s for s in breg.requests() if s.method == "POST" and s.path == f"/v1/actions/{ACTION}"]
+    posted = [
+        s for s in breg.requests() if s.method == "POST" and s.path == f"/v1/actions/{ACTION}"
+    ]
     assert len(posted) == 1
     assert posted[0].body == json.loads(preparation)["body"].encode()
     assert posted[0].headers["idempotency-key"] == key
@@ -256,17 +273,25 @@ def test_a_changed_binding_is_a_mismatch_and_nothing_is_posted(breg, bound, conn
     preparation = prepared(bound, key)
     breg.route("GET", f"/v1/actions/{ACTION}", Reply(200, describe(registryRevision="rev-8")))
     assert send(bound, preparation, key) == Refused("prepared-command-mismatch")
-    breg.route("GET", f"/v1/actions/{ACTION}", Reply(200, describe(contractFingerprint="sha256:" + "cd" * 32)))
+    breg.route(
+        "GET",
+        f"/v1/actions/{ACTION}",
+        Reply(200, describe(contractFingerprint="sha256:" + "cd" * 32)),
+    )
     assert send(bound, preparation, key) == Refused("prepared-command-mismatch")
     breg.route("GET", f"/v1/actions/{ACTION}", Reply(200, describe()))
     other_profile = connect("breg", profile="coordinator-other")
     assert send(other_profile, preparation, key) == Refused("prepared-command-mismatch")
-    assert send(bound, preparation, command_key("another-step")) == Refused("prepared-command-mismatch")
+    assert send(bound, preparation, command_key("another-step")) == Refused(
+        "prepared-command-mismatch"
+    )
     changed = {"input": {**ACTION_INPUT, "decision": "reject"}}
     assert send(bound, preparation, key, value=changed) == Refused("prepared-command-mismatch")
     assert send(bound, b"{}", key) == Refused("prepared-command-mismatch")
     assert send(bound, None, key) == Refused("prepared-command-mismatch")
-    assert not [s for s in breg.requests() if s.method == "POST" and s.path == f"/v1/actions/{ACTION}"]
+    assert not [
+        s for s in breg.requests() if s.method == "POST" and s.path == f"/v1/actions/{ACTION}"
+    ]
 
 
 def test_the_action_withdrawn_before_send_is_unavailable(breg, bound):
@@ -280,10 +305,16 @@ def test_the_action_withdrawn_before_send_is_unavailable(breg, bound):
     ("reply", "expected"),
     [
         (Reply(200, RESULT), Success(RESULT)),
-        (problem(422, "action.refused", refusalCode="application-withdrawn"), DeclaredRefusal("application-withdrawn")),
+        (
+            problem(422, "action.refused", refusalCode="application-withdrawn"),
+            DeclaredRefusal("application-withdrawn"),
+        ),
         (problem(422, "action.refused", refusalCode="Not A Code"), Refused("product-refused")),
         (problem(422, "action.refused"), Refused("product-refused")),
-        (Reply(422, {"status": 400, "code": "action.refused", "refusalCode": "x"}), Refused("product-refused")),
+        (
+            Reply(422, {"status": 400, "code": "action.refused", "refusalCode": "x"}),
+            Refused("product-refused"),
+        ),
         (problem(409, "idempotency.key-reused"), Refused("product-refused")),
         (problem(410, "idempotency.expired"), ReceiptExpired()),
         (Reply(500), Uncertain("transport-uncertain")),

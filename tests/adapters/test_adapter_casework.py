@@ -65,7 +65,9 @@ def bound(connect):
 
 
 def call(bound, operation: str, value: Any, key: str | None = None):
-    return CaseworkAdapter().call(bound, command(operation, value, key=key), attempt_deadline=deadline())
+    return CaseworkAdapter().call(
+        bound, command(operation, value, key=key), attempt_deadline=deadline()
+    )
 
 
 def observe(bound, reference: Any):
@@ -155,12 +157,20 @@ def test_submit_outcomes(fake, bound, reply, expected):
         (Reply(200, RESULT), Success({"state": "complete", "result": RESULT}), Success(RESULT)),
         (Reply(202, {"ignored": True}), Success({"state": "pending"}), Pending()),
         (Reply(202, raw=b"not json"), Success({"state": "pending"}), Pending()),
-        (problem(404, "review.not-found"), Refused("product-not-found"), Refused("product-not-found")),
+        (
+            problem(404, "review.not-found"),
+            Refused("product-not-found"),
+            Refused("product-not-found"),
+        ),
         (Reply(410), Refused("completion-expired"), Refused("completion-expired")),
         (Reply(503), Retryable("transport-unavailable"), Retryable("transport-unavailable")),
         (Reply(429), Retryable("rate-limited"), Retryable("rate-limited")),
         (Reply(401), Refused("product-forbidden"), Refused("product-forbidden")),
-        (Reply(200, {**RESULT, "status": "pending"}), Refused("invalid-response"), Refused("invalid-response")),
+        (
+            Reply(200, {**RESULT, "status": "pending"}),
+            Refused("invalid-response"),
+            Refused("invalid-response"),
+        ),
         (
             Reply(200, {**RESULT, "completedAt": "yesterday"}),
             Refused("invalid-response"),
@@ -174,7 +184,9 @@ def test_read_result_as_a_call_and_as_an_observation(fake, bound, reply, as_call
     assert observe(bound, REQUEST_ID) == as_observation
 
 
-@pytest.mark.parametrize("value", [{"requestId": "not-a-uuid"}, {}, {"requestId": REQUEST_ID, "x": 1}])
+@pytest.mark.parametrize(
+    "value", [{"requestId": "not-a-uuid"}, {}, {"requestId": REQUEST_ID, "x": 1}]
+)
 def test_read_result_refuses_an_invalid_command(fake, bound, value):
     assert call(bound, READ, value) == Refused("invalid-command")
     assert not fake.seen
@@ -216,7 +228,9 @@ def test_withdraw_refuses_an_invalid_command(fake, bound, value):
 
 def test_withdraw_with_an_unknown_outcome_is_an_invalid_response(fake, bound):
     fake.route(
-        "POST", f"/v1/review-requests/{REQUEST_ID}/cancel", Reply(200, {"outcome": "gone", "result": RESULT})
+        "POST",
+        f"/v1/review-requests/{REQUEST_ID}/cancel",
+        Reply(200, {"outcome": "gone", "result": RESULT}),
     )
     value = {"requestId": REQUEST_ID, "subject": SUBJECT, "reason": "r"}
     assert call(bound, WITHDRAW, value, command_key()) == Uncertain("invalid-response")

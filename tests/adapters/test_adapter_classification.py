@@ -48,7 +48,9 @@ RECEIPT = {
 SCHEDULING = {"schedulingId": "s-1", "policyRevision": "r-1", "policyDigest": "sha256:00"}
 
 
-def read(connection: ProductConnection, settings: HttpSettings | None = None, **kw: Any) -> CallOutcome:
+def read(
+    connection: ProductConnection, settings: HttpSettings | None = None, **kw: Any
+) -> CallOutcome:
     return SchedulingAdapter(settings).call(
         connection, command(READ, {}), attempt_deadline=kw.get("until", deadline())
     )
@@ -96,10 +98,22 @@ STATUS_ROWS = [
     (problem(503, "other"), Retryable("transport-unavailable"), Uncertain("transport-uncertain")),
     (problem(400, "request.invalid"), Refused("invalid-command"), Refused("invalid-command")),
     (Reply(413), Refused("invalid-command"), Refused("invalid-command")),
-    (problem(401, "authentication.refused"), Refused("product-forbidden"), Refused("product-forbidden")),
+    (
+        problem(401, "authentication.refused"),
+        Refused("product-forbidden"),
+        Refused("product-forbidden"),
+    ),
     (Reply(403), Refused("product-forbidden"), Refused("product-forbidden")),
-    (problem(404, "template.not-found"), Refused("product-not-found"), Refused("product-not-found")),
-    (problem(409, "idempotency.key-reused"), Refused("product-refused"), Refused("product-refused")),
+    (
+        problem(404, "template.not-found"),
+        Refused("product-not-found"),
+        Refused("product-not-found"),
+    ),
+    (
+        problem(409, "idempotency.key-reused"),
+        Refused("product-refused"),
+        Refused("product-refused"),
+    ),
     (problem(410, "idempotency.expired"), Refused("product-refused"), ReceiptExpired()),
     (Reply(410), Refused("product-refused"), Refused("product-refused")),
     (problem(422, "content.invalid"), Refused("product-refused"), Refused("product-refused")),
@@ -230,7 +244,7 @@ def _close_after_request(conn: socket.socket) -> None:
 
 def _half_answer(conn: socket.socket) -> None:
     read_request(conn)
-    conn.sendall(b"HTTP/1.1 202 Accepted\r\ncontent-length: 100\r\n\r\n{\"id\":")
+    conn.sendall(b'HTTP/1.1 202 Accepted\r\ncontent-length: 100\r\n\r\n{"id":')
     reset(conn)
 
 
@@ -253,8 +267,12 @@ def test_timeout_waiting_for_the_answer(connect):
     quick = HttpSettings(total_timeout=0.3)
     try:
         began = time.monotonic()
-        assert read(connect("scheduling", server.origin), quick) == Retryable("transport-unavailable")
-        assert mutate(connect("messaging", server.origin), quick) == Uncertain("transport-uncertain")
+        assert read(connect("scheduling", server.origin), quick) == Retryable(
+            "transport-unavailable"
+        )
+        assert mutate(connect("messaging", server.origin), quick) == Uncertain(
+            "transport-uncertain"
+        )
         assert time.monotonic() - began < 1.5
     finally:
         server.close()
@@ -287,7 +305,11 @@ def test_no_budget_left_sends_nothing(fake, connect):
 
 
 def test_a_slow_drip_cannot_outlast_the_total_timeout(fake, reader):
-    chunks = [b'{"schedulingId": "s", '] + [b" "] * 100 + [b'"policyRevision": "r", "policyDigest": "d"}']
+    chunks = (
+        [b'{"schedulingId": "s", ']
+        + [b" "] * 100
+        + [b'"policyRevision": "r", "policyDigest": "d"}']
+    )
     fake.route("GET", "/v1/scheduling", Reply(200, chunks=chunks, chunk_delay=0.05))
     quick = HttpSettings(total_timeout=0.4)
     began = time.monotonic()

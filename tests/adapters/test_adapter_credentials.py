@@ -71,7 +71,11 @@ def test_the_assertion_claims_and_signature(fake, connect, ec_pair, rsa_pair, al
     assert form["scope"] == ["scope:a scope:b"]
     assert form["resource"] == ["urn:registrystack:scheduling"]
     assertion = form["client_assertion"][0]
-    assert jwt.get_unverified_header(assertion) == {"alg": algorithm, "kid": key.public["kid"], "typ": "JWT"}
+    assert jwt.get_unverified_header(assertion) == {
+        "alg": algorithm,
+        "kid": key.public["kid"],
+        "typ": "JWT",
+    }
     public = jwt.PyJWK(key.public, algorithm=algorithm).key
     claims = jwt.decode(
         assertion,
@@ -121,15 +125,33 @@ def _token_reply(reply: Reply):
         (Reply(401, {"error": "invalid_client"}), Refused("credential-refused")),
         (Reply(403), Refused("credential-refused")),
         (Reply(302, headers={"location": "/elsewhere"}), Refused("credential-refused")),
-        (Reply(201, {"access_token": "t", "token_type": "Bearer", "expires_in": 1}), Refused("credential-refused")),
+        (
+            Reply(201, {"access_token": "t", "token_type": "Bearer", "expires_in": 1}),
+            Refused("credential-refused"),
+        ),
         (Reply(200, raw=b"not json"), Refused("credential-refused")),
         (Reply(200, {"token_type": "Bearer", "expires_in": 1}), Refused("credential-refused")),
-        (Reply(200, {"access_token": "t", "token_type": "mac", "expires_in": 1}), Refused("credential-refused")),
-        (Reply(200, {"access_token": "t", "token_type": "Bearer", "expires_in": "1"}), Refused("credential-refused")),
-        (Reply(200, {"access_token": "t", "token_type": "Bearer", "expires_in": True}), Refused("credential-refused")),
-        (Reply(200, {"access_token": "a b\r\n", "token_type": "Bearer", "expires_in": 1}), Refused("credential-refused")),
         (
-            Reply(200, raw=b'{"access_token": "a", "access_token": "b", "token_type": "Bearer", "expires_in": 1}'),
+            Reply(200, {"access_token": "t", "token_type": "mac", "expires_in": 1}),
+            Refused("credential-refused"),
+        ),
+        (
+            Reply(200, {"access_token": "t", "token_type": "Bearer", "expires_in": "1"}),
+            Refused("credential-refused"),
+        ),
+        (
+            Reply(200, {"access_token": "t", "token_type": "Bearer", "expires_in": True}),
+            Refused("credential-refused"),
+        ),
+        (
+            Reply(200, {"access_token": "a b\r\n", "token_type": "Bearer", "expires_in": 1}),
+            Refused("credential-refused"),
+        ),
+        (
+            Reply(
+                200,
+                raw=b'{"access_token": "a", "access_token": "b", "token_type": "Bearer", "expires_in": 1}',
+            ),
             Refused("credential-refused"),
         ),
     ],
@@ -138,7 +160,9 @@ def test_token_endpoint_outcomes(fake, connect, reply, expected):
     fake.route("GET", "/v1/scheduling", Reply(200, SCHEDULING))
     fake.token_reply = _token_reply(reply)
     bound = connect("scheduling")
-    assert SchedulingAdapter().call(bound, command(READ, {}), attempt_deadline=deadline()) == expected
+    assert (
+        SchedulingAdapter().call(bound, command(READ, {}), attempt_deadline=deadline()) == expected
+    )
     assert not fake.requests(), "the product was called without a credential"
 
 
@@ -201,7 +225,17 @@ def _ed25519() -> dict[str, object]:
         lambda: b'["a list"]',
         lambda: {**ec_key().private, "d": "AAAA"},
     ],
-    ids=["public-only", "no-kid", "alg-mismatch", "p-384", "ed25519", "rsa-1024", "text", "list", "bad-d"],
+    ids=[
+        "public-only",
+        "no-kid",
+        "alg-mismatch",
+        "p-384",
+        "ed25519",
+        "rsa-1024",
+        "text",
+        "list",
+        "bad-d",
+    ],
 )
 def test_an_unusable_signing_key_is_credential_configuration(fake, connect, make_key):
     bound = connect("scheduling")

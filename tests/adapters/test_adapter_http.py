@@ -148,7 +148,9 @@ def test_a_name_resolving_to_a_metadata_address_is_refused(fake, connect):
         return ["203.0.113.9", "169.254.169.254"]
 
     settings = HttpSettings(resolver=resolver)
-    outcome = read_record(connect("breg", "https://registry.example", profile="r"), settings=settings)
+    outcome = read_record(
+        connect("breg", "https://registry.example", profile="r"), settings=settings
+    )
     assert outcome == Refused("product-refused")
     assert resolved == ["registry.example"]
 
@@ -158,7 +160,9 @@ def test_dns_failure_is_retryable(connect):
         raise OSError("no such host")
 
     settings = HttpSettings(resolver=resolver)
-    outcome = read_record(connect("breg", "https://registry.example", profile="r"), settings=settings)
+    outcome = read_record(
+        connect("breg", "https://registry.example", profile="r"), settings=settings
+    )
     assert outcome == Retryable("transport-unavailable")
 
 
@@ -205,7 +209,9 @@ def test_https_connects_to_the_address_resolved_once_and_verifies_the_name(
 def test_a_certificate_for_another_name_fails_the_handshake_before_sending(
     fake, connect, tls_live, tls_files
 ):
-    settings = HttpSettings(resolver=lambda host, port: ["127.0.0.1"], ssl_context=tls_files.context)
+    settings = HttpSettings(
+        resolver=lambda host, port: ["127.0.0.1"], ssl_context=tls_files.context
+    )
     fake.route("POST", "/v1/messages", Reply(202, {}))
     message = {"senderProfile": "p", "to": {"email": "a@b.c"}, "content": {"text": "t"}}
     outcome = MessagingAdapter(settings).call(
@@ -231,7 +237,9 @@ def test_bodies_are_read_up_to_65536_bytes(fake, connect, chunked):
     bound = connect("scheduling")
     for size, expected in ((65_536, "success"), (65_537, "refused")):
         body = _padded(size)
-        reply = Reply(200, chunks=[body[:40_000], body[40_000:]]) if chunked else Reply(200, raw=body)
+        reply = (
+            Reply(200, chunks=[body[:40_000], body[40_000:]]) if chunked else Reply(200, raw=body)
+        )
         fake.route("GET", "/v1/scheduling", reply)
         outcome = SchedulingAdapter().call(
             bound, command("scheduling.read-scheduling/v1", {}), attempt_deadline=deadline()
@@ -244,10 +252,14 @@ def test_bodies_are_read_up_to_65536_bytes(fake, connect, chunked):
 def test_exchange_raises_only_its_two_exception_types(live):
     settings = HttpSettings()
     with pytest.raises(DestinationRefused):
-        exchange("GET", "http://example.org/", headers={}, attempt_deadline=deadline(), settings=settings)
+        exchange(
+            "GET", "http://example.org/", headers={}, attempt_deadline=deadline(), settings=settings
+        )
     with pytest.raises(DestinationRefused):
         exchange("GET", "not a url", headers={}, attempt_deadline=deadline(), settings=settings)
     with pytest.raises(TransportFailure) as failure:
-        exchange("GET", live.origin + "/x", headers={}, attempt_deadline=deadline(-1), settings=settings)
+        exchange(
+            "GET", live.origin + "/x", headers={}, attempt_deadline=deadline(-1), settings=settings
+        )
     assert failure.value.budget and not failure.value.sent
     assert str(failure.value) == "The request did not complete."

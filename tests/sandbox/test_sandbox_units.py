@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from coordinator_sandbox.canonical import JsonParseError, canonical_json, parse_json_strict
 from coordinator_sandbox.cli import main
 from coordinator_sandbox.keys import SigningKey, generate_private_jwk, jwk_thumbprint
@@ -32,7 +31,7 @@ def test_numbers_print_as_ecmascript_prints_them(value: float, text: str) -> Non
 
 
 def test_members_sort_by_utf16_code_units_and_strings_escape_minimally() -> None:
-    value = {"\u20ac": 1, "\r": 2, "\U0001f600": 3, "\u00f6": 4, "1": 5, "a": "\u000f\"\\/"}
+    value = {"\u20ac": 1, "\r": 2, "\U0001f600": 3, "\u00f6": 4, "1": 5, "a": '\u000f"\\/'}
     expected = '{"\\r":2,"1":5,"a":"\\u000f\\"\\\\/","\u00f6":4,"\u20ac":1,"\U0001f600":3}'
     assert canonical_json(value) == expected.encode("utf-8")
 

@@ -11,14 +11,17 @@ Reusable PostgreSQL fixtures (for the API and end-to-end suites too):
   cluster, each dropped after the session (`DROP OWNED` in the test database, then `DROP ROLE`).
 
 Suite fixtures: `backend` (parametrised `sqlite` / `postgresql`: a fresh, not yet migrated store
-location per test: a temporary file, or a fresh namespace in the session database) and `store`
-(that location migrated, a package activated and a `Store` opened on it).
+location per test: a temporary file, or a fresh namespace in the session database),
+`sqlite_backend` / `postgresql_backend` (one backend only), `migrated` (parametrised: a migrated
+store with the test package active) and `store` (a `Store` opened on `migrated`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -116,11 +119,52 @@ def postgresql_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
     yield from _location("postgresql", request, tmp_path)
 
 
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("store-template") / "store.db"
+    template = Backend("sqlite", f"sqlite:///{path}", None, path)
+    template.migrate()
+    template.apply(ACTIVATION)
+    return path
+
+
+@pytest.fixture(scope="session")
+def _postgres_store(postgres_url: str) -> Backend:
+    namespace = f"coordinator_s{secrets.token_hex(6)}"
+    shared = Backend("postgresql", postgres_url, namespace, None)
+    shared.migrate()
+    return shared
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """A migrated store with the test package active, in its just-applied state.
+
+    Migrating is what the migration tests exercise; the other tests start from a copy of a
+    migrated SQLite file, or from the session's PostgreSQL namespace reset to the same state.
+    """
+    if request.param == "sqlite":
+        path = tmp_path / "store.db"
+        shutil.copy2(request.getfixturevalue("_sqlite_template"), path)
+        return Backend("sqlite", f"sqlite:///{path}", None, path)
+    shared: Backend = request.getfixturevalue("_postgres_store")
+    shared.execute("TRUNCATE steps, runs, activations")
+    shared.execute(
+        "UPDATE control SET database_id = %s, schema_version = 1, restore_hold = false,"
+        " admissions_hold = false, restore_evidence_ref = NULL, admission_recovery_ref = NULL,"
+        " active_package_digest = NULL, active_revision = NULL, admission_key_commitment = %s,"
+        " state_key_commitments = %s::jsonb",
+        IDENTITY.database_id,
+        IDENTITY.admission_key_commitment,
+        json.dumps({str(v): m for v, m in IDENTITY.state_key_commitments.items()}),
+    )
+    shared.apply(ACTIVATION)
+    return shared
+
+
 @pytest.fixture
-def store(backend: Backend) -> Iterator[Store]:
-    """A migrated store with the test package active, opened as the service would."""
-    backend.migrate()
-    backend.apply(ACTIVATION)
-    opened = backend.open(IDENTITY)
+def store(migrated: Backend) -> Iterator[Store]:
+    """A `Store` opened, as the service opens it, on the `migrated` store."""
+    opened = migrated.open(IDENTITY)
     yield opened
     opened.close()

@@ -211,3 +211,22 @@ def stand_in_recover(now: datetime) -> Callable[[RunSnapshot, Recovery], RunWrit
         return RunWrite(snapshot.run, (replace(record, state="pending", due_at=now, awaiting=None),))
 
     return recover
+
+
+def claim_all_in_process(
+    url: str, namespace: str, worker: str, barrier: Any, results: Any
+) -> None:
+    """A worker process: open the store, wait for the other, claim until idle, report."""
+    try:
+        store = Store.open(url, IDENTITY, namespace=namespace, pool_size=1)
+        claimed: list[tuple[str, str]] = []
+        try:
+            barrier.wait(timeout=30)
+            while (leased := claim(store, T0 + SECOND, worker=worker)) is not None:
+                claimed.append((str(leased.run_id), leased.step))
+        finally:
+            store.close()
+        results.put(claimed)
+    except BaseException as error:  # reported to the parent test, never swallowed
+        results.put(repr(error))
+        raise

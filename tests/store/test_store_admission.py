@@ -94,8 +94,8 @@ def test_input_problem_and_live_binding_conflict_are_refused_after_the_replay_ch
     assert not store.admit(admission("k2", bindings_ok=conflict), T0).created  # replay first
 
 
-def test_admission_is_refused_when_another_package_is_active(store: Store, backend: Backend) -> None:
-    backend.apply(ActivationRequest("sha256:" + "8" * 64, "wf", REVISION, DEFINITION))
+def test_admission_is_refused_when_another_package_is_active(migrated: Backend, store: Store) -> None:
+    migrated.apply(ActivationRequest("sha256:" + "8" * 64, "wf", REVISION, DEFINITION))
     assert _refusal(store, "k1") == "coordinator.command.activation-changed"
     assert claim(store) is None  # the worker claims nothing either
 

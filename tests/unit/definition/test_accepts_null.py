@@ -14,6 +14,7 @@ from coordinator_core.definition.schema_dialect import (
     compile_validator,
 )
 
+SAFE_INTEGERS = st.integers(min_value=-(2**53), max_value=2**53)
 TYPES = ["null", "object", "string", "integer", "number", "boolean", "array"]
 
 keyword = st.one_of(
@@ -22,10 +23,10 @@ keyword = st.one_of(
         lambda ts: {"type": ts},
         st.lists(st.sampled_from(TYPES), min_size=1, max_size=3, unique=True),
     ),
-    st.builds(lambda v: {"const": v}, st.one_of(st.none(), st.integers(), st.text(max_size=3))),
+    st.builds(lambda v: {"const": v}, st.one_of(st.none(), SAFE_INTEGERS, st.text(max_size=3))),
     st.builds(
         lambda vs: {"enum": vs},
-        st.lists(st.one_of(st.none(), st.integers()), min_size=1, max_size=3),
+        st.lists(st.one_of(st.none(), SAFE_INTEGERS), min_size=1, max_size=3),
     ),
     st.just({"required": ["a"]}),
     st.just({"minLength": 2}),

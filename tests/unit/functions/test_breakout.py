@@ -7,10 +7,10 @@ escapes, and no refusal message repeats a runtime value, a thrown value or sourc
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
 import pytest
+from hang_guard import no_hang
 
 from coordinator_core.functions import FunctionError, compile_functions
 
@@ -31,10 +31,6 @@ def nested_list(depth: int) -> list[object]:
     return value
 
 
-# Generous wall-clock ceilings: a refusal must be quick, not merely eventual.
-FAST = 2.0
-
-
 def outcome(source: str, *args: object, name: str = "f") -> tuple[str, Any]:
     """("ok", result) or ("error", code); compile errors come back as their first code."""
     result = compile_functions(source)
@@ -47,9 +43,8 @@ def outcome(source: str, *args: object, name: str = "f") -> tuple[str, Any]:
 
 
 def refused(source: str, code: str, *args: object) -> None:
-    start = time.perf_counter()
-    assert outcome(source, *args) == ("error", code)
-    assert time.perf_counter() - start < FAST
+    with no_hang():
+        assert outcome(source, *args) == ("error", code)
 
 
 # ------------------------------------------------------------- Python attribute access
@@ -344,11 +339,10 @@ def test_ten_thousand_nested_constructs_are_a_depth_error(opening: str, closing:
     ],
 )
 def test_deep_or_degenerate_sources_fail_fast_without_python_errors(source: str) -> None:
-    start = time.perf_counter()
-    result = compile_functions(source)
+    with no_hang():
+        result = compile_functions(source)
     assert result.program is None
     assert all(error.code == DEFINITION for error in result.errors)
-    assert time.perf_counter() - start < FAST
 
 
 # ------------------------------------------------------------------- the JSON boundary

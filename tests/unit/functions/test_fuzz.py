@@ -8,11 +8,11 @@ each call must finish quickly, and compiling and calling twice must agree (deter
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 from unittest import mock
 
 import pytest
+from hang_guard import no_hang
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,7 +34,6 @@ CODES = frozenset(
         "json",
     )
 )
-CALL_SECONDS = 3.0
 
 FUZZ = settings(
     max_examples=150,
@@ -100,16 +99,15 @@ def _run_everything(source: str, args_pool: list[Any]) -> list[tuple[str, object
         if info.private:
             continue
         args = [args_pool[i % len(args_pool)] for i in range(info.parameters)]
-        start = time.perf_counter()
         try:
-            value = result.program.call(name, args)
+            with no_hang():
+                value = result.program.call(name, args)
         except FunctionError as error:
             assert error.code in CODES
             outcomes.append(("error", error.code))
         else:
             assert is_json(value)
             outcomes.append(("ok", value))
-        assert time.perf_counter() - start < CALL_SECONDS
     return outcomes
 
 

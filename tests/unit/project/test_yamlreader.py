@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import math
 import pickle
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -892,20 +891,13 @@ def _workflow(steps: int = 64) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_a_64_step_workflow_is_read_quickly() -> None:
+def test_a_64_step_workflow_is_read_without_findings() -> None:
+    # Its speed is measured by `nox -s bench -- check`, not asserted here.
     data = _workflow().encode()
     assert 1_300 < data.count(b"\n") < 1_600
     document, diagnostics = read_yaml(data, file=FILE)
     assert diagnostics == []
     assert document is not None
-    best = min(_timed(data) for _ in range(5))
-    assert best < 0.1  # typically a few milliseconds; the bound only catches regressions
-
-
-def _timed(data: bytes) -> float:
-    start = time.perf_counter()
-    read_yaml(data, file=FILE)
-    return time.perf_counter() - start
 
 
 # --- Robustness -----------------------------------------------------------------------------

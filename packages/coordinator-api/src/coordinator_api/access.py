@@ -35,7 +35,6 @@ from typing import Any, Final
 
 import httpx
 import jwt
-from coordinator_core.values import StrictJsonError, parse_strict_json
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from coordinator_api.limits import (
@@ -58,6 +57,7 @@ from coordinator_api.settings import (
     OidcDiscovery,
     StaticJwks,
 )
+from coordinator_core.values import StrictJsonError, parse_strict_json
 
 __all__ = [
     "ALGORITHMS",

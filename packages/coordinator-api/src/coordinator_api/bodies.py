@@ -16,12 +16,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from coordinator_core.values import StrictJsonError, parse_strict_json
-from jsonschema import Draft202012Validator, FormatChecker, ValidationError
+from jsonschema import (  # type: ignore[import-untyped]
+    Draft202012Validator,
+    FormatChecker,
+    ValidationError,
+)
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from coordinator_api.problems import ApiProblem
+from coordinator_core.values import StrictJsonError, parse_strict_json
 
 __all__ = [
     "BodyCapture",

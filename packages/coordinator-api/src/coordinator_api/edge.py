@@ -173,4 +173,3 @@ def context_of(request: Any) -> RequestContext:
     context = request.context[CONTEXT_KEY]
     assert isinstance(context, RequestContext)
     return context
-

@@ -11,12 +11,12 @@ import logging
 from collections.abc import Mapping
 from typing import Final
 
-from coordinator_core.errors import catalogue
 from starlette.responses import Response
 
 from coordinator_api.limits import RETRY_AFTER_SECONDS
 from coordinator_api.service import BlockReason
 from coordinator_api.wire import dumps
+from coordinator_core.errors import catalogue
 
 __all__ = [
     "INTERNAL_ERROR",

@@ -510,4 +510,3 @@ class AuditJournal(Protocol):
     async def response(self, correlation: str, entry: AuditResponse) -> None:
         """Append the response entry paired with `correlation`; raise AuditUnavailable."""
         ...
-

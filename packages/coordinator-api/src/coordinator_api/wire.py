@@ -18,6 +18,7 @@ from coordinator_api.service import (
     RunInspection,
     RunPage,
     RunStatus,
+    RunStatusValue,
     StepStatus,
     WaitFor,
     WaitUntil,
@@ -167,7 +168,7 @@ def run_page_json(page: RunPage) -> dict[str, Any]:
     }
 
 
-def _counts_json(statuses: Mapping[str, int]) -> dict[str, int]:
+def _counts_json(statuses: Mapping[RunStatusValue, int]) -> dict[str, int]:
     return {status: int(statuses.get(status, 0)) for status in RUN_STATUSES}
 
 

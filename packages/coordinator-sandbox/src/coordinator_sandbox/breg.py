@@ -109,7 +109,11 @@ def action_from_json(name: str, value: Any) -> Action:
     _require(kind in {"immediate", "proposal"}, "`kind` is immediate or proposal")
     schema = value.get("inputSchema", {"type": "object"})
     _require(isinstance(schema, dict), "`inputSchema` is an object")
-    _jsonschema().Draft202012Validator.check_schema(schema)
+    jsonschema = _jsonschema()
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ValueError("`inputSchema` is not a JSON Schema (2020-12)") from exc
     conditions = value.get("conditionInputs", [])
     _require(
         isinstance(conditions, list) and all(isinstance(item, str) for item in conditions),
@@ -462,7 +466,7 @@ class BregService(Service):
         name = request.path_params["action"]
         try:
             action = action_from_json(name, body)
-        except (ValueError, _jsonschema().SchemaError) as exc:
+        except ValueError as exc:
             raise ProblemError(400, "request.invalid", str(exc)) from exc
         self.actions[name] = action
         return json_response(action.descriptor())

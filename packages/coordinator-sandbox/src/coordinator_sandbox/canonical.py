@@ -108,7 +108,9 @@ def _write(value: Any, out: list[str], depth: int) -> None:
         if not all(isinstance(name, str) for name in names):
             raise ValueError("member names must be strings")
         out.append("{")
-        for index, name in enumerate(sorted(names, key=lambda n: n.encode("utf-16-be", "surrogatepass"))):
+        for index, name in enumerate(
+            sorted(names, key=lambda n: n.encode("utf-16-be", "surrogatepass"))
+        ):
             if index:
                 out.append(",")
             out.append(json.dumps(name, ensure_ascii=False))

@@ -130,7 +130,7 @@ def command_keys(args: argparse.Namespace) -> int:
 
 
 def command_serve(args: argparse.Namespace) -> int:
-    from coordinator_sandbox.server import ServePlan, require_loopback, serve
+    from coordinator_sandbox.server import ConfigurationError, ServePlan, require_loopback, serve
 
     try:
         require_loopback(args.host)
@@ -153,6 +153,9 @@ def command_serve(args: argparse.Namespace) -> int:
     )
     try:
         return asyncio.run(serve(plan))
+    except ConfigurationError as exc:
+        print(f"coordinator-sandbox: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"coordinator-sandbox: cannot listen: {exc}", file=sys.stderr)
         return 3

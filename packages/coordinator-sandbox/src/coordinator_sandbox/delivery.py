@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx  # noqa: TID251 - the sandbox is a shell process that delivers events
+import httpx
 
 __all__ = [
     "Deliverer",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -311,7 +311,7 @@ class IdentityService(Service):
         return client
 
     def _check_assertion_claims(
-        self, client_id: str, claims: Mapping[str, Any], refuse: Any
+        self, client_id: str, claims: Mapping[str, Any], refuse: Callable[[str], OAuthError]
     ) -> None:
         audience = claims.get("aud")
         audiences = audience if isinstance(audience, list) else [audience]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: TID251 - key generation
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from coordinator_sandbox.canonical import canonical_json

@@ -46,7 +46,14 @@ from coordinator_sandbox.scheduling import SchedulingService
 from coordinator_sandbox.service import Service
 from coordinator_sandbox.tokens import load_issuer
 
-__all__ = ["READY_PREFIX", "ServePlan", "build_services", "require_loopback", "serve"]
+__all__ = [
+    "READY_PREFIX",
+    "ConfigurationError",
+    "ServePlan",
+    "build_services",
+    "require_loopback",
+    "serve",
+]
 
 READY_PREFIX = "coordinator-sandbox ready "
 
@@ -86,6 +93,10 @@ def _read_config(plan: ServePlan) -> dict[str, Any]:
                 raise ValueError(f"{candidate} must hold a JSON object")
             return value
     return {}
+
+
+class ConfigurationError(Exception):
+    """`sandbox.json`, `clients.json` or a file they name cannot be used."""
 
 
 class _Server(uvicorn.Server):
@@ -181,7 +192,10 @@ def build_services(
 async def serve(plan: ServePlan) -> int:
     """Bind every port, serve until SIGINT/SIGTERM, print one readiness line when up."""
     require_loopback(plan.host)
-    config = _read_config(plan)
+    try:
+        config = _read_config(plan)
+    except (ValueError, OSError) as exc:
+        raise ConfigurationError(f"the sandbox configuration is unreadable: {exc}") from exc
     delivery = config.get("delivery", {})
     deliverer = Deliverer(
         DeliveryPolicy(
@@ -192,7 +206,12 @@ async def serve(plan: ServePlan) -> int:
     )
     sockets = {name: _bind(plan.host, plan.ports[name]) for name in plan.services}
     origins = {name: _origin(plan.host, sock.getsockname()[1]) for name, sock in sockets.items()}
-    services = build_services(plan, origins, config, deliverer)
+    try:
+        services = build_services(plan, origins, config, deliverer)
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        for sock in sockets.values():
+            sock.close()
+        raise ConfigurationError(f"the sandbox configuration is unusable: {exc}") from exc
     servers: list[_Server] = []
     tasks: list[asyncio.Task[None]] = []
     for name, service in services.items():

@@ -175,11 +175,15 @@ class FaultBoard:
 class RequestLog:
     """Every product request the service received, in order, for tests to assert on."""
 
+    MAXIMUM_ENTRIES = 10_000
+
     def __init__(self) -> None:
         self.entries: list[dict[str, Any]] = []
         self._sequence = 0
 
     def begin(self, operation: str, request: Request) -> dict[str, Any]:
+        if len(self.entries) >= self.MAXIMUM_ENTRIES:
+            del self.entries[: len(self.entries) // 10]
         self._sequence += 1
         entry: dict[str, Any] = {
             "sequence": self._sequence,

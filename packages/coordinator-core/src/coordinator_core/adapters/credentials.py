@@ -19,7 +19,7 @@ from typing import Any, Final
 from urllib.parse import urlencode
 
 import jwt
-from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: TID251
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from coordinator_core.adapters.base import (
     AccessToken,

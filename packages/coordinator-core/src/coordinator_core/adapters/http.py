@@ -27,10 +27,10 @@ from functools import lru_cache
 from typing import Any, Final, Literal
 from urllib.parse import quote
 
-# This module is shell: the pure core's import ban on httpx (architecture rule 2) does not
-# apply to adapters, which ARCHITECTURE.md places in core as the HTTP edge.
+# httpcore is httpx's own transport layer: the pinned, deadline-clipped network backend below
+# plugs in there, since httpx's public transport takes no backend.
 import httpcore
-import httpx  # noqa: TID251
+import httpx
 
 from coordinator_core.values import (
     JsonBoundsError,
@@ -239,7 +239,7 @@ def _resolve_within(resolver: Resolver, host: str, port: int, timeout: float) ->
     return future.result(timeout=timeout)
 
 
-def _destination(url: httpx.URL, settings: HttpSettings, timeout: float) -> str:
+def _destination(url: httpx.URL, settings: HttpSettings, timeout: float, clock: _Clock) -> str:
     """The one address to connect to, or DestinationRefused / a pre-send TransportFailure."""
     scheme = url.scheme
     host = url.raw_host.decode("ascii")
@@ -256,7 +256,7 @@ def _destination(url: httpx.URL, settings: HttpSettings, timeout: float) -> str:
     try:
         addresses = _resolve_within(settings.resolver or _system_resolve, host, port, timeout)
     except FutureTimeout as exc:
-        raise TransportFailure(sent=False, budget=False, timeout=True) from exc
+        raise TransportFailure(sent=False, budget=clock.budget_spent(), timeout=True) from exc
     except Exception as exc:  # any resolver failure is a DNS failure
         raise TransportFailure(sent=False, budget=False, timeout=False) from exc
     if not addresses:
@@ -480,7 +480,7 @@ def exchange(
     except httpx.InvalidURL as exc:
         raise DestinationRefused() from exc
     connect = min(settings.connect_timeout, deadline - now)
-    address = _destination(target, settings, connect)
+    address = _destination(target, settings, connect, clock)
     if clock.deadline - settings.clock() <= 0:
         raise TransportFailure(sent=False, budget=clock.budget_spent(), timeout=True)
 

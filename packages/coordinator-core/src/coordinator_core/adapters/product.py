@@ -312,7 +312,9 @@ class ProductAdapter:
                 return Refused("remote-refused")
             outcome = stop.outcome
         except ShapeError:
-            return Refused("invalid-command")
+            # Commands are checked before anything is sent; after a mutation may have left,
+            # a shape fault is internal, never a statement about the command.
+            return _fallback(attempt) if attempt.mutation_started else Refused("invalid-command")
         except Exception:  # nothing but an outcome leaves an adapter
             return _fallback(attempt)
         if (
@@ -334,6 +336,8 @@ class ProductAdapter:
         unbound = self._unbound(connection, command.operation)
         if unbound is not None:
             return _definite(unbound)
+        if not CATALOG[command.operation].requires_preparation:
+            return Refused("remote-refused")
         attempt = self._attempt(connection, "read", attempt_deadline, credential, traceparent)
         try:
             return Prepared(self.handle_prepare(attempt, command))
@@ -381,6 +385,8 @@ class ProductAdapter:
         unbound = self._unbound(connection, command.operation)
         if unbound is not None:
             return ReceiptUnavailable(_code_of(unbound))
+        if not CATALOG[command.operation].read_receipt:
+            return ReceiptUnavailable("remote-refused")  # reconcile never asks (07 §9.2)
         attempt = self._attempt(connection, "read", attempt_deadline, credential, traceparent)
         try:
             return self.handle_receipt(attempt, command)

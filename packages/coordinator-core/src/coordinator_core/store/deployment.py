@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from alembic import command
 from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine
 
@@ -133,6 +132,8 @@ def migrate(
     a configured state key that differs from its marker, and registers new state-key versions.
     Never activates a package. Idempotent: a second run applies nothing.
     """
+    from alembic import command  # only `migrate` needs Alembic
+
     location = locate(url, namespace=namespace)
     moment = truncate_ms(now or datetime.now(UTC))
     lock = _process_lock(location)

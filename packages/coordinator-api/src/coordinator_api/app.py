@@ -1,0 +1,284 @@
+"""The Connexion application: `create_app(settings, service=…, journal=…)`.
+
+Layers, outermost first (each named where it is defined):
+
+1. `EdgeMiddleware` — 404/405 from the documented paths, body capture (≤ 65,536 bytes), media
+   type classification, `Cache-Control: no-store` and security headers on every response.
+2. Connexion's server-error and exception layers, both rendering through `_problem_reply`, so
+   every refusal is problem+json with a `code` and never echoes the request.
+3. Connexion routing (`RelativeResolver`: operationId `runs.start_run` →
+   `coordinator_api.handlers.runs.start_run`).
+4. Connexion security with `_BearerSchemes`: access tokens (06 §2) including the route's policy
+   action (`x-policy-action`, `x-operator-only`), and the Casework completion secret (06 §9).
+5. Connexion parameter validation of query parameters only (strict: unknown ones are refused);
+   path and header parameters and bodies are checked by the handlers in the order of 06 §1.
+6. Optional response validation against the 3.0.3 rendering, then the handlers.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import connexion  # type: ignore[import-untyped]
+from connexion.exceptions import ProblemException  # type: ignore[import-untyped]
+from connexion.lifecycle import ConnexionResponse  # type: ignore[import-untyped]
+from connexion.middleware.context import ContextMiddleware  # type: ignore[import-untyped]
+from connexion.middleware.exceptions import ExceptionMiddleware  # type: ignore[import-untyped]
+from connexion.middleware.lifespan import LifespanMiddleware  # type: ignore[import-untyped]
+from connexion.middleware.request_validation import (  # type: ignore[import-untyped]
+    RequestValidationMiddleware,
+)
+from connexion.middleware.response_validation import (  # type: ignore[import-untyped]
+    ResponseValidationMiddleware,
+)
+from connexion.middleware.routing import RoutingMiddleware  # type: ignore[import-untyped]
+from connexion.middleware.security import SecurityMiddleware  # type: ignore[import-untyped]
+from connexion.middleware.server_error import (  # type: ignore[import-untyped]
+    ServerErrorMiddleware,
+)
+from connexion.resolver import RelativeResolver  # type: ignore[import-untyped]
+from connexion.validators.parameter import ParameterValidator  # type: ignore[import-untyped]
+from starlette.exceptions import HTTPException
+
+from coordinator_api.access import AccessVerifier, bearer_token, match_secret
+from coordinator_api.bodies import BodySchemas
+from coordinator_api.edge import EdgeMiddleware, context_of
+from coordinator_api.problems import INTERNAL_ERROR, ApiProblem, problem_body, problem_headers
+from coordinator_api.service import AuditJournal, BlockReason, RunService, ServiceRefusal
+from coordinator_api.settings import ApiSettings
+from coordinator_api.spec import (
+    OperationInfo,
+    RouteTable,
+    load_yaml,
+    locate_openapi,
+    operation_table,
+)
+from coordinator_api.wire import dumps
+
+__all__ = ["AppState", "create_app"]
+
+logger = logging.getLogger("coordinator_api")
+
+HANDLERS_PACKAGE = "coordinator_api.handlers"
+
+
+@dataclass(frozen=True, slots=True)
+class AppState:
+    """Everything a request needs, built once per app."""
+
+    settings: ApiSettings
+    service: RunService
+    journal: AuditJournal
+    access: AccessVerifier
+    bodies: BodySchemas
+    operations: Mapping[str, OperationInfo]
+    routes: RouteTable
+
+
+# ---------------------------------------------------------------------------------------------
+# Security (Connexion `security_map`)
+
+
+def _operation_of(request: Any) -> OperationInfo:
+    # Routing reports the resolved handler name (`coordinator_api.handlers.runs.get_run`).
+    resolved = request.scope["extensions"]["connexion_routing"]["operation_id"]
+    operation_id = str(resolved).removeprefix(HANDLERS_PACKAGE + ".")
+    info = context_of(request).state.operations[operation_id]
+    assert isinstance(info, OperationInfo)
+    return info
+
+
+async def _access_token(request: Any) -> dict[str, Any]:
+    """06 §1 item 6 steps (1) and (2): the token, then the route's action for some workflow."""
+    state = context_of(request).state
+    info = _operation_of(request)
+    caller = await state.access.authenticate(request.headers.get("authorization"))
+    if (
+        info.action is None
+        or not caller.may(info.action)
+        or (info.operator_only and not caller.operator)
+    ):
+        raise ApiProblem("coordinator.access.denied")
+    return {"sub": caller.subject, "caller": caller}
+
+
+async def _completion_secret(request: Any) -> dict[str, Any]:
+    """06 §9: the bearer secret names the Casework connection that sent the event."""
+    state = context_of(request).state
+    token = bearer_token(request.headers.get("authorization"))
+    connection = match_secret(token, state.settings.completion_tokens)
+    if connection is None:
+        raise ApiProblem("coordinator.completion.unauthenticated")
+    return {"connection": connection}
+
+
+class _BearerSchemes:
+    """Connexion security handler for `type: http, scheme: bearer`; the two bearer schemes of
+    the document differ by `bearerFormat` (`JWT` access tokens, `opaque` completion secrets)."""
+
+    def get_fn(
+        self, security_scheme: Mapping[str, Any], required_scopes: object
+    ) -> Callable[[Any], Awaitable[dict[str, Any]]]:
+        if security_scheme.get("bearerFormat") == "JWT":
+            return _access_token
+        return _completion_secret
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameter validation (Connexion `validator_map`)
+
+
+class _QueryParameterValidator:
+    """Connexion's parameter validator restricted to query parameters.
+
+    A malformed run id must answer 404 like an absent run, malformed event headers
+    `coordinator.event.headers-invalid` after the trigger check, a missing `Idempotency-Key`
+    `coordinator.command.start-key-invalid` after the body: the handlers check those.
+    """
+
+    def __init__(
+        self,
+        parameters: list[dict[str, Any]],
+        uri_parser: Any,
+        strict_validation: bool = False,
+        security_query_params: list[str] | None = None,
+    ) -> None:
+        self._inner = ParameterValidator(
+            [parameter for parameter in parameters if parameter.get("in") == "query"],
+            uri_parser=uri_parser,
+            strict_validation=strict_validation,
+            security_query_params=security_query_params,
+        )
+
+    def validate(self, scope: Any) -> None:
+        self._inner.validate(scope)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+
+
+_STATUS_CODES: Mapping[int, str] = {
+    400: "coordinator.request.invalid",
+    403: "coordinator.access.denied",
+    404: "coordinator.request.not-found",
+    405: "coordinator.request.method-not-allowed",
+    413: "coordinator.request.too-large",
+    415: "coordinator.request.content-type-invalid",
+}
+
+
+def _problem_of(
+    request: Any, error: BaseException
+) -> tuple[str, BlockReason | None, dict[str, str]]:
+    if isinstance(error, ApiProblem):
+        return error.code, error.reason, error.headers
+    if isinstance(error, ServiceRefusal):
+        return error.code, error.reason, {}
+    if isinstance(error, UnicodeDecodeError):
+        return "coordinator.request.invalid", None, {}
+    status = getattr(error, "status_code", None) or getattr(error, "status", None)
+    if status == 401:
+        try:
+            return _operation_of(request).unauthenticated_code, None, {}
+        except (KeyError, TypeError, AssertionError):
+            return "coordinator.access.unauthenticated", None, {}
+    if isinstance(status, int) and status in _STATUS_CODES:
+        return _STATUS_CODES[status], None, {}
+    logger.error("unexpected failure: %s", type(error).__name__)
+    logger.debug("unexpected failure", exc_info=error)
+    return INTERNAL_ERROR, None, {}
+
+
+def _problem_reply(request: Any, error: Exception) -> Any:
+    """Connexion error handler: the problem+json response for any exception."""
+    code, reason, extra = _problem_of(request, error)
+    body = problem_body(code, reason)
+    headers = problem_headers(str(body["code"]), extra)
+    content_type = headers.pop("Content-Type")
+    return ConnexionResponse(
+        status_code=body["status"],
+        mimetype=content_type,
+        content_type=content_type,
+        body=dumps(body),
+        headers=headers,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The app
+
+
+def _check_settings(settings: ApiSettings) -> None:
+    triggers = set(settings.workflow.triggers)
+    if set(settings.event_triggers) != triggers:
+        raise ValueError("event_triggers must name exactly the workflow's triggers")
+    for policy in settings.authentication.policies:
+        if policy.client_id not in settings.authentication.allowed_clients:
+            raise ValueError("every policy must name an allowed client")
+
+
+def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJournal) -> Any:
+    """The ASGI application (a `connexion.AsyncApp`) serving contract 06.
+
+    Serve it with uvicorn (`uvicorn.run(app, host=…, port=…)`, or an `--factory` import
+    string). Its lifespan loads the access key set, and a failure stops the start; when no
+    lifespan runs (an in-process test client), the key set is loaded at the first request.
+    """
+    _check_settings(settings)
+    files = locate_openapi(settings.openapi_dir)
+    connexion_document = load_yaml(files.connexion)
+    state = AppState(
+        settings=settings,
+        service=service,
+        journal=journal,
+        access=AccessVerifier(
+            settings.authentication,
+            clock=lambda: settings.clock().timestamp(),
+            transport=settings.jwks_transport,
+        ),
+        bodies=BodySchemas(load_yaml(files.bundled)),
+        operations=operation_table(connexion_document),
+        routes=RouteTable.from_document(connexion_document),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: object) -> AsyncIterator[None]:
+        await state.access.start()
+        yield
+
+    app = connexion.AsyncApp(
+        __name__,
+        lifespan=lifespan,
+        middlewares=[
+            functools.partial(EdgeMiddleware, state=state),
+            functools.partial(ServerErrorMiddleware, handler=_problem_reply),
+            ExceptionMiddleware,
+            RoutingMiddleware,
+            SecurityMiddleware,
+            RequestValidationMiddleware,
+            ResponseValidationMiddleware,
+            LifespanMiddleware,
+            ContextMiddleware,
+        ],
+    )
+    # The document is handed over as a dict: Connexion would otherwise re-read the file and
+    # render it through Jinja2 before parsing it with the pure-Python YAML loader.
+    app.add_api(
+        copy.deepcopy(connexion_document),
+        resolver=RelativeResolver(HANDLERS_PACKAGE),
+        pythonic_params=True,
+        strict_validation=True,
+        validate_responses=settings.validate_responses,
+        validator_map={"parameter": _QueryParameterValidator, "body": {}},
+        security_map={"bearer": _BearerSchemes},
+    )
+    for kind in (Exception, HTTPException, ProblemException, UnicodeDecodeError):
+        app.add_error_handler(kind, _problem_reply)
+    return app

@@ -1,0 +1,99 @@
+"""Operator routes (06 §7): doctor, holds and retention; `operator: true` policies only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import Response
+
+from coordinator_api.audit import Audited
+from coordinator_api.bodies import parse_rfc3339, read_json_body
+from coordinator_api.edge import RequestContext
+from coordinator_api.handlers._shared import REASON_CODES, caller_of, json_reply, reason_of
+from coordinator_api.problems import ApiProblem
+from coordinator_api.service import AuditRequest
+from coordinator_api.wire import doctor_json, hold_state_json
+
+__all__ = ["get_doctor", "release_admission_hold", "release_restore_hold", "restore_hold", "retain"]
+
+_RETENTION_CODES = {
+    "before": "coordinator.command.retention-invalid",
+    "limit": "coordinator.command.retention-invalid",
+}
+
+
+async def get_doctor(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
+    """06 §7.1."""
+    state = coordinator.state
+    entry = AuditRequest(action="doctor", caller=caller_of(token_info))
+    async with Audited(state.journal, entry) as audit:
+        await audit.begin()
+        return json_reply(doctor_json(await state.service.doctor()))
+
+
+async def restore_hold(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
+    """06 §7.2."""
+    state = coordinator.state
+    entry = AuditRequest(action="restore-hold", caller=caller_of(token_info))
+    async with Audited(state.journal, entry) as audit:
+        body = read_json_body(
+            coordinator.body, state.bodies, "ReasonRequest", member_codes=REASON_CODES
+        )
+        reason = reason_of(body)
+        audit.note(reason=reason)
+        await audit.begin()
+        return json_reply(hold_state_json(await state.service.restore_hold(reason)))
+
+
+async def release_restore_hold(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
+    """06 §7.3."""
+    state = coordinator.state
+    entry = AuditRequest(action="release-restore-hold", caller=caller_of(token_info))
+    async with Audited(state.journal, entry) as audit:
+        body = read_json_body(
+            coordinator.body, state.bodies, "ReasonRequest", member_codes=REASON_CODES
+        )
+        reason = reason_of(body)
+        audit.note(reason=reason)
+        await audit.begin()
+        return json_reply(hold_state_json(await state.service.release_restore_hold(reason)))
+
+
+async def release_admission_hold(
+    token_info: dict[str, Any], coordinator: RequestContext
+) -> Response:
+    """06 §7.4: both attestations (409 attestation-required), then the service's hold check."""
+    state = coordinator.state
+    entry = AuditRequest(action="release-admission-hold", caller=caller_of(token_info))
+    async with Audited(state.journal, entry) as audit:
+        body = read_json_body(
+            coordinator.body,
+            state.bodies,
+            "ReleaseAdmissionHoldRequest",
+            member_codes=REASON_CODES,
+        )
+        reason = reason_of(body)
+        audit.note(reason=reason)
+        if (
+            body["admissionHistoryComplete"] is not True
+            or body["priorDeploymentFenced"] is not True
+        ):
+            raise ApiProblem("coordinator.command.attestation-required")
+        await audit.begin()
+        return json_reply(hold_state_json(await state.service.release_admission_hold(reason)))
+
+
+async def retain(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
+    """06 §7.5: `before` is an RFC 3339 date-time not in the future, `limit` 1–100."""
+    state = coordinator.state
+    entry = AuditRequest(action="retention", caller=caller_of(token_info))
+    async with Audited(state.journal, entry) as audit:
+        body = read_json_body(
+            coordinator.body, state.bodies, "RetentionRequest", member_codes=_RETENTION_CODES
+        )
+        before = parse_rfc3339(body["before"])
+        if before is None or before > state.settings.clock():
+            raise ApiProblem("coordinator.command.retention-invalid")
+        await audit.begin()
+        erased = await state.service.retain(before, body["limit"])
+        return json_reply({"erased": erased})

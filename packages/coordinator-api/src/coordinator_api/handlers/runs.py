@@ -1,0 +1,183 @@
+"""Run routes (06 §5): admission, list, status, inspection, cancel, retry-same, reconcile.
+
+Each handler runs the checks of 06 §1 item 6 in order after Connexion's security layer has done
+(1) the token and (2) the route's action: (3) run id and visibility, (4) media type and size,
+(5) body, then the route's own steps, then the service call inside the audit bracket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+from uuid import UUID
+
+from starlette.responses import Response
+
+from coordinator_api.audit import Audited
+from coordinator_api.bodies import read_json_body
+from coordinator_api.edge import RequestContext
+from coordinator_api.handlers._shared import (
+    REASON_CODES,
+    caller_of,
+    idempotency_key,
+    json_reply,
+    parse_run_id,
+    reason_of,
+    visible_run,
+)
+from coordinator_api.problems import ApiProblem
+from coordinator_api.service import Admission, AuditRequest, Caller, RunQuery, RunStatusValue
+from coordinator_api.wire import (
+    inspection_json,
+    reconcile_json,
+    run_page_json,
+    run_status_json,
+)
+from coordinator_core.values import JsonBoundsError, check_json_value
+
+__all__ = [
+    "cancel_run",
+    "get_run",
+    "inspect_run",
+    "list_runs",
+    "reconcile_run",
+    "retry_same",
+    "start_run",
+]
+
+
+async def start_run(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
+    """06 §5.1 steps 2–11."""
+    caller = caller_of(token_info)
+    state = coordinator.state
+    async with Audited(state.journal, AuditRequest(action="admit", caller=caller)) as audit:
+        body = read_json_body(coordinator.body, state.bodies, "StartRunRequest")
+        workflow, revision, run_input = body["workflow"], body["revision"], body["input"]
+        if not caller.may("start", workflow):
+            raise ApiProblem("coordinator.access.denied")
+        if state.settings.recovery_only:
+            raise ApiProblem("coordinator.command.recovery-only")
+        if workflow != state.settings.workflow.workflow_id:
+            raise ApiProblem("coordinator.command.workflow-absent")
+        key = idempotency_key(coordinator)
+        if key is None:
+            raise ApiProblem("coordinator.command.start-key-invalid")
+        try:
+            check_json_value(run_input)
+        except JsonBoundsError:
+            raise ApiProblem("coordinator.command.input-invalid") from None
+        await audit.begin()
+        admitted = await state.service.admit(
+            Admission(
+                caller=caller,
+                workflow=workflow,
+                revision=revision,
+                input=run_input,
+                idempotency_key=key,
+            )
+        )
+        if not admitted.created:
+            return json_reply(run_status_json(admitted.run), 200)
+        location = f"/v1/runs/{admitted.run.run_id}"
+        return json_reply(run_status_json(admitted.run), 201, {"Location": location})
+
+
+async def list_runs(
+    token_info: dict[str, Any],
+    coordinator: RequestContext,
+    limit: int = 20,
+    cursor: str | None = None,
+    status: RunStatusValue | None = None,
+    workflow: str | None = None,
+) -> Response:
+    """06 §5.2 (the query parameters are validated by Connexion against the document)."""
+    caller = caller_of(token_info)
+    state = coordinator.state
+    query = RunQuery(limit=limit, cursor=cursor, status=status, workflow=workflow)
+    async with Audited(state.journal, AuditRequest(action="list", caller=caller)) as audit:
+        await audit.begin()
+        page = await state.service.list_runs(caller, query)
+        return json_reply(run_page_json(page))
+
+
+async def get_run(run: str, token_info: dict[str, Any], coordinator: RequestContext) -> Response:
+    """06 §5.3."""
+    caller = caller_of(token_info)
+    state = coordinator.state
+    async with Audited(state.journal, AuditRequest(action="status", caller=caller)) as audit:
+        run_id = parse_run_id(run)
+        audit.note(run_id=run_id)
+        await audit.begin()
+        status = await visible_run(coordinator, caller, run_id, "status")
+        return json_reply(run_status_json(status))
+
+
+async def inspect_run(
+    run: str, token_info: dict[str, Any], coordinator: RequestContext
+) -> Response:
+    """06 §5.4."""
+    caller = caller_of(token_info)
+    state = coordinator.state
+    async with Audited(state.journal, AuditRequest(action="inspect", caller=caller)) as audit:
+        run_id = parse_run_id(run)
+        audit.note(run_id=run_id)
+        await audit.begin()
+        inspection = await state.service.inspect_run(caller, run_id)
+        if inspection is None or not caller.may("inspect", inspection.run.workflow_id):
+            raise ApiProblem("coordinator.command.run-absent")
+        return json_reply(inspection_json(inspection))
+
+
+async def _run_command(
+    run: str,
+    token_info: dict[str, Any],
+    coordinator: RequestContext,
+    action: Literal["cancel", "retry-same", "reconcile"],
+    call: Callable[[Caller, UUID, str], Awaitable[dict[str, Any]]],
+) -> Response:
+    """A run command with a `{reason}` body: steps (3), (4), (5), then the service call."""
+    caller = caller_of(token_info)
+    state = coordinator.state
+    async with Audited(state.journal, AuditRequest(action=action, caller=caller)) as audit:
+        run_id = parse_run_id(run)
+        audit.note(run_id=run_id)
+        await visible_run(coordinator, caller, run_id, action)
+        body = read_json_body(
+            coordinator.body, state.bodies, "ReasonRequest", member_codes=REASON_CODES
+        )
+        reason = reason_of(body)
+        audit.note(reason=reason)
+        await audit.begin()
+        return json_reply(await call(caller, run_id, reason))
+
+
+async def cancel_run(run: str, token_info: dict[str, Any], coordinator: RequestContext) -> Response:
+    """06 §5.5."""
+    service = coordinator.state.service
+
+    async def call(caller: Caller, run_id: UUID, reason: str) -> dict[str, Any]:
+        return run_status_json(await service.cancel(caller, run_id, reason))
+
+    return await _run_command(run, token_info, coordinator, "cancel", call)
+
+
+async def retry_same(run: str, token_info: dict[str, Any], coordinator: RequestContext) -> Response:
+    """06 §5.6."""
+    service = coordinator.state.service
+
+    async def call(caller: Caller, run_id: UUID, reason: str) -> dict[str, Any]:
+        return run_status_json(await service.retry_same(caller, run_id, reason))
+
+    return await _run_command(run, token_info, coordinator, "retry-same", call)
+
+
+async def reconcile_run(
+    run: str, token_info: dict[str, Any], coordinator: RequestContext
+) -> Response:
+    """06 §5.7."""
+    service = coordinator.state.service
+
+    async def call(caller: Caller, run_id: UUID, reason: str) -> dict[str, Any]:
+        return reconcile_json(await service.reconcile(caller, run_id, reason))
+
+    return await _run_command(run, token_info, coordinator, "reconcile", call)

@@ -1,0 +1,357 @@
+"""Architecture rule 6 and the adapters' seams: the closed outcome set, the protocol, the
+worker's entry point, the mapping onto engine events, internal faults, and canaries."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import logging
+from typing import Any
+
+import pytest
+from adapter_support import CANARY, TOKEN_PATH, Reply, command, command_key, deadline, problem
+
+import coordinator_core.adapters as adapters
+from coordinator_core.adapters import (
+    AccessToken,
+    Adapter,
+    Adapters,
+    CommandFormatError,
+    DeclaredRefusal,
+    Pending,
+    Prepared,
+    PreparedCommand,
+    ReceiptConfirmed,
+    ReceiptExpired,
+    ReceiptUnavailable,
+    ReceiptUnresolved,
+    Refused,
+    Retryable,
+    Success,
+    Uncertain,
+    call_event,
+    credential_event,
+    observation_event,
+    preparation_event,
+    product_adapters,
+    receipt_event,
+)
+from coordinator_core.adapters import validation as shapes
+from coordinator_core.adapters.messaging import MessagingAdapter
+from coordinator_core.adapters.scheduling import SchedulingAdapter
+from coordinator_core.engine import events as engine
+from coordinator_core.engine.codes import REPLY_CODES
+from coordinator_core.values import canonical_json
+
+MESSAGE = {"senderProfile": "p", "to": {"email": "a@b.c"}, "content": {"text": CANARY}}
+RECEIPT = {
+    "id": "7d444840-9dc0-11d1-b245-5ffdce74fad2",
+    "status": "accepted",
+    "links": {"self": "s", "cancel": "c"},
+}
+
+
+def test_the_public_surface_is_pinned():
+    assert sorted(adapters.__all__) == sorted(
+        [
+            "AccessToken", "Adapter", "Adapters", "CallOutcome", "ClientCredentials",
+            "CommandFormatError", "CredentialIssuer", "CredentialOutcome", "DeclaredRefusal",
+            "HttpSettings", "ObservationOutcome", "Pending", "PreparationOutcome", "Prepared",
+            "PreparedCommand", "ProductConnection", "ReceiptConfirmed", "ReceiptExpired",
+            "ReceiptOutcome", "ReceiptUnavailable", "ReceiptUnresolved", "Refused", "Retryable",
+            "Success", "Uncertain", "call_event", "credential_event", "observation_event",
+            "preparation_event", "product_adapters", "receipt_event",
+        ]
+    )  # fmt: skip
+
+
+def test_every_product_adapter_implements_the_protocol():
+    products = {adapter.product for adapter in product_adapters()}
+    assert products == {"breg", "casework", "messaging", "scheduling"}
+    for adapter in product_adapters():
+        assert isinstance(adapter, Adapter)
+    served = set().union(*(adapter.operations for adapter in product_adapters()))
+    assert served == {
+        "breg.read-record/v1",
+        "breg.invoke-action/v1",
+        "casework.submit-review-request/v1",
+        "casework.read-review-result/v1",
+        "casework.withdraw-review-request/v1",
+        "messaging.submit-message/v1",
+        "scheduling.read-scheduling/v1",
+        "scheduling.read-availability/v1",
+        "scheduling.create-appointment/v1",
+    }
+
+
+# -- the worker's entry point -------------------------------------------------------------------------
+
+
+def test_adapters_route_by_operation_and_connection(fake, connect):
+    fake.route("POST", "/v1/messages", Reply(202, RECEIPT))
+    notices = connect("messaging", name="notices")
+    registry = Adapters({"notices": notices, "slots": connect("scheduling", name="slots")})
+    frozen = command(
+        "messaging.submit-message/v1", MESSAGE, key=command_key(), connection_name="notices"
+    )
+    token = registry.obtain_credential(frozen.operation, "notices", attempt_deadline=deadline())
+    assert isinstance(token, AccessToken)
+    assert registry.call(frozen, attempt_deadline=deadline(), credential=token) == Success(RECEIPT)
+    assert len(fake.requests(TOKEN_PATH)) == 1
+
+
+def test_an_unbound_or_mismatched_connection_is_operation_unbound(fake, connect):
+    registry = Adapters({"slots": connect("scheduling", name="slots")})
+    missing = command(
+        "messaging.submit-message/v1", MESSAGE, key=command_key(), connection_name="notices"
+    )
+    wrong = dataclasses.replace(missing, connection="slots")
+    for frozen in (missing, wrong):
+        assert registry.call(frozen, attempt_deadline=deadline()) == Refused("operation-unbound")
+        assert registry.prepare(frozen, attempt_deadline=deadline()) == Refused("operation-unbound")
+        assert registry.lookup_receipt(frozen, attempt_deadline=deadline()) == ReceiptUnavailable(
+            "operation-unbound"
+        )
+    assert registry.observe(
+        "casework.read-review-result/v1", "slots", "x", attempt_deadline=deadline()
+    ) == Refused("operation-unbound")
+    # An adapter handed a connection of another product refuses the same way.
+    outcome = MessagingAdapter().call(connect("scheduling"), missing, attempt_deadline=deadline())
+    assert outcome == Refused("operation-unbound")
+    assert not fake.seen
+
+
+@pytest.mark.parametrize(
+    "operation",
+    ["external-http.get/v1", "evaluation.evaluate/v1", "breg.propose-action/v1", "breg.nothing/v9"],
+)
+def test_operations_without_a_product_adapter_are_refused(fake, connect, operation):
+    registry = Adapters({"conn": connect("breg", profile="p")})
+    assert registry.call(command(operation, {}), attempt_deadline=deadline()) == Refused(
+        "remote-refused"
+    )
+    assert not fake.seen
+
+
+def test_operations_without_preparation_or_receipt_say_so(fake, connect):
+    bound = connect("messaging")
+    adapter = MessagingAdapter()
+    frozen = command("messaging.submit-message/v1", MESSAGE, key=command_key())
+    assert adapter.prepare(bound, frozen, attempt_deadline=deadline()) == Refused("remote-refused")
+    scheduling = SchedulingAdapter()
+    read = command("scheduling.read-scheduling/v1", {})
+    assert scheduling.lookup_receipt(
+        connect("scheduling"), read, attempt_deadline=deadline()
+    ) == ReceiptUnavailable("remote-refused")
+
+
+# -- the frozen command --------------------------------------------------------------------------------
+
+
+def test_a_frozen_command_reads_back_from_the_engine_form():
+    key = command_key()
+    text = canonical_json(
+        {"alias": "notify", "operation": "messaging.submit-message/v1", "connection": "notices",
+         "input": MESSAGE, "idempotencyKey": key}
+    ).decode()  # fmt: skip
+    frozen = PreparedCommand.from_frozen(text, preparation=base64.b64encode(b"prep").decode())
+    assert (frozen.operation, frozen.connection, frozen.idempotency_key) == (
+        "messaging.submit-message/v1",
+        "notices",
+        key,
+    )
+    assert frozen.input == MESSAGE and frozen.preparation == b"prep" and frozen.alias == "notify"
+    for bad in ("[]", "{", '{"operation": "x"}', '{"operation": "x", "connection": "c"}'):
+        with pytest.raises(CommandFormatError):
+            PreparedCommand.from_frozen(bad)
+    with pytest.raises(CommandFormatError):
+        PreparedCommand.from_frozen(text, preparation="not base64!")
+
+
+# -- engine events ---------------------------------------------------------------------------------------
+
+
+def test_outcomes_map_onto_the_engine_events():
+    assert call_event("s", Success({"a": 1})) == engine.CallOutcome("s", "success", value='{"a":1}')
+    assert call_event("s", DeclaredRefusal("withdrawn")) == engine.CallOutcome(
+        "s", "declared-refusal", refusal_code="withdrawn"
+    )
+    assert call_event("s", Refused("product-refused")).code == "product-refused"
+    assert call_event("s", Retryable("rate-limited", 3.0)).outcome == "retryable"
+    assert call_event("s", Uncertain("transport-uncertain")).outcome == "uncertain"
+    assert call_event("s", ReceiptExpired()).outcome == "receipt-expired"
+    assert preparation_event("s", Prepared(b"\x00\x01")) == engine.PreparationDone("s", "AAE=")
+    assert preparation_event("s", Refused("action-unavailable")).outcome == "refused"  # type: ignore[union-attr]
+    assert credential_event("s", AccessToken("t")) == engine.ReadyToSend("s")
+    assert credential_event("s", Retryable("credential-unavailable")).outcome == "retryable"  # type: ignore[union-attr]
+    assert observation_event("s", Pending()) == engine.ObservationOutcome("s", "pending")
+    assert observation_event("s", Success({"x": 1})).outcome == "complete"
+    assert observation_event("s", Refused("completion-expired")).code == "completion-expired"
+    assert observation_event("s", Retryable("transport-unavailable")).outcome == "retryable"
+    assert receipt_event("s", 2, ReceiptConfirmed({"id": 1})) == engine.ReceiptAnswer(
+        "s", 2, "confirmed", '{"id":1}'
+    )
+    assert receipt_event("s", 2, ReceiptUnresolved("missing")).answer == "unresolved"
+    assert receipt_event("s", 2, ReceiptUnresolved("key-reused")).answer == "key-reused"
+    assert receipt_event("s", 2, ReceiptExpired()).answer == "expired"
+    assert receipt_event("s", 2, ReceiptUnavailable("x")).answer == "unavailable"
+
+
+def _codes_in_source() -> set[str]:
+    import re
+    from pathlib import Path
+
+    root = Path(adapters.__file__).parent
+    pattern = re.compile(r'(?:Refused|Retryable|Uncertain|ReceiptUnavailable)\("([a-z-]+)"')
+    return {code for path in root.glob("*.py") for code in pattern.findall(path.read_text())}
+
+
+def test_every_failure_code_an_adapter_can_return_is_a_closed_code():
+    codes = _codes_in_source()
+    assert codes, "the scan found nothing"
+    assert codes <= REPLY_CODES
+
+
+# -- internal faults ----------------------------------------------------------------------------------------
+
+
+def test_an_internal_fault_before_sending_is_remote_retryable(fake, connect, monkeypatch):
+    def broken(value: Any) -> Any:
+        raise RuntimeError(CANARY)
+
+    monkeypatch.setattr("coordinator_core.adapters.messaging._message", broken)
+    outcome = MessagingAdapter().call(
+        connect("messaging"),
+        command("messaging.submit-message/v1", MESSAGE, key=command_key()),
+        attempt_deadline=deadline(),
+    )
+    assert outcome == Retryable("remote-retryable")
+
+
+def test_an_internal_fault_after_a_mutation_may_have_left_is_remote_uncertain(
+    fake, connect, monkeypatch
+):
+    fake.route("POST", "/v1/messages", Reply(202, RECEIPT))
+
+    def broken(value: Any) -> Any:
+        raise KeyError(CANARY)
+
+    monkeypatch.setattr("coordinator_core.adapters.messaging.message_receipt", broken)
+    outcome = MessagingAdapter().call(
+        connect("messaging"),
+        command("messaging.submit-message/v1", MESSAGE, key=command_key()),
+        attempt_deadline=deadline(),
+    )
+    assert outcome == Uncertain("remote-uncertain")
+
+
+# -- canaries: no value ever leaves in text -------------------------------------------------------------
+
+
+def test_no_value_token_or_remote_text_appears_in_outcomes_or_logs(fake, connect, caplog):
+    caplog.set_level(logging.DEBUG)
+    fake.route("POST", "/v1/messages", problem(422, "template.locale-unavailable"))
+    fake.route("POST", "/v1/messages/receipt-lookup", Reply(500, {"detail": CANARY}))
+    bound = connect("messaging", client_id="coordinator-test")
+    adapter = MessagingAdapter()
+    frozen = command("messaging.submit-message/v1", MESSAGE, key=command_key())
+    seen: list[object] = [
+        adapter.call(bound, frozen, attempt_deadline=deadline()),
+        adapter.lookup_receipt(bound, frozen, attempt_deadline=deadline()),
+        adapter.obtain_credential(bound, attempt_deadline=deadline()),
+        frozen,
+        bound,
+        AccessToken(CANARY),
+        Success({"secret": CANARY}),
+        Prepared(CANARY.encode()),
+        ReceiptConfirmed({"secret": CANARY}),
+    ]
+    fake.token_reply = lambda s: Reply(400, {"error": CANARY})
+    seen.append(adapter.call(bound, frozen, attempt_deadline=deadline()))
+    issued = list(fake.issued)
+    text = " ".join(repr(item) + str(item) for item in seen) + caplog.text
+    assert CANARY not in text
+    for token in issued:
+        assert token not in text
+    assert "Bearer" not in text
+    assert seen[0] == Refused("product-not-found")
+
+
+def test_shape_errors_never_quote_the_value():
+    with pytest.raises(shapes.ShapeError) as error:
+        shapes.text(CANARY, 1, 3)
+    assert CANARY not in str(error.value) and CANARY not in repr(error.value)
+
+
+# -- the worker's path, end to end over the fake ---------------------------------------------------------
+
+
+def test_a_connection_is_built_from_its_runtime_entry(ec_pair):
+    entry = {
+        "product": "breg",
+        "baseUrl": "http://127.0.0.1:8101/",
+        "profile": "coordinator-reader",
+        "authorization": {
+            "tokenEndpoint": "http://127.0.0.1:8100/oauth/token",
+            "clientId": "coordinator-applications",
+            "signingKeyRef": "secret:file/applications-client.jwk",
+            "resource": "urn:registrystack:breg:applications",
+            "scopes": ["breg:records:read"],
+        },
+    }
+    bound = adapters.ProductConnection.from_runtime(
+        "applications", entry, signing_key=ec_pair.private
+    )
+    assert bound.base_url == "http://127.0.0.1:8101"
+    assert bound.profile == "coordinator-reader"
+    assert bound.authorization.audience == "http://127.0.0.1:8100/oauth/token"
+    assert bound.authorization.scopes == ("breg:records:read",)
+    assert CANARY not in repr(bound) and "signing_key" not in repr(bound)
+
+
+def test_prepare_credential_dispatch_as_the_worker_drives_them(fake, connect):
+    action = "record-decision"
+    fake.route(
+        "GET",
+        f"/v1/actions/{action}",
+        Reply(
+            200,
+            {
+                "action": action,
+                "kind": "immediate",
+                "registryRevision": "rev-1",
+                "contractFingerprint": "sha256:" + "e" * 64,
+                "inputSchema": True,
+                "conditionInputs": [],
+                "maximumBodyBytes": 1024,
+            },
+        ),
+    )
+    fake.route("POST", f"/v1/actions/{action}", problem(422, "action.refused", refusalCode="late"))
+    registry = Adapters({"applications": connect("breg", name="applications", profile="writer")})
+    key = command_key()
+    frozen_text = canonical_json(
+        {"alias": "decide", "operation": "breg.invoke-action/v1", "connection": "applications",
+         "input": {"input": {"decision": "approve"}}, "idempotencyKey": key}
+    ).decode()  # fmt: skip
+    # Prepare (engine `Prepare`) → `PreparationDone` with the base64 preparation.
+    prepared = registry.prepare(
+        PreparedCommand.from_frozen(frozen_text, action=action), attempt_deadline=deadline()
+    )
+    done = preparation_event("record", prepared)
+    assert isinstance(done, engine.PreparationDone)
+    # Obtain the attempt's credential (engine `ObtainCredential`) → `ReadyToSend`.
+    token = registry.obtain_credential(
+        "breg.invoke-action/v1", "applications", attempt_deadline=deadline()
+    )
+    assert credential_event("record", token) == engine.ReadyToSend("record")
+    assert isinstance(token, AccessToken)
+    # Dispatch with that token → the engine's `CallOutcome`.
+    dispatched = PreparedCommand.from_frozen(
+        frozen_text, action=action, preparation=done.preparation
+    )
+    outcome = registry.call(dispatched, attempt_deadline=deadline(), credential=token)
+    assert call_event("record", outcome) == engine.CallOutcome(
+        "record", "declared-refusal", refusal_code="late"
+    )
+    assert len(fake.requests(TOKEN_PATH)) == 2  # one for the preparation, one for the attempt

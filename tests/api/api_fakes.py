@@ -1,0 +1,601 @@
+"""In-memory stand-ins for the API's seams: a `RunService`, an `AuditJournal`, signing keys,
+access tokens and a settings builder. Test-only: the real service lives over the store."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from coordinator_api import (
+    Admission,
+    Admitted,
+    ApiSettings,
+    AuditRequest,
+    AuditResponse,
+    AuditUnavailable,
+    AuthenticationSettings,
+    CallDetails,
+    Caller,
+    Doctor,
+    DoctorState,
+    EffectStatus,
+    EventAdmitted,
+    EventDelivery,
+    EventTrigger,
+    HoldState,
+    Policy,
+    ReconcileResult,
+    Recovery,
+    RunInspection,
+    RunPage,
+    RunQuery,
+    RunStatus,
+    ServiceRefusal,
+    StaticJwks,
+    StepRoute,
+    StepStatus,
+    WaitFor,
+    WaitUntil,
+    WorkflowSummary,
+)
+from coordinator_core.operations import descriptor
+from coordinator_core.values import canonical_json
+
+NOW = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)  # the delivery time of 05 §7.1 test vector 2
+ISSUER = "https://issuer.test"
+AUDIENCE = "coordinator"
+WORKFLOW = "reviewed-notice"
+REVISION = "sha256:" + "5" * 64  # the example revision of spec/schemas/api.schema.json
+DIGEST = "sha256:" + "a" * 64
+EVENT_KEY = b"webhook-delivery-signing-key-0123456789abcdef"
+EVENT_SOURCE = "urn:registrystack:registry:example:instance:primary"
+COMPLETION_TOKEN = b"casework-completion-secret-0123456789"
+CANARY = "canary-7f3e-do-not-echo"
+
+ALL_ACTIONS = frozenset(
+    {
+        "start",
+        "status",
+        "inspect",
+        "retry-same",
+        "cancel",
+        "reconcile",
+        "doctor",
+        "restore-hold",
+        "release-restore-hold",
+        "release-admission-hold",
+        "retain",
+    }
+)
+RUN_ACTIONS = frozenset({"start", "status", "inspect", "retry-same", "cancel", "reconcile"})
+
+
+# ---------------------------------------------------------------------------------------------
+# Keys and tokens
+
+
+def _coordinate(value: int) -> str:
+    return base64.urlsafe_b64encode(value.to_bytes(32, "big")).rstrip(b"=").decode("ascii")
+
+
+def _b64(number: int) -> str:
+    raw = number.to_bytes((number.bit_length() + 7) // 8, "big")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+@dataclass
+class SigningKeys:
+    rsa: rsa.RSAPrivateKey = field(
+        default_factory=lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    )
+    ec: ec.EllipticCurvePrivateKey = field(
+        default_factory=lambda: ec.generate_private_key(ec.SECP256R1())
+    )
+    other_rsa: rsa.RSAPrivateKey = field(
+        default_factory=lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    )
+
+    def jwks(self) -> dict[str, Any]:
+        public_rsa = self.rsa.public_key().public_numbers()
+        public_ec = self.ec.public_key().public_numbers()
+        return {
+            "keys": [
+                {
+                    "kty": "RSA",
+                    "kid": "rsa-1",
+                    "use": "sig",
+                    "alg": "RS256",
+                    "n": _b64(public_rsa.n),
+                    "e": _b64(public_rsa.e),
+                },
+                {
+                    "kty": "EC",
+                    "kid": "ec-1",
+                    "use": "sig",
+                    "crv": "P-256",
+                    "x": _coordinate(public_ec.x),
+                    "y": _coordinate(public_ec.y),
+                },
+                {"kty": "oct", "kid": "hmac-1", "k": "c2VjcmV0"},  # ignored by the API
+            ]
+        }
+
+    def rsa_public_pem(self) -> bytes:
+        from cryptography.hazmat.primitives import serialization
+
+        return self.rsa.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+
+
+def claims(
+    *,
+    client: str = "ops-console",
+    scopes: str | list[str] = "coordinator:operate",
+    subject: str = "operator-1",
+    now: datetime = NOW,
+    lifetime: int = 600,
+    **overrides: Any,
+) -> dict[str, Any]:
+    issued = int(now.timestamp())
+    out: dict[str, Any] = {
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+        "sub": subject,
+        "client_id": client,
+        "registry_scopes": scopes,
+        "iat": issued,
+        "exp": issued + lifetime,
+        "jti": str(uuid.uuid4()),
+    }
+    out.update(overrides)
+    return {key: value for key, value in out.items() if value is not None}
+
+
+def token(
+    keys: SigningKeys,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    algorithm: str = "RS256",
+    kid: str | None = "rsa-1",
+    typ: str | None = "at+jwt",
+    key: Any = None,
+    headers: Mapping[str, Any] | None = None,
+) -> str:
+    header: dict[str, Any] = {}
+    if typ is not None:
+        header["typ"] = typ
+    if kid is not None:
+        header["kid"] = kid
+    header.update(headers or {})
+    signing_key = key
+    if signing_key is None:
+        signing_key = keys.ec if algorithm == "ES256" else keys.rsa
+    return jwt.encode(
+        dict(payload if payload is not None else claims()),
+        signing_key,
+        algorithm=algorithm,
+        headers=header,
+    )
+
+
+def bearer(keys: SigningKeys, payload: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(keys, payload, **kwargs)}"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings
+
+
+def authentication(keys: SigningKeys) -> AuthenticationSettings:
+    return AuthenticationSettings(
+        issuer=ISSUER,
+        audience=AUDIENCE,
+        jwks_source=StaticJwks(json.dumps(keys.jwks()).encode()),
+        allowed_clients=frozenset({"ops-console", "starter", "reader", "stranger"}),
+        policies=(
+            Policy(
+                client_id="ops-console",
+                required_scopes=frozenset({"coordinator:operate"}),
+                workflows=frozenset({WORKFLOW}),
+                actions=ALL_ACTIONS,
+                operator=True,
+            ),
+            Policy(
+                client_id="starter",
+                required_scopes=frozenset({"coordinator:start"}),
+                workflows=frozenset({WORKFLOW}),
+                actions=RUN_ACTIONS,
+            ),
+            Policy(
+                client_id="reader",
+                required_scopes=frozenset({"coordinator:read"}),
+                workflows=frozenset({WORKFLOW}),
+                actions=frozenset({"status"}),
+            ),
+            Policy(
+                client_id="stranger",
+                required_scopes=frozenset({"coordinator:start"}),
+                workflows=frozenset({"other-workflow"}),
+                actions=RUN_ACTIONS,
+            ),
+        ),
+        assertion_issuers=frozenset({"https://assertions.test"}),
+    )
+
+
+WORKFLOW_SUMMARY = WorkflowSummary(
+    workflow_id=WORKFLOW,
+    title="Reviewed notice",
+    version="1",
+    revision=REVISION,
+    definition_digest=DIGEST,
+    package_digest="sha256:" + "b" * 64,
+    input_schema={"type": "object", "required": ["applicationId"]},
+    triggers=("application-submitted",),
+    outcomes=("notice-sent", "decided-after-timeout"),
+)
+
+
+def settings(keys: SigningKeys, **changes: Any) -> ApiSettings:
+    base = ApiSettings(
+        authentication=authentication(keys),
+        workflow=WORKFLOW_SUMMARY,
+        event_triggers={
+            "application-submitted": EventTrigger(
+                event="application-submitted-v1",
+                source_name="applications",
+                source=EVENT_SOURCE,
+                signing_key=EVENT_KEY,
+            )
+        },
+        completion_tokens={"reviews": COMPLETION_TOKEN},
+        clock=lambda: NOW,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fake run service
+
+
+@dataclass
+class _Run:
+    owner: tuple[str, str]
+    status: RunStatus
+    identity: tuple[Any, ...]
+    digest: bytes
+
+
+class FakeRunService:
+    """Keeps runs in a dict; enough behaviour to exercise every response shape."""
+
+    def __init__(self) -> None:
+        self.runs: dict[uuid.UUID, _Run] = {}
+        self.events: dict[tuple[str, str, str], uuid.UUID] = {}
+        self.completions: list[tuple[str, uuid.UUID]] = []
+        self.calls: list[str] = []
+        self.hold = HoldState(restore_hold=False, admissions_hold=False, restore_review=0)
+        self.is_ready = True
+        self.refusal: ServiceRefusal | None = None  # raised by the next command when set
+        self.clock_step = 0
+
+    def reset(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def _moment(self) -> datetime:
+        self.clock_step += 1
+        return NOW + timedelta(milliseconds=self.clock_step)
+
+    def _visible(self, caller: Caller, run: _Run) -> bool:
+        return run.status.workflow_id in caller.workflows and (
+            caller.operator or run.owner == (caller.issuer, caller.subject)
+        )
+
+    def _new_run(self, *, origin: str, trigger: str | None) -> RunStatus:
+        admitted = self._moment()
+        return RunStatus(
+            run_id=uuid.uuid4(),
+            workflow_id=WORKFLOW,
+            workflow_version="1",
+            revision=REVISION,
+            definition_digest=DIGEST,
+            binding_digest="sha256:" + "c" * 64,
+            origin=origin,  # type: ignore[arg-type]
+            trigger=trigger,
+            status="running",
+            step="read-application",
+            admitted_at=admitted,
+            deadline_at=admitted + timedelta(days=30),
+            completed_at=None,
+            next_due_at=admitted,
+            cancel_requested=False,
+            restore_review=False,
+            uncertain=False,
+            outcome=None,
+            output=None,
+            failure_code=None,
+            payload_erased=False,
+        )
+
+    def _command(self, name: str) -> None:
+        self.calls.append(name)
+        if self.refusal is not None:
+            refusal, self.refusal = self.refusal, None
+            raise refusal
+
+    def _owned(self, caller: Caller, run_id: uuid.UUID) -> _Run:
+        run = self.runs.get(run_id)
+        if run is None or not self._visible(caller, run):
+            raise ServiceRefusal("coordinator.command.run-absent")
+        return run
+
+    async def ready(self) -> bool:
+        return self.is_ready and not (self.hold.restore_hold or self.hold.admissions_hold)
+
+    async def admit(self, admission: Admission) -> Admitted:
+        self._command("admit")
+        owner = (admission.caller.issuer, admission.caller.subject)
+        identity = (owner, admission.workflow, admission.idempotency_key)
+        digest = canonical_json([admission.revision, admission.input])
+        if self.hold.restore_hold:
+            raise ServiceRefusal("coordinator.command.restore-hold")
+        if self.hold.admissions_hold:
+            raise ServiceRefusal("coordinator.command.restore-admissions-held")
+        for run in self.runs.values():
+            if run.identity == identity:
+                if run.digest != digest:
+                    raise ServiceRefusal("idempotency.key-reused")
+                return Admitted(run=run.status, created=False)
+        if admission.revision != REVISION:
+            raise ServiceRefusal("admission.revision-mismatch")
+        if not isinstance(admission.input, dict) or "applicationId" not in admission.input:
+            raise ServiceRefusal("coordinator.definition.input")
+        status = self._new_run(origin="api", trigger=None)
+        self.runs[status.run_id] = _Run(owner, status, identity, digest)
+        return Admitted(run=status, created=True)
+
+    async def get_run(self, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
+        run = self.runs.get(run_id)
+        return run.status if run is not None and self._visible(caller, run) else None
+
+    async def list_runs(self, caller: Caller, query: RunQuery) -> RunPage:
+        filters = [query.status, query.workflow]
+        visible = sorted(
+            (
+                run.status
+                for run in self.runs.values()
+                if self._visible(caller, run)
+                and (query.status is None or run.status.status == query.status)
+                and (query.workflow is None or run.status.workflow_id == query.workflow)
+            ),
+            key=lambda status: (status.admitted_at, str(status.run_id)),
+            reverse=True,
+        )
+        start = 0
+        if query.cursor is not None:
+            try:
+                payload = json.loads(base64.urlsafe_b64decode(query.cursor.encode()))
+                start, cursor_filters = int(payload["o"]), payload["f"]
+            except (ValueError, KeyError, TypeError):
+                raise ServiceRefusal("coordinator.request.cursor-invalid") from None
+            if cursor_filters != filters:
+                raise ServiceRefusal("coordinator.request.cursor-invalid")
+        page = visible[start : start + query.limit]
+        following = start + query.limit
+        cursor = None
+        if following < len(visible):
+            cursor = base64.urlsafe_b64encode(
+                json.dumps({"o": following, "f": filters}).encode()
+            ).decode()
+        return RunPage(runs=page, next_cursor=cursor)
+
+    async def inspect_run(self, caller: Caller, run_id: uuid.UUID) -> RunInspection | None:
+        status = await self.get_run(caller, run_id)
+        if status is None:
+            return None
+        entered = status.admitted_at
+        operation = descriptor("casework.submit-review-request/v1")
+        return RunInspection(
+            run=status,
+            steps=[
+                StepStatus(
+                    step="request-review",
+                    type="call",
+                    state="delivered",
+                    generation=1,
+                    attempt=1,
+                    entered_at=entered,
+                    finished_at=entered + timedelta(seconds=1),
+                    next_due_at=None,
+                    lease_expires_at=None,
+                    failure_code=None,
+                    route=StepRoute(kind="next"),
+                    call=CallDetails(
+                        operation="casework.submit-review-request/v1",
+                        effect="mutation",
+                        command_prepared=True,
+                        uncertain=False,
+                        receipt_expired=False,
+                    ),
+                ),
+                StepStatus(
+                    step="await-review",
+                    type="wait-for",
+                    state="pending",
+                    generation=1,
+                    attempt=0,
+                    entered_at=entered + timedelta(seconds=1),
+                    finished_at=None,
+                    next_due_at=entered + timedelta(minutes=15),
+                    lease_expires_at=None,
+                    failure_code=None,
+                    route=None,
+                    wait=WaitFor(
+                        call="request-review",
+                        completion="result",
+                        started_at=entered + timedelta(seconds=1),
+                        timeout_at=entered + timedelta(days=7),
+                        interval_seconds=900,
+                        observations=0,
+                        last_observed_at=None,
+                        next_observation_at=entered + timedelta(minutes=15),
+                        result="waiting",
+                    ),
+                ),
+                StepStatus(
+                    step="pause",
+                    type="wait-until",
+                    state="pending",
+                    generation=1,
+                    attempt=0,
+                    entered_at=entered + timedelta(seconds=2),
+                    finished_at=None,
+                    next_due_at=None,
+                    lease_expires_at=None,
+                    failure_code="transport-uncertain",
+                    route=StepRoute(kind="case", label="approved"),
+                    wait=WaitUntil(until=entered + timedelta(days=1)),
+                ),
+            ],
+            effects=[
+                EffectStatus(
+                    step="request-review",
+                    operation="casework.submit-review-request/v1",
+                    state="accepted",
+                    settled_by="response",
+                )
+            ],
+            recovery=Recovery(
+                retry_allowed=False,
+                retry_blocked_by="not-recoverable",
+                reconcile_allowed=False,
+                reconcile_blocked_by="no-receipt",
+                operation=operation,
+            ),
+        )
+
+    async def cancel(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
+        self._command("cancel")
+        run = self._owned(caller, run_id)
+        if run.status.status == "running":
+            run.status = dataclasses.replace(
+                run.status,
+                status="cancelled",
+                cancel_requested=True,
+                completed_at=self._moment(),
+                next_due_at=None,
+            )
+        return run.status
+
+    async def retry_same(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
+        self._command("retry-same")
+        run = self._owned(caller, run_id)
+        if run.status.status != "attention":
+            blocked = "cancelled" if run.status.status == "cancelled" else "not-recoverable"
+            raise ServiceRefusal("coordinator.command.retry-refused", blocked)
+        return run.status
+
+    async def reconcile(
+        self, caller: Caller, run_id: uuid.UUID, reason: str
+    ) -> ReconcileResult:
+        self._command("reconcile")
+        run = self._owned(caller, run_id)
+        inspection = await self.inspect_run(caller, run.status.run_id)
+        assert inspection is not None
+        return ReconcileResult(result="unresolved", inspection=inspection)
+
+    async def doctor(self) -> Doctor:
+        self._command("doctor")
+        counts: dict[str, int] = {}
+        for run in self.runs.values():
+            counts[run.status.status] = counts.get(run.status.status, 0) + 1
+        return Doctor(
+            activation_ready=True,
+            state=DoctorState(
+                database_id="reviewed-notice-dev",
+                store="sqlite",
+                schema_version=1,
+                active_package_digest="sha256:" + "b" * 64,
+                active_revision=REVISION,
+                restore_hold=self.hold.restore_hold,
+                admissions_hold=self.hold.admissions_hold,
+                audit_ready=True,
+                restore_review=self.hold.restore_review,
+                statuses=counts,  # type: ignore[arg-type]
+                unknown_effects=0,
+                waits=0,
+                oldest_due_at=NOW if self.runs else None,
+                terminal_payloads=0,
+                oldest_terminal_payload_at=None,
+                audit_head="sha256:" + "d" * 64,
+            ),
+        )
+
+    async def restore_hold(self, reason: str) -> HoldState:
+        self._command("restore-hold")
+        self.hold = HoldState(restore_hold=True, admissions_hold=True, restore_review=0)
+        return self.hold
+
+    async def release_restore_hold(self, reason: str) -> HoldState:
+        self._command("release-restore-hold")
+        self.hold = dataclasses.replace(self.hold, restore_hold=False)
+        return self.hold
+
+    async def release_admission_hold(self, reason: str) -> HoldState:
+        self._command("release-admission-hold")
+        if self.hold.restore_hold:
+            raise ServiceRefusal("coordinator.command.restore-hold")
+        self.hold = dataclasses.replace(self.hold, admissions_hold=False)
+        return self.hold
+
+    async def retain(self, before: datetime, limit: int) -> int:
+        self._command("retain")
+        return 0
+
+    async def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
+        self._command("admit-event")
+        if self.hold.restore_hold or self.hold.admissions_hold:
+            raise ServiceRefusal("coordinator.event.admissions-held")
+        key = (delivery.source_name, delivery.trigger, delivery.event_id)
+        if key in self.events:
+            return EventAdmitted(run_id=self.events[key], created=False)
+        status = self._new_run(origin="event", trigger=delivery.trigger)
+        owner = ("event-source:" + delivery.source_name, "trigger:" + delivery.trigger)
+        self.runs[status.run_id] = _Run(owner, status, key, canonical_json(delivery.body))
+        self.events[key] = status.run_id
+        return EventAdmitted(run_id=status.run_id, created=True)
+
+    async def complete_review(self, connection: str, request_id: uuid.UUID) -> None:
+        self._command("complete-review")
+        self.completions.append((connection, request_id))
+
+
+class FakeJournal:
+    """Records the audit entries; `fail_requests` / `fail_responses` simulate a broken disk."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str, AuditRequest | AuditResponse]] = []
+        self.fail_requests = False
+        self.fail_responses = False
+
+    async def request(self, entry: AuditRequest) -> str:
+        if self.fail_requests:
+            raise AuditUnavailable
+        correlation = str(uuid.uuid4())
+        self.entries.append(("request", correlation, entry))
+        return correlation
+
+    async def response(self, correlation: str, entry: AuditResponse) -> None:
+        if self.fail_responses:
+            raise AuditUnavailable
+        self.entries.append(("response", correlation, entry))

@@ -1,0 +1,344 @@
+"""Claims, leases and fencing (07 §7.2): two workers never hold one record, and a stale holder
+can never commit."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import uuid
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+from store_support import (
+    IDENTITY,
+    SECOND,
+    T0,
+    Backend,
+    admit,
+    claim,
+    claim_all_in_process,
+    deliver_and_finish,
+    stand_in_recover,
+)
+
+from coordinator_core.store import (
+    LEASE_SECONDS,
+    Claim,
+    RunSnapshot,
+    RunWrite,
+    StaleLease,
+    StepRow,
+    Store,
+    StoreInvariantError,
+)
+
+
+def _snapshot(store: Store, run_id: uuid.UUID) -> RunSnapshot:
+    snapshot = store.get_run_snapshot(run_id)
+    assert snapshot is not None
+    return snapshot
+
+
+def test_claim_leases_the_earliest_due_record_as_t2(store: Store) -> None:
+    late = admit(store, "late", T0 + 2 * SECOND)
+    early = admit(store, "early", T0 + SECOND)
+    assert claim(store, T0) is None  # nothing due yet
+    leased = claim(store, T0 + 5 * SECOND, worker="w-1")
+    assert leased is not None and leased.run_id == early.run_id
+    record = _snapshot(store, early.run_id).current
+    assert (record.state, record.attempt, record.claims, record.awaiting) == ("leased", 1, 1, "work")
+    assert record.attempt_started_at == T0 + 5 * SECOND
+    assert record.lease_expires_at == T0 + (5 + LEASE_SECONDS) * SECOND
+    assert (record.lease_token, record.lease_owner, record.due_at) == (leased.lease_token, "w-1", None)
+    assert leased.snapshot.current == record
+    second = claim(store, T0 + 5 * SECOND)
+    assert second is not None and second.run_id == late.run_id
+    assert claim(store, T0 + 5 * SECOND) is None  # leased records are not claimable
+
+
+def _claim_and_finish(store: Store, worker: str, now_offset: int, out: list[Claim]) -> None:
+    now = T0 + now_offset * SECOND
+    while (leased := claim(store, now, worker=worker)) is not None:
+        out.append(leased)
+        store.complete_step(leased, now, deliver_and_finish(now))
+
+
+def test_concurrent_workers_claim_every_due_record_exactly_once(store: Store) -> None:
+    runs = {admit(store, f"k{i}").run_id for i in range(60)}
+    claims: list[Claim] = []
+    workers = [
+        threading.Thread(target=_claim_and_finish, args=(store, f"w-{n}", 1, claims))
+        for n in range(4)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    counted = Counter((leased.run_id, leased.step) for leased in claims)
+    assert set(counted.values()) == {1}
+    assert {run_id for run_id, _step in counted} == runs
+    assert {leased.lease_owner for leased in claims} <= {f"w-{n}" for n in range(4)}
+    page = store.list_runs(owner=None, status="finished", limit=100)
+    assert len(page.runs) == 60
+
+
+def test_concurrent_processes_claim_every_due_record_exactly_once(
+    postgresql_backend: Backend,
+) -> None:
+    postgresql_backend.migrate()
+    postgresql_backend.apply()
+    with postgresql_backend.open() as store:
+        runs = {admit(store, f"k{i}").run_id for i in range(40)}
+    context = multiprocessing.get_context("fork")  # the children open their own store
+    barrier = context.Barrier(2)
+    results = context.Queue()
+    processes = [
+        context.Process(
+            target=claim_all_in_process,
+            args=(postgresql_backend.url, postgresql_backend.namespace, f"p-{n}", barrier, results),
+        )
+        for n in range(2)
+    ]
+    for process in processes:
+        process.start()
+    outcome = [results.get(timeout=60) for _ in processes]
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    assert all(isinstance(result, list) for result in outcome), outcome
+    assert all(result for result in outcome), "both processes claimed work"
+    claimed = [key for result in outcome for key in result]
+    assert len(claimed) == len(set(claimed)) == 40
+    assert {uuid.UUID(run_id) for run_id, _step in claimed} == runs
+
+
+def test_an_expired_lease_is_recovered_and_the_stale_holder_cannot_commit(store: Store) -> None:
+    run = admit(store, "k1")
+    stale = claim(store, T0, worker="w-1")
+    assert stale is not None
+    later = T0 + (LEASE_SECONDS + 1) * SECOND
+    fresh = store.claim_due_step("w-2", later, recover=stand_in_recover(later))
+    assert fresh is not None and fresh.run_id == run.run_id
+    assert (fresh.attempt, fresh.lease_owner) == (2, "w-2")
+    assert fresh.lease_token != stale.lease_token
+    with pytest.raises(StaleLease):
+        store.complete_step(stale, later, deliver_and_finish(later))
+    with pytest.raises(StaleLease):
+        store.record_step_progress(stale, later, lambda snapshot: None)
+    finished = store.complete_step(fresh, later, deliver_and_finish(later))
+    assert (finished.run.status, finished.current.state) == ("finished", "delivered")
+    assert finished.current.lease_token is None and finished.current.lease_expires_at is None
+
+
+def test_a_lapsed_lease_the_engine_leaves_alone_is_taken_over_until_its_new_lease_lapses(
+    store: Store,
+) -> None:
+    admit(store, "k1")
+    stale = claim(store, T0)
+    assert stale is not None
+    later = T0 + (LEASE_SECONDS + 1) * SECOND
+    assert claim(store, later) is None  # recover answered None
+    record = _snapshot(store, stale.run_id).current
+    assert record.state == "leased" and record.lease_token != stale.lease_token
+    assert record.lease_expires_at == later + LEASE_SECONDS * SECOND
+    with pytest.raises(StaleLease):
+        store.complete_step(stale, later, deliver_and_finish(later))
+
+
+def test_a_lapsed_lease_nobody_took_over_still_finishes_but_no_longer_passes_a_fence(
+    store: Store,
+) -> None:
+    admit(store, "k1")
+    leased = claim(store, T0)
+    assert leased is not None
+    late = T0 + (LEASE_SECONDS + 5) * SECOND
+    store.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
+    with pytest.raises(StaleLease):
+        store.record_step_progress(leased, late, lambda snapshot: None)
+    assert store.complete_step(leased, late, deliver_and_finish(late)).run.status == "finished"
+
+
+def test_a_dispatched_lapsed_lease_becomes_unknown(store: Store) -> None:
+    run = admit(store, "k1")
+    leased = claim(store, T0)
+    assert leased is not None
+
+    def freeze_and_mark(snapshot: RunSnapshot) -> RunWrite:
+        record = replace(
+            snapshot.current, command=b"sealed-command", command_prepared=True, sent=True, dispatched=True
+        )
+        return RunWrite(snapshot.run, (record,))
+
+    store.record_step_progress(leased, T0 + SECOND, freeze_and_mark)
+    later = T0 + (LEASE_SECONDS + 1) * SECOND
+    assert store.claim_due_step("w-2", later, recover=stand_in_recover(later)) is None
+    snapshot = _snapshot(store, run.run_id)
+    assert (snapshot.run.status, snapshot.current.state) == ("attention", "unknown")
+    assert snapshot.current.effect_state == "unknown"
+    assert store.summary(later).unknown_effects == 1
+
+
+def test_an_overdue_record_is_expired_not_leased_but_pure_records_still_run(store: Store) -> None:
+    overdue = admit(store, "call", deadline_seconds=10)
+    pure = admit(store, "choose", step_type="choose", deadline_seconds=10)
+    later = T0 + 11 * SECOND
+    leased = store.claim_due_step("w-1", later, recover=stand_in_recover(later))
+    assert leased is not None and leased.run_id == pure.run_id
+    expired = _snapshot(store, overdue.run_id)
+    assert (expired.run.status, expired.current.state) == ("expired", "expired")
+    assert expired.run.completed_at == later
+
+
+def test_the_journal_runs_inside_the_claim_and_its_failure_rolls_the_claim_back(
+    store: Store,
+) -> None:
+    run = admit(store, "k1")
+    journaled: list[Claim] = []
+
+    def broken(_claim: Claim) -> None:
+        raise OSError("audit unavailable")
+
+    with pytest.raises(OSError, match="audit unavailable"):
+        claim(store, T0, journal=broken)
+    assert _snapshot(store, run.run_id).current.state == "pending"
+    leased = claim(store, T0, journal=journaled.append)
+    assert journaled == [leased]
+
+
+def test_holds_and_reviews_block_claims(store: Store) -> None:
+    reviewed = admit(store, "reviewed")
+    store.set_restore_hold(
+        T0, lambda s: RunWrite(replace(s.run, restore_review=s.run.run_id == reviewed.run_id))
+    )
+    assert claim(store, T0) is None
+    fresh = store.release_restore_hold("evidence")
+    assert (fresh.restore_hold, fresh.admissions_hold, fresh.restore_review) == (False, True, 1)
+    assert claim(store, T0) is None  # under review: held until reviewed
+    store.update_run(reviewed.run_id, T0, lambda s: RunWrite(replace(s.run, restore_review=False)))
+    assert claim(store, T0) is not None
+
+
+def test_restore_hold_fences_out_an_attempt_in_flight(store: Store) -> None:
+    admit(store, "k1")
+    leased = claim(store, T0)
+    assert leased is not None
+    store.set_restore_hold(T0 + SECOND, lambda s: stand_in_recover(T0 + SECOND)(s, "lease-lapsed"))
+    with pytest.raises(StaleLease):
+        store.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
+    with pytest.raises(StaleLease):
+        store.complete_step(leased, T0 + SECOND, deliver_and_finish(T0 + SECOND))
+
+
+def test_a_stopping_run_keeps_only_an_uncertain_call_claimable(store: Store) -> None:
+    plain = admit(store, "plain")
+    uncertain = admit(store, "uncertain")
+
+    def stopping(snapshot: RunSnapshot) -> RunWrite:
+        run = replace(snapshot.run, cancel_mode="stopping", cancel_requested=True, status="cancel-requested")
+        record = snapshot.current
+        if snapshot.run.run_id == uncertain.run_id:
+            record = replace(record, command=b"c", command_prepared=True, sent=True, uncertain=True)
+        return RunWrite(run, (record,))
+
+    for run in (plain, uncertain):
+        store.update_run(run.run_id, T0, stopping)
+    leased = claim(store, T0)
+    assert leased is not None and leased.run_id == uncertain.run_id
+    assert claim(store, T0) is None
+
+
+def test_finishing_creates_the_next_record_in_the_same_transaction(store: Store) -> None:
+    run = admit(store, "k1")
+    leased = claim(store, T0)
+    assert leased is not None
+    now = T0 + SECOND
+
+    def next_step(snapshot: RunSnapshot) -> RunWrite:
+        done = replace(snapshot.current, state="delivered", route_kind="next", finished_at=now)
+        following = StepRow.new(run.run_id, "decide", "choose", entered_at=now, due_at=now, pure=True)
+        return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
+
+    after = store.complete_step(leased, now, next_step)
+    assert [(s.step, s.state) for s in after.steps] == [("start", "delivered"), ("decide", "pending")]
+    again = claim(store, now)
+    assert again is not None and again.step == "decide"
+
+
+def test_a_frozen_command_is_kept_and_completed_once_with_its_preparation(store: Store) -> None:
+    admit(store, "k1")
+    leased = claim(store, T0)
+    assert leased is not None
+
+    def freeze(command: bytes, *, preparation: bool = False) -> object:
+        def decide(snapshot: RunSnapshot) -> RunWrite:
+            record = replace(
+                snapshot.current,
+                command=command,
+                command_prepared=True,
+                preparation_frozen=preparation or snapshot.current.preparation_frozen,
+            )
+            return RunWrite(snapshot.run, (record,))
+
+        return decide
+
+    store.record_step_progress(leased, T0, freeze(b"request"))  # type: ignore[arg-type]
+    with pytest.raises(StoreInvariantError):
+        store.record_step_progress(leased, T0, freeze(b"other"))  # type: ignore[arg-type]
+    done = store.record_step_progress(leased, T0, freeze(b"request+prep", preparation=True))  # type: ignore[arg-type]
+    assert done.current.command == b"request+prep"
+    with pytest.raises(StoreInvariantError):
+        store.record_step_progress(leased, T0, freeze(b"again", preparation=True))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "breaks",
+    [
+        lambda s: RunWrite(replace(s.run, input=b"other")),
+        lambda s: RunWrite(replace(s.run, deadline_at=T0)),
+        lambda s: RunWrite(s.run, (replace(s.current, type="finish"),)),
+        lambda s: RunWrite(s.run, (replace(s.current, generation=0),)),
+        lambda s: RunWrite(s.run, (s.current, s.current)),
+        lambda s: RunWrite(replace(s.run, current_step="nowhere")),
+        lambda s: RunWrite(
+            s.run,
+            (
+                replace(
+                    StepRow.new(s.run.run_id, "next", "choose", entered_at=T0, due_at=T0),
+                    state="leased",
+                ),
+            ),
+        ),
+    ],
+    ids=["input", "deadline", "type", "generation", "twice", "current", "new-leased"],
+)
+def test_writes_that_break_store_invariants_are_refused_whole(store: Store, breaks: object) -> None:
+    run = admit(store, "k1")
+    leased = claim(store, T0)
+    assert leased is not None
+    before = _snapshot(store, run.run_id)
+    with pytest.raises(StoreInvariantError):
+        store.complete_step(leased, T0, breaks)  # type: ignore[arg-type]
+    assert _snapshot(store, run.run_id) == before
+
+
+def test_sent_is_never_cleared(store: Store) -> None:
+    admit(store, "k1")
+    leased = claim(store, T0)
+    assert leased is not None
+    store.record_step_progress(
+        leased,
+        T0,
+        lambda s: RunWrite(s.run, (replace(s.current, command=b"c", command_prepared=True, sent=True),)),
+    )
+    with pytest.raises(StoreInvariantError):
+        store.complete_step(leased, T0, lambda s: RunWrite(s.run, (replace(s.current, sent=False),)))
+
+
+def test_claims_verify_the_deployment_in_every_transaction(backend: Backend, store: Store) -> None:
+    admit(store, "k1")
+    migrated.execute("UPDATE control SET database_id = 'moved'")
+    with pytest.raises(Exception) as refused:
+        claim(store, T0)
+    assert getattr(refused.value, "code", None) == "coordinator.deployment.database-id-mismatch"
+    assert IDENTITY.database_id != "moved"
