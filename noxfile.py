@@ -13,6 +13,7 @@ WORKSPACE = (
     "-e", str(ROOT / "generated"),
     "-e", str(ROOT / "packages" / "coordinator-core"),
     "-e", str(ROOT / "packages" / "coordinatorctl"),
+    "-e", str(ROOT / "packages" / "coordinator-sandbox"),
 )  # fmt: skip
 TEST_TOOLS = ("pytest", "pytest-xdist", "hypothesis")
 

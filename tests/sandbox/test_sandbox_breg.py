@@ -8,9 +8,10 @@ import json
 import uuid
 
 import httpx
+from sandbox_support import PROFILE, RECORD_ID, Receiver, Sandbox
+
 from coordinator_sandbox.canonical import canonical_json
 from coordinator_sandbox.delivery import delivery_signature
-from sandbox_support import PROFILE, RECORD_ID, Receiver, Sandbox
 
 ACTION = "/v1/actions/approve-application"
 

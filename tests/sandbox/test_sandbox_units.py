@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from coordinator_sandbox.canonical import JsonParseError, canonical_json, parse_json_strict
 from coordinator_sandbox.cli import main
 from coordinator_sandbox.keys import SigningKey, generate_private_jwk, jwk_thumbprint

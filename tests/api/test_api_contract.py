@@ -1,0 +1,244 @@
+"""Hand-written requests through every route; each response validates against the 3.1 bundle
+with openapi-core (stricter than Connexion's Draft 4: `format: uuid`, `const`, patterns)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from api_fakes import REVISION, WORKFLOW, FakeRunService, SigningKeys, bearer, claims
+
+pytestmark = pytest.mark.anyio
+
+START = {"workflow": WORKFLOW, "revision": REVISION, "input": {"applicationId": "app-1"}}
+
+
+async def start(client: httpx.AsyncClient, keys: SigningKeys, key: str = "key-1", **kw: Any) -> httpx.Response:
+    headers = {**bearer(keys, **kw), "Idempotency-Key": key}
+    return await client.post("/v1/runs", json=START, headers=headers)
+
+
+async def test_health_and_ready_conform(client: httpx.AsyncClient, conforms: Any) -> None:
+    assert conforms(await client.get("/health")).json() == {"live": True}
+    assert conforms(await client.get("/ready")).json() == {"ready": True}
+
+
+async def test_ready_is_503_when_the_service_is_not_ready(
+    client: httpx.AsyncClient, service: FakeRunService, conforms: Any
+) -> None:
+    service.is_ready = False
+    response = conforms(await client.get("/ready"))
+    assert (response.status_code, response.json()) == (503, {"ready": False})
+
+
+async def test_workflow_info_sorts_ids_and_conforms(
+    client: httpx.AsyncClient, keys: SigningKeys, conforms: Any
+) -> None:
+    response = conforms(await client.get("/v1/workflow", headers=bearer(keys)))
+    body = response.json()
+    assert response.status_code == 200
+    assert body["outcomes"] == ["decided-after-timeout", "notice-sent"]
+    assert body["workflowId"] == WORKFLOW and body["title"] == "Reviewed notice"
+
+
+async def test_admission_is_201_with_location_then_200_on_replay(
+    client: httpx.AsyncClient, keys: SigningKeys, conforms: Any
+) -> None:
+    created = conforms(await start(client, keys))
+    assert created.status_code == 201
+    run_id = created.json()["runId"]
+    assert created.headers["location"] == f"/v1/runs/{run_id}"
+    replayed = conforms(await start(client, keys))
+    assert replayed.status_code == 200 and replayed.json()["runId"] == run_id
+    assert "location" not in replayed.headers
+
+
+async def test_admission_refusals_conform(
+    client: httpx.AsyncClient, keys: SigningKeys, conforms: Any
+) -> None:
+    await start(client, keys)
+    headers = {**bearer(keys), "Idempotency-Key": "key-1"}
+    other = {**START, "input": {"applicationId": "app-2"}}
+    reused = conforms(await client.post("/v1/runs", json=other, headers=headers))
+    assert (reused.status_code, reused.json()["code"]) == (409, "idempotency.key-reused")
+    stale = {**START, "revision": "sha256:" + "0" * 64}
+    headers["Idempotency-Key"] = "key-2"
+    mismatch = conforms(await client.post("/v1/runs", json=stale, headers=headers))
+    assert mismatch.json()["code"] == "admission.revision-mismatch"
+    wrong_input = {**START, "input": [1, 2]}
+    headers["Idempotency-Key"] = "key-3"
+    invalid = conforms(await client.post("/v1/runs", json=wrong_input, headers=headers))
+    assert (invalid.status_code, invalid.json()["code"]) == (400, "coordinator.definition.input")
+
+
+async def test_run_routes_conform(
+    client: httpx.AsyncClient, keys: SigningKeys, conforms: Any
+) -> None:
+    run_id = (await start(client, keys)).json()["runId"]
+    auth = bearer(keys)
+    status = conforms(await client.get(f"/v1/runs/{run_id}", headers=auth))
+    assert status.json()["status"] == "running"
+    inspection = conforms(await client.get(f"/v1/runs/{run_id}/inspect", headers=auth)).json()
+    assert [step["type"] for step in inspection["steps"]] == ["call", "wait-for", "wait-until"]
+    assert inspection["recovery"]["operation"]["id"] == "casework.submit-review-request/v1"
+    reconciled = conforms(
+        await client.post(f"/v1/runs/{run_id}/reconcile", json={"reason": "T-1"}, headers=auth)
+    )
+    assert reconciled.json()["result"] == "unresolved"
+    refused = conforms(
+        await client.post(f"/v1/runs/{run_id}/retry-same", json={"reason": "T-1"}, headers=auth)
+    )
+    assert refused.status_code == 409
+    assert refused.json()["code"] == "coordinator.command.retry-refused"
+    assert refused.json()["reason"] == "not-recoverable"
+    cancelled = conforms(
+        await client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "T-1"}, headers=auth)
+    )
+    assert cancelled.json()["status"] == "cancelled" and cancelled.json()["cancelRequested"]
+
+
+async def test_run_ids_are_accepted_in_any_uuid_form_and_returned_lowercase(
+    client: httpx.AsyncClient, keys: SigningKeys, conforms: Any
+) -> None:
+    run_id = (await start(client, keys)).json()["runId"]
+    for form in (run_id.upper(), run_id.replace("-", ""), "{" + run_id + "}", "urn:uuid:" + run_id):
+        response = conforms(await client.get(f"/v1/runs/{form}", headers=bearer(keys)))
+        assert response.status_code == 200 and response.json()["runId"] == run_id
+
+
+async def test_absent_and_malformed_run_ids_answer_alike(
+    client: httpx.AsyncClient, keys: SigningKeys, conforms: Any
+) -> None:
+    bodies = []
+    for run in (str(uuid.uuid4()), "not-a-uuid", "1" * 70):
+        response = conforms(await client.get(f"/v1/runs/{run}", headers=bearer(keys)))
+        assert response.status_code == 404
+        bodies.append(response.content)
+    assert len(set(bodies)) == 1
+    assert b"coordinator.command.run-absent" in bodies[0]
+
+
+async def test_runs_are_visible_to_their_owner_and_operators_only(
+    client: httpx.AsyncClient, keys: SigningKeys, conforms: Any
+) -> None:
+    alice = claims(client="starter", scopes="coordinator:start", subject="alice")
+    bob = claims(client="starter", scopes="coordinator:start", subject="bob")
+    run_id = (await start(client, keys, payload=alice)).json()["runId"]
+    assert (await client.get(f"/v1/runs/{run_id}", headers=bearer(keys, alice))).status_code == 200
+    hidden = conforms(await client.get(f"/v1/runs/{run_id}", headers=bearer(keys, bob)))
+    assert (hidden.status_code, hidden.json()["code"]) == (404, "coordinator.command.run-absent")
+    cancel = await client.post(
+        f"/v1/runs/{run_id}/cancel", json={"reason": "x"}, headers=bearer(keys, bob)
+    )
+    assert cancel.status_code == 404
+    assert (await client.get(f"/v1/runs/{run_id}", headers=bearer(keys))).status_code == 200
+    listed = conforms(await client.get("/v1/runs", headers=bearer(keys, bob))).json()
+    assert listed == {"runs": [], "nextCursor": None}
+
+
+async def test_list_paginates_with_a_cursor_bound_to_the_filters(
+    client: httpx.AsyncClient, keys: SigningKeys, conforms: Any
+) -> None:
+    ids = [(await start(client, keys, key=f"key-{n}")).json()["runId"] for n in range(3)]
+    first = conforms(await client.get("/v1/runs", params={"limit": 2}, headers=bearer(keys)))
+    page = first.json()
+    assert [run["runId"] for run in page["runs"]] == ids[::-1][:2]
+    second = conforms(
+        await client.get(
+            "/v1/runs", params={"limit": 2, "cursor": page["nextCursor"]}, headers=bearer(keys)
+        )
+    ).json()
+    assert [run["runId"] for run in second["runs"]] == ids[:1] and second["nextCursor"] is None
+    mixed = conforms(
+        await client.get(
+            "/v1/runs",
+            params={"cursor": page["nextCursor"], "status": "running"},
+            headers=bearer(keys),
+        )
+    )
+    assert (mixed.status_code, mixed.json()["code"]) == (400, "coordinator.request.cursor-invalid")
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"limit": 0}, {"limit": 101}, {"limit": "ten"}, {"status": "sleeping"}, {"workflow": "Bad"}, {"extra": "1"}],
+)
+async def test_list_query_parameters_are_validated_strictly(
+    client: httpx.AsyncClient, keys: SigningKeys, conforms: Any, params: dict[str, Any]
+) -> None:
+    response = conforms(await client.get("/v1/runs", params=params, headers=bearer(keys)))
+    assert (response.status_code, response.json()["code"]) == (400, "coordinator.request.invalid")
+
+
+async def test_operator_routes_conform(
+    client: httpx.AsyncClient, keys: SigningKeys, service: FakeRunService, conforms: Any
+) -> None:
+    auth = bearer(keys)
+    await start(client, keys)
+    doctor = conforms(await client.get("/v1/doctor", headers=auth)).json()
+    assert doctor["state"]["statuses"]["running"] == 1 and len(doctor["state"]["statuses"]) == 8
+    held = conforms(await client.post("/v1/restore-hold", json={"reason": "INC-1"}, headers=auth))
+    assert held.json() == {"restoreHold": True, "admissionsHold": True, "restoreReview": 0}
+    blocked = conforms(
+        await client.post(
+            "/v1/release-admission-hold",
+            json={"reason": "INC-1", "admissionHistoryComplete": True, "priorDeploymentFenced": True},
+            headers=auth,
+        )
+    )
+    assert blocked.json()["code"] == "coordinator.command.restore-hold"
+    released = conforms(
+        await client.post("/v1/release-restore-hold", json={"reason": "FENCE-1"}, headers=auth)
+    )
+    assert released.json()["restoreHold"] is False
+    unattested = conforms(
+        await client.post(
+            "/v1/release-admission-hold",
+            json={"reason": "INC-1", "admissionHistoryComplete": True, "priorDeploymentFenced": False},
+            headers=auth,
+        )
+    )
+    assert unattested.json()["code"] == "coordinator.command.attestation-required"
+    assert service.calls.count("release-admission-hold") == 1  # refused before the service
+    done = conforms(
+        await client.post(
+            "/v1/release-admission-hold",
+            json={"reason": "INC-1", "admissionHistoryComplete": True, "priorDeploymentFenced": True},
+            headers=auth,
+        )
+    )
+    assert done.json()["admissionsHold"] is False
+    erased = conforms(
+        await client.post(
+            "/v1/retention", json={"before": "2026-01-01T00:00:00Z", "limit": 10}, headers=auth
+        )
+    )
+    assert erased.json() == {"erased": 0}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"before": "2027-01-01T00:00:00Z", "limit": 10},  # in the future
+        {"before": "yesterday", "limit": 10},
+        {"before": "2026-01-01T00:00:00Z", "limit": 0},
+        {"before": "2026-01-01T00:00:00Z", "limit": 101},
+        {"before": "2026-01-01T00:00:00Z"},
+    ],
+)
+async def test_retention_bounds_are_retention_invalid(
+    client: httpx.AsyncClient, keys: SigningKeys, conforms: Any, body: dict[str, Any]
+) -> None:
+    response = conforms(await client.post("/v1/retention", json=body, headers=bearer(keys)))
+    assert response.json()["code"] == "coordinator.command.retention-invalid"
+
+
+async def test_holds_refuse_admission(
+    client: httpx.AsyncClient, keys: SigningKeys, service: FakeRunService, conforms: Any
+) -> None:
+    await client.post("/v1/restore-hold", json={"reason": "INC-1"}, headers=bearer(keys))
+    response = conforms(await start(client, keys))
+    assert response.json()["code"] == "coordinator.command.restore-hold"
+    assert (await client.get("/ready")).status_code == 503
