@@ -94,7 +94,7 @@ def test_adapters_route_by_operation_and_connection(fake, connect):
     frozen = command(
         "messaging.submit-message/v1", MESSAGE, key=command_key(), connection_name="notices"
     )
-    token = registry.obtain_credential(frozen.operation, "notices", attempt_deadline=deadline())
+    token = registry.obtain_credential("notices", attempt_deadline=deadline())
     assert isinstance(token, AccessToken)
     assert registry.call(frozen, attempt_deadline=deadline(), credential=token) == Success(RECEIPT)
     assert len(fake.requests(TOKEN_PATH)) == 1
@@ -115,6 +115,9 @@ def test_an_unbound_or_mismatched_connection_is_operation_unbound(fake, connect)
     assert registry.observe(
         "casework.read-review-result/v1", "slots", "x", attempt_deadline=deadline()
     ) == Refused("operation-unbound")
+    assert registry.obtain_credential("notices", attempt_deadline=deadline()) == Refused(
+        "operation-unbound"
+    )
     # An adapter handed a connection of another product refuses the same way.
     outcome = MessagingAdapter().call(connect("scheduling"), missing, attempt_deadline=deadline())
     assert outcome == Refused("operation-unbound")
@@ -341,9 +344,7 @@ def test_prepare_credential_dispatch_as_the_worker_drives_them(fake, connect):
     done = preparation_event("record", prepared)
     assert isinstance(done, engine.PreparationDone)
     # Obtain the attempt's credential (engine `ObtainCredential`) → `ReadyToSend`.
-    token = registry.obtain_credential(
-        "breg.invoke-action/v1", "applications", attempt_deadline=deadline()
-    )
+    token = registry.obtain_credential("applications", attempt_deadline=deadline())
     assert credential_event("record", token) == engine.ReadyToSend("record")
     assert isinstance(token, AccessToken)
     # Dispatch with that token → the engine's `CallOutcome`.

@@ -60,6 +60,7 @@ EVENT_KEY = b"webhook-delivery-signing-key-0123456789abcdef"
 EVENT_SOURCE = "urn:registrystack:registry:example:instance:primary"
 COMPLETION_TOKEN = b"casework-completion-secret-0123456789"
 CANARY = "canary-7f3e-do-not-echo"
+BASE_URL = "http://coordinator.test"
 
 ALL_ACTIONS = frozenset(
     {

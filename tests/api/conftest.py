@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from api_fakes import FakeJournal, FakeRunService, SigningKeys, settings
+from api_fakes import BASE_URL, FakeJournal, FakeRunService, SigningKeys, settings
 from openapi_core import Config, OpenAPI
 from openapi_core.datatypes import RequestParameters
 from werkzeug.datastructures import Headers, ImmutableMultiDict
@@ -19,7 +19,6 @@ from coordinator_api import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 BUNDLED = ROOT / "generated" / "openapi.bundled.yaml"
-BASE_URL = "http://coordinator.test"
 
 
 @pytest.fixture

@@ -112,12 +112,18 @@ def start_step(
     now: datetime = T0,
     *,
     step: str = "start",
-    type: str = "call",  # noqa: A002
+    type: str = "call",
     pure: bool = False,
 ) -> StepRow:
     if type == "call":
         return StepRow.new(
-            run_id, step, "call", entered_at=now, due_at=now, operation="op/v1", effect_kind="mutation"
+            run_id,
+            step,
+            "call",
+            entered_at=now,
+            due_at=now,
+            operation="op/v1",
+            effect_kind="mutation",
         )
     return StepRow.new(run_id, step, type, entered_at=now, due_at=now, pure=pure)  # type: ignore[arg-type]
 
@@ -134,26 +140,32 @@ def admission(
     **changes: Any,
 ) -> Admission:
     run_id = uuid.uuid4()
-    return Admission(
-        run_id=run_id,
-        start_identity=commitment("start", owner, key),
-        input_digest=input_digest or commitment("input", key),
-        owner=owner,
-        origin="api",
-        trigger=None,
-        workflow_id="wf",
-        workflow_version="1",
-        revision=REVISION,
-        definition_digest=DEFINITION,
-        binding_digest=BINDING,
-        snapshot=b"sealed-snapshot",
-        input=b"sealed-input",
-        policy={"retryDelaysMs": [100, 500], "observationFloorSeconds": 30},
-        deadline_seconds=deadline_seconds,
-        first_step=start_step(run_id, now, type=step_type, pure=step_type in ("choose", "finish")),
-        expected_revision=expected_revision,
-        **({"bindings_ok": lambda _pairs: True} | changes),
-    )
+    values: dict[str, Any] = {
+        "run_id": run_id,
+        "start_identity": commitment("start", owner, key),
+        "input_digest": input_digest or commitment("input", key),
+        "owner": owner,
+        "origin": "api",
+        "trigger": None,
+        "workflow_id": "wf",
+        "workflow_version": "1",
+        "revision": REVISION,
+        "definition_digest": DEFINITION,
+        "binding_digest": BINDING,
+        "snapshot": b"sealed-snapshot",
+        "input": b"sealed-input",
+        "policy": {"retryDelaysMs": [100, 500], "observationFloorSeconds": 30},
+        "deadline_seconds": deadline_seconds,
+        "first_step": start_step(
+            run_id, now, type=step_type, pure=step_type in ("choose", "finish")
+        ),
+        "bindings_ok": lambda _pairs: True,
+        "expected_revision": expected_revision,
+    }
+    first_step = changes.pop("first_step", None)
+    if callable(first_step):
+        values["first_step"] = first_step(run_id)
+    return Admission(**(values | changes))
 
 
 def admit(store: Store, key: object, now: datetime = T0, **options: Any) -> RunRow:
@@ -164,7 +176,9 @@ def no_recovery(_snapshot: RunSnapshot, _kind: Recovery) -> RunWrite | None:
     return None
 
 
-def claim(store: Store, now: datetime = T0, worker: str = "worker-1", **options: Any) -> Claim | None:
+def claim(
+    store: Store, now: datetime = T0, worker: str = "worker-1", **options: Any
+) -> Claim | None:
     return store.claim_due_step(worker, now, recover=options.pop("recover", no_recovery), **options)
 
 
@@ -200,22 +214,26 @@ def stand_in_recover(now: datetime) -> Callable[[RunSnapshot, Recovery], RunWrit
     def recover(snapshot: RunSnapshot, kind: Recovery) -> RunWrite | None:
         record = snapshot.current
         if kind == "deadline-passed":
-            expired = replace(record, state="expired", failure_code="deadline-reached", finished_at=now)
+            expired = replace(
+                record, state="expired", failure_code="deadline-reached", finished_at=now
+            )
             run = replace(
                 snapshot.run, status="expired", failure_code="deadline-reached", completed_at=now
             )
             return RunWrite(run, (expired,))
         if record.dispatched or record.uncertain:
-            unknown = replace(record, state="unknown", uncertain=True, failure_code="transport-uncertain")
+            unknown = replace(
+                record, state="unknown", uncertain=True, failure_code="transport-uncertain"
+            )
             return RunWrite(replace(snapshot.run, status="attention"), (unknown,))
-        return RunWrite(snapshot.run, (replace(record, state="pending", due_at=now, awaiting=None),))
+        return RunWrite(
+            snapshot.run, (replace(record, state="pending", due_at=now, awaiting=None),)
+        )
 
     return recover
 
 
-def claim_all_in_process(
-    url: str, namespace: str, worker: str, barrier: Any, results: Any
-) -> None:
+def claim_all_in_process(url: str, namespace: str, worker: str, barrier: Any, results: Any) -> None:
     """A worker process: open the store, wait for the other, claim until idle, report."""
     try:
         store = Store.open(url, IDENTITY, namespace=namespace, pool_size=1)

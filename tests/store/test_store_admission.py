@@ -39,7 +39,11 @@ def test_admission_inserts_the_run_and_its_due_start_record(store: Store) -> Non
     assert (run.status, run.cancel_mode, run.current_step) == ("running", "none", "start")
     assert (run.admitted_at, run.deadline_at) == (T0, T0 + 3600 * SECOND)
     assert (run.snapshot, run.input) == (b"sealed-snapshot", b"sealed-input")
-    assert (run.definition_digest, run.binding_digest, run.revision) == (DEFINITION, BINDING, REVISION)
+    assert (run.definition_digest, run.binding_digest, run.revision) == (
+        DEFINITION,
+        BINDING,
+        REVISION,
+    )
     assert [(s.step, s.state, s.due_at, s.generation, s.attempt) for s in snapshot.steps] == [
         ("start", "pending", T0, 1, 0)
     ]
@@ -63,7 +67,10 @@ def test_replay_is_answered_even_after_the_revision_changed(store: Store) -> Non
     admit(store, "k1")
     # the replay check comes before the revision check (06 §5.1 step 10.4–10.5)
     assert not store.admit(admission("k1", expected_revision="sha256:" + "9" * 64), T0).created
-    assert _refusal(store, "k2", expected_revision="sha256:" + "9" * 64) == "admission.revision-mismatch"
+    assert (
+        _refusal(store, "k2", expected_revision="sha256:" + "9" * 64)
+        == "admission.revision-mismatch"
+    )
 
 
 def test_holds_refuse_admissions_in_order(store: Store) -> None:
@@ -89,12 +96,16 @@ def test_input_problem_and_live_binding_conflict_are_refused_after_the_replay_ch
         seen.append(pairs)
         return False
 
-    assert _refusal(store, "k3", bindings_ok=conflict) == "coordinator.command.live-binding-conflict"
+    assert (
+        _refusal(store, "k3", bindings_ok=conflict) == "coordinator.command.live-binding-conflict"
+    )
     assert seen == [frozenset({(DEFINITION, BINDING)})]
     assert not store.admit(admission("k2", bindings_ok=conflict), T0).created  # replay first
 
 
-def test_admission_is_refused_when_another_package_is_active(migrated: Backend, store: Store) -> None:
+def test_admission_is_refused_when_another_package_is_active(
+    migrated: Backend, store: Store
+) -> None:
     migrated.apply(ActivationRequest("sha256:" + "8" * 64, "wf", REVISION, DEFINITION))
     assert _refusal(store, "k1") == "coordinator.command.activation-changed"
     assert claim(store) is None  # the worker claims nothing either
@@ -116,7 +127,7 @@ def test_concurrent_admissions_of_one_key_resolve_to_one_run(store: Store) -> No
         barrier.wait()
         try:
             results.append(store.admit(admission("same-key"), T0).created)
-        except BaseException as error:  # noqa: BLE001 - reported below
+        except BaseException as error:
             errors.append(error)
 
     threads = [threading.Thread(target=admit_once) for _ in range(6)]

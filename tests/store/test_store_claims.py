@@ -47,10 +47,19 @@ def test_claim_leases_the_earliest_due_record_as_t2(store: Store) -> None:
     leased = claim(store, T0 + 5 * SECOND, worker="w-1")
     assert leased is not None and leased.run_id == early.run_id
     record = _snapshot(store, early.run_id).current
-    assert (record.state, record.attempt, record.claims, record.awaiting) == ("leased", 1, 1, "work")
+    assert (record.state, record.attempt, record.claims, record.awaiting) == (
+        "leased",
+        1,
+        1,
+        "work",
+    )
     assert record.attempt_started_at == T0 + 5 * SECOND
     assert record.lease_expires_at == T0 + (5 + LEASE_SECONDS) * SECOND
-    assert (record.lease_token, record.lease_owner, record.due_at) == (leased.lease_token, "w-1", None)
+    assert (record.lease_token, record.lease_owner, record.due_at) == (
+        leased.lease_token,
+        "w-1",
+        None,
+    )
     assert leased.snapshot.current == record
     second = claim(store, T0 + 5 * SECOND)
     assert second is not None and second.run_id == late.run_id
@@ -166,7 +175,11 @@ def test_a_dispatched_lapsed_lease_becomes_unknown(store: Store) -> None:
 
     def freeze_and_mark(snapshot: RunSnapshot) -> RunWrite:
         record = replace(
-            snapshot.current, command=b"sealed-command", command_prepared=True, sent=True, dispatched=True
+            snapshot.current,
+            command=b"sealed-command",
+            command_prepared=True,
+            sent=True,
+            dispatched=True,
         )
         return RunWrite(snapshot.run, (record,))
 
@@ -235,7 +248,9 @@ def test_a_stopping_run_keeps_only_an_uncertain_call_claimable(store: Store) -> 
     uncertain = admit(store, "uncertain")
 
     def stopping(snapshot: RunSnapshot) -> RunWrite:
-        run = replace(snapshot.run, cancel_mode="stopping", cancel_requested=True, status="cancel-requested")
+        run = replace(
+            snapshot.run, cancel_mode="stopping", cancel_requested=True, status="cancel-requested"
+        )
         record = snapshot.current
         if snapshot.run.run_id == uncertain.run_id:
             record = replace(record, command=b"c", command_prepared=True, sent=True, uncertain=True)
@@ -256,11 +271,16 @@ def test_finishing_creates_the_next_record_in_the_same_transaction(store: Store)
 
     def next_step(snapshot: RunSnapshot) -> RunWrite:
         done = replace(snapshot.current, state="delivered", route_kind="next", finished_at=now)
-        following = StepRow.new(run.run_id, "decide", "choose", entered_at=now, due_at=now, pure=True)
+        following = StepRow.new(
+            run.run_id, "decide", "choose", entered_at=now, due_at=now, pure=True
+        )
         return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
 
     after = store.complete_step(leased, now, next_step)
-    assert [(s.step, s.state) for s in after.steps] == [("start", "delivered"), ("decide", "pending")]
+    assert [(s.step, s.state) for s in after.steps] == [
+        ("start", "delivered"),
+        ("decide", "pending"),
+    ]
     again = claim(store, now)
     assert again is not None and again.step == "decide"
 
@@ -329,10 +349,14 @@ def test_sent_is_never_cleared(store: Store) -> None:
     store.record_step_progress(
         leased,
         T0,
-        lambda s: RunWrite(s.run, (replace(s.current, command=b"c", command_prepared=True, sent=True),)),
+        lambda s: RunWrite(
+            s.run, (replace(s.current, command=b"c", command_prepared=True, sent=True),)
+        ),
     )
     with pytest.raises(StoreInvariantError):
-        store.complete_step(leased, T0, lambda s: RunWrite(s.run, (replace(s.current, sent=False),)))
+        store.complete_step(
+            leased, T0, lambda s: RunWrite(s.run, (replace(s.current, sent=False),))
+        )
 
 
 def test_claims_verify_the_deployment_in_every_transaction(migrated: Backend, store: Store) -> None:

@@ -90,7 +90,9 @@ def test_postgresql_namespace_carries_the_store_marker(postgresql_backend: Backe
     assert marker == (NAMESPACE_MARKER,)
 
 
-def test_an_existing_foreign_schema_is_refused_and_left_untouched(postgresql_backend: Backend) -> None:
+def test_an_existing_foreign_schema_is_refused_and_left_untouched(
+    postgresql_backend: Backend,
+) -> None:
     with psycopg.connect(postgresql_backend.url, autocommit=True) as connection:
         connection.execute(f'CREATE SCHEMA "{postgresql_backend.namespace}"')
         connection.execute(f'CREATE TABLE "{postgresql_backend.namespace}".precious (id int)')
@@ -130,7 +132,9 @@ def test_migrate_and_apply_register_new_state_key_versions_but_refuse_a_changed_
     with pytest.raises(CoordinatorError) as refused:
         backend.migrate(replace(IDENTITY, state_key_commitments={1: "e" * 64}))
     assert _code(refused) == "coordinator.command.state-key-custody"
-    backend.apply(ACTIVATION, replace(rotated, state_key_commitments={1: "b" * 64, 2: "d" * 64, 3: "f" * 64}))
+    backend.apply(
+        ACTIVATION, replace(rotated, state_key_commitments={1: "b" * 64, 2: "d" * 64, 3: "f" * 64})
+    )
     state = inspect_deployment(backend.url, namespace=backend.namespace)
     assert state.control is not None
     assert state.control.state_key_commitments == {1: "b" * 64, 2: "d" * 64, 3: "f" * 64}
@@ -192,7 +196,9 @@ def test_an_unmigrated_store_is_refused_by_service_and_apply(backend: Backend) -
 def test_apply_appends_activations_and_sets_the_active_package(backend: Backend) -> None:
     backend.migrate()
     first = backend.apply()
-    second_package = ActivationRequest("sha256:" + "5" * 64, "wf", "sha256:" + "6" * 64, "sha256:" + "7" * 64)
+    second_package = ActivationRequest(
+        "sha256:" + "5" * 64, "wf", "sha256:" + "6" * 64, "sha256:" + "7" * 64
+    )
     second = backend.apply(second_package)
     assert (first.apply_order, second.apply_order) == (1, 2)
     assert second.predecessor_package_digest == ACTIVATION.package_digest
@@ -219,11 +225,17 @@ def test_apply_runs_the_live_binding_check_over_unsettled_runs(backend: Backend)
     assert seen == [frozenset({("sha256:" + "3" * 64, "sha256:" + "4" * 64)})]
 
 
-def test_sqlite_migrate_and_apply_refuse_while_a_service_holds_the_store(sqlite_backend: Backend) -> None:
+def test_sqlite_migrate_and_apply_refuse_while_a_service_holds_the_store(
+    sqlite_backend: Backend,
+) -> None:
     sqlite_backend.migrate()
     sqlite_backend.apply()
     with sqlite_backend.open(exclusive=True):
-        for command in (sqlite_backend.migrate, sqlite_backend.apply, lambda: sqlite_backend.open(exclusive=True)):
+        for command in (
+            sqlite_backend.migrate,
+            sqlite_backend.apply,
+            lambda: sqlite_backend.open(exclusive=True),
+        ):
             with pytest.raises(CoordinatorError) as busy:
                 command()
             assert _code(busy) == "coordinator.command.store-busy"
@@ -233,13 +245,14 @@ def test_sqlite_migrate_and_apply_refuse_while_a_service_holds_the_store(sqlite_
 
 def test_process_lock_is_exclusive_between_holders(tmp_path: Any) -> None:
     path = tmp_path / "store.db.lock"
-    with ProcessLock(path):
-        with pytest.raises(CoordinatorError):
-            ProcessLock(path).acquire()
+    with ProcessLock(path), pytest.raises(CoordinatorError):
+        ProcessLock(path).acquire()
     ProcessLock(path).acquire().release()
 
 
-def test_runtime_role_gets_exactly_its_grants(postgresql_backend: Backend, request: pytest.FixtureRequest) -> None:
+def test_runtime_role_gets_exactly_its_grants(
+    postgresql_backend: Backend, request: pytest.FixtureRequest
+) -> None:
     role = request.getfixturevalue("postgres_role")()
     identity = replace(IDENTITY, runtime_role=role)
     postgresql_backend.migrate(identity)

@@ -71,13 +71,13 @@ class Adapters:
             return Refused("operation-unbound")
         return adapter, bound
 
-    def obtain_credential(
-        self, operation: str, connection: str, *, attempt_deadline: float
-    ) -> CredentialOutcome:
-        found = self._bound(operation, connection)
-        if isinstance(found, Refused):
-            return found
-        adapter, bound = found
+    def obtain_credential(self, connection: str, *, attempt_deadline: float) -> CredentialOutcome:
+        """A fresh token for the named connection (the engine's `ObtainCredential` names only
+        the connection: an identity belongs to the connection, not to an operation)."""
+        bound = self._connections.get(connection)
+        adapter = self._adapters.get(bound.product) if bound is not None else None
+        if bound is None or adapter is None:
+            return Refused("operation-unbound")
         return adapter.obtain_credential(bound, attempt_deadline=attempt_deadline)
 
     def call(

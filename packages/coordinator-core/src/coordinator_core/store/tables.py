@@ -27,7 +27,7 @@ from sqlalchemy import (
     Uuid,
     text,
 )
-from sqlmodel import Field, SQLModel  # noqa: TID251 - the store is the shell that owns SQLModel
+from sqlmodel import Field, SQLModel
 
 from coordinator_core.store.dialect import JsonDocument, UTCDateTime
 
