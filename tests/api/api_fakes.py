@@ -207,7 +207,7 @@ def authentication(keys: SigningKeys) -> AuthenticationSettings:
             Policy(
                 client_id="ops-console",
                 required_scopes=frozenset({"coordinator:operate"}),
-                workflows=frozenset({WORKFLOW}),
+                workflows=frozenset({WORKFLOW, "retired-flow"}),
                 actions=ALL_ACTIONS,
                 operator=True,
             ),

@@ -90,13 +90,13 @@ class Backend:
         """Raw SQL on the store, outside the store's code (to tamper or to look)."""
         if self.kind == "sqlite":
             assert self.path is not None
-            with sqlite3.connect(self.path) as connection:
-                rows = connection.execute(sql.replace("%s", "?"), params).fetchall()
-            connection.close()
+            with sqlite3.connect(self.path) as lite:
+                rows = lite.execute(sql.replace("%s", "?"), params).fetchall()
+            lite.close()
             return rows
         with psycopg.connect(self.url, autocommit=True) as connection:
             connection.execute(f'SET search_path TO "{self.namespace}"')
-            cursor = connection.execute(sql.encode(), params)  # type: ignore[arg-type]
+            cursor = connection.execute(sql.encode(), params)
             return cursor.fetchall() if cursor.description else []
 
 

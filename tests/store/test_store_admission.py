@@ -12,7 +12,6 @@ from store_support import (
     REVISION,
     SECOND,
     T0,
-    ActivationRequest,
     Backend,
     admission,
     admit,
@@ -20,7 +19,7 @@ from store_support import (
 )
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.store import Store, StoreInvariantError
+from coordinator_core.store import ActivationRequest, Store, StoreInvariantError
 
 
 def _refusal(store: Store, *args: object, **options: object) -> str:

@@ -365,3 +365,30 @@ def test_claims_verify_the_deployment_in_every_transaction(migrated: Backend, st
     with pytest.raises(CoordinatorError) as refused:
         claim(store, T0)
     assert refused.value.code == "coordinator.deployment.database-id-mismatch"
+
+
+def test_a_claim_that_loses_a_race_is_rolled_back_but_recoveries_commit(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulates the race the re-check exists for: the claim statement saw a run that a review
+    (committed meanwhile) now holds. Only the lease is rolled back (a savepoint)."""
+    import coordinator_core.store.store as store_module
+
+    lapsed = admit(store, "lapsed", T0 - SECOND)
+    first = claim(store, T0)
+    assert first is not None and first.run_id == lapsed.run_id
+    reviewed = admit(store, "reviewed", T0)
+    store.update_run(reviewed.run_id, T0, lambda s: RunWrite(replace(s.run, restore_review=True)))
+    real = store_module._claimable
+    monkeypatch.setattr(
+        store_module,
+        "_claimable",
+        lambda now: tuple(c for c in real(now) if "restore_review" not in str(c)),
+    )
+    later = T0 + (LEASE_SECONDS + 1) * SECOND
+    recover = stand_in_recover(later)
+    # The lapsed record is recovered (due again); the first claimable record by dueAt is the
+    # reviewed run's, whose lease the re-check retracts.
+    assert store.claim_due_step("w-2", later, recover=recover) is None
+    assert _snapshot(store, lapsed.run_id).current.state == "pending"
+    assert _snapshot(store, reviewed.run_id).current.state == "pending"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from dataclasses import replace
 from typing import Any
@@ -22,6 +23,7 @@ from coordinator_core.store import (
     Store,
     inspect_deployment,
     locate,
+    migrate,
     supported_version,
 )
 from coordinator_core.store.dialect import create_store_engine
@@ -300,6 +302,66 @@ def test_store_times_round_trip_identically(backend: Backend) -> None:
 
 
 def test_an_unreachable_postgresql_is_store_unavailable() -> None:
-    with pytest.raises(CoordinatorError) as refused:
-        Store.open("postgresql://nobody@127.0.0.1:1/none", IDENTITY, namespace="coordinator_x")
-    assert _code(refused) == "coordinator.command.store-unavailable"
+    unreachable = "postgresql://nobody@127.0.0.1:1/none"
+    for attempt in (
+        lambda: Store.open(unreachable, IDENTITY, namespace="coordinator_x"),
+        lambda: migrate(unreachable, IDENTITY, namespace="coordinator_x"),
+        lambda: inspect_deployment(unreachable, namespace="coordinator_x"),
+    ):
+        with pytest.raises(CoordinatorError) as refused:
+            attempt()
+        assert _code(refused) == "coordinator.command.store-unavailable"
+
+
+def test_a_connection_to_another_database_than_named_is_refused(
+    postgresql_backend: Backend,
+) -> None:
+    postgresql_backend.migrate()
+    location = locate(postgresql_backend.url, namespace=postgresql_backend.namespace)
+    engine = create_store_engine(replace(location, database="some_other_database"))
+    try:
+        with pytest.raises(CoordinatorError) as refused, engine.connect():
+            pass
+        assert _code(refused) == "coordinator.deployment.refused"
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_connections_use_wal_full_sync_and_immediate_write_transactions(
+    sqlite_backend: Backend,
+) -> None:
+    sqlite_backend.migrate()
+    assert sqlite_backend.path is not None
+    engine = create_store_engine(locate(sqlite_backend.url))
+    try:
+        with engine.begin() as connection:
+            pragmas = {
+                name: connection.exec_driver_sql(f"PRAGMA {name}").scalar()
+                for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+            }
+            assert pragmas == {
+                "journal_mode": "wal",
+                "synchronous": 2,
+                "foreign_keys": 1,
+                "busy_timeout": 5000,
+            }
+            # Only reads so far, yet the write lock is held: the transaction began IMMEDIATE.
+            other = sqlite3.connect(sqlite_backend.path, timeout=0, isolation_level=None)
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")
+            other.close()
+    finally:
+        engine.dispose()
+
+
+def test_postgresql_connections_search_the_namespace_first(postgresql_backend: Backend) -> None:
+    postgresql_backend.migrate()
+    engine = create_store_engine(
+        locate(postgresql_backend.url, namespace=postgresql_backend.namespace)
+    )
+    try:
+        with engine.connect() as connection:
+            path = connection.exec_driver_sql("SHOW search_path").scalar()
+    finally:
+        engine.dispose()
+    assert path == f'"{postgresql_backend.namespace}",pg_catalog'

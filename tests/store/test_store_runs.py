@@ -25,6 +25,7 @@ from coordinator_core.engine import StepRecord, is_settled
 from coordinator_core.engine.state import RunState
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.store import (
+    Decide,
     RunPosition,
     RunRow,
     RunSnapshot,
@@ -76,7 +77,7 @@ def test_pages_are_newest_first_and_never_repeat_or_skip(store: Store) -> None:
     first = store.list_runs(owner=None, limit=5)
     assert first.next is not None
     collected = list(first.runs)
-    position = first.next
+    position: RunPosition | None = first.next
     for later in range(3):  # admitted later: never on later pages
         admit(store, f"new{later}", T0 + 1000 * SECOND)
     while position is not None:
@@ -366,7 +367,7 @@ _STATUSES = (
 
 
 def _cases() -> list[tuple[str, bool, bool, str | None, bool, bool]]:
-    cases = [
+    cases: list[tuple[str, bool, bool, str | None, bool, bool]] = [
         (status, review, unknown, None, False, False)
         for status, review, unknown in itertools.product(_STATUSES, (False, True), (False, True))
     ]
@@ -397,23 +398,23 @@ def test_the_settled_rule_in_sql_matches_the_engine(store: Store) -> None:
         )
         run = store.admit(request, T0).run
 
-        def shape(snapshot: RunSnapshot) -> RunWrite:
-            record = replace(snapshot.current, failure_code=code, state="dead-lettered")
-            if unknown:
-                record = replace(
-                    record, command=b"c", command_prepared=True, sent=True, uncertain=True
-                )
-            return RunWrite(
-                replace(snapshot.run, status=status, restore_review=review, failure_code=code),  # type: ignore[arg-type]
-                (record,),
-            )
-
-        after = store.update_run(run.run_id, T0, shape)
+        after = store.update_run(run.run_id, T0, _shape(status, review, unknown, code))
         assert after is not None
         expected[binding] = is_settled(_engine_state(after), to_epoch_ms(now))
     unsettled = {pair[1] for pair in store.unsettled_bindings(now)}
     assert {binding for binding, settled in expected.items() if not settled} == unsettled
     assert any(expected.values()) and not all(expected.values())
+
+
+def _shape(status: str, review: bool, unknown: bool, code: str | None) -> Decide:
+    def decide(snapshot: RunSnapshot) -> RunWrite:
+        record = replace(snapshot.current, failure_code=code, state="dead-lettered")
+        if unknown:
+            record = replace(record, command=b"c", command_prepared=True, sent=True, uncertain=True)
+        run = replace(snapshot.run, status=status, restore_review=review, failure_code=code)  # type: ignore[arg-type]
+        return RunWrite(run, (record,))
+
+    return decide
 
 
 def _engine_state(snapshot: RunSnapshot) -> RunState:

@@ -140,6 +140,10 @@ class _QueryParameterValidator:
     A malformed run id must answer 404 like an absent run, malformed event headers
     `coordinator.event.headers-invalid` after the trigger check, a missing `Idempotency-Key`
     `coordinator.command.start-key-invalid` after the body: the handlers check those.
+    Strictness (an unknown query parameter is `400 coordinator.request.invalid`) applies to
+    the routes that take query parameters (`GET /v1/runs`); the others ignore a query string,
+    so that `/health` answers whenever the process serves HTTP and no route answers a status
+    its operation does not document.
     """
 
     def __init__(
@@ -149,10 +153,11 @@ class _QueryParameterValidator:
         strict_validation: bool = False,
         security_query_params: list[str] | None = None,
     ) -> None:
+        query = [parameter for parameter in parameters if parameter.get("in") == "query"]
         self._inner = ParameterValidator(
-            [parameter for parameter in parameters if parameter.get("in") == "query"],
+            query,
             uri_parser=uri_parser,
-            strict_validation=strict_validation,
+            strict_validation=strict_validation and bool(query),
             security_query_params=security_query_params,
         )
 

@@ -10,8 +10,9 @@ against the schemas of `openapi.bundled.yaml`, the same 2020-12 text clients and
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -20,6 +21,7 @@ from jsonschema import (  # type: ignore[import-untyped]
     Draft202012Validator,
     FormatChecker,
     ValidationError,
+    validators,
 )
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
@@ -88,21 +90,59 @@ class BodyCapture:
         return is_json_media_type(self.content_type)
 
 
+def ecma_pattern(pattern: str) -> str:
+    """`pattern` with ECMA-262 end anchors: an unescaped `$` outside a class becomes `\\Z`.
+
+    JSON Schema patterns are ECMA-262 regexes, where `$` matches only at the end of the input;
+    Python's `$` also matches before a final line feed, so `^[^\\u0000-\\u001F]+$` would accept
+    `"ref\\n"`.
+    """
+    out: list[str] = []
+    escaped = in_class = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "[":
+            in_class = True
+        elif char == "]":
+            in_class = False
+        elif char == "$" and not in_class:
+            out.append("\\Z")
+            continue
+        out.append(char)
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(ecma_pattern(pattern))
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
+    if isinstance(instance, str) and not _compiled(pattern).search(instance):
+        yield ValidationError(f"does not match the pattern of {schema.get('title', 'the value')}")
+
+
+_Validator: Any = validators.extend(Draft202012Validator, {"pattern": _pattern})
+
+
 class BodySchemas:
     """2020-12 validators for the request body schemas of the bundled document."""
 
     def __init__(self, bundled: Mapping[str, Any]) -> None:
         resource = Resource.from_contents(dict(bundled), default_specification=DRAFT202012)
         self._registry: Registry[Any] = Registry().with_resource(_DOCUMENT_URI, resource)
-        self._validators: dict[str, Draft202012Validator] = {}
+        self._validators: dict[str, Any] = {}
         self._names = set(bundled.get("components", {}).get("schemas", {}))
 
-    def validator(self, name: str) -> Draft202012Validator:
+    def validator(self, name: str) -> Any:
         if name not in self._names:
             raise KeyError(name)
         if name not in self._validators:
             schema = {"$ref": f"{_DOCUMENT_URI}#/components/schemas/{name}"}
-            self._validators[name] = Draft202012Validator(
+            self._validators[name] = _Validator(
                 schema, registry=self._registry, format_checker=FormatChecker()
             )
         return self._validators[name]

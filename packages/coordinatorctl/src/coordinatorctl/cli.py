@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinatorctl import remote_args
 from coordinatorctl.report import Outcome, emit
 
 __all__ = ["main"]
@@ -90,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--functions", required=True, metavar="FILE")
     evaluate.add_argument("--function", required=True, metavar="NAME")
     evaluate.add_argument("--arguments", required=True, metavar="JSON_ARRAY")
+
+    remote_args.add_remote_commands(command)  # 09 §4: workflow, start, status, list, inspect, …
     return parser
 
 
@@ -180,6 +183,10 @@ def _run(options: argparse.Namespace) -> Outcome:
         return commands.schema(SCHEMA_NAMES[options.name])
     if options.command == "eval":
         return commands.evaluate(Path(options.functions), options.function, options.arguments)
+    if options.command in remote_args.COMMANDS:
+        from coordinatorctl import remote
+
+        return remote.run(options)
     return _usage_outcome()
 
 

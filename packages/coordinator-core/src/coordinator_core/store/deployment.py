@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine
@@ -24,6 +24,7 @@ from coordinator_core.store.dialect import (
     lock_rows,
     quote_namespace,
     truncate_ms,
+    unavailable_as_refusal,
 )
 from coordinator_core.store.guards import (
     RUNTIME_CONTROL_COLUMNS,
@@ -134,6 +135,17 @@ def migrate(
     """
     from alembic import command  # only `migrate` needs Alembic
 
+    with unavailable_as_refusal():
+        return _migrate(command, url, identity, namespace, now)
+
+
+def _migrate(
+    command: Any,
+    url: str,
+    identity: DeploymentIdentity,
+    namespace: str | None,
+    now: datetime | None,
+) -> MigrationResult:
     location = locate(url, namespace=namespace)
     moment = truncate_ms(now or datetime.now(UTC))
     lock = _process_lock(location)
@@ -284,6 +296,18 @@ def apply_activation(
     live-binding check must pass (`bindings_ok` receives the (definition, binding) digests of
     the unsettled runs); new state-key versions are registered; an activation is appended and
     becomes the active package and revision. SQLite: the service must be stopped."""
+    with unavailable_as_refusal():
+        return _apply_activation(url, identity, activation, bindings_ok, namespace, now)
+
+
+def _apply_activation(
+    url: str,
+    identity: DeploymentIdentity,
+    activation: ActivationRequest,
+    bindings_ok: Callable[[frozenset[tuple[str, str]]], bool],
+    namespace: str | None,
+    now: datetime | None,
+) -> ActivationRow:
     location = locate(url, namespace=namespace)
     moment = truncate_ms(now or datetime.now(UTC))
     if location.kind == "sqlite" and not (location.path and location.path.exists()):
@@ -350,6 +374,11 @@ def _activation_values(row: ActivationRow) -> dict[str, object]:
 def inspect_deployment(url: str, *, namespace: str | None = None) -> DeploymentState:
     """The store as `plan` and `deployment-status` see it, read-only: never creates a file,
     a namespace or a row, and takes no lock (09 §3; SQLite may be read while serving)."""
+    with unavailable_as_refusal():
+        return _inspect_deployment(url, namespace)
+
+
+def _inspect_deployment(url: str, namespace: str | None) -> DeploymentState:
     location = locate(url, namespace=namespace)
     supported = supported_version()
     every = tuple(migration.version for migration in supported_migrations())

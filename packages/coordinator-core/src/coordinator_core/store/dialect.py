@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from sqlalchemy import JSON, BigInteger, DateTime, event, exc
 from sqlalchemy.dialects.postgresql import JSONB
@@ -44,6 +46,7 @@ __all__ = [
     "store_unavailable",
     "to_epoch_ms",
     "truncate_ms",
+    "unavailable_as_refusal",
 ]
 
 StoreKind = Literal["postgresql", "sqlite"]
@@ -181,7 +184,7 @@ def locate(url: str, *, namespace: str | None = None) -> StoreLocation:
         if namespace is None:
             raise ValueError("A PostgreSQL store needs a namespace.")
         quote_namespace(namespace)
-        database = parts.path.lstrip("/")
+        database = unquote(parts.path.lstrip("/"))
         if not database:
             raise ValueError("The PostgreSQL URL must name a database.")
         normalised = urlunsplit(("postgresql+psycopg", *parts[1:]))
@@ -208,13 +211,29 @@ def create_store_engine(
     if location.kind == "postgresql":
         assert location.namespace is not None
         options = f"-c search_path={quote_namespace(location.namespace)},pg_catalog"
-        return create_engine(
+        engine = create_engine(
             location.url,
             pool_size=pool_size,
             max_overflow=pool_size,
             pool_pre_ping=True,
             connect_args={"options": options, "application_name": "registry-coordinator"},
         )
+
+        @event.listens_for(engine, "connect")
+        def _check_database(dbapi_connection: Any, _record: Any) -> None:
+            # 07 §14.2 "every transaction checks current_database()": a connection never
+            # changes database, so checking each new connection covers all its transactions.
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute("SELECT current_database()")
+                row = cursor.fetchone()
+            finally:
+                cursor.close()
+                dbapi_connection.rollback()
+            if row is None or row[0] != location.database:
+                raise _refuse("coordinator.deployment.refused")
+
+        return engine
     url = location.url
     if read_only_file:
         url = f"sqlite:///file:{location.path}?mode=ro&uri=true"
@@ -313,3 +332,15 @@ def is_unavailable(error: BaseException) -> bool:
 
 def store_unavailable() -> CoordinatorError:
     return _refuse("coordinator.command.store-unavailable")
+
+
+@contextmanager
+def unavailable_as_refusal() -> Iterator[None]:
+    """Map an unreachable store, or a commit whose outcome is unknown, to
+    `coordinator.command.store-unavailable` (09 §3, §7; exit 3)."""
+    try:
+        yield
+    except exc.DBAPIError as error:
+        if is_unavailable(error):
+            raise store_unavailable() from error
+        raise

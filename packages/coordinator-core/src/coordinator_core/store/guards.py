@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from sqlalchemy import func, inspect, select, text
+from sqlalchemy import inspect, select, text
 from sqlalchemy.engine import Connection, RowMapping
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
@@ -257,10 +257,6 @@ def role_has_exact_grants(conn: Connection, namespace: str, role_expression: str
     )
     clause = " AND ".join(checks + forbidden).replace("{role}", role_expression)
     return bool(conn.execute(text(f"SELECT {clause}")).scalar())
-
-
-def current_database(conn: Connection) -> str:
-    return str(conn.execute(select(func.current_database())).scalar())
 
 
 # -- SQLite: one process ------------------------------------------------------------------------

@@ -321,7 +321,9 @@ Decide = Callable[[RunSnapshot], RunWrite | None]
 
 It must be pure computation plus, where the contract asks for it, the audit append (07 §11:
 worker entries are appended inside the transaction before it commits). Returning None changes
-nothing; raising rolls the whole transaction back and the exception propagates.
+nothing; raising rolls the whole transaction back and the exception propagates. After a
+transient database error the store retries the whole transaction, so `decide` may run more
+than once for one call (an audit intent without a commit is allowed, 07 §11).
 """
 
 Recovery = Literal["lease-lapsed", "deadline-passed"]

@@ -46,7 +46,6 @@ from coordinator_core.store.guards import (
     check_ledger,
     check_runtime_role,
     control_from,
-    current_database,
     namespace_state,
     read_ledger,
     refuse,
@@ -263,13 +262,9 @@ class Store:
                 raise
 
     def _verify_txn(self, conn: Connection) -> ControlRow:
-        """07 §6.1 step 1 / §7.1: the database (PostgreSQL), databaseId, schema version and
-        key custody, checked in every verifying transaction."""
-        if (
-            self._location.kind == "postgresql"
-            and current_database(conn) != self._location.database
-        ):
-            raise refuse("coordinator.deployment.refused")
+        """07 §6.1 step 1 / §7.1: databaseId, schema version and key custody, checked in every
+        verifying transaction (the PostgreSQL database name is checked on every connection,
+        see dialect.create_store_engine)."""
         row = conn.execute(select(CONTROL)).mappings().first()
         return check_identity(None if row is None else control_from(row), self._identity)
 
@@ -1176,6 +1171,8 @@ def _check_record(old: StepRow, new: StepRow) -> None:
     for name in _STEP_IMMUTABLE:
         if getattr(old, name) != getattr(new, name):
             raise StoreInvariantError(f"The step column {name} cannot change.")
+    if new.state == "leased" and old.state != "leased":
+        raise StoreInvariantError("Only a claim leases a record.")
     if new.generation < old.generation:
         raise StoreInvariantError("A record's generation never decreases.")
     if (old.sent and not new.sent) or (old.command_prepared and not new.command_prepared):

@@ -1,0 +1,101 @@
+"""The command lines of the remote commands (09 §4), kept apart from remote.py so that
+building the parser imports nothing heavy; remote.py is imported only when one of them runs."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from typing import Final
+
+__all__ = ["COMMANDS", "RUN_STATUSES", "add_remote_commands"]
+
+COMMANDS: Final = frozenset(
+    {
+        "workflow",
+        "start",
+        "status",
+        "list",
+        "inspect",
+        "cancel",
+        "retry-same",
+        "reconcile",
+        "doctor",
+        "restore-hold",
+        "release-restore-hold",
+        "release-admission-hold",
+        "retain",
+    }
+)
+LIST_DEFAULT_LIMIT: Final = 20
+RETAIN_DEFAULT_LIMIT: Final = 100
+RUN_STATUSES: Final = (
+    "running",
+    "attention",
+    "cancel-requested",
+    "finished",
+    "failed",
+    "cancelled",
+    "cancelled-after-effect",
+    "expired",
+)
+
+
+def _limit(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,3}", text) or not 1 <= int(text) <= 100:
+        # Reported by the parser as coordinator.cli.usage, without echoing the value.
+        raise argparse.ArgumentTypeError("out of range")
+    return int(text)
+
+
+def add_remote_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """Add the subcommands of 09 §4 through cli.py's `command(name, help)` factory."""
+    command("workflow", "show the active workflow (GET /v1/workflow)")
+
+    start = command("start", "start a run of the active workflow (POST /v1/runs)")
+    start.add_argument("--workflow", required=True, metavar="ID")
+    start.add_argument("--revision", required=True, metavar="REV")
+    start.add_argument("--input", required=True, metavar="FILE", help="the run input (JSON)")
+    start.add_argument(
+        "--key-file", required=True, metavar="FILE", help="the Idempotency-Key of the admission"
+    )
+
+    status = command("status", "show one run (GET /v1/runs/{run})")
+    status.add_argument("--run", required=True, metavar="UUID")
+
+    listing = command("list", "list the runs visible to the caller (GET /v1/runs)")
+    listing.add_argument("--limit", type=_limit, default=LIST_DEFAULT_LIMIT, metavar="1..100")
+    listing.add_argument("--cursor", metavar="C")
+    listing.add_argument("--status", choices=RUN_STATUSES, metavar="S")
+    listing.add_argument("--workflow", metavar="W")
+
+    inspect = command("inspect", "inspect one run (GET /v1/runs/{run}/inspect)")
+    inspect.add_argument("--run", required=True, metavar="UUID")
+
+    for name, what in (
+        ("cancel", "cancel a run"),
+        ("retry-same", "resend a run's current call with the same key"),
+        ("reconcile", "ask the product whether a run's unknown effect was accepted"),
+    ):
+        sub = command(name, f"{what} (POST /v1/runs/{{run}}/{name})")
+        sub.add_argument("--run", required=True, metavar="UUID")
+        sub.add_argument("--reason", required=True, metavar="REF", help="investigation reference")
+
+    command("doctor", "show the operator's view of the service state (GET /v1/doctor)")
+    for name, what in (
+        ("restore-hold", "set the restore hold"),
+        ("release-restore-hold", "release the restore hold"),
+    ):
+        sub = command(name, f"{what} (POST /v1/{name})")
+        sub.add_argument("--reason", required=True, metavar="REF", help="investigation reference")
+
+    release = command(
+        "release-admission-hold", "release the admission hold (POST /v1/release-admission-hold)"
+    )
+    release.add_argument("--reason", required=True, metavar="REF", help="investigation reference")
+    release.add_argument("--admission-history-complete", action="store_true")
+    release.add_argument("--prior-deployment-fenced", action="store_true")
+
+    retain = command("retain", "erase the payloads of old settled runs (POST /v1/retention)")
+    retain.add_argument("--before", required=True, metavar="RFC3339")
+    retain.add_argument("--limit", type=_limit, default=RETAIN_DEFAULT_LIMIT, metavar="1..100")

@@ -1,0 +1,73 @@
+"""The store's public surface is explicit and pinned (ARCHITECTURE rule 7), and the pure core
+never imports it (rule 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import coordinator_core.store
+
+EXPECTED = {
+    "LEASE_SECONDS",
+    "NAMESPACE_MARKER",
+    "ActivationRequest",
+    "ActivationRow",
+    "Admission",
+    "AdmissionResult",
+    "Claim",
+    "ControlRow",
+    "Decide",
+    "DeploymentIdentity",
+    "DeploymentState",
+    "HoldState",
+    "Journal",
+    "MigrationResult",
+    "ProcessLock",
+    "Recover",
+    "Recovery",
+    "RunPage",
+    "RunPosition",
+    "RunRow",
+    "RunSnapshot",
+    "RunWrite",
+    "StaleLease",
+    "StepRow",
+    "Store",
+    "StoreInvariantError",
+    "StoreKind",
+    "StoreLocation",
+    "StoreSummary",
+    "apply_activation",
+    "from_epoch_ms",
+    "inspect_deployment",
+    "locate",
+    "migrate",
+    "supported_version",
+    "to_epoch_ms",
+    "truncate_ms",
+}
+
+
+def test_the_store_exports_exactly_its_public_names() -> None:
+    assert set(coordinator_core.store.__all__) == EXPECTED
+    assert all(hasattr(coordinator_core.store, name) for name in EXPECTED)
+
+
+def test_the_service_side_of_the_store_does_not_load_alembic() -> None:
+    code = (
+        "import sys\n"
+        "import coordinator_core.store as store\n"
+        "store.supported_version()\n"
+        "assert 'alembic' not in sys.modules, 'alembic loaded'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_pure_core_modules_do_not_import_the_store() -> None:
+    code = (
+        "import sys\n"
+        "import coordinator_core.engine, coordinator_core.definition, coordinator_core.values\n"
+        "assert not [m for m in sys.modules if m.startswith('coordinator_core.store')]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
