@@ -189,7 +189,9 @@ def token(
     )
 
 
-def bearer(keys: SigningKeys, payload: Mapping[str, Any] | None = None, **kwargs: Any) -> dict[str, str]:
+def bearer(
+    keys: SigningKeys, payload: Mapping[str, Any] | None = None, **kwargs: Any
+) -> dict[str, str]:
     return {"Authorization": f"Bearer {token(keys, payload, **kwargs)}"}
 
 
@@ -506,9 +508,7 @@ class FakeRunService:
             raise ServiceRefusal("coordinator.command.retry-refused", blocked)
         return run.status
 
-    async def reconcile(
-        self, caller: Caller, run_id: uuid.UUID, reason: str
-    ) -> ReconcileResult:
+    async def reconcile(self, caller: Caller, run_id: uuid.UUID, reason: str) -> ReconcileResult:
         self._command("reconcile")
         run = self._owned(caller, run_id)
         inspection = await self.inspect_run(caller, run.status.run_id)
@@ -588,6 +588,9 @@ class FakeJournal:
         self.entries: list[tuple[str, str, AuditRequest | AuditResponse]] = []
         self.fail_requests = False
         self.fail_responses = False
+
+    def reset(self) -> None:
+        self.__init__()  # type: ignore[misc]
 
     async def request(self, entry: AuditRequest) -> str:
         if self.fail_requests:

@@ -31,19 +31,34 @@ def keys() -> SigningKeys:
     return SigningKeys()
 
 
-@pytest.fixture
-def service() -> FakeRunService:
-    return FakeRunService()
+@pytest.fixture(scope="session")
+def _shared() -> tuple[FakeRunService, FakeJournal]:
+    return FakeRunService(), FakeJournal()
 
 
-@pytest.fixture
-def journal() -> FakeJournal:
-    return FakeJournal()
-
-
-@pytest.fixture
-def app(keys: SigningKeys, service: FakeRunService, journal: FakeJournal) -> Any:
+@pytest.fixture(scope="session")
+def _shared_app(keys: SigningKeys, _shared: tuple[FakeRunService, FakeJournal]) -> Any:
+    # One app for the session (Connexion validates the document in about 0.3 s per app);
+    # its fakes are emptied before every test.
+    service, journal = _shared
     return create_app(settings(keys), service=service, journal=journal)
+
+
+@pytest.fixture
+def service(_shared: tuple[FakeRunService, FakeJournal]) -> FakeRunService:
+    _shared[0].reset()
+    return _shared[0]
+
+
+@pytest.fixture
+def journal(_shared: tuple[FakeRunService, FakeJournal]) -> FakeJournal:
+    _shared[1].reset()
+    return _shared[1]
+
+
+@pytest.fixture
+def app(_shared_app: Any, service: FakeRunService, journal: FakeJournal) -> Any:
+    return _shared_app
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ policy checks in the order of 06 §1 item 6."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -59,11 +60,15 @@ async def refused(client: httpx.AsyncClient, authorization: str | None) -> httpx
     return response
 
 
-async def test_a_valid_rs256_token_is_accepted(client: httpx.AsyncClient, keys: SigningKeys) -> None:
+async def test_a_valid_rs256_token_is_accepted(
+    client: httpx.AsyncClient, keys: SigningKeys
+) -> None:
     assert (await client.get("/v1/workflow", headers=bearer(keys))).status_code == 200
 
 
-async def test_a_valid_es256_token_is_accepted(client: httpx.AsyncClient, keys: SigningKeys) -> None:
+async def test_a_valid_es256_token_is_accepted(
+    client: httpx.AsyncClient, keys: SigningKeys
+) -> None:
     headers = bearer(keys, algorithm="ES256", kid="ec-1")
     assert (await client.get("/v1/workflow", headers=headers)).status_code == 200
 
@@ -106,11 +111,12 @@ async def test_hs256_with_the_public_key_as_secret_is_refused(
 async def test_a_token_signed_with_another_key_is_refused(
     client: httpx.AsyncClient, keys: SigningKeys
 ) -> None:
-    await refused(client, "Bearer " + token(keys, key=keys.other_rsa))
+    await refused(client, "Bearer " + token(keys, key=keys.other_rsa_key))
 
 
 @pytest.mark.parametrize(
-    ("kid", "algorithm"), [(None, "RS256"), ("unknown", "RS256"), ("rsa-1", "ES256"), ("ec-1", "RS256")]
+    ("kid", "algorithm"),
+    [(None, "RS256"), ("unknown", "RS256"), ("rsa-1", "ES256"), ("ec-1", "RS256")],
 )
 async def test_kid_must_name_a_key_of_the_algorithm(
     client: httpx.AsyncClient, keys: SigningKeys, kid: str | None, algorithm: str
@@ -236,11 +242,16 @@ async def test_the_route_action_is_checked_before_anything_else(
 async def test_starting_a_workflow_outside_the_policy_is_denied(
     client: httpx.AsyncClient, keys: SigningKeys
 ) -> None:
-    headers = {**bearer(keys, claims(client="stranger", scopes="coordinator:start")), "Idempotency-Key": "k"}
+    headers = {
+        **bearer(keys, claims(client="stranger", scopes="coordinator:start")),
+        "Idempotency-Key": "k",
+    }
     body = {"workflow": "reviewed-notice", "revision": "sha256:" + "5" * 64, "input": {}}
     response = await client.post("/v1/runs", json=body, headers=headers)
     assert (response.status_code, response.json()["code"]) == (403, "coordinator.access.denied")
-    workflow = await client.get("/v1/workflow", headers=bearer(keys, claims(client="stranger", scopes="coordinator:start")))
+    workflow = await client.get(
+        "/v1/workflow", headers=bearer(keys, claims(client="stranger", scopes="coordinator:start"))
+    )
     assert workflow.status_code == 403
 
 
@@ -280,7 +291,9 @@ class _KeyServer:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
         self.thread.start()
 
     def close(self) -> None:
@@ -316,10 +329,8 @@ async def _lifespan_startup(app: Any) -> str:
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    try:
+    with contextlib.suppress(Exception):  # a failed startup re-raises after answering
         await app({"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}, receive, send)
-    except Exception:
-        pass
     return str(sent[0]["type"]) if sent else "none"
 
 
@@ -328,7 +339,9 @@ async def test_a_key_set_from_a_uri_is_fetched_once_and_used(
 ) -> None:
     app = _app_with(keys, JwksUri(key_server.url + "/jwks"))
     assert await _lifespan_startup(app) == "lifespan.startup.complete"
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL) as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url=BASE_URL
+    ) as client:
         for _ in range(3):
             assert (await client.get("/v1/workflow", headers=bearer(keys))).status_code == 200
     assert key_server.requests == ["/jwks"]
@@ -339,7 +352,9 @@ async def test_a_key_set_by_discovery_is_fetched_from_the_issuer(
 ) -> None:
     app = _app_with(keys, OidcDiscovery(), issuer=key_server.url)
     payload = claims(iss=key_server.url)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL) as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url=BASE_URL
+    ) as client:
         assert (await client.get("/v1/workflow", headers=bearer(keys, payload))).status_code == 200
     assert key_server.requests == ["/.well-known/openid-configuration", "/jwks"]
 
@@ -357,9 +372,14 @@ async def test_an_unobtainable_key_set_answers_503(
 ) -> None:
     key_server.failing = True
     app = _app_with(keys, JwksUri(key_server.url + "/jwks"))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=BASE_URL) as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url=BASE_URL
+    ) as client:
         response = await client.get("/v1/workflow", headers=bearer(keys))
-    assert (response.status_code, response.json()["code"]) == (503, "coordinator.access.unavailable")
+    assert (response.status_code, response.json()["code"]) == (
+        503,
+        "coordinator.access.unavailable",
+    )
 
 
 async def test_an_unknown_kid_refetches_at_most_once_per_30_seconds(keys: SigningKeys) -> None:
@@ -402,7 +422,7 @@ def test_private_or_short_keys_in_a_key_set_are_ignored(keys: SigningKeys) -> No
     short = rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key()
     numbers = short.public_numbers()
     short_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(short))
-    private_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(keys.rsa))
+    private_jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(keys.rsa_key))
     document = {"keys": [{**short_jwk, "kid": "short"}, {**private_jwk, "kid": "private"}]}
     assert numbers.n.bit_length() <= 1024
     assert KeySet.parse(json.dumps(document).encode()).keys == {}

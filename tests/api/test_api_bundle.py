@@ -40,7 +40,13 @@ ENDPOINTS = [
     ("post", "/v1/events/{workflow}/{trigger}", None, {"201", "200"}),
     ("post", "/v1/review-completions", None, {"204"}),
 ]
-OPERATOR_ONLY = {"doctor", "restore-hold", "release-restore-hold", "release-admission-hold", "retain"}
+OPERATOR_ONLY = {
+    "doctor",
+    "restore-hold",
+    "release-restore-hold",
+    "release-admission-hold",
+    "retain",
+}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +71,12 @@ def test_the_bundle_step_is_deterministic(texts: tuple[str, str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", [ROOT / "spec" / "openapi.yaml", GENERATED / "openapi.bundled.yaml", GENERATED / "openapi.connexion.yaml"]
+    "path",
+    [
+        ROOT / "spec" / "openapi.yaml",
+        GENERATED / "openapi.bundled.yaml",
+        GENERATED / "openapi.connexion.yaml",
+    ],
 )
 def test_documents_pass_the_openapi_validator(path: Path) -> None:
     document, url = read_from_filename(str(path))
@@ -109,7 +120,9 @@ def test_every_operation_id_resolves_to_a_handler(bundled: dict[str, Any]) -> No
             if not isinstance(operation, dict) or "operationId" not in operation:
                 continue
             module, function = operation["operationId"].split(".")
-            handler = getattr(importlib.import_module(f"coordinator_api.handlers.{module}"), function)
+            handler = getattr(
+                importlib.import_module(f"coordinator_api.handlers.{module}"), function
+            )
             assert callable(handler)
 
 
@@ -119,9 +132,10 @@ def test_problem_responses_use_problem_json(bundled: dict[str, Any]) -> None:
         for operation in item.values():
             if not isinstance(operation, dict) or "responses" not in operation:
                 continue
-            for status, response in operation["responses"].items():
-                if "$ref" in response:
-                    response = responses[response["$ref"].rsplit("/", 1)[1]]
+            for status, declared in operation["responses"].items():
+                response = declared
+                if "$ref" in declared:
+                    response = responses[declared["$ref"].rsplit("/", 1)[1]]
                 if status >= "400" and not (status == "503" and "Readiness" in str(response)):
                     assert list(response["content"]) == ["application/problem+json"]
 
@@ -143,7 +157,12 @@ def _spec(tmp_path: Path, schemas: dict[str, Any], inline: dict[str, Any] | None
     )
     document = {
         "openapi": "3.1.0",
-        "info": {"title": "t", "version": "1", "summary": "s", "license": {"name": "MIT", "identifier": "MIT"}},
+        "info": {
+            "title": "t",
+            "version": "1",
+            "summary": "s",
+            "license": {"name": "MIT", "identifier": "MIT"},
+        },
         "paths": {
             "/a": {
                 "get": {
@@ -151,7 +170,11 @@ def _spec(tmp_path: Path, schemas: dict[str, Any], inline: dict[str, Any] | None
                     "responses": {
                         "200": {
                             "description": "ok",
-                            "content": {"application/json": {"schema": {"$ref": "./schemas/x.schema.json#/$defs/A"}}},
+                            "content": {
+                                "application/json": {
+                                    "schema": {"$ref": "./schemas/x.schema.json#/$defs/A"}
+                                }
+                            },
                         }
                     },
                 }
@@ -188,11 +211,20 @@ def test_keywords_are_down_converted(tmp_path: Path) -> None:
     }
     a = connexion["components"]["schemas"]["A"]
     assert "$comment" not in a
-    assert a["properties"]["n"] == {"type": "integer", "nullable": True, "minimum": 0, "exclusiveMinimum": True}
+    assert a["properties"]["n"] == {
+        "type": "integer",
+        "nullable": True,
+        "minimum": 0,
+        "exclusiveMinimum": True,
+    }
     assert a["properties"]["c"] == {"enum": ["x"], "example": "x"}
     assert a["properties"]["r"]["anyOf"][1] == {"nullable": True, "enum": [None]}
     assert a["properties"]["any"] == {}
-    assert connexion["components"]["schemas"]["B"] == {"type": "string", "maximum": 9.5, "exclusiveMaximum": True}
+    assert connexion["components"]["schemas"]["B"] == {
+        "type": "string",
+        "maximum": 9.5,
+        "exclusiveMaximum": True,
+    }
     assert connexion["openapi"] == "3.0.3" and "summary" not in connexion["info"]
     assert "identifier" not in connexion["info"]["license"]
 

@@ -15,7 +15,9 @@ pytestmark = pytest.mark.anyio
 START = {"workflow": WORKFLOW, "revision": REVISION, "input": {"applicationId": "app-1"}}
 
 
-async def start(client: httpx.AsyncClient, keys: SigningKeys, key: str = "key-1", **kw: Any) -> httpx.Response:
+async def start(
+    client: httpx.AsyncClient, keys: SigningKeys, key: str = "key-1", **kw: Any
+) -> httpx.Response:
     headers = {**bearer(keys, **kw), "Idempotency-Key": key}
     return await client.post("/v1/runs", json=START, headers=headers)
 
@@ -163,7 +165,14 @@ async def test_list_paginates_with_a_cursor_bound_to_the_filters(
 
 @pytest.mark.parametrize(
     "params",
-    [{"limit": 0}, {"limit": 101}, {"limit": "ten"}, {"status": "sleeping"}, {"workflow": "Bad"}, {"extra": "1"}],
+    [
+        {"limit": 0},
+        {"limit": 101},
+        {"limit": "ten"},
+        {"status": "sleeping"},
+        {"workflow": "Bad"},
+        {"extra": "1"},
+    ],
 )
 async def test_list_query_parameters_are_validated_strictly(
     client: httpx.AsyncClient, keys: SigningKeys, conforms: Any, params: dict[str, Any]
@@ -184,7 +193,11 @@ async def test_operator_routes_conform(
     blocked = conforms(
         await client.post(
             "/v1/release-admission-hold",
-            json={"reason": "INC-1", "admissionHistoryComplete": True, "priorDeploymentFenced": True},
+            json={
+                "reason": "INC-1",
+                "admissionHistoryComplete": True,
+                "priorDeploymentFenced": True,
+            },
             headers=auth,
         )
     )
@@ -196,7 +209,11 @@ async def test_operator_routes_conform(
     unattested = conforms(
         await client.post(
             "/v1/release-admission-hold",
-            json={"reason": "INC-1", "admissionHistoryComplete": True, "priorDeploymentFenced": False},
+            json={
+                "reason": "INC-1",
+                "admissionHistoryComplete": True,
+                "priorDeploymentFenced": False,
+            },
             headers=auth,
         )
     )
@@ -205,7 +222,11 @@ async def test_operator_routes_conform(
     done = conforms(
         await client.post(
             "/v1/release-admission-hold",
-            json={"reason": "INC-1", "admissionHistoryComplete": True, "priorDeploymentFenced": True},
+            json={
+                "reason": "INC-1",
+                "admissionHistoryComplete": True,
+                "priorDeploymentFenced": True,
+            },
             headers=auth,
         )
     )

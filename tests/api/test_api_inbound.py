@@ -42,7 +42,9 @@ VECTOR_2 = {
 }
 
 
-def signed(headers: dict[str, str], body: bytes, path: str = PATH, key: bytes = EVENT_KEY) -> dict[str, str]:
+def signed(
+    headers: dict[str, str], body: bytes, path: str = PATH, key: bytes = EVENT_KEY
+) -> dict[str, str]:
     """`headers` with a fresh valid signature for `body` at `path`."""
     unsigned = {**headers, "X-Registry-Signature": "v1=" + "A" * 43}
     parsed = parse_delivery_headers([(k.lower().encode(), v.encode()) for k, v in unsigned.items()])
@@ -86,7 +88,9 @@ async def test_vector_2_admits_a_run_once(
     assert len(service.runs) == 1
     request = journal.entries[0][2]
     assert (request.action, request.source, request.event_id) == (  # type: ignore[union-attr]
-        "event-admit", "applications", VECTOR_2["ce-id"]
+        "event-admit",
+        "applications",
+        VECTOR_2["ce-id"],
     )
     assert journal.entries[1][2].run_id == uuid.UUID(first.json()["runId"])  # type: ignore[union-attr]
 
@@ -94,17 +98,32 @@ async def test_vector_2_admits_a_run_once(
 @pytest.mark.parametrize(
     ("path", "changes", "body", "expected"),
     [
-        ("/v1/events/other-flow/application-submitted", {}, BODY, "coordinator.event.trigger-unknown"),
+        (
+            "/v1/events/other-flow/application-submitted",
+            {},
+            BODY,
+            "coordinator.event.trigger-unknown",
+        ),
         ("/v1/events/reviewed-notice/nope", {}, BODY, "coordinator.event.trigger-unknown"),
         (PATH, {"ce-specversion": "0.3"}, BODY, "coordinator.event.headers-invalid"),
         (PATH, {"ce-id": None}, BODY, "coordinator.event.headers-invalid"),
         (PATH, {"ce-time": "yesterday"}, BODY, "coordinator.event.headers-invalid"),
-        (PATH, {"X-Registry-Delivery-Time": "2026-03-02T10:00:00+01:00"}, BODY, "coordinator.event.headers-invalid"),
+        (
+            PATH,
+            {"X-Registry-Delivery-Time": "2026-03-02T10:00:00+01:00"},
+            BODY,
+            "coordinator.event.headers-invalid",
+        ),
         (PATH, {"X-Registry-Event-Generation": "0"}, BODY, "coordinator.event.headers-invalid"),
         (PATH, {"Content-Type": "text/plain"}, BODY, "coordinator.event.headers-invalid"),
         (PATH, {"X-Registry-Signature": "v1=short"}, BODY, "coordinator.event.headers-invalid"),
         (PATH, {"ce-source": "urn:someone:else"}, BODY, "coordinator.event.signature-invalid"),
-        (PATH, {"X-Registry-Delivery-Time": "2026-03-02T09:05:01Z"}, BODY, "coordinator.event.stale"),
+        (
+            PATH,
+            {"X-Registry-Delivery-Time": "2026-03-02T09:05:01Z"},
+            BODY,
+            "coordinator.event.stale",
+        ),
         (PATH, {"ce-type": "something-else-v1"}, BODY, "coordinator.event.type-mismatch"),
         (PATH, {}, b'{"a": 1, "a": 2}', "coordinator.event.body-invalid"),
         (PATH, {}, b"[" * 40 + b"]" * 40, "coordinator.event.body-invalid"),
@@ -156,8 +175,12 @@ async def test_holds_and_recovery_only_answer_retry_after(
     held = await client.post(PATH, content=BODY, headers=VECTOR_2)
     assert (held.status_code, held.headers["retry-after"]) == (503, "60")
     assert held.json()["code"] == "coordinator.event.admissions-held"
-    recovery = create_app(settings(keys, recovery_only=True), service=FakeRunService(), journal=FakeJournal())
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=recovery), base_url=BASE_URL) as other:
+    recovery = create_app(
+        settings(keys, recovery_only=True), service=FakeRunService(), journal=FakeJournal()
+    )
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=recovery), base_url=BASE_URL
+    ) as other:
         response = await other.post(PATH, content=BODY, headers=VECTOR_2)
     assert (response.status_code, response.headers["retry-after"]) == (503, "60")
 
@@ -201,7 +224,9 @@ async def test_a_completion_without_the_secret_is_refused(
     assert response.status_code == 401
     assert response.headers["www-authenticate"] == "Bearer"
     assert response.json()["code"] == "coordinator.completion.unauthenticated"
-    access_token = await client.post("/v1/review-completions", json=completion(), headers=bearer(keys))
+    access_token = await client.post(
+        "/v1/review-completions", json=completion(), headers=bearer(keys)
+    )
     assert access_token.json()["code"] == "coordinator.completion.unauthenticated"
 
 

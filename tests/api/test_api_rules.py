@@ -118,7 +118,9 @@ async def test_json_media_types_are_accepted(
     [
         b'{"workflow": "reviewed-notice", "workflow": "reviewed-notice", "revision": "x", "input": 1}',
         b'{"workflow": "reviewed-notice", "revision": "' + REVISION.encode() + b'"}',
-        b'{"workflow": "reviewed-notice", "revision": "' + REVISION.encode() + b'", "input": 1, "x": 1}',
+        b'{"workflow": "reviewed-notice", "revision": "'
+        + REVISION.encode()
+        + b'", "input": 1, "x": 1}',
         b'{"workflow": 7, "revision": "' + REVISION.encode() + b'", "input": 1}',
         b'{"workflow": "reviewed-notice", "revision": "sha256:abc", "input": 1}',
         b'{"workflow": "reviewed-notice", "revision": "' + REVISION.encode() + b'", "input": NaN}',
@@ -166,7 +168,9 @@ async def test_visibility_comes_before_media_type_and_size(
 ) -> None:
     for run in ("not-a-uuid", str(uuid.uuid4())):
         headers = {**bearer(keys), "Content-Type": "text/plain"}
-        response = await client.post(f"/v1/runs/{run}/retry-same", content=b"x" * (LIMIT + 1), headers=headers)
+        response = await client.post(
+            f"/v1/runs/{run}/retry-same", content=b"x" * (LIMIT + 1), headers=headers
+        )
         assert code(response) == (404, "coordinator.command.run-absent")
 
 
@@ -178,7 +182,9 @@ async def test_admission_checks_run_in_contract_order(
     keys: SigningKeys, service: FakeRunService, journal: FakeJournal
 ) -> None:
     recovery = create_app(settings(keys, recovery_only=True), service=service, journal=journal)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=recovery), base_url=BASE_URL) as client:
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=recovery), base_url=BASE_URL
+    ) as client:
         # step 3 (policy for the workflow) before step 4 (recovery-only)
         other = {**START, "workflow": "other-workflow"}
         response = await client.post("/v1/runs", json=other, headers=start_headers(keys, key=None))
@@ -198,7 +204,11 @@ async def test_admission_checks_run_in_contract_order(
         ("", START, "coordinator.command.start-key-invalid"),
         ("has space", START, "coordinator.command.start-key-invalid"),
         ("k" * 257, START, "coordinator.command.start-key-invalid"),
-        ("ok", {**START, "input": {"deep": json.loads("[" * 40 + "]" * 40)}}, "coordinator.command.input-invalid"),
+        (
+            "ok",
+            {**START, "input": {"deep": json.loads("[" * 40 + "]" * 40)}},
+            "coordinator.command.input-invalid",
+        ),
         ("ok", {**START, "input": 2**63 - 1}, "coordinator.command.input-invalid"),
     ],
 )
@@ -278,11 +288,19 @@ async def test_problem_bodies_never_echo_the_request(
 ) -> None:
     run_id = await existing_run(client, keys)
     probes = [
-        await client.post("/v1/runs", json={**START, "workflow": CANARY}, headers=start_headers(keys)),
-        await client.post("/v1/runs", json={**START, "input": {CANARY: CANARY * 9000}}, headers=start_headers(keys)),
+        await client.post(
+            "/v1/runs", json={**START, "workflow": CANARY}, headers=start_headers(keys)
+        ),
+        await client.post(
+            "/v1/runs",
+            json={**START, "input": {CANARY: CANARY * 9000}},
+            headers=start_headers(keys),
+        ),
         await client.post("/v1/runs", json={**START, CANARY: 1}, headers=start_headers(keys)),
         await client.post("/v1/runs", json=START, headers=start_headers(keys, key=CANARY + " x")),
-        await client.post(f"/v1/runs/{run_id}/cancel", json={"reason": CANARY + "\n"}, headers=bearer(keys)),
+        await client.post(
+            f"/v1/runs/{run_id}/cancel", json={"reason": CANARY + "\n"}, headers=bearer(keys)
+        ),
         await client.get(f"/v1/runs/{CANARY}", headers=bearer(keys)),
         await client.get("/v1/runs", params={"workflow": CANARY.upper()}, headers=bearer(keys)),
         await client.get("/v1/runs", params={"cursor": CANARY}, headers=bearer(keys)),
@@ -300,15 +318,20 @@ def test_every_problem_code_has_a_catalogue_status() -> None:
 
 
 async def test_an_unexpected_failure_is_a_problem_500(
-    client: httpx.AsyncClient, keys: SigningKeys, service: FakeRunService
+    client: httpx.AsyncClient,
+    keys: SigningKeys,
+    service: FakeRunService,
+    journal: FakeJournal,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async def broken(*args: Any) -> Any:
         raise RuntimeError(CANARY)
 
-    service.doctor = broken  # type: ignore[method-assign]
+    monkeypatch.setattr(service, "doctor", broken)
     response = await client.get("/v1/doctor", headers=bearer(keys))
     assert code(response) == (500, "coordinator.request.internal-error")
     assert CANARY not in response.text
+    assert journal.entries[-1][2].outcome == "unknown"  # type: ignore[union-attr]
 
 
 async def test_service_refusals_are_rendered_with_their_reason(
@@ -316,12 +339,16 @@ async def test_service_refusals_are_rendered_with_their_reason(
 ) -> None:
     run_id = await existing_run(client, keys)
     service.refusal = ServiceRefusal("coordinator.command.reconcile-refused", "lease-active")
-    response = await client.post(f"/v1/runs/{run_id}/reconcile", json={"reason": "r"}, headers=bearer(keys))
+    response = await client.post(
+        f"/v1/runs/{run_id}/reconcile", json={"reason": "r"}, headers=bearer(keys)
+    )
     assert code(response) == (409, "coordinator.command.reconcile-refused")
     assert response.json()["reason"] == "lease-active"
     assert response.json()["type"].endswith("/command/reconcile-refused")
     service.refusal = ServiceRefusal("coordinator.command.store-unavailable")
-    response = await client.post(f"/v1/runs/{run_id}/cancel", json={"reason": "r"}, headers=bearer(keys))
+    response = await client.post(
+        f"/v1/runs/{run_id}/cancel", json={"reason": "r"}, headers=bearer(keys)
+    )
     assert code(response) == (503, "coordinator.command.store-unavailable")
 
 
@@ -379,7 +406,9 @@ async def test_a_failing_response_entry_says_the_action_may_have_completed(
 async def test_workflow_reads_are_journaled_for_the_workflow_policy(
     keys: SigningKeys, client: httpx.AsyncClient, journal: FakeJournal
 ) -> None:
-    await client.get("/v1/workflow", headers=bearer(keys, claims(client="reader", scopes="coordinator:read")))
+    await client.get(
+        "/v1/workflow", headers=bearer(keys, claims(client="reader", scopes="coordinator:read"))
+    )
     assert [entry.action for _, _, entry in journal.entries] == ["workflow-read", "workflow-read"]
 
 

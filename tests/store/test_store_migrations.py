@@ -6,15 +6,18 @@ import os
 import sqlite3
 import stat
 from dataclasses import replace
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from sqlalchemy import CheckConstraint, inspect
 from store_support import ACTIVATION, IDENTITY, T0, Backend, admit, with_user
 
+from coordinator_core.engine.state import TERMINAL_STATUSES as ENGINE_TERMINAL
+from coordinator_core.engine.state import RunStatus, StepState, StepType
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.store import (
     NAMESPACE_MARKER,
@@ -27,7 +30,13 @@ from coordinator_core.store import (
     supported_version,
 )
 from coordinator_core.store.dialect import create_store_engine
-from coordinator_core.store.tables import METADATA
+from coordinator_core.store.tables import (
+    METADATA,
+    RUN_STATUSES,
+    STEP_STATES,
+    STEP_TYPES,
+    TERMINAL_STATUSES,
+)
 
 
 def _code(error: pytest.ExceptionInfo[CoordinatorError]) -> str:
@@ -60,9 +69,27 @@ def test_the_migration_creates_exactly_the_declared_schema(backend: Backend) -> 
                 connection, opts={"include_object": include, "compare_type": True}
             )
             differences = compare_metadata(context, METADATA)
+            inspector = inspect(connection)
+            checks = {
+                table.name: {c["name"] for c in inspector.get_check_constraints(table.name)}
+                for table in METADATA.sorted_tables
+            }
     finally:
         engine.dispose()
     assert differences == []
+    declared = {
+        table.name: {c.name for c in table.constraints if isinstance(c, CheckConstraint) and c.name}
+        for table in METADATA.sorted_tables
+    }
+    # Boolean columns may add unnamed checks on SQLite; the named ones must be the same.
+    assert {name: found & declared[name] for name, found in checks.items()} == declared
+
+
+def test_the_schema_vocabulary_is_the_engine_vocabulary() -> None:
+    assert set(RUN_STATUSES) == set(get_args(RunStatus))
+    assert set(STEP_STATES) == set(get_args(StepState))
+    assert set(STEP_TYPES) == set(get_args(StepType))
+    assert set(TERMINAL_STATUSES) == set(ENGINE_TERMINAL)
 
 
 def test_inspecting_an_absent_store_creates_nothing(backend: Backend) -> None:

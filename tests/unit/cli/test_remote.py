@@ -25,8 +25,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from coordinatorctl import remote
-from coordinatorctl.remote_args import COMMANDS
 from coordinatorctl.cli import main
+from coordinatorctl.remote_args import COMMANDS
 
 REPO = Path(__file__).resolve().parents[3]
 REPORT_SCHEMA = json.loads(

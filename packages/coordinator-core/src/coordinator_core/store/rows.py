@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from coordinator_core.engine.state import (
+    TERMINAL_STATUSES,
     CancelMode,
     EffectState,
     RouteKind,
@@ -152,7 +153,7 @@ class RunRow:
     @property
     def reported_status(self) -> RunStatus:
         """07 §5 overriding rule: a non-terminal run under restore review reports `attention`."""
-        if self.restore_review and self.status not in _TERMINAL:
+        if self.restore_review and self.status not in TERMINAL_STATUSES:
             return "attention"
         return self.status
 
