@@ -47,6 +47,7 @@ from coordinator_api import (
     WaitUntil,
     WorkflowSummary,
 )
+from coordinator_api.service import BlockReason
 from coordinator_core.operations import descriptor
 from coordinator_core.values import canonical_json
 
@@ -95,19 +96,19 @@ def _b64(number: int) -> str:
 
 @dataclass
 class SigningKeys:
-    rsa: rsa.RSAPrivateKey = field(
+    rsa_key: rsa.RSAPrivateKey = field(
         default_factory=lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048)
     )
-    ec: ec.EllipticCurvePrivateKey = field(
+    ec_key: ec.EllipticCurvePrivateKey = field(
         default_factory=lambda: ec.generate_private_key(ec.SECP256R1())
     )
-    other_rsa: rsa.RSAPrivateKey = field(
+    other_rsa_key: rsa.RSAPrivateKey = field(
         default_factory=lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048)
     )
 
     def jwks(self) -> dict[str, Any]:
-        public_rsa = self.rsa.public_key().public_numbers()
-        public_ec = self.ec.public_key().public_numbers()
+        public_rsa = self.rsa_key.public_key().public_numbers()
+        public_ec = self.ec_key.public_key().public_numbers()
         return {
             "keys": [
                 {
@@ -133,7 +134,7 @@ class SigningKeys:
     def rsa_public_pem(self) -> bytes:
         from cryptography.hazmat.primitives import serialization
 
-        return self.rsa.public_key().public_bytes(
+        return self.rsa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
 
@@ -180,7 +181,7 @@ def token(
     header.update(headers or {})
     signing_key = key
     if signing_key is None:
-        signing_key = keys.ec if algorithm == "ES256" else keys.rsa
+        signing_key = keys.ec_key if algorithm == "ES256" else keys.rsa_key
     return jwt.encode(
         dict(payload if payload is not None else claims()),
         signing_key,
@@ -504,7 +505,9 @@ class FakeRunService:
         self._command("retry-same")
         run = self._owned(caller, run_id)
         if run.status.status != "attention":
-            blocked = "cancelled" if run.status.status == "cancelled" else "not-recoverable"
+            blocked: BlockReason = (
+                "cancelled" if run.status.status == "cancelled" else "not-recoverable"
+            )
             raise ServiceRefusal("coordinator.command.retry-refused", blocked)
         return run.status
 

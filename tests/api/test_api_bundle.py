@@ -16,7 +16,9 @@ from openapi_spec_validator.readers import read_from_filename
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bundle_openapi import BundleError, bundle  # noqa: E402
+_bundler: Any = importlib.import_module("bundle_openapi")
+BundleError: type[Exception] = _bundler.BundleError
+bundle: Any = _bundler.bundle
 
 GENERATED = ROOT / "generated"
 
@@ -51,7 +53,8 @@ OPERATOR_ONLY = {
 
 @pytest.fixture(scope="module")
 def texts() -> tuple[str, str]:
-    return bundle(ROOT / "spec")
+    result: tuple[str, str] = bundle(ROOT / "spec")
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +87,9 @@ def test_documents_pass_the_openapi_validator(path: Path) -> None:
 
 
 def test_the_schema_file_is_2020_12_with_defs_only() -> None:
-    from jsonschema import Draft202012Validator
-
+    validator: Any = importlib.import_module("jsonschema").Draft202012Validator
     schema = json.loads((ROOT / "spec" / "schemas" / "api.schema.json").read_text(encoding="utf-8"))
-    Draft202012Validator.check_schema(schema)
+    validator.check_schema(schema)
     assert set(schema) == {"$schema", "$id", "title", "description", "$defs"}
 
 

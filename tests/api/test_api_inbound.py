@@ -92,7 +92,7 @@ async def test_vector_2_admits_a_run_once(
         "applications",
         VECTOR_2["ce-id"],
     )
-    assert journal.entries[1][2].run_id == uuid.UUID(first.json()["runId"])  # type: ignore[union-attr]
+    assert journal.entries[1][2].run_id == uuid.UUID(first.json()["runId"])
 
 
 @pytest.mark.parametrize(

@@ -63,9 +63,11 @@ __all__ = [
     "ALGORITHMS",
     "AccessVerifier",
     "KeySet",
+    "KeySetCache",
     "KeySetUnavailable",
     "TokenRefused",
     "bearer_token",
+    "match_secret",
 ]
 
 logger = logging.getLogger("coordinator_api.access")

@@ -49,7 +49,13 @@ from starlette.exceptions import HTTPException
 from coordinator_api.access import AccessVerifier, bearer_token, match_secret
 from coordinator_api.bodies import BodySchemas
 from coordinator_api.edge import EdgeMiddleware, context_of
-from coordinator_api.problems import INTERNAL_ERROR, ApiProblem, problem_body, problem_headers
+from coordinator_api.problems import (
+    INTERNAL_ERROR,
+    ApiProblem,
+    problem_body,
+    problem_headers,
+    status_of,
+)
 from coordinator_api.service import AuditJournal, BlockReason, RunService, ServiceRefusal
 from coordinator_api.settings import ApiSettings
 from coordinator_api.spec import (
@@ -185,6 +191,8 @@ def _problem_of(
     if isinstance(error, ApiProblem):
         return error.code, error.reason, error.headers
     if isinstance(error, ServiceRefusal):
+        if status_of(error.code) == 500:
+            logger.error("the service refused with a code outside 06 §3.1")
         return error.code, error.reason, {}
     if isinstance(error, UnicodeDecodeError):
         return "coordinator.request.invalid", None, {}

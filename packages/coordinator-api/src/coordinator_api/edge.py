@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -53,7 +53,6 @@ class RequestContext:
     method: bytes
     target: bytes
     traceparent: str | None = None
-    extensions: dict[str, Any] = field(default_factory=dict)
 
     def header(self, name: str) -> list[str]:
         """Every value of header `name` (latin-1 decoded, as HTTP defines header bytes)."""

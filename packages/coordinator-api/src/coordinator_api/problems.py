@@ -23,6 +23,8 @@ __all__ = [
     "PROBLEM_MEDIA_TYPE",
     "ApiProblem",
     "problem_body",
+    "problem_codes",
+    "problem_headers",
     "problem_response",
     "status_of",
 ]

@@ -472,9 +472,11 @@ AuditOutcome = Literal["accepted", "refused", "unknown"]
 class AuditRequest:
     """The raw values of a request entry; the journal turns them into keyed references.
 
-    API actions: `caller` (→ actorRef), `run_id` (→ runRef), `reason` (→ reasonRef).
-    `event-admit`: `source` (event source name → sourceRef), `event_id` (ce-id → eventRef).
-    `review-completion`: `connection` (→ connectionRef), `request_id` (→ requestRef).
+    API actions: `caller` (always; → actorRef from the owner commitment of `(iss, sub)`),
+    `run_id` (→ runRef) and `reason` (→ reasonRef) when the request has them.
+    `event-admit`: `source` (event source name → sourceRef) and `event_id` (ce-id → eventRef),
+    always. `review-completion`: `connection` (→ connectionRef) and `request_id`
+    (→ requestRef), always.
     """
 
     action: AuditAction

@@ -10,7 +10,7 @@ from typing import Any, Final
 from starlette.responses import Response
 
 from coordinator_api.edge import RequestContext
-from coordinator_api.limits import REASON_MAX_BYTES
+from coordinator_api.limits import IDEMPOTENCY_KEY_MAX_CHARACTERS, REASON_MAX_BYTES
 from coordinator_api.problems import ApiProblem
 from coordinator_api.service import Caller, RunStatus
 from coordinator_api.wire import dumps
@@ -26,7 +26,7 @@ __all__ = [
 
 JSON_MEDIA_TYPE: Final = "application/json"
 REASON_CODES: Final[Mapping[str, str]] = {"reason": "coordinator.command.reason-invalid"}
-_VISIBLE_ASCII: Final = re.compile(r"[\x21-\x7e]{1,256}")
+_VISIBLE_ASCII: Final = re.compile(rf"[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX_CHARACTERS}}}")
 
 
 def json_reply(

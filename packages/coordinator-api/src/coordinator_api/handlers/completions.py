@@ -24,11 +24,11 @@ async def review_completed(token_info: dict[str, Any], coordinator: RequestConte
     state = coordinator.state
     connection = token_info["connection"]
     assert isinstance(connection, str)
-    entry = AuditRequest(action="review-completion", connection=connection)
+    # The journal entry names the Casework request, so it starts once the body is read.
+    body = read_json_body(coordinator.body, state.bodies, "ReviewCompletion")
+    request_id = UUID(body["requestId"])
+    entry = AuditRequest(action="review-completion", connection=connection, request_id=request_id)
     async with Audited(state.journal, entry) as audit:
-        body = read_json_body(coordinator.body, state.bodies, "ReviewCompletion")
-        request_id = UUID(body["requestId"])
-        audit.note(request_id=request_id)
         await audit.begin()
         await state.service.complete_review(connection, request_id)
         return empty_reply(204)

@@ -95,5 +95,5 @@ async def retain(token_info: dict[str, Any], coordinator: RequestContext) -> Res
         if before is None or before > state.settings.clock():
             raise ApiProblem("coordinator.command.retention-invalid")
         await audit.begin()
-        erased = await state.service.retain(before, body["limit"])
+        erased = await state.service.retain(before, int(body["limit"]))
         return json_reply({"erased": erased})

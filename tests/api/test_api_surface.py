@@ -1,0 +1,89 @@
+"""The public surface of coordinator_api and the small pure helpers behind the wire format."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from api_fakes import FakeJournal, FakeRunService
+
+import coordinator_api
+from coordinator_api import AuditJournal, RunService
+from coordinator_api.bodies import ecma_pattern, is_json_media_type, parse_rfc3339
+from coordinator_api.wire import timestamp
+
+PUBLIC = {
+    "Admission", "Admitted", "ApiSettings", "AppState", "AuditJournal", "AuditRequest",
+    "AuditResponse", "AuditUnavailable", "AuthenticationSettings", "CallDetails", "Caller",
+    "Doctor", "DoctorState", "EffectStatus", "EventAdmitted", "EventDelivery", "EventTrigger",
+    "HoldState", "JwksUri", "OidcDiscovery", "Policy", "ReconcileResult", "Recovery",
+    "RunInspection", "RunPage", "RunQuery", "RunService", "RunStatus", "ServiceRefusal",
+    "StaticJwks", "StepRoute", "StepStatus", "WaitFor", "WaitUntil", "WorkflowSummary",
+    "create_app",
+}  # fmt: skip
+
+
+def test_the_public_surface_is_pinned() -> None:
+    assert set(coordinator_api.__all__) == PUBLIC
+    for name in PUBLIC:
+        assert hasattr(coordinator_api, name)
+
+
+def test_the_fakes_implement_the_protocols() -> None:
+    service: RunService = FakeRunService()
+    journal: AuditJournal = FakeJournal()
+    assert isinstance(service, RunService) and isinstance(journal, AuditJournal)
+
+
+@pytest.mark.parametrize(
+    ("moment", "text"),
+    [
+        (datetime(2026, 3, 2, 9, 0, 0, 999_999, tzinfo=UTC), "2026-03-02T09:00:00.999Z"),
+        (datetime(2026, 3, 2, 10, 0, 0, 1_000, tzinfo=timezone(timedelta(hours=1))), "2026-03-02T09:00:00.001Z"),
+        (datetime(2026, 3, 2, 9, 0, tzinfo=UTC), "2026-03-02T09:00:00.000Z"),
+    ],
+)  # fmt: skip
+def test_timestamps_are_utc_with_milliseconds(moment: datetime, text: str) -> None:
+    assert timestamp(moment) == text
+
+
+def test_naive_timestamps_are_a_programming_error() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        timestamp(datetime(2026, 3, 2, 9, 0))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-03-02T09:00:00Z", datetime(2026, 3, 2, 9, tzinfo=UTC)),
+        ("2026-03-02t10:00:00.5+01:00", datetime(2026, 3, 2, 9, 0, 0, 500_000, tzinfo=UTC)),
+        ("2026-03-02T09:00:00", None),
+        ("2026-03-02 09:00:00Z", None),
+        ("2026-02-30T09:00:00Z", None),
+        ("tomorrow", None),
+    ],
+)
+def test_rfc3339_parsing_is_strict(text: str, expected: datetime | None) -> None:
+    assert parse_rfc3339(text) == expected
+
+
+def test_patterns_anchor_like_ecma_262() -> None:
+    assert ecma_pattern("^[a-z]+$") == "^[a-z]+\\Z"
+    assert ecma_pattern("^[$]\\$x$") == "^[$]\\$x\\Z"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "accepted"),
+    [
+        ("application/json", True),
+        ("application/problem+json", True),
+        ("application/json;charset=UTF-8", True),
+        ("application/json; charset=iso-8859-1", False),
+        ("application/json; boundary=x", False),
+        ("text/json", False),
+        ("application/+json", False),
+        (None, False),
+    ],
+)
+def test_json_media_types(content_type: str | None, accepted: bool) -> None:
+    assert is_json_media_type(content_type) is accepted
