@@ -507,9 +507,7 @@ def check_project(
                 engine_definition = Definition.from_snapshot(
                     definition.snapshot, program=definition.program
                 )
-                report = run_scenarios(
-                    scenarios, definition.snapshot, definition=engine_definition
-                )
+                report = run_scenarios(scenarios, definition.snapshot, definition=engine_definition)
                 out.extend(report.diagnostics)
     return ProjectCheck(finalize(out, runtime_names), definition, runtime_checks, scenarios, report)
 
