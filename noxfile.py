@@ -13,9 +13,17 @@ WORKSPACE = (
     "-e", str(ROOT / "generated"),
     "-e", str(ROOT / "packages" / "coordinator-core"),
     "-e", str(ROOT / "packages" / "coordinatorctl"),
+    "-e", str(ROOT / "packages" / "coordinator-api"),
     "-e", str(ROOT / "packages" / "coordinator-sandbox"),
 )  # fmt: skip
-TEST_TOOLS = ("pytest", "pytest-xdist", "hypothesis")
+TEST_TOOLS = (
+    "pytest",
+    "pytest-xdist",
+    "hypothesis",
+    "schemathesis",
+    "openapi-core",
+    "openapi-spec-validator",
+)
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
@@ -43,10 +51,16 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff: lint and formatting."""
-    session.install(*CONSTRAINTS, "ruff")
+    """ruff (lint and formatting) and the OpenAPI documents against their meta-schema."""
+    session.install(*CONSTRAINTS, "ruff", "openapi-spec-validator")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    for document in (
+        "spec/openapi.yaml",
+        "generated/openapi.bundled.yaml",
+        "generated/openapi.connexion.yaml",
+    ):
+        session.run("openapi-spec-validator", document)
 
 
 @nox.session
@@ -59,14 +73,14 @@ def typecheck(session: nox.Session) -> None:
 @nox.session
 def generate(session: nox.Session) -> None:
     """Build generated/ and docs/reference/error-codes.md from spec/."""
-    session.install(*CONSTRAINTS, "datamodel-code-generator", "PyYAML")
+    session.install(*CONSTRAINTS, "datamodel-code-generator", "PyYAML", "openapi-spec-validator")
     session.run("python", "scripts/generate.py")
 
 
 @nox.session
 def generate_check(session: nox.Session) -> None:
     """Fail when generated/ differs from what spec/ produces."""
-    session.install(*CONSTRAINTS, "datamodel-code-generator", "PyYAML")
+    session.install(*CONSTRAINTS, "datamodel-code-generator", "PyYAML", "openapi-spec-validator")
     session.run("python", "scripts/generate.py", "--check")
 
 

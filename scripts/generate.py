@@ -30,7 +30,11 @@ MODELS = {
     "runtime": "runtime",
     "scenarios": "scenarios",
     "ctl-report": "ctl_report",
+    "api": "api",
 }
+# `$defs`-only files: without this flag the generator adds a useless root model.
+DEFS_ONLY = {"api"}
+OPENAPI_DOCUMENTS = ("openapi.bundled.yaml", "openapi.connexion.yaml")
 
 CODEGEN_FLAGS = [
     "--input-file-type", "jsonschema",
@@ -67,11 +71,18 @@ def generate(out_root: Path) -> None:
                 "--input", str(source),
                 "--output", str(package / f"{module}.py"),
                 *CODEGEN_FLAGS,
+                *(["--skip-root-model"] if stem in DEFS_ONLY else []),
             ],
             check=True,
         )  # fmt: skip
     sys.path.insert(0, str(ROOT / "scripts"))
+    import bundle_openapi
     import generate_errors
+
+    bundled, connexion = bundle_openapi.bundle(SPEC)
+    for name, text in ((bundle_openapi.BUNDLED_NAME, bundled), (bundle_openapi.CONNEXION_NAME, connexion)):
+        (out_root / "generated").mkdir(parents=True, exist_ok=True)
+        (out_root / "generated" / name).write_text(text, encoding="utf-8", newline="\n")
 
     catalogue = generate_errors.load_catalogue(SPEC / "errors.yaml")
     problems = generate_errors.validate_catalogue(catalogue)
@@ -103,6 +114,9 @@ def check() -> int:
         drift.extend(f"not produced by spec/: {p}" for p in sorted(committed - fresh))
         pairs = [(ROOT / PACKAGE / p, out / PACKAGE / p) for p in sorted(committed & fresh)]
         pairs.append((ROOT / ERROR_DOC, out / ERROR_DOC))
+        pairs.extend(
+            (ROOT / "generated" / name, out / "generated" / name) for name in OPENAPI_DOCUMENTS
+        )
         for old, new in pairs:
             if not old.exists() or not filecmp.cmp(old, new, shallow=False):
                 drift.append(f"differs: {old.relative_to(ROOT)}")

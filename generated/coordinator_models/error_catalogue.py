@@ -992,6 +992,13 @@ CODES: Final[dict[str, tuple[str, str, int, str, int | None]]] = {
         "error",
         400,
     ),
+    "coordinator.request.internal-error": (
+        "The service failed while answering this request.",
+        "Retry later; if it persists, check the service's log for the code of the failure and run `coordinatorctl doctor`.",
+        3,
+        "error",
+        500,
+    ),
     "coordinator.request.invalid": (
         "The request body is not valid for this route.",
         "Send strict JSON with exactly the documented members and types, without duplicate or unknown members.",

@@ -138,6 +138,17 @@ async def test_other_asymmetric_algorithms_are_refused(
         await refused(client, "Bearer " + token(keys, algorithm=algorithm))
 
 
+async def test_header_members_of_the_wrong_type_are_refused(
+    client: httpx.AsyncClient, keys: SigningKeys
+) -> None:
+    await refused(client, "Bearer " + token(keys, headers={"typ": ["at+jwt"]}))
+    await refused(
+        client, "Bearer " + forged({"alg": "RS256", "typ": "at+jwt", "kid": {}}, claims(), b"x")
+    )
+    header = {"alg": ["RS256"], "typ": "at+jwt", "kid": "rsa-1"}
+    await refused(client, "Bearer " + forged(header, claims(), b"x"))
+
+
 async def test_crit_headers_are_refused(client: httpx.AsyncClient, keys: SigningKeys) -> None:
     await refused(client, "Bearer " + token(keys, headers={"crit": ["exp"]}))
 
@@ -165,6 +176,7 @@ async def test_crit_headers_are_refused(client: httpx.AsyncClient, keys: Signing
         {"client_id": "unknown-client"},
         {"client_id": None},
         {"registry_assertion_issuer": "https://untrusted.test"},
+        {"registry_assertion_issuer": ["https://assertions.test"]},
         {"registry_scopes": 42},
     ],
     ids=lambda changes: ",".join(f"{k}={str(v)[:12]}" for k, v in changes.items()),

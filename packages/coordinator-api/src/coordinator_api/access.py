@@ -293,10 +293,10 @@ class AccessVerifier:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError as exc:
             raise TokenRefused("the header does not decode") from exc
-        if header.get("typ") not in TOKEN_TYPES:
+        typ, algorithm = header.get("typ"), header.get("alg")
+        if not isinstance(typ, str) or typ not in TOKEN_TYPES:
             raise TokenRefused("`typ` is not at+jwt")
-        algorithm = header.get("alg")
-        if algorithm not in ALGORITHMS:
+        if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
             raise TokenRefused("`alg` is not RS256 or ES256")
         if "crit" in header:
             raise TokenRefused("`crit` names extensions this service does not understand")
@@ -365,8 +365,10 @@ class AccessVerifier:
         client = claims.get(settings.client_id_claim)
         if not isinstance(client, str) or client not in settings.allowed_clients:
             raise TokenRefused("the client is not allowed")
+        assertion_issuer = claims.get(ASSERTION_ISSUER_CLAIM)
         if ASSERTION_ISSUER_CLAIM in claims and (
-            claims[ASSERTION_ISSUER_CLAIM] not in settings.assertion_issuers
+            not isinstance(assertion_issuer, str)
+            or assertion_issuer not in settings.assertion_issuers
         ):
             raise TokenRefused("the assertion issuer is not allowed")
 

@@ -10,9 +10,16 @@ Layers, outermost first (each named where it is defined):
    `coordinator_api.handlers.runs.start_run`).
 4. Connexion security with `_BearerSchemes`: access tokens (06 §2) including the route's policy
    action (`x-policy-action`, `x-operator-only`), and the Casework completion secret (06 §9).
-5. Connexion parameter validation of query parameters only (strict: unknown ones are refused);
-   path and header parameters and bodies are checked by the handlers in the order of 06 §1.
-6. Optional response validation against the 3.0.3 rendering, then the handlers.
+5. Connexion parameter validation of query parameters only (strict on routes that take query
+   parameters); path and header parameters, media types and bodies are checked by the handlers
+   in the order of 06 §1 item 6 (Connexion's body validators are switched off and the edge hands
+   it a neutral media type).
+6. Response validation against the 3.0.3 rendering (`ApiSettings.validate_responses`), then the
+   handlers, which return complete Starlette responses with an explicit Content-Type (P1).
+
+The document is loaded once from the generated files (`coordinator_api.spec.locate_openapi`) and
+handed to Connexion as a dict; request bodies are validated against the 2020-12 schemas of the
+bundled 3.1 document (`coordinator_api.bodies`), not Connexion's Draft 4 rendering.
 """
 
 from __future__ import annotations

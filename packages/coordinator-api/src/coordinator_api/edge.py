@@ -115,6 +115,8 @@ def _with_headers(send: Send) -> Send:
 
 
 class EdgeMiddleware:
+    """The outermost layer of the app (see the module docstring)."""
+
     def __init__(self, app: ASGIApp, *, state: AppState) -> None:
         self.app = app
         self.state = state

@@ -19,6 +19,7 @@ from coordinatorctl.report import Outcome, emit
 
 __all__ = ["main"]
 
+DEPLOYMENT_COMMANDS = frozenset({"migrate", "plan", "apply", "deployment-status"})
 SCHEMA_NAMES = {"workflow": "project", "runtime": "runtime", "scenarios": "scenarios"}
 
 
@@ -92,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--function", required=True, metavar="NAME")
     evaluate.add_argument("--arguments", required=True, metavar="JSON_ARRAY")
 
+    # 09 §3: the deployment commands (implemented in deploy.py, imported only when one runs).
+    command("migrate", "create the store if absent and apply every pending migration")
+    command("plan", "report the store, its migrations and what apply would change (read-only)")
+    apply = command("apply", "activate the pinned package in the store")
+    apply.add_argument("--reference", metavar="REF", help="journaled as a keyed reference")
+    command("deployment-status", "run the service's deployment check (read-only)")
+
     remote_args.add_remote_commands(command)  # 09 §4: workflow, start, status, list, inspect, …
     return parser
 
@@ -118,7 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         outcome = _run(options)
     except CoordinatorError as error:
-        outcome = Outcome(options.command, [error.diagnostic])
+        # A refused runtime file or secret carries every diagnostic found, not only the first.
+        found = getattr(error, "diagnostics", None)
+        diagnostics = list(found) if isinstance(found, tuple) else [error.diagnostic]
+        outcome = Outcome(options.command, diagnostics)
     return emit(outcome, options.format)
 
 
@@ -183,6 +194,10 @@ def _run(options: argparse.Namespace) -> Outcome:
         return commands.schema(SCHEMA_NAMES[options.name])
     if options.command == "eval":
         return commands.evaluate(Path(options.functions), options.function, options.arguments)
+    if options.command in DEPLOYMENT_COMMANDS:
+        from coordinatorctl import deploy
+
+        return deploy.run(options)
     if options.command in remote_args.COMMANDS:
         from coordinatorctl import remote
 

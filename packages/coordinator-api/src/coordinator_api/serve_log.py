@@ -1,0 +1,96 @@
+"""The service's log: one JSON line per event on stderr, `{time, level, code, message}` (09 §5).
+
+A line carries only a catalogue code and a fixed sentence, never a value: the message of a
+standard `logging` record is its *format string* (`record.msg`), never the interpolated text,
+and neither its arguments nor an exception's text or traceback are written. Records of other
+libraries (uvicorn, connexion) are admitted only at WARNING and above, under a generic code.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import threading
+from datetime import UTC, datetime
+from typing import Final, TextIO
+
+__all__ = ["GENERIC_CODE", "JsonLineHandler", "ServiceLog", "install"]
+
+GENERIC_CODE: Final = "coordinator.service.event"
+_MAX_MESSAGE_CHARS: Final = 200
+_OWN_LOGGERS: Final = ("coordinator", "coordinator_api", "coordinator_core")
+_PLACEHOLDER: Final = re.compile(r"%(?:\([^)]*\))?[-#0 +]*\d*(?:\.\d+)?[sdrfixXeEgGc]")
+
+
+def _now() -> str:
+    moment = datetime.now(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _fixed(text: object) -> str:
+    """The fixed part of a message: a format string stripped of control characters."""
+    if not isinstance(text, str):
+        return "An event without a fixed message."
+    cleaned = "".join(ch for ch in text if ch.isprintable())
+    return cleaned[:_MAX_MESSAGE_CHARS]
+
+
+class ServiceLog:
+    """Writes the service's own events (start, ready, refusals, shutdown) as JSON lines."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def emit(self, level: str, code: str, message: str) -> None:
+        line = json.dumps(
+            {"time": _now(), "level": level, "code": code, "message": _fixed(message)},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        )
+        stream = self._stream or sys.stderr
+        with self._lock:
+            try:
+                stream.write(line + "\n")
+                stream.flush()
+            except (OSError, ValueError):
+                pass  # a closed stderr must never stop the service
+
+
+class JsonLineHandler(logging.Handler):
+    """Routes `logging` records to the service log without their arguments or exceptions."""
+
+    def __init__(self, log: ServiceLog) -> None:
+        super().__init__()
+        self._log = log
+
+    def emit(self, record: logging.LogRecord) -> None:
+        own = record.name.split(".", 1)[0] in _OWN_LOGGERS
+        if not own and record.levelno < logging.WARNING:
+            return
+        code = getattr(record, "code", None)
+        level = record.levelname.lower()
+        if level == "critical":
+            level = "error"
+        self._log.emit(
+            level if level in ("debug", "info", "warning", "error") else "info",
+            code if isinstance(code, str) else GENERIC_CODE,
+            _PLACEHOLDER.sub("…", _fixed(record.msg)),
+        )
+
+
+def install(log: ServiceLog, *, level: int = logging.INFO) -> None:
+    """Send every `logging` record through `log` (and nowhere else)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(JsonLineHandler(log))
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "connexion"):
+        library = logging.getLogger(name)
+        library.handlers.clear()
+        library.propagate = True
+    logging.getLogger("uvicorn.access").disabled = True
+    logging.captureWarnings(True)

@@ -1,0 +1,216 @@
+"""End to end: `coordinatorctl` deployment commands, `coordinator serve`/`worker` and the sandbox
+products, each a separate process on loopback (09 §3, §5; 07 §1 guarantees).
+
+* SQLite: init → keys → package → migrate → apply → serve → start → the run finishes exactly
+  once and Messaging received exactly one message; SIGTERM exits 0.
+* PostgreSQL: `coordinator serve` plus a second `coordinator worker`; many runs admitted
+  concurrently each finish exactly once; a replayed start key answers the same run.
+* Crash: the service is SIGKILLed while a Messaging command is in flight (after the pre-send
+  commit, before the outcome is recorded); after a restart the run is `attention` with the
+  effect `unknown`, and nothing was sent again.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from conftest import with_database
+from e2e_support import Processes, Project, Sandbox, wait_for
+
+MESSAGING = "messaging.submit-message/v1"
+RUN_TIMEOUT = 30.0
+
+
+def _wait_status(project: Project, token: Any, run_id: str, wanted: set[str]) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        run = project.status(token, run_id)
+        return run if run["status"] in wanted else None
+
+    found: dict[str, Any] = wait_for(reached, RUN_TIMEOUT, f"run to reach {wanted}", 0.25)
+    return found
+
+
+def _deploy(project: Project) -> None:
+    migrated = project.deploy_ctl("migrate")
+    assert migrated["status"] == "migrated"
+    assert migrated["toVersion"] >= 1
+    applied = project.deploy_ctl("apply", "--reference", "E2E-1")
+    assert applied["status"] == "applied"
+    assert applied["packageDigest"] == project.package_digest
+    status = project.deploy_ctl("deployment-status")
+    assert status["status"] == "checked"
+    assert status["packageDigest"] == project.package_digest
+
+
+def test_sqlite_run_finishes_once_and_sends_one_message(project: Project) -> None:
+    sandbox = project.start_sandbox()
+    project.write_runtime(sandbox)
+    application = str(uuid.uuid4())
+    sandbox.seed_application(application)
+    _deploy(project)
+
+    service = project.start_service()
+    project.wait_healthy(service)
+    token = project.token_file()
+    started = project.start_run(token, application, delay=1.0)
+    assert started["status"] == "admitted"
+    run_id = started["run"]["runId"]
+
+    run = _wait_status(project, token, run_id, {"finished", "failed", "attention", "expired"})
+    assert run["status"] == "finished"
+    assert run["outcome"] == "message-accepted"
+    inspection = project.remote(token, "inspect", "--run", run_id)
+    assert [e["state"] for e in inspection["effects"]] == ["accepted"]
+    assert len(sandbox.requests(MESSAGING)) == 1
+    assert len(sandbox.messages()) == 1
+
+    # SQLite is one process: a second service is refused while the first holds the store.
+    busy = project.start_service("serve-2")
+    assert busy.wait(30) == 3
+    assert "coordinator.command.store-busy" in project.processes.log("serve-2")
+    # `coordinator worker` on SQLite is refused outright.
+    worker = project.start_worker()
+    assert worker.wait(30) == 1
+    assert "coordinator.command.store-single-process" in project.processes.log("worker")
+
+    assert project.processes.stop(service) == 0
+    assert len(sandbox.requests(MESSAGING)) == 1
+
+
+def _postgres_runtime(
+    project: Project,
+    sandbox: Sandbox,
+    postgres_url: str,
+    postgres_role: Callable[[], str],
+) -> None:
+    role = postgres_role()
+    namespace = f"coordinator_e2e_{uuid.uuid4().hex[:8]}"
+    database = postgres_url.rpartition("/")[2]
+    project.env["E2E_RUNTIME_URL"] = with_database(postgres_url, database, user=role)
+    project.env["E2E_MIGRATION_URL"] = postgres_url
+    project.write_runtime(
+        sandbox,
+        database=(
+            "database:\n  postgresql:\n"
+            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
+            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
+            f"    namespace: {namespace}\n"
+        ),
+        runtime_role=role,
+        concurrency=2,
+    )
+
+
+def test_postgres_serve_and_worker_finish_every_run_once(
+    project: Project, postgres_url: str, postgres_role: Callable[[], str]
+) -> None:
+    sandbox = project.start_sandbox()
+    _postgres_runtime(project, sandbox, postgres_url, postgres_role)
+    _deploy(project)
+    service = project.start_service()
+    worker = project.start_worker()
+    project.wait_healthy(service)
+    token = project.token_file()
+
+    count = 24
+    applications = [str(uuid.uuid4()) for _ in range(count)]
+    for application in applications:
+        sandbox.seed_application(application)
+    keys = [uuid.uuid4().hex for _ in range(count)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        started = list(
+            pool.map(
+                lambda pair: project.start_run(token, pair[0], key=pair[1], delay=1.0),
+                zip(applications, keys, strict=True),
+            )
+        )
+    assert {s["status"] for s in started} == {"admitted"}
+    run_ids = [s["run"]["runId"] for s in started]
+    assert len(set(run_ids)) == count
+
+    # The same key and input replays the same run (200 replayed).
+    replay = project.start_run(token, applications[0], key=keys[0])
+    assert replay["status"] == "replayed"
+    assert replay["run"]["runId"] == run_ids[0]
+
+    for run_id in run_ids:
+        run = _wait_status(project, token, run_id, {"finished", "failed", "attention", "expired"})
+        assert run["status"] == "finished", run
+    sent = sandbox.requests(MESSAGING)
+    assert len(sent) == count
+    assert len({r["idempotencyKey"] for r in sent}) == count
+    assert len(sandbox.messages()) == count
+    assert worker.poll() is None
+    assert project.processes.stop(worker) == 0
+    assert project.processes.stop(service) == 0
+
+
+def test_crash_after_dispatch_leaves_the_effect_unknown(
+    project: Project, processes: Processes
+) -> None:
+    sandbox = project.start_sandbox()
+    project.write_runtime(sandbox)
+    application = str(uuid.uuid4())
+    sandbox.seed_application(application)
+    _deploy(project)
+    # Messaging holds the request for 5 s before committing: the window to crash in.
+    sandbox.fault({"operation": MESSAGING, "kind": "delay", "delaySeconds": 5})
+
+    service = project.start_service()
+    project.wait_healthy(service)
+    token = project.token_file()
+    run_id = project.start_run(token, application, delay=0.5)["run"]["runId"]
+    wait_for(lambda: sandbox.requests(MESSAGING), RUN_TIMEOUT, "the message to be dispatched")
+    service.send_signal(signal.SIGKILL)
+    service.wait(10)
+
+    restarted = project.start_service("serve-restarted")
+    project.wait_healthy(restarted, "serve-restarted")
+    # The lease (15 s) lapses; the next claim makes the in-flight attempt `unknown` (T28).
+    run = _wait_status(project, token, run_id, {"attention", "finished", "failed"})
+    assert run["status"] == "attention"
+    assert run["uncertain"] is True
+    inspection = project.remote(token, "inspect", "--run", run_id)
+    assert [e["state"] for e in inspection["effects"]] == ["unknown"]
+    assert len(sandbox.requests(MESSAGING)) == 1
+    assert processes.stop(restarted) == 0
+    assert len(sandbox.requests(MESSAGING)) == 1
+
+
+def test_usage_and_refusals_of_the_service_command(project: Project) -> None:
+    usage = subprocess.run(
+        [*project_python(), "serve", "--poll-ms", "5", "--runtime-config", "/x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert usage.returncode == 2
+    assert "coordinator.cli.usage" in usage.stderr
+    assert "/x" not in usage.stderr
+    missing = subprocess.run(
+        [*project_python(), "serve", "--runtime-config", str(project.runtime)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert missing.returncode == 2  # init's runtime.yaml has no deployment block
+    assert "coordinator.command.deployment-required" in missing.stderr
+    # Every line the service writes is a JSON object of exactly these members. (Python's own
+    # warnings, printed while `coordinator_api` is imported, precede the service's first line.)
+    lines = [line for line in missing.stderr.splitlines() if line.startswith("{")]
+    assert lines
+    for line in lines:
+        assert set(json.loads(line)) == {"time", "level", "code", "message"}
+
+
+def project_python() -> list[str]:
+    return [sys.executable, "-m", "coordinator_api.serve"]

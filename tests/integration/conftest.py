@@ -1,0 +1,67 @@
+"""Fixtures of the integration suite: the sandbox products, the packaged example, and a
+deployment per test on SQLite and on PostgreSQL (the store suite's `postgres_url`: a fresh
+database per session; the PostgreSQL tests fail under `CI=true` when the server is missing and
+are skipped otherwise)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from integration_support import Deployed, Products, deploy, package, products
+
+__all__ = ["package", "products"]
+
+_STORE_SUITE = Path(__file__).resolve().parents[1] / "store"
+_STORE_CONFTEST = _STORE_SUITE / "conftest.py"
+if str(_STORE_SUITE) not in sys.path:
+    sys.path.append(str(_STORE_SUITE))  # its conftest imports store_support
+_spec = importlib.util.spec_from_file_location("store_suite_conftest", _STORE_CONFTEST)
+assert _spec is not None and _spec.loader is not None
+_store_suite = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_store_suite)
+postgres_admin_url = _store_suite.postgres_admin_url
+postgres_url = _store_suite.postgres_url
+postgres_role = _store_suite.postgres_role
+
+
+def _close(deployed: Deployed) -> None:
+    deployed.store.close()
+    deployed.audit.close()
+
+
+@pytest.fixture
+def sqlite_deployed(products: Products, package: object, tmp_path: Path) -> Iterator[Deployed]:
+    deployed = deploy(products, package, tmp_path)  # type: ignore[arg-type]
+    yield deployed
+    _close(deployed)
+
+
+@pytest.fixture
+def postgres_deployed(
+    products: Products,
+    package: object,
+    tmp_path: Path,
+    postgres_url: str,
+    postgres_role: Callable[[], str],
+) -> Iterator[Deployed]:
+    deployed = deploy(
+        products,
+        package,  # type: ignore[arg-type]
+        tmp_path,
+        postgres_url=postgres_url,
+        runtime_role=postgres_role(),
+    )
+    yield deployed
+    _close(deployed)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def deployed(request: pytest.FixtureRequest) -> Deployed:
+    """The same deployment on each backend."""
+    name = "sqlite_deployed" if request.param == "sqlite" else "postgres_deployed"
+    result: Deployed = request.getfixturevalue(name)
+    return result

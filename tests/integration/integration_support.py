@@ -1,0 +1,439 @@
+"""Support for the integration suite: the sandbox products as a subprocess, the packaged
+`examples/delayed-follow-up`, a deployment (runtime file + generated secrets) over a migrated
+store (SQLite file or PostgreSQL namespace), and the service with its workers.
+
+Everything is built the way the service builds it: `load_deployment` + `resolve_secrets` read a
+real runtime file, `migrate` + `apply_activation` prepare the store, `Store.open` checks it, and
+`coordinator_api.runtime.build_service` wires the service and the workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import pytest
+
+from coordinator_api.runtime import StoreRunService, build_service
+from coordinator_api.service import Admission, Admitted, Caller, RunInspection, RunStatus
+from coordinator_core.audit import AuditWriter
+from coordinator_core.definition.checker import check_project
+from coordinator_core.definition.package import LoadedPackage, load_package, write_package
+from coordinator_core.deployment import Deployment, Secrets, load_deployment, resolve_secrets
+from coordinator_core.store import (
+    ActivationRequest,
+    DeploymentIdentity,
+    Store,
+    apply_activation,
+    migrate,
+)
+from coordinator_core.worker import Worker
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "delayed-follow-up"
+READY_PREFIX = "coordinator-sandbox ready "
+DATABASE_ID = "delayed-follow-up-it"
+ISSUER = "http://127.0.0.1:8100"
+WORKFLOW = "delayed-follow-up"
+APPLICATION_ID = "a8d12546-b2ca-46ac-b12b-06c199041bb2"
+SKIPPED_APPLICATION_ID = "0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4f"
+SUBMIT = "messaging.submit-message/v1"
+
+SEED: dict[str, Any] = {
+    "delivery": {"initialSeconds": 0.05, "maximumSeconds": 0.2, "maximumAttempts": 20},
+    "breg": {
+        "records": [
+            {
+                "collection": "applications",
+                "recordId": APPLICATION_ID,
+                "entityTypeIdentifier": "application",
+                "domainData": {
+                    "followUpAllowed": True,
+                    "contactEmail": "ada@example.test",
+                    "applicantName": "Ada",
+                },
+            },
+            {
+                "collection": "applications",
+                "recordId": SKIPPED_APPLICATION_ID,
+                "entityTypeIdentifier": "application",
+                "domainData": {"contactEmail": "bob@example.test", "applicantName": "Bob"},
+            },
+        ]
+    },
+}
+
+
+# -- the sandbox products -------------------------------------------------------------------
+
+
+def _sandbox_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "coordinator_sandbox", *argv],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+@dataclass
+class Products:
+    """The running sandbox: service origins, the secrets directory `keys` wrote, a client."""
+
+    origins: dict[str, str]
+    secrets_dir: Path
+    http: httpx.Client
+
+    def url(self, service: str, path: str) -> str:
+        return self.origins[service] + path
+
+    def inject(self, service: str, **fault: Any) -> None:
+        answer = self.http.post(self.url(service, "/sandbox/faults"), json=fault)
+        assert answer.status_code == 201, answer.text
+
+    def clear_faults(self, service: str) -> None:
+        self.http.delete(self.url(service, "/sandbox/faults"))
+
+    def requests(self, service: str, **query: str) -> list[dict[str, Any]]:
+        answer = self.http.get(self.url(service, "/sandbox/requests"), params=query)
+        assert answer.status_code == 200
+        return list(answer.json()["requests"])
+
+    def submissions(self, key: str) -> list[dict[str, Any]]:
+        """Every message submission the sandbox received under the command key `key`."""
+        return self.requests("messaging", operation=SUBMIT, idempotencyKey=key)
+
+
+@pytest.fixture(scope="session")
+def products(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Products]:
+    root = tmp_path_factory.mktemp("products")
+    secrets_dir = root / "secrets"
+    state_dir = root / "sandbox"
+    keys = _sandbox_cli("keys", "--secrets-dir", str(secrets_dir), "--state-dir", str(state_dir))
+    assert keys.returncode == 0, keys.stderr
+    (state_dir / "sandbox.json").write_text(json.dumps(SEED))
+    stderr_path = root / "sandbox.stderr"
+    with stderr_path.open("w") as stderr:
+        process = subprocess.Popen(
+            [
+                sys.executable, "-m", "coordinator_sandbox", "serve", "--ports", "0",
+                "--state-dir", str(state_dir),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    stdout = process.stdout
+    assert stdout is not None
+
+    def pump() -> None:
+        for text in iter(stdout.readline, ""):
+            lines.put(text)
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        line = lines.get(timeout=30)
+    except queue.Empty:
+        process.kill()
+        raise AssertionError("sandbox not ready: " + stderr_path.read_text()) from None
+    assert line.startswith(READY_PREFIX), line
+    origins = json.loads(line[len(READY_PREFIX) :])
+    try:
+        with httpx.Client(timeout=5, trust_env=False) as client:
+            yield Products(origins, secrets_dir, client)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+# -- the package ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def package(tmp_path_factory: pytest.TempPathFactory) -> LoadedPackage:
+    """`examples/delayed-follow-up`, checked and packaged as `coordinatorctl package` does."""
+    checked = check_project(EXAMPLE, definition_only=True)
+    assert not checked.has_errors, [d.code for d in checked.diagnostics]
+    assert checked.definition is not None and checked.definition.snapshot is not None
+    root = tmp_path_factory.mktemp("package") / "package"
+    digest = write_package(checked.definition.snapshot, root)
+    return load_package(root, digest)
+
+
+# -- the deployment -------------------------------------------------------------------------
+
+
+def _with_user(url: str, user: str) -> str:
+    """`url` connecting as `user` (trust authentication in the test cluster)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((parts.scheme, f"{user}@{host}", parts.path, parts.query, parts.fragment))
+
+
+def _write_secret(path: Path, data: bytes) -> None:
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as stream:
+        stream.write(data)
+
+
+def _runtime_yaml(
+    products: Products, package: LoadedPackage, root: Path, database: str, role: str | None
+) -> str:
+    token = products.origins["tokenEndpoint"]
+    return f"""\
+apiVersion: id.registrystack.org/formats/coordinator/runtime/v1alpha1
+kind: CoordinatorRuntimeConfig
+secretProviders:
+  file:
+    root: {root / "secrets"}
+  environment: {{}}
+database:
+{database}
+observation:
+  minimumIntervalSeconds: 30
+connections:
+  applications:
+    product: breg
+    baseUrl: {products.origins["breg"]}
+    profile: coordinator-reader
+    authorization:
+      tokenEndpoint: {token}
+      clientId: coordinator-applications
+      signingKeyRef: secret:file/applications-client.jwk
+      resource: urn:registrystack:breg:applications
+      scopes: [breg:records:read]
+  notices:
+    product: messaging
+    baseUrl: {products.origins["messaging"]}
+    authorization:
+      tokenEndpoint: {token}
+      clientId: coordinator-notices
+      signingKeyRef: secret:file/notices-client.jwk
+      resource: urn:registrystack:messaging
+      scopes: [messaging:messages:submit]
+deployment:
+  databaseId: {DATABASE_ID}
+{"" if role is None else f"  runtimeRole: {role}{chr(10)}"}  package:
+    root: {package.root}
+    expectedDigest: "{package.package_digest}"
+  listener:
+    bind: 127.0.0.1:8108
+    tlsTermination: development-loopback
+  authentication:
+    issuer: {ISSUER}
+    audience: coordinator
+    jwksSource:
+      type: static
+      documentRef: secret:file/caller-jwks.json
+    allowedClients: [ops-console]
+    policies:
+      - clientId: ops-console
+        requiredScopes: [coordinator:operate]
+        workflows: [{WORKFLOW}]
+        actions: [start, status, inspect, cancel, retry-same, reconcile, doctor]
+        operator: true
+  auditDirectory: {root / "audit"}
+  auditKeyRef: secret:file/audit.key
+  activeStateKey: 1
+  stateKeys:
+    "1":
+      keyRef: secret:file/state-1.key
+  admissionKeyRef: secret:file/admission.key
+"""
+
+
+@dataclass
+class Deployed:
+    """A deployment over a migrated, activated store, with its service and worker factory."""
+
+    deployment: Deployment
+    secrets: Secrets
+    store: Store
+    package: LoadedPackage
+    service: StoreRunService
+    worker_for: Callable[[str], Worker]
+    audit: AuditWriter
+    products: Products
+    url: str
+    namespace: str | None
+    identity: DeploymentIdentity
+    _workers: dict[str, Worker] = field(default_factory=dict)
+
+    def worker(self, name: str = "worker-1") -> Worker:
+        if name not in self._workers:
+            self._workers[name] = self.worker_for(name)
+        return self._workers[name]
+
+    def run(self, coroutine: Any) -> Any:
+        return asyncio.run(coroutine)
+
+    def admit(
+        self,
+        run_input: dict[str, Any],
+        key: str | None = None,
+        caller: Caller | None = None,
+        revision: str | None = None,
+    ) -> Admitted:
+        admission = Admission(
+            caller=caller or CALLER,
+            workflow=WORKFLOW,
+            revision=revision or self.package.snapshot.revision,
+            input=run_input,
+            idempotency_key=key or f"key-{uuid.uuid4()}",
+        )
+        result: Admitted = self.run(self.service.admit(admission))
+        return result
+
+    def status(self, run_id: uuid.UUID, caller: Caller | None = None) -> RunStatus | None:
+        result: RunStatus | None = self.run(self.service.get_run(caller or CALLER, run_id))
+        return result
+
+    def inspect(self, run_id: uuid.UUID, caller: Caller | None = None) -> RunInspection | None:
+        result: RunInspection | None = self.run(
+            self.service.inspect_run(caller or CALLER, run_id)
+        )
+        return result
+
+    def drive(
+        self, run_id: uuid.UUID, *, worker: str = "worker-1", limit: int = 60, timeout: float = 60
+    ) -> tuple[RunStatus, int]:
+        """Tick until the run leaves `running` (or the limit); answers its status and the
+        number of ticks that found work. Retries are due 100/500 ms later: idle ticks wait."""
+        ticks = 0
+        deadline = time.monotonic() + timeout
+        status = self.status(run_id)
+        while status is not None and status.status == "running":
+            if ticks >= limit or time.monotonic() > deadline:
+                break
+            if self.worker(worker).tick():
+                ticks += 1
+            else:
+                time.sleep(0.05)
+            status = self.status(run_id)
+        assert status is not None
+        return status, ticks
+
+    def command_key(self, admitted: Admitted, step: str = "notify") -> str:
+        snapshot = self.store.get_run_snapshot(admitted.run.run_id)
+        assert snapshot is not None
+        return self.secrets.admission_key.command_key(
+            DATABASE_ID, snapshot.run.start_identity, step
+        )
+
+
+CALLER = Caller(
+    issuer=ISSUER,
+    subject="operator-1",
+    client_id="ops-console",
+    operator=False,
+    workflows=frozenset({WORKFLOW}),
+    actions=frozenset({"start", "status", "inspect", "cancel", "retry-same", "reconcile"}),
+)
+OTHER_CALLER = Caller(
+    issuer=ISSUER,
+    subject="someone-else",
+    client_id="ops-console",
+    operator=False,
+    workflows=frozenset({WORKFLOW}),
+    actions=CALLER.actions,
+)
+
+
+def deploy(
+    products: Products,
+    package: LoadedPackage,
+    root: Path,
+    *,
+    postgres_url: str | None = None,
+    runtime_role: str | None = None,
+    pool_size: int = 10,
+) -> Deployed:
+    """Write a runtime file and secrets under `root`, migrate and activate the store, open it
+    and build the service, exactly as `coordinator serve` does."""
+    secrets_dir = root / "secrets"
+    secrets_dir.mkdir(mode=0o700, parents=True)
+    for source in products.secrets_dir.iterdir():
+        if source.is_file():
+            _write_secret(secrets_dir / source.name, source.read_bytes())
+    _write_secret(secrets_dir / "state-1.key", secrets.token_bytes(32))
+    _write_secret(secrets_dir / "admission.key", secrets.token_bytes(32))
+    _write_secret(secrets_dir / "audit.key", secrets.token_bytes(32))
+    environment: dict[str, str] = {}
+    namespace: str | None = None
+    if postgres_url is None:
+        database = f"  sqlite:\n    path: {root / 'coordinator.db'}\n"
+    else:
+        namespace = f"coordinator_it{secrets.token_hex(5)}"
+        assert runtime_role is not None
+        environment["COORDINATOR_IT_MIGRATION_URL"] = postgres_url
+        environment["COORDINATOR_IT_RUNTIME_URL"] = _with_user(postgres_url, runtime_role)
+        database = (
+            "  postgresql:\n"
+            "    runtimeUrlRef: secret:env/COORDINATOR_IT_RUNTIME_URL\n"
+            "    migrationUrlRef: secret:env/COORDINATOR_IT_MIGRATION_URL\n"
+            f"    namespace: {namespace}\n"
+        )
+    runtime = root / "runtime.yaml"
+    runtime.write_text(_runtime_yaml(products, package, root, database, runtime_role))
+    runtime.chmod(0o600)
+    deployment = load_deployment(runtime, environment=environment)
+    resolved = resolve_secrets(deployment, environment=environment)
+    settings = deployment.deployment
+    assert settings is not None
+    identity = DeploymentIdentity(
+        database_id=DATABASE_ID,
+        admission_key_commitment=resolved.admission_key.custody_marker(DATABASE_ID),
+        state_key_commitments=resolved.state_keys.custody_markers(DATABASE_ID),
+        active_state_key=settings.active_state_key,
+        package_digest=package.package_digest,
+        runtime_role=runtime_role,
+    )
+    url = postgres_url or f"sqlite:///{root / 'coordinator.db'}"
+    migrate(url, identity, namespace=namespace)
+    snapshot = package.snapshot
+    apply_activation(
+        url,
+        identity,
+        ActivationRequest(
+            package.package_digest,
+            WORKFLOW,
+            snapshot.revision,
+            snapshot.definition_digest,
+        ),
+        bindings_ok=lambda _pairs: True,
+        namespace=namespace,
+    )
+    runtime_url = url if postgres_url is None else _with_user(postgres_url, runtime_role or "")
+    store = Store.open(runtime_url, identity, namespace=namespace, pool_size=pool_size)
+    audit = AuditWriter.open(root / "audit", "worker")
+    service, worker_for = build_service(deployment, resolved, store, package, audit=audit)
+    assert isinstance(service, StoreRunService)
+    return Deployed(
+        deployment, resolved, store, package, service, worker_for, audit, products, url,
+        namespace, identity,
+    )  # fmt: skip
+
+
+def run_input(application_id: str = APPLICATION_ID, send_after: str = "2020-01-01T00:00:00Z") -> dict[str, Any]:
+    return {"applicationId": application_id, "sendAfter": send_after}

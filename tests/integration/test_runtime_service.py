@@ -1,0 +1,130 @@
+"""The store-backed `RunService` (06 §5): admission and its replays, ownership, status and
+inspection shapes, lists, doctor and holds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from integration_support import (
+    CALLER,
+    OTHER_CALLER,
+    WORKFLOW,
+    Deployed,
+    run_input,
+)
+
+from coordinator_api.service import RunQuery, ServiceRefusal
+
+
+def test_a_replayed_admission_answers_the_same_run_without_a_second(deployed: Deployed) -> None:
+    first = deployed.admit(run_input(), key="key-1")
+    again = deployed.admit(run_input(), key="key-1")
+    assert (first.created, again.created) == (True, False)
+    assert again.run.run_id == first.run.run_id
+    page = deployed.run(deployed.service.list_runs(CALLER, RunQuery()))
+    assert [run.run_id for run in page.runs] == [first.run.run_id]
+
+
+def test_a_reused_key_with_another_input_is_refused(sqlite_deployed: Deployed) -> None:
+    deployed = sqlite_deployed
+    deployed.admit(run_input(), key="key-2")
+    with pytest.raises(ServiceRefusal) as refused:
+        deployed.admit(run_input(send_after="2021-01-01T00:00:00Z"), key="key-2")
+    assert refused.value.code == "idempotency.key-reused"
+
+
+def test_another_revision_is_refused_and_a_bad_input_reported(sqlite_deployed: Deployed) -> None:
+    deployed = sqlite_deployed
+    with pytest.raises(ServiceRefusal) as refused:
+        deployed.admit(run_input(), revision="sha256:" + "9" * 64)
+    assert refused.value.code == "admission.revision-mismatch"
+    with pytest.raises(ServiceRefusal) as invalid:
+        deployed.admit({"applicationId": "not-a-uuid"})
+    assert invalid.value.code == "coordinator.definition.input"
+
+
+def test_someone_elses_run_is_absent(sqlite_deployed: Deployed) -> None:
+    deployed = sqlite_deployed
+    admitted = deployed.admit(run_input())
+    run_id = admitted.run.run_id
+    assert deployed.status(run_id, OTHER_CALLER) is None
+    assert deployed.inspect(run_id, OTHER_CALLER) is None
+    with pytest.raises(ServiceRefusal) as refused:
+        deployed.run(deployed.service.cancel(OTHER_CALLER, run_id, "case-1"))
+    assert refused.value.code == "coordinator.command.run-absent"
+    page = deployed.run(deployed.service.list_runs(OTHER_CALLER, RunQuery()))
+    assert list(page.runs) == []
+    operator = replace(OTHER_CALLER, operator=True)
+    assert deployed.status(run_id, operator) is not None
+    outsider = replace(CALLER, workflows=frozenset({"another"}))
+    assert deployed.status(run_id, outsider) is None
+
+
+def test_status_and_inspection_never_show_the_input(sqlite_deployed: Deployed) -> None:
+    deployed = sqlite_deployed
+    admitted = deployed.admit(run_input())
+    status = admitted.run
+    assert (status.workflow_id, status.workflow_version, status.origin) == (WORKFLOW, "1", "api")
+    assert (status.step, status.revision) == ("due", deployed.package.snapshot.revision)
+    assert status.next_due_at == status.admitted_at
+    assert status.binding_digest.startswith("sha256:")
+    assert (status.deadline_at - status.admitted_at).total_seconds() == 2_592_000
+    inspection = deployed.inspect(status.run_id)
+    assert inspection is not None
+    assert "a8d12546" not in repr(inspection)
+    assert inspection.recovery.retry_blocked_by == "terminal"
+    assert inspection.recovery.reconcile_blocked_by == "not-uncertain"
+
+
+def test_the_run_list_pages_newest_first_with_a_verified_cursor(sqlite_deployed: Deployed) -> None:
+    deployed = sqlite_deployed
+    admitted = [deployed.admit(run_input()).run.run_id for _ in range(5)]
+    seen = []
+    cursor = None
+    while True:
+        page = deployed.run(deployed.service.list_runs(CALLER, RunQuery(limit=2, cursor=cursor)))
+        seen.extend(run.run_id for run in page.runs)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert sorted(seen) == sorted(admitted) and len(seen) == 5
+    assert seen[0] == admitted[-1]
+    first = deployed.run(deployed.service.list_runs(CALLER, RunQuery(limit=2)))
+    assert first.next_cursor is not None
+    for forged in (first.next_cursor[:-1] + "0", "x." + "0" * 32):
+        with pytest.raises(ServiceRefusal) as refused:
+            deployed.run(deployed.service.list_runs(CALLER, RunQuery(limit=2, cursor=forged)))
+        assert refused.value.code == "coordinator.request.cursor-invalid"
+    with pytest.raises(ServiceRefusal):
+        deployed.run(
+            deployed.service.list_runs(
+                CALLER, RunQuery(limit=2, cursor=first.next_cursor, status="finished")
+            )
+        )
+
+
+def test_doctor_ready_and_the_restore_hold(sqlite_deployed: Deployed) -> None:
+    deployed = sqlite_deployed
+    service = deployed.service
+    admitted = deployed.admit(run_input())
+    assert deployed.run(service.ready()) is True
+    doctor = deployed.run(service.doctor())
+    assert doctor.activation_ready
+    assert doctor.state.statuses["running"] == 1 and len(doctor.state.statuses) == 8
+    assert doctor.state.audit_head == deployed.audit.head
+    held = deployed.run(service.restore_hold("case-2"))
+    assert (held.restore_hold, held.admissions_hold, held.restore_review) == (True, True, 1)
+    assert deployed.run(service.ready()) is False
+    status = deployed.status(admitted.run.run_id)
+    assert status is not None and (status.status, status.restore_review) == ("attention", True)
+    assert not deployed.worker().tick()
+    with pytest.raises(ServiceRefusal) as refused:
+        deployed.admit(run_input())
+    assert refused.value.code == "coordinator.command.restore-admissions-held"
+    released = deployed.run(service.release_restore_hold("evidence-1"))
+    assert (released.restore_hold, released.admissions_hold) == (False, True)
+    retried = deployed.run(service.retry_same(CALLER, admitted.run.run_id, "case-3"))
+    assert (retried.status, retried.restore_review) == ("running", False)
+    status, _ = deployed.drive(admitted.run.run_id)
+    assert status.status == "finished"

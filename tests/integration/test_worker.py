@@ -1,0 +1,216 @@
+"""The worker end to end (07 §7): admitted through the `RunService`, ticked through the engine,
+sent to the sandbox products over HTTP, recorded in the store."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import NoReturn
+
+import pytest
+from integration_support import (
+    APPLICATION_ID,
+    CALLER,
+    SKIPPED_APPLICATION_ID,
+    SUBMIT,
+    Deployed,
+    run_input,
+)
+
+from coordinator_core.audit import verify_directory
+from coordinator_core.store import LEASE_SECONDS
+
+
+def test_a_due_follow_up_is_sent_once_and_the_run_finishes(deployed: Deployed) -> None:
+    admitted = deployed.admit(run_input())
+    assert admitted.created and admitted.run.status == "running"
+    status, ticks = deployed.drive(admitted.run.run_id)
+    assert status.status == "finished", status
+    assert status.outcome == "message-accepted"
+    assert isinstance(status.output, dict) and set(status.output) == {"messageId"}
+    inspection = deployed.inspect(admitted.run.run_id)
+    assert inspection is not None
+    assert [(e.step, e.state, e.settled_by) for e in inspection.effects] == [
+        ("notify", "accepted", "response")
+    ]
+    assert len(deployed.products.submissions(deployed.command_key(admitted))) == 1
+
+
+def test_a_record_without_the_flag_takes_the_skip_route_and_sends_nothing(
+    sqlite_deployed: Deployed,
+) -> None:
+    deployed = sqlite_deployed
+    admitted = deployed.admit(run_input(SKIPPED_APPLICATION_ID))
+    status, _ = deployed.drive(admitted.run.run_id)
+    assert (status.status, status.outcome, status.output) == (
+        "finished",
+        "no-current-permission",
+        None,
+    )
+    inspection = deployed.inspect(admitted.run.run_id)
+    assert inspection is not None
+    assert [step.step for step in inspection.steps] == [
+        "due",
+        "read-application",
+        "permission",
+        "skipped",
+    ]
+    assert inspection.effects == []
+    assert deployed.products.submissions(deployed.command_key(admitted)) == []
+
+
+def test_a_503_is_retried_with_the_same_command_and_key(deployed: Deployed) -> None:
+    deployed.products.inject("messaging", operation=SUBMIT, kind="fail", status=503)
+    admitted = deployed.admit(run_input())
+    status, _ = deployed.drive(admitted.run.run_id)
+    assert status.status == "finished", status
+    submissions = deployed.products.submissions(deployed.command_key(admitted))
+    assert [entry["status"] for entry in submissions] == [503, 202]
+    assert submissions[0]["body"] == submissions[1]["body"]
+    inspection = deployed.inspect(admitted.run.run_id)
+    assert inspection is not None
+    notify = next(step for step in inspection.steps if step.step == "notify")
+    assert (notify.state, notify.generation, notify.attempt) == ("delivered", 1, 2)
+
+
+def test_an_applied_effect_whose_answer_was_lost_waits_for_an_operator(
+    deployed: Deployed,
+) -> None:
+    deployed.products.inject("messaging", operation=SUBMIT, kind="commit-then-drop")
+    admitted = deployed.admit(run_input())
+    run_id = admitted.run.run_id
+    status, _ = deployed.drive(run_id)
+    assert (status.status, status.failure_code, status.uncertain) == (
+        "attention",
+        "transport-uncertain",
+        True,
+    )
+    inspection = deployed.inspect(run_id)
+    assert inspection is not None
+    assert [(e.step, e.state) for e in inspection.effects] == [("notify", "unknown")]
+    assert inspection.recovery.reconcile_allowed and inspection.recovery.retry_allowed
+    # Nothing is claimable and nothing is sent again, however long the workers tick.
+    assert not any(deployed.worker().tick() for _ in range(5))
+    key = deployed.command_key(admitted)
+    submissions = deployed.products.submissions(key)
+    assert [entry["outcome"] for entry in submissions] == ["dropped"]
+    assert submissions[0]["committed"] is True
+    # The receipt settles it without sending the message again (07 §9.2, T31).
+    result = deployed.run(deployed.service.reconcile(CALLER, run_id, "case-17"))
+    assert result.result == "settled"
+    assert [(e.state, e.settled_by) for e in result.inspection.effects] == [
+        ("accepted", "reconcile")
+    ]
+    status, _ = deployed.drive(run_id)
+    assert status.status == "finished" and status.outcome == "message-accepted"
+    assert len(deployed.products.submissions(key)) == 1
+
+
+def test_retry_same_resends_the_frozen_command_with_its_original_key(
+    sqlite_deployed: Deployed,
+) -> None:
+    deployed = sqlite_deployed
+    deployed.products.inject("messaging", operation=SUBMIT, kind="commit-then-drop")
+    admitted = deployed.admit(run_input())
+    run_id = admitted.run.run_id
+    status, _ = deployed.drive(run_id)
+    assert status.status == "attention"
+    retried = deployed.run(deployed.service.retry_same(CALLER, run_id, "case-18"))
+    assert retried.status == "running"
+    status, _ = deployed.drive(run_id)
+    assert status.status == "finished", status
+    submissions = deployed.products.submissions(deployed.command_key(admitted))
+    assert len(submissions) == 2
+    assert submissions[0]["body"] == submissions[1]["body"]
+    inspection = deployed.inspect(run_id)
+    assert inspection is not None
+    assert [(e.state, e.settled_by) for e in inspection.effects] == [("accepted", "retry-same")]
+
+
+def test_a_lapsed_lease_after_the_pre_send_mark_is_unknown_never_resent(
+    sqlite_deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process dies after the may-send mark committed (here: the adapter raises): the
+    record stays `dispatched`; when its lease lapses the claim makes it `unknown` (T28)."""
+    deployed = sqlite_deployed
+    admitted = deployed.admit(run_input())
+    run_id = admitted.run.run_id
+    worker = deployed.worker()
+    adapters = deployed.service.adapters
+
+    def crash(*_args: object, **_kwargs: object) -> NoReturn:
+        raise RuntimeError("the process died here")
+
+    while True:
+        snapshot = deployed.store.get_run_snapshot(run_id)
+        assert snapshot is not None
+        if snapshot.run.current_step == "notify":
+            break
+        assert worker.tick()
+    monkeypatch.setattr(adapters, "call", crash)
+    with pytest.raises(RuntimeError):
+        worker.tick()
+    snapshot = deployed.store.get_run_snapshot(run_id)
+    assert snapshot is not None
+    notify = snapshot.current
+    assert (notify.state, notify.dispatched, notify.sent) == ("leased", True, True)
+    monkeypatch.undo()
+    later = datetime.now(UTC) + timedelta(seconds=LEASE_SECONDS + 1)
+    worker.tick(later)  # the claim transaction recovers the lapsed lease: T28
+    status = deployed.status(run_id)
+    assert status is not None
+    assert (status.status, status.failure_code) == ("attention", "transport-uncertain")
+    assert not worker.tick(later + timedelta(seconds=1))
+    assert deployed.products.submissions(deployed.command_key(admitted)) == []
+
+
+def test_a_wait_until_in_the_future_is_a_record_not_a_sleeping_process(
+    sqlite_deployed: Deployed,
+) -> None:
+    deployed = sqlite_deployed
+    due = datetime.now(UTC) + timedelta(hours=2)
+    admitted = deployed.admit(run_input(send_after=due.isoformat().replace("+00:00", "Z")))
+    run_id = admitted.run.run_id
+    worker = deployed.worker()
+    assert worker.tick()  # first claim computes the instant (T16)
+    status = deployed.status(run_id)
+    assert status is not None and status.status == "running"
+    assert status.next_due_at is not None
+    assert abs((status.next_due_at - due).total_seconds()) < 0.002
+    assert not worker.tick()  # nothing is due now
+    ticks = 0
+    moment = due + timedelta(seconds=1)
+    while (current := deployed.status(run_id)) is not None and current.status == "running":
+        assert worker.tick(moment)
+        ticks += 1
+        assert ticks < 10
+    assert current is not None and current.status == "finished"
+    assert ticks == 5  # due, read-application, permission, notify, accepted
+
+
+def test_cancel_while_due_stops_the_run_without_sending(sqlite_deployed: Deployed) -> None:
+    deployed = sqlite_deployed
+    due = (datetime.now(UTC) + timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+    admitted = deployed.admit(run_input(send_after=due))
+    run_id = admitted.run.run_id
+    assert deployed.worker().tick()
+    cancelled = deployed.run(deployed.service.cancel(CALLER, run_id, "case-19"))
+    assert (cancelled.status, cancelled.cancel_requested) == ("cancelled", True)
+    again = deployed.run(deployed.service.cancel(CALLER, run_id, "case-19"))
+    assert again.status == "cancelled"
+    assert not deployed.worker().tick(datetime.now(UTC) + timedelta(hours=2))
+    assert deployed.products.submissions(deployed.command_key(admitted)) == []
+
+
+def test_the_journal_holds_the_worker_entries_and_verifies(sqlite_deployed: Deployed) -> None:
+    deployed = sqlite_deployed
+    admitted = deployed.admit(run_input())
+    deployed.drive(admitted.run.run_id)
+    result = verify_directory(deployed.audit.path.parent)
+    assert result.entries >= 11
+    lines = [json.loads(line) for line in deployed.audit.path.read_text().splitlines()]
+    actions = [(line["record"]["action"], line["record"]["outcome"]) for line in lines]
+    assert actions.count(("dispatch", "intent")) == 1
+    assert actions.count(("attempt", "intent")) == 6  # the wait-until is claimed twice
+    text = deployed.audit.path.read_text()
+    assert APPLICATION_ID not in text and str(admitted.run.run_id) not in text
