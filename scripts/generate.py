@@ -80,7 +80,10 @@ def generate(out_root: Path) -> None:
     import generate_errors
 
     bundled, connexion = bundle_openapi.bundle(SPEC)
-    for name, text in ((bundle_openapi.BUNDLED_NAME, bundled), (bundle_openapi.CONNEXION_NAME, connexion)):
+    for name, text in (
+        (bundle_openapi.BUNDLED_NAME, bundled),
+        (bundle_openapi.CONNEXION_NAME, connexion),
+    ):
         (out_root / "generated").mkdir(parents=True, exist_ok=True)
         (out_root / "generated" / name).write_text(text, encoding="utf-8", newline="\n")
 
