@@ -60,9 +60,14 @@ class Processes:
         self.started.append(process)
         return process
 
-    def stop(self, process: subprocess.Popen[bytes], timeout: float = 20.0) -> int:
+    def stop(
+        self,
+        process: subprocess.Popen[bytes],
+        signum: signal.Signals = signal.SIGTERM,
+        timeout: float = 20.0,
+    ) -> int:
         if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
+            process.send_signal(signum)
             try:
                 process.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -313,7 +318,13 @@ class Project:
         return self.ctl("--url", self.origin, "--token-file", str(token), *arguments, check=check)
 
     def start_run(
-        self, token: Path, application_id: str, *, key: str | None = None, delay: float = 1.0
+        self,
+        token: Path,
+        application_id: str,
+        *,
+        key: str | None = None,
+        delay: float = 1.0,
+        check: bool = True,
     ) -> dict[str, Any]:
         stem = key or uuid.uuid4().hex
         input_file = self.root / f"input-{stem}.json"
@@ -332,7 +343,40 @@ class Project:
             "--revision", self.revision,
             "--input", str(input_file),
             "--key-file", str(key_file),
+            check=check,
         )  # fmt: skip
+
+    # -- the API directly (for many runs; one CLI process per call would dominate the time) --
+
+    def api_start(
+        self, token: Path, application_id: str, key: str, send_after: datetime
+    ) -> tuple[int, dict[str, Any]]:
+        moment = send_after.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        answer = httpx.post(
+            self.origin + "/v1/runs",
+            headers={
+                "Authorization": "Bearer " + token.read_text().strip(),
+                "Idempotency-Key": key,
+            },
+            json={
+                "workflow": WORKFLOW,
+                "revision": self.revision,
+                "input": {"applicationId": application_id, "sendAfter": moment},
+            },
+            timeout=30,
+        )
+        body: dict[str, Any] = answer.json()
+        return answer.status_code, body
+
+    def api_status(self, token: Path, run_id: str) -> dict[str, Any]:
+        answer = httpx.get(
+            f"{self.origin}/v1/runs/{run_id}",
+            headers={"Authorization": "Bearer " + token.read_text().strip()},
+            timeout=30,
+        )
+        answer.raise_for_status()
+        body: dict[str, Any] = answer.json()
+        return body
 
     def status(self, token: Path, run_id: str) -> dict[str, Any]:
         run: dict[str, Any] = self.remote(token, "status", "--run", run_id)["run"]

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 from conftest import with_database
 from e2e_support import Processes, Project, Sandbox, wait_for
 
@@ -80,8 +83,26 @@ def test_sqlite_run_finishes_once_and_sends_one_message(project: Project) -> Non
     assert worker.wait(30) == 1
     assert "coordinator.command.store-single-process" in project.processes.log("worker")
 
-    assert project.processes.stop(service) == 0
+    assert project.processes.stop(service, signal.SIGINT) == 0
     assert len(sandbox.requests(MESSAGING)) == 1
+
+    # The listener's port is taken: `listener-unavailable`, exit 3 (nothing else changes).
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", project.listener_port))
+        taken.listen()
+        blocked = project.start_service("serve-blocked")
+        assert blocked.wait(30) == 3
+    assert "coordinator.command.listener-unavailable" in project.processes.log("serve-blocked")
+
+    # Recovery-only: the API serves reads, admits nothing and is never ready (06 §13).
+    recovery = project.start_service("serve-recovery", "--recovery-only")
+    project.wait_healthy(recovery, "serve-recovery")
+    assert httpx.get(project.origin + "/ready", timeout=5).status_code == 503
+    refused = project.start_run(token, application, check=False)
+    assert refused["exitCode"] == 1
+    assert [d["code"] for d in refused["diagnostics"]] == ["coordinator.command.recovery-only"]
+    assert project.status(token, run_id)["status"] == "finished"
+    assert project.processes.stop(recovery) == 0
 
 
 def _postgres_runtime(
@@ -119,34 +140,44 @@ def test_postgres_serve_and_worker_finish_every_run_once(
     project.wait_healthy(service)
     token = project.token_file()
 
-    count = 24
+    count = 30
     applications = [str(uuid.uuid4()) for _ in range(count)]
     for application in applications:
         sandbox.seed_application(application)
     keys = [uuid.uuid4().hex for _ in range(count)]
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        started = list(
-            pool.map(
-                lambda pair: project.start_run(token, pair[0], key=pair[1], delay=1.0),
-                zip(applications, keys, strict=True),
-            )
+    send_after = datetime.now(UTC) + timedelta(seconds=2)
+    # Every key is sent twice at once: concurrent admissions with one key resolve to one run.
+    requests = [(a, k) for a, k in zip(applications, keys, strict=True)] * 2
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = list(
+            pool.map(lambda pair: project.api_start(token, pair[0], pair[1], send_after), requests)
         )
-    assert {s["status"] for s in started} == {"admitted"}
-    run_ids = [s["run"]["runId"] for s in started]
+    first, second = answers[:count], answers[count:]
+    run_ids = [body["runId"] for _, body in first]
+    assert [body["runId"] for _, body in second] == run_ids
     assert len(set(run_ids)) == count
+    for (one, _), (other, _) in zip(first, second, strict=True):
+        assert sorted((one, other)) == [200, 201]
+    # A later replay of the same key and input answers the same run.
+    status, replay = project.api_start(token, applications[0], keys[0], send_after)
+    assert (status, replay["runId"]) == (200, run_ids[0])
 
-    # The same key and input replays the same run (200 replayed).
-    replay = project.start_run(token, applications[0], key=keys[0])
-    assert replay["status"] == "replayed"
-    assert replay["run"]["runId"] == run_ids[0]
+    def all_settled() -> list[dict[str, Any]] | None:
+        runs = [project.api_status(token, run_id) for run_id in run_ids]
+        settled = {"finished", "failed", "attention", "expired"}
+        return runs if all(run["status"] in settled for run in runs) else None
 
-    for run_id in run_ids:
-        run = _wait_status(project, token, run_id, {"finished", "failed", "attention", "expired"})
-        assert run["status"] == "finished", run
+    runs = wait_for(all_settled, 45, "every run to settle", interval=0.5)
+    assert {run["status"] for run in runs} == {"finished"}
     sent = sandbox.requests(MESSAGING)
     assert len(sent) == count
     assert len({r["idempotencyKey"] for r in sent}) == count
     assert len(sandbox.messages()) == count
+    # Both processes worked: the scale-out worker journaled attempts of its own.
+    audit = project.root / ".coordinator" / "audit"
+    worker_files = list(audit.glob("worker-*.jsonl"))
+    assert worker_files
+    assert any('"phase":"record"' in path.read_text() for path in worker_files)
     assert worker.poll() is None
     assert project.processes.stop(worker) == 0
     assert project.processes.stop(service) == 0

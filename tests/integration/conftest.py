@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from integration_support import Deployed, Products, deploy, package, products
+from integration_support import Deployed, Products, deploy, package, products, recorded_package
 
-__all__ = ["package", "products"]
+__all__ = ["package", "products", "recorded_package"]
 
 _STORE_SUITE = Path(__file__).resolve().parents[1] / "store"
 _STORE_CONFTEST = _STORE_SUITE / "conftest.py"
@@ -55,6 +55,23 @@ def postgres_deployed(
         postgres_url=postgres_url,
         runtime_role=postgres_role(),
     )
+    yield deployed
+    _close(deployed)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def recorded_deployed(
+    request: pytest.FixtureRequest,
+    products: Products,
+    recorded_package: object,
+    tmp_path: Path,
+) -> Iterator[Deployed]:
+    """`examples/recorded-decision` deployed on each backend."""
+    options: dict[str, object] = {}
+    if request.param == "postgresql":
+        options["postgres_url"] = request.getfixturevalue("postgres_url")
+        options["runtime_role"] = request.getfixturevalue("postgres_role")()
+    deployed = deploy(products, recorded_package, tmp_path, **options)  # type: ignore[arg-type]
     yield deployed
     _close(deployed)
 

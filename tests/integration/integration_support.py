@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -74,7 +74,32 @@ SEED: dict[str, Any] = {
                 "entityTypeIdentifier": "application",
                 "domainData": {"contactEmail": "bob@example.test", "applicantName": "Bob"},
             },
-        ]
+        ],
+        "actions": {
+            "record-review-decision": {
+                "kind": "immediate",
+                "registryRevision": "2026.1",
+                "inputSchema": {
+                    "type": "object",
+                    "required": ["applicationId", "decision", "reviewResultId", "decidedAt"],
+                    "properties": {
+                        "applicationId": {"type": "string"},
+                        "decision": {"enum": ["approved", "rejected"]},
+                        "reviewResultId": {"type": "string"},
+                        "decidedAt": {"type": "string"},
+                    },
+                    "additionalProperties": False,
+                },
+                "conditionInputs": ["applicationId"],
+                "targets": {
+                    "decision": {
+                        "collection": "applications",
+                        "recordIdMember": "applicationId",
+                        "entity": "application",
+                    }
+                },
+            }
+        },
     },
 }
 
@@ -170,15 +195,27 @@ def products(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Products]:
 # -- the package ----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def package(tmp_path_factory: pytest.TempPathFactory) -> LoadedPackage:
-    """`examples/delayed-follow-up`, checked and packaged as `coordinatorctl package` does."""
-    checked = check_project(EXAMPLE, definition_only=True)
+def build_package(project: Path, output: Path) -> LoadedPackage:
+    """Check and package a project as `coordinatorctl package` does, then load it."""
+    checked = check_project(project, definition_only=True)
     assert not checked.has_errors, [d.code for d in checked.diagnostics]
     assert checked.definition is not None and checked.definition.snapshot is not None
-    root = tmp_path_factory.mktemp("package") / "package"
-    digest = write_package(checked.definition.snapshot, root)
-    return load_package(root, digest)
+    digest = write_package(checked.definition.snapshot, output)
+    return load_package(output, digest)
+
+
+@pytest.fixture(scope="session")
+def package(tmp_path_factory: pytest.TempPathFactory) -> LoadedPackage:
+    """`examples/delayed-follow-up`, packaged."""
+    return build_package(EXAMPLE, tmp_path_factory.mktemp("package") / "package")
+
+
+@pytest.fixture(scope="session")
+def recorded_package(tmp_path_factory: pytest.TempPathFactory) -> LoadedPackage:
+    """`examples/recorded-decision` (a prepared BReg action and a Casework wait), packaged."""
+    return build_package(
+        ROOT / "examples" / "recorded-decision", tmp_path_factory.mktemp("recorded") / "package"
+    )
 
 
 # -- the deployment -------------------------------------------------------------------------
@@ -197,10 +234,54 @@ def _write_secret(path: Path, data: bytes) -> None:
         stream.write(data)
 
 
+def _connections(products: Products, workflow: str) -> str:
+    token = products.origins["tokenEndpoint"]
+    if workflow == WORKFLOW:
+        profile, scopes = "coordinator-reader", "[breg:records:read]"
+    else:
+        profile, scopes = "coordinator-decisions", "[breg:records:read, breg:actions:invoke]"
+    reviews = f"""\
+  reviews:
+    product: casework
+    baseUrl: {products.origins["casework"]}
+    authorization:
+      tokenEndpoint: {token}
+      clientId: coordinator-reviews
+      signingKeyRef: secret:file/reviews-client.jwk
+      resource: urn:registrystack:casework
+      scopes: [casework:reviews:request]
+    reviewCompletions:
+      tokenRef: secret:file/casework-completions-token
+"""
+    return f"""\
+connections:
+  applications:
+    product: breg
+    baseUrl: {products.origins["breg"]}
+    profile: {profile}
+    authorization:
+      tokenEndpoint: {token}
+      clientId: coordinator-applications
+      signingKeyRef: secret:file/applications-client.jwk
+      resource: urn:registrystack:breg:applications
+      scopes: {scopes}
+{"" if workflow == WORKFLOW else reviews}\
+  notices:
+    product: messaging
+    baseUrl: {products.origins["messaging"]}
+    authorization:
+      tokenEndpoint: {token}
+      clientId: coordinator-notices
+      signingKeyRef: secret:file/notices-client.jwk
+      resource: urn:registrystack:messaging
+      scopes: [messaging:messages:submit]
+"""
+
+
 def _runtime_yaml(
     products: Products, package: LoadedPackage, root: Path, database: str, role: str | None
 ) -> str:
-    token = products.origins["tokenEndpoint"]
+    workflow = str(package.snapshot.workflow["project"]["id"])
     return f"""\
 apiVersion: id.registrystack.org/formats/coordinator/runtime/v1alpha1
 kind: CoordinatorRuntimeConfig
@@ -212,26 +293,7 @@ database:
 {database}
 observation:
   minimumIntervalSeconds: 30
-connections:
-  applications:
-    product: breg
-    baseUrl: {products.origins["breg"]}
-    profile: coordinator-reader
-    authorization:
-      tokenEndpoint: {token}
-      clientId: coordinator-applications
-      signingKeyRef: secret:file/applications-client.jwk
-      resource: urn:registrystack:breg:applications
-      scopes: [breg:records:read]
-  notices:
-    product: messaging
-    baseUrl: {products.origins["messaging"]}
-    authorization:
-      tokenEndpoint: {token}
-      clientId: coordinator-notices
-      signingKeyRef: secret:file/notices-client.jwk
-      resource: urn:registrystack:messaging
-      scopes: [messaging:messages:submit]
+{_connections(products, workflow)}\
 deployment:
   databaseId: {DATABASE_ID}
 {"" if role is None else f"  runtimeRole: {role}{chr(10)}"}  package:
@@ -250,7 +312,7 @@ deployment:
     policies:
       - clientId: ops-console
         requiredScopes: [coordinator:operate]
-        workflows: [{WORKFLOW}]
+        workflows: [{workflow}]
         actions: [start, status, inspect, cancel, retry-same, reconcile, doctor]
         operator: true
   auditDirectory: {root / "audit"}
@@ -276,9 +338,14 @@ class Deployed:
     audit: AuditWriter
     products: Products
     url: str
+    runtime_url: str
     namespace: str | None
     identity: DeploymentIdentity
     _workers: dict[str, Worker] = field(default_factory=dict)
+
+    @property
+    def workflow(self) -> str:
+        return str(self.package.snapshot.workflow["project"]["id"])
 
     def worker(self, name: str = "worker-1") -> Worker:
         if name not in self._workers:
@@ -296,8 +363,8 @@ class Deployed:
         revision: str | None = None,
     ) -> Admitted:
         admission = Admission(
-            caller=caller or CALLER,
-            workflow=WORKFLOW,
+            caller=caller or _caller_for(self.workflow),
+            workflow=self.workflow,
             revision=revision or self.package.snapshot.revision,
             input=run_input,
             idempotency_key=key or f"key-{uuid.uuid4()}",
@@ -306,12 +373,14 @@ class Deployed:
         return result
 
     def status(self, run_id: uuid.UUID, caller: Caller | None = None) -> RunStatus | None:
-        result: RunStatus | None = self.run(self.service.get_run(caller or CALLER, run_id))
+        result: RunStatus | None = self.run(
+            self.service.get_run(caller or _caller_for(self.workflow), run_id)
+        )
         return result
 
     def inspect(self, run_id: uuid.UUID, caller: Caller | None = None) -> RunInspection | None:
         result: RunInspection | None = self.run(
-            self.service.inspect_run(caller or CALLER, run_id)
+            self.service.inspect_run(caller or _caller_for(self.workflow), run_id)
         )
         return result
 
@@ -333,6 +402,20 @@ class Deployed:
             status = self.status(run_id)
         assert status is not None
         return status, ticks
+
+    def tick_until_step(self, run_id: uuid.UUID, step: str, *, limit: int = 30) -> int:
+        """Tick until the run's current record is `step` and pending; answers the ticks."""
+        ticks = 0
+        while True:
+            snapshot = self.store.get_run_snapshot(run_id)
+            assert snapshot is not None
+            if snapshot.run.current_step == step and snapshot.current.state == "pending":
+                return ticks
+            assert ticks < limit, snapshot.run.current_step
+            if self.worker().tick():
+                ticks += 1
+            else:
+                time.sleep(0.05)
 
     def command_key(self, admitted: Admitted, step: str = "notify") -> str:
         snapshot = self.store.get_run_snapshot(admitted.run.run_id)
@@ -358,6 +441,10 @@ OTHER_CALLER = Caller(
     workflows=frozenset({WORKFLOW}),
     actions=CALLER.actions,
 )
+
+
+def _caller_for(workflow: str) -> Caller:
+    return CALLER if workflow == WORKFLOW else replace(CALLER, workflows=frozenset({workflow}))
 
 
 def deploy(
@@ -431,9 +518,11 @@ def deploy(
     assert isinstance(service, StoreRunService)
     return Deployed(
         deployment, resolved, store, package, service, worker_for, audit, products, url,
-        namespace, identity,
+        runtime_url, namespace, identity,
     )  # fmt: skip
 
 
-def run_input(application_id: str = APPLICATION_ID, send_after: str = "2020-01-01T00:00:00Z") -> dict[str, Any]:
+def run_input(
+    application_id: str = APPLICATION_ID, send_after: str = "2020-01-01T00:00:00Z"
+) -> dict[str, Any]:
     return {"applicationId": application_id, "sendAfter": send_after}

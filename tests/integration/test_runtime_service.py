@@ -3,6 +3,7 @@ inspection shapes, lists, doctor and holds."""
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 
 import pytest
@@ -80,7 +81,7 @@ def test_status_and_inspection_never_show_the_input(sqlite_deployed: Deployed) -
 def test_the_run_list_pages_newest_first_with_a_verified_cursor(sqlite_deployed: Deployed) -> None:
     deployed = sqlite_deployed
     admitted = [deployed.admit(run_input()).run.run_id for _ in range(5)]
-    seen = []
+    seen: list[uuid.UUID] = []
     cursor = None
     while True:
         page = deployed.run(deployed.service.list_runs(CALLER, RunQuery(limit=2, cursor=cursor)))

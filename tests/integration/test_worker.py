@@ -4,6 +4,8 @@ sent to the sandbox products over HTTP, recorded in the store."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import NoReturn
 
@@ -26,6 +28,7 @@ def test_a_due_follow_up_is_sent_once_and_the_run_finishes(deployed: Deployed) -
     assert admitted.created and admitted.run.status == "running"
     status, ticks = deployed.drive(admitted.run.run_id)
     assert status.status == "finished", status
+    assert ticks == 6  # due (twice: instant, then due), read, choose, notify, finish
     assert status.outcome == "message-accepted"
     assert isinstance(status.output, dict) and set(status.output) == {"messageId"}
     inspection = deployed.inspect(admitted.run.run_id)
@@ -214,3 +217,39 @@ def test_the_journal_holds_the_worker_entries_and_verifies(sqlite_deployed: Depl
     assert actions.count(("attempt", "intent")) == 6  # the wait-until is claimed twice
     text = deployed.audit.path.read_text()
     assert APPLICATION_ID not in text and str(admitted.run.run_id) not in text
+
+
+def test_a_run_whose_deadline_passed_while_waiting_expires(sqlite_deployed: Deployed) -> None:
+    deployed = sqlite_deployed
+    due = (datetime.now(UTC) + timedelta(days=60)).isoformat().replace("+00:00", "Z")
+    admitted = deployed.admit(run_input(send_after=due))
+    run_id = admitted.run.run_id
+    worker = deployed.worker()
+    assert worker.tick()  # the instant is capped at the deadline (T16)
+    status = deployed.status(run_id)
+    assert status is not None and status.next_due_at == status.deadline_at
+    # The claim transaction's sweep expires the overdue record (T26); nothing is leased.
+    assert not worker.tick(status.deadline_at + timedelta(seconds=1))
+    status = deployed.status(run_id)
+    assert status is not None
+    assert (status.status, status.failure_code) == ("expired", "deadline-reached")
+    assert deployed.products.submissions(deployed.command_key(admitted)) == []
+
+
+def test_the_worker_loop_runs_until_stopped(sqlite_deployed: Deployed) -> None:
+    deployed = sqlite_deployed
+    stop = threading.Event()
+    loop = threading.Thread(target=deployed.worker("loop").run_loop, args=(stop, 10))
+    loop.start()
+    try:
+        admitted = deployed.admit(run_input())
+        deadline = time.monotonic() + 30
+        while (status := deployed.status(admitted.run.run_id)) is not None:
+            if status.status != "running" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        loop.join(timeout=20)
+    assert not loop.is_alive()
+    assert status is not None and status.status == "finished"

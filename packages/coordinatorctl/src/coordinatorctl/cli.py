@@ -195,6 +195,10 @@ def _run(options: argparse.Namespace) -> Outcome:
     if options.command == "eval":
         return commands.evaluate(Path(options.functions), options.function, options.arguments)
     if options.command in DEPLOYMENT_COMMANDS:
+        if options.runtime_config is None:
+            return Outcome(
+                options.command, [Diagnostic("coordinator.command.runtime-config-required")]
+            )
         from coordinatorctl import deploy
 
         return deploy.run(options)

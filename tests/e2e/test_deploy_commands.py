@@ -1,0 +1,140 @@
+"""The deployment commands of 09 §3 as processes, on SQLite: results, codes and the `ctl` audit
+journal. (PostgreSQL runs the same commands in test_service.py.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e_support import PYTHON, Processes, Project, Sandbox
+
+# The connections only need well-formed endpoints: nothing here talks to a product.
+OFFLINE_SANDBOX = Sandbox(
+    process=None,  # type: ignore[arg-type]
+    endpoints={
+        "tokenEndpoint": "http://127.0.0.1:9/oauth/token",
+        "breg": "http://127.0.0.1:9",
+        "messaging": "http://127.0.0.1:9",
+        "issuer": "http://127.0.0.1:9",
+    },
+    state_dir=Path("/nonexistent"),
+)
+
+
+def _codes(report: dict[str, Any]) -> list[str]:
+    return [d["code"] for d in report["diagnostics"]]
+
+
+def _journal(project: Project) -> list[dict[str, Any]]:
+    audit = project.root / ".coordinator" / "audit"
+    entries: list[dict[str, Any]] = []
+    for path in sorted(audit.glob("ctl-*.jsonl")):
+        entries += [json.loads(line) for line in path.read_text().splitlines()]
+    return entries
+
+
+@pytest.fixture
+def deployed(project: Project) -> Project:
+    project.write_runtime(OFFLINE_SANDBOX)
+    return project
+
+
+def test_every_command_needs_a_runtime_file_with_a_deployment(project: Project) -> None:
+    for command in ("migrate", "plan", "apply", "deployment-status"):
+        report = project.ctl(command, check=False)
+        assert (report["exitCode"], _codes(report)) == (
+            2,
+            ["coordinator.command.runtime-config-required"],
+        )
+        # init's runtime.yaml has a database block but no deployment block.
+        report = project.deploy_ctl(command, check=False)
+        assert report["exitCode"] == 2
+        assert "coordinator.command.deployment-required" in _codes(report)
+
+
+def test_migrate_plan_apply_status_results_and_journal(deployed: Project) -> None:
+    project = deployed
+    plan = project.deploy_ctl("plan")
+    assert plan["status"] == "planned"
+    assert plan["store"] == "sqlite"
+    assert plan["schema"]["applied"] == [] and plan["schema"]["pending"]
+    assert plan["package"]["digest"] == project.package_digest
+    assert plan["active"] is None
+    assert plan["changes"] == {"activation": True, "newStateKeys": [1]}
+    assert not (project.root / ".coordinator" / "coordinator.db").exists()  # read-only
+
+    early = project.deploy_ctl("apply", check=False)
+    assert (early["exitCode"], _codes(early)) == (1, ["coordinator.deployment.schema-pending"])
+    status = project.deploy_ctl("deployment-status", check=False)
+    assert status["exitCode"] == 1
+
+    migrated = project.deploy_ctl("migrate")
+    assert (migrated["store"], migrated["fromVersion"]) == ("sqlite", 0)
+    assert (project.root / ".coordinator" / "coordinator.db").stat().st_mode & 0o777 == 0o600
+    again = project.deploy_ctl("migrate")
+    assert again["fromVersion"] == again["toVersion"] == migrated["toVersion"]
+
+    refused = project.deploy_ctl("apply", "--reference", "x" * 257, check=False)
+    assert (refused["exitCode"], _codes(refused)) == (1, ["coordinator.command.input-invalid"])
+    applied = project.deploy_ctl("apply", "--reference", "CHG-7")
+    assert applied["status"] == "applied"
+    assert applied["packageDigest"] == project.package_digest
+    assert applied["revision"] == project.revision
+
+    checked = project.deploy_ctl("deployment-status")
+    assert checked["status"] == "checked"
+    assert checked["schemaVersion"] == migrated["toVersion"]
+    assert checked["active"]["activationId"] == applied["activationId"]
+    planned = project.deploy_ctl("plan")
+    assert planned["changes"] == {"activation": False, "newStateKeys": []}
+
+    entries = _journal(project)
+    records = [(e["phase"], e["record"]) for e in entries]
+    assert ("request", {"action": "store.migrate", "fromVersion": 0, "toVersion": 1}) in records
+    assert (
+        "response",
+        {
+            "action": "activation.apply",
+            "outcome": "refused",
+            "code": early["diagnostics"][0]["code"],
+        },
+    ) in records
+    applies = [r for p, r in records if p == "request" and r["action"] == "activation.apply"]
+    assert any("reasonRef" in r for r in applies)
+    assert ("response", {"outcome": "applied", "activationId": applied["activationId"]}) in records
+    assert "CHG-7" not in json.dumps(entries)
+
+
+def test_every_secret_problem_is_reported_at_once(deployed: Project) -> None:
+    project = deployed
+    (project.secrets / "audit.key").unlink()
+    (project.secrets / "state-1.key").write_bytes(b"short")
+    report = project.deploy_ctl("migrate", check=False)
+    codes = _codes(report)
+    assert "coordinator.secret.unavailable" in codes
+    assert "coordinator.secret.invalid" in codes
+    assert report["exitCode"] == 3
+    text = subprocess.run(
+        [PYTHON, "-m", "coordinatorctl", "--runtime-config", str(project.runtime), "plan"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert text.returncode == 3
+    assert "2 errors" in text.stderr
+
+
+def test_a_changed_admission_key_is_refused(deployed: Project, processes: Processes) -> None:
+    project = deployed
+    project.deploy_ctl("migrate")
+    key = project.secrets / "admission.key"
+    key.write_bytes(bytes(range(1, 33)))
+    report = project.deploy_ctl("migrate", check=False)
+    assert (report["exitCode"], _codes(report)) == (
+        1,
+        ["coordinator.command.admission-key-custody"],
+    )

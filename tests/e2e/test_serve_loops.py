@@ -1,0 +1,124 @@
+"""The rules of `coordinator serve`'s background loops (09 §5 step 7), in-process and fast:
+the 30 s deployment re-check stops the process on failure, a worker loop that cannot reach the
+store three ticks in a row stops it with `worker-unavailable`, and a stop request ends the loops
+after the in-flight tick. The process-level behaviour is in test_service.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+
+import pytest
+
+from coordinator_api import serve
+from coordinator_api.serve_log import ServiceLog
+from coordinator_core.errors import CoordinatorError, Diagnostic
+
+
+def _shutdown() -> tuple[serve._Shutdown, io.StringIO]:
+    stream = io.StringIO()
+    return serve._Shutdown(ServiceLog(stream)), stream
+
+
+def _codes(stream: io.StringIO) -> list[str]:
+    return [json.loads(line)["code"] for line in stream.getvalue().splitlines()]
+
+
+class _Store:
+    def __init__(self, failure: str | None) -> None:
+        self.failure = failure
+        self.checks = 0
+
+    def verify(self) -> None:
+        self.checks += 1
+        if self.failure is not None and self.checks >= 2:
+            raise CoordinatorError(Diagnostic(self.failure))
+
+
+@pytest.mark.parametrize(
+    ("failure", "exit_code"),
+    [("coordinator.deployment.refused", 1), ("coordinator.command.store-unavailable", 3)],
+)
+def test_a_failed_periodic_check_stops_the_process(
+    monkeypatch: pytest.MonkeyPatch, failure: str, exit_code: int
+) -> None:
+    monkeypatch.setattr(serve, "RECHECK_SECONDS", 0.01)
+    shutdown, stream = _shutdown()
+    store = _Store(failure)
+    serve._recheck_loop(store, shutdown, shutdown.log)
+    assert shutdown.stop.is_set()
+    assert shutdown.exit_code == exit_code
+    assert failure in _codes(stream)
+
+
+def test_the_periodic_check_ends_with_the_process() -> None:
+    shutdown, _ = _shutdown()
+    store = _Store(None)
+    thread = threading.Thread(target=serve._recheck_loop, args=(store, shutdown, shutdown.log))
+    thread.start()
+    shutdown.request()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert shutdown.exit_code == 0
+
+
+class _Worker:
+    def __init__(self, outcomes: list[object], shutdown: serve._Shutdown) -> None:
+        self.outcomes = outcomes
+        self.shutdown = shutdown
+        self.ticks = 0
+
+    def tick(self) -> bool:
+        self.ticks += 1
+        if not self.outcomes:
+            self.shutdown.request()
+            return False
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return bool(outcome)
+
+
+def _unavailable() -> CoordinatorError:
+    return CoordinatorError(Diagnostic("coordinator.command.store-unavailable"))
+
+
+def test_three_unreachable_ticks_in_a_row_stop_the_process() -> None:
+    shutdown, stream = _shutdown()
+    worker = _Worker([_unavailable(), _unavailable(), True, *[_unavailable()] * 3], shutdown)
+    serve._worker_loop(worker, 1, shutdown, shutdown.log)
+    assert worker.ticks == 6
+    assert shutdown.exit_code == 3
+    assert _codes(stream).count("coordinator.command.worker-unavailable") == 1
+
+
+def test_other_failed_ticks_are_logged_and_the_loop_goes_on() -> None:
+    shutdown, stream = _shutdown()
+    refused = CoordinatorError(Diagnostic("coordinator.deployment.refused"))
+    worker = _Worker([refused, RuntimeError("canary-secret-value"), True, False], shutdown)
+    serve._worker_loop(worker, 1, shutdown, shutdown.log)
+    assert worker.ticks == 5
+    assert shutdown.exit_code == 0
+    assert "canary-secret-value" not in stream.getvalue()
+    assert "coordinator.deployment.refused" in _codes(stream)
+
+
+def test_logging_records_lose_their_arguments() -> None:
+    stream = io.StringIO()
+    handler = serve_log_handler(stream)
+    record = logging.LogRecord(
+        "coordinator.worker", logging.WARNING, __file__, 1, "tick refused: %s", ("canary",), None
+    )
+    handler.emit(record)
+    line = json.loads(stream.getvalue())
+    assert set(line) == {"time", "level", "code", "message"}
+    assert "canary" not in line["message"]
+    assert line["level"] == "warning"
+
+
+def serve_log_handler(stream: io.StringIO) -> logging.Handler:
+    from coordinator_api.serve_log import JsonLineHandler
+
+    return JsonLineHandler(ServiceLog(stream))

@@ -1,0 +1,60 @@
+"""A prepared BReg action after an observed Casework review (examples/recorded-decision):
+the preparation is frozen next to the request before anything is sent, the wait is a record
+observed by claims, and a completion event brings its next observation forward (07 §7.3,
+§7.4 step 3, §7.6)."""
+
+from __future__ import annotations
+
+import uuid
+
+from integration_support import APPLICATION_ID, Deployed
+
+
+def test_a_decided_review_is_observed_then_recorded_and_notified(
+    recorded_deployed: Deployed,
+) -> None:
+    deployed = recorded_deployed
+    products = deployed.products
+    admitted = deployed.admit({"applicationId": APPLICATION_ID})
+    run_id = admitted.run.run_id
+    assert deployed.tick_until_step(run_id, "await-review") == 2
+    waiting = deployed.status(run_id)
+    assert waiting is not None and waiting.next_due_at is not None
+    assert (waiting.next_due_at - waiting.admitted_at).total_seconds() >= 30
+    assert not deployed.worker().tick()  # the wait is a record, not a sleeping worker
+    reference = f"recorded-decision:{APPLICATION_ID}"
+    reviews = products.http.get(products.url("casework", "/sandbox/review-requests")).json()
+    request_id = next(
+        review["requestId"]
+        for review in reversed(reviews["reviewRequests"])
+        if review["request"]["requesterReference"] == reference and review["result"] is None
+    )
+    decided = products.http.post(
+        products.url("casework", f"/sandbox/review-requests/{request_id}/decision"),
+        json={"status": "approved"},
+    )
+    assert decided.status_code == 200, decided.text
+    deployed.run(deployed.service.complete_review("reviews", uuid.UUID(request_id)))
+    status, ticks = deployed.drive(run_id)
+    assert status.status == "finished", status
+    assert ticks == 5  # observe, decide, record-decision, send-notice, decision-recorded
+    assert isinstance(status.output, dict) and status.output["decision"] == "approved"
+    inspection = deployed.inspect(run_id)
+    assert inspection is not None
+    assert [(e.step, e.state) for e in inspection.effects] == [
+        ("request-review", "accepted"),
+        ("record-decision", "accepted"),
+        ("send-notice", "accepted"),
+    ]
+    wait = next(step for step in inspection.steps if step.step == "await-review")
+    assert wait.wait is not None and getattr(wait.wait, "observations", None) == 1
+    assert getattr(wait.wait, "result", None) == "completed"
+    snapshot = deployed.store.get_run_snapshot(run_id)
+    assert snapshot is not None
+    recorded = snapshot.step("record-decision")
+    assert recorded is not None and recorded.preparation_frozen and recorded.sent
+    key = deployed.secrets.admission_key.command_key(
+        "delayed-follow-up-it", snapshot.run.start_identity, "record-decision"
+    )
+    invocations = products.requests("breg", idempotencyKey=key)
+    assert [entry["operation"] for entry in invocations] == ["breg.invoke-action/v1"]
