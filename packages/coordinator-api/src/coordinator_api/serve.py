@@ -145,7 +145,8 @@ class _Shutdown:
     stop: threading.Event = field(default_factory=threading.Event)
     exit_code: int = EXIT_OK
     on_stop: list[Callable[[], None]] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Re-entrant: a signal handler may interrupt the main thread inside `request`.
+    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     def request(self, exit_code: int = EXIT_OK) -> None:
         with self._lock:
@@ -204,6 +205,9 @@ def _run(options: argparse.Namespace, log: ServiceLog, started: contextlib.ExitS
     recovery_only = bool(getattr(options, "recovery_only", False))
     environment = dict(os.environ)
     log.emit("info", "coordinator.service.starting", "Starting: loading the runtime file.")
+    # A signal during the start sequence ends it cleanly before anything is served or claimed.
+    shutdown = _Shutdown(log)
+    _install_signals(shutdown)
 
     # 1. The runtime file, substituted from the environment.
     with _step():
@@ -252,7 +256,9 @@ def _run(options: argparse.Namespace, log: ServiceLog, started: contextlib.ExitS
     with _step():
         service, worker_factory = build_service(deployment, secrets, store, package, audit=writer)
 
-    shutdown = _Shutdown(log)
+    if shutdown.stop.is_set():
+        log.emit("info", "coordinator.service.stopped", "Stopped before serving.")
+        return EXIT_OK
     poll_ms = options.poll_ms or settings.worker.poll_milliseconds
     recheck = threading.Thread(
         target=_recheck_loop, args=(store, shutdown, log), name="deployment-recheck", daemon=True
@@ -383,7 +389,6 @@ def _run_workers(
     log: ServiceLog,
     recheck: threading.Thread,
 ) -> int:
-    _install_signals(shutdown)
     threads = _start_workers(factory, concurrency, poll_ms, shutdown, log)
     recheck.start()
     log.emit("info", "coordinator.service.ready", "Worker loops running.")

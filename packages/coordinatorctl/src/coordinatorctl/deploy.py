@@ -56,9 +56,8 @@ from coordinator_core.store import (
 )
 from coordinatorctl.report import Outcome
 
-__all__ = ["COMMANDS", "run"]
+__all__ = ["run"]
 
-COMMANDS: Final = frozenset({"migrate", "plan", "apply", "deployment-status"})
 MAX_REFERENCE_CHARS: Final = 256
 
 DatabaseRole = Literal["runtime", "migration"]
@@ -69,9 +68,6 @@ _ROLE_OF: Final[Mapping[str, DatabaseRole]] = {
     "deployment-status": "runtime",
 }
 _STORE_UNAVAILABLE: Final = "coordinator.command.store-unavailable"
-_APPLY_UNKNOWN_HINT: Final = (
-    "The outcome of apply is unknown: run `coordinatorctl deployment-status` before repeating it."
-)
 
 
 # -- the shared preparation ----------------------------------------------------------------------
@@ -347,11 +343,9 @@ def _apply(context: _Context, url: str, reference: str | None) -> Outcome:
                 url, identity, request, bindings_ok=bindings_ok, namespace=context.namespace
             )
         except CoordinatorError as error:
+            # store-unavailable: the commit's outcome is unknown; the catalogue's advice is to
+            # run deployment-status before repeating apply (09 §3).
             _journal_failure(journal, correlation, "activation.apply", error.diagnostic.code)
-            if error.diagnostic.code == _STORE_UNAVAILABLE:
-                raise CoordinatorError(
-                    Diagnostic(_STORE_UNAVAILABLE, path="", hint=_APPLY_UNKNOWN_HINT)
-                ) from None
             raise
         journal.append(ctl_applied(correlation, activation_id=str(row.activation_id)))
     finally:
