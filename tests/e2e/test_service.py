@@ -140,7 +140,7 @@ def test_postgres_serve_and_worker_finish_every_run_once(
     project.wait_healthy(service)
     token = project.token_file()
 
-    count = 30
+    count = 50
     applications = [str(uuid.uuid4()) for _ in range(count)]
     for application in applications:
         sandbox.seed_application(application)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from coordinator_api.app import AppState, create_app
+import warnings
+
+# Connexion imports starlette.testclient at module level, and starlette 1.x warns about httpx on
+# every such import. The warning says nothing about this service and would be the one non-JSON
+# line on `coordinator`'s stderr (09 §5: log lines carry a code and a fixed message only).
+warnings.filterwarnings("ignore", message=r"Using `httpx` with `starlette\.testclient`")
+
+from coordinator_api.app import AppState, create_app  # noqa: E402
 from coordinator_api.service import (
     Admission,
     Admitted,
