@@ -5,7 +5,6 @@ are skipped otherwise)."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,16 +15,8 @@ from integration_support import Deployed, Products, deploy, package, products, r
 __all__ = ["package", "products", "recorded_package"]
 
 _STORE_SUITE = Path(__file__).resolve().parents[1] / "store"
-_STORE_CONFTEST = _STORE_SUITE / "conftest.py"
 if str(_STORE_SUITE) not in sys.path:
-    sys.path.append(str(_STORE_SUITE))  # its conftest imports store_support
-_spec = importlib.util.spec_from_file_location("store_suite_conftest", _STORE_CONFTEST)
-assert _spec is not None and _spec.loader is not None
-_store_suite = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_store_suite)
-postgres_admin_url = _store_suite.postgres_admin_url
-postgres_url = _store_suite.postgres_url
-postgres_role = _store_suite.postgres_role
+    sys.path.append(str(_STORE_SUITE))  # integration_support reuses store_support
 
 
 def _close(deployed: Deployed) -> None:

@@ -1,14 +1,7 @@
 """Fixtures of the store conformance suite: one suite, both backends.
 
-Reusable PostgreSQL fixtures (for the API and end-to-end suites too):
-
-* `postgres_url` (session): a fresh database `coordinator_test_<random>` on the server named by
-  `COORDINATOR_TEST_POSTGRES_URL` (default `postgresql://root@127.0.0.1:5432/root`, trust
-  auth), created for the test session and dropped (`WITH (FORCE)`) after it. When the server
-  is unreachable the test **fails** if the environment has `CI=true` and is **skipped** with
-  the reason otherwise, so a laptop without PostgreSQL still runs the SQLite half.
-* `postgres_role` (session): a factory creating login roles (`coordinator_rt_<random>`) in the
-  cluster, each dropped after the session (`DROP OWNED` in the test database, then `DROP ROLE`).
+PostgreSQL comes from tests/conftest.py (`postgres_url`, `postgres_role`: a fresh database per
+session; fail under `CI=true` when the server is missing, skip elsewhere).
 
 Suite fixtures: `backend` (parametrised `sqlite` / `postgresql`: a fresh, not yet migrated store
 location per test: a temporary file, or a fresh namespace in the session database),
@@ -19,75 +12,16 @@ store with the test package active) and `store` (a `Store` opened on `migrated`)
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 from store_support import ACTIVATION, IDENTITY, Backend
 
 from coordinator_core.store import Store
-
-ADMIN_URL_VARIABLE = "COORDINATOR_TEST_POSTGRES_URL"
-DEFAULT_ADMIN_URL = "postgresql://root@127.0.0.1:5432/root"
-
-
-def _with_database(url: str, database: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, parts.fragment))
-
-
-def _postgres_unavailable(reason: str) -> None:
-    message = f"PostgreSQL is unavailable for the store suite: {reason}"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message + " (CI=true: PostgreSQL tests must run)", pytrace=False)
-    pytest.skip(message + f" (set {ADMIN_URL_VARIABLE} or start PostgreSQL; CI=true fails)")
-
-
-@pytest.fixture(scope="session")
-def postgres_admin_url() -> str:
-    """The maintenance URL used to create and drop test databases and roles."""
-    return os.environ.get(ADMIN_URL_VARIABLE, DEFAULT_ADMIN_URL)
-
-
-@pytest.fixture(scope="session")
-def postgres_url(postgres_admin_url: str) -> Iterator[str]:
-    """A `postgresql://` URL of a fresh database for this session; dropped afterwards."""
-    name = f"coordinator_test_{secrets.token_hex(6)}"
-    try:
-        with psycopg.connect(postgres_admin_url, autocommit=True, connect_timeout=3) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.Error as error:
-        _postgres_unavailable(type(error).__name__)
-    try:
-        yield _with_database(postgres_admin_url, name)
-    finally:
-        with psycopg.connect(postgres_admin_url, autocommit=True, connect_timeout=3) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(scope="session")
-def postgres_role(postgres_url: str, postgres_admin_url: str) -> Iterator[Callable[[], str]]:
-    """Create login roles for the session (e.g. a `runtimeRole`); each is dropped afterwards."""
-    created: list[str] = []
-
-    def create() -> str:
-        role = f"coordinator_rt_{secrets.token_hex(5)}"
-        with psycopg.connect(postgres_admin_url, autocommit=True) as admin:
-            admin.execute(f'CREATE ROLE "{role}" LOGIN')
-        created.append(role)
-        return role
-
-    yield create
-    for role in created:
-        with psycopg.connect(postgres_url, autocommit=True) as database:
-            database.execute(f'DROP OWNED BY "{role}"')
-        with psycopg.connect(postgres_admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
 
 
 def _location(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:

@@ -1,0 +1,137 @@
+"""`nox -s contract`: schemathesis against the live `coordinator serve` on PostgreSQL.
+
+Sets up the service exactly as the end-to-end suite does (tests/e2e/e2e_support.py): a fresh
+PostgreSQL database and a login role for `runtimeRole`, a `delayed-follow-up` project made by
+`coordinatorctl init`, the sandbox products on ephemeral loopback ports, `package`, `migrate`
+and `apply`, then `coordinator serve` on a free loopback port and an operator caller token whose
+policy allows every action. It then runs
+
+    schemathesis --config-file ci/schemathesis.toml run generated/openapi.bundled.yaml
+
+(fixed seed, bounded examples and time, every check, the stateful phase, warnings fail) and
+finally stops every process and drops the database and the role. The exit code is
+schemathesis's (or 1 if the set-up fails); extra arguments are passed to `schemathesis run`.
+
+The server URL comes from `COORDINATOR_TEST_POSTGRES_URL` (default
+`postgresql://root@127.0.0.1:5432/root`), as for the test suites.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+from e2e_support import Processes, Project  # noqa: E402
+
+ADMIN_URL = os.environ.get(
+    "COORDINATOR_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/root"
+)
+CONFIG = ROOT / "ci" / "schemathesis.toml"
+SCHEMA = ROOT / "generated" / "openapi.bundled.yaml"
+
+
+def with_database(url: str, database: str, user: str | None = None) -> str:
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if user is not None:
+        netloc = user + "@" + netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, "/" + database, parts.query, parts.fragment))
+
+
+def run_contract(directory: Path, processes: Processes, database_url: str, role: str) -> int:
+    project = Project.create(directory, processes)
+    sandbox = project.start_sandbox()
+    project.env["E2E_RUNTIME_URL"] = with_database(
+        database_url, database_url.rpartition("/")[2], user=role
+    )
+    project.env["E2E_MIGRATION_URL"] = database_url
+    project.write_runtime(
+        sandbox,
+        database=(
+            "database:\n  postgresql:\n"
+            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
+            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
+            f"    namespace: coordinator_contract_{uuid.uuid4().hex[:8]}\n"
+        ),
+        runtime_role=role,
+        concurrency=2,
+    )
+    application = str(uuid.uuid4())  # the input of every admitted run: the workflow can finish
+    sandbox.seed_application(application)
+    project.deploy_ctl("migrate")
+    project.deploy_ctl("apply", "--reference", "CONTRACT")
+    service = project.start_service()
+    project.wait_healthy(service)
+    token = project.token_file().read_text().strip()
+
+    env = dict(
+        os.environ,
+        COORD_URL=project.origin,
+        COORD_TOKEN=token,
+        COORD_WORKFLOW="delayed-follow-up",
+        COORD_REVISION=project.revision,
+        COORD_APPLICATION=application,
+    )
+    command = [
+        str(Path(sys.executable).with_name("schemathesis")),
+        "--config-file", str(CONFIG),
+        "run", str(SCHEMA),
+        "--url", project.origin,
+        "--report", "junit",
+        "--report-dir", str(ROOT / "out" / "contract"),
+        *sys.argv[1:],
+    ]  # fmt: skip
+    print("+", " ".join(command[:6]), "...", flush=True)
+    started = time.monotonic()
+    code = subprocess.run(command, env=env, cwd=directory, check=False).returncode
+    print(f"schemathesis exited {code} after {time.monotonic() - started:.1f} s", flush=True)
+    if service.poll() is not None:
+        print("coordinator serve exited during the run:\n" + processes.log("serve"))
+        return code or 1
+    if "Traceback" in processes.log("serve"):
+        print("coordinator serve logged a traceback:\n" + processes.log("serve"))
+        return code or 1
+    return code
+
+
+def main() -> int:
+    name = f"coordinator_contract_{secrets.token_hex(6)}"
+    role = f"coordinator_rt_{secrets.token_hex(5)}"
+    with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=3) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        admin.execute(f'CREATE ROLE "{role}" LOGIN')
+    database_url = with_database(ADMIN_URL, name)
+    try:
+        with tempfile.TemporaryDirectory(prefix="coordinator-contract-") as temporary:
+            processes = Processes(Path(temporary))
+            try:
+                return run_contract(Path(temporary), processes, database_url, role)
+            except AssertionError as error:
+                print(f"contract set-up failed: {error}", file=sys.stderr)
+                for log in sorted(Path(temporary).glob("*.err")):
+                    print(f"--- {log.name}\n{log.read_text(errors='replace')}", file=sys.stderr)
+                return 1
+            finally:
+                processes.stop_all()
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as database:
+            database.execute(f'DROP OWNED BY "{role}"')
+        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""PostgreSQL for every suite that needs it, in one place.
+
+The server is the one named by `COORDINATOR_TEST_POSTGRES_URL` (default
+`postgresql://root@127.0.0.1:5432/root`); each test session creates its own database and drops
+it afterwards. An unreachable server **fails** the PostgreSQL tests when `CI=true` (CI must run
+them) and skips them with a message everywhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+ADMIN_URL_VARIABLE = "COORDINATOR_TEST_POSTGRES_URL"
+DEFAULT_ADMIN_URL = "postgresql://root@127.0.0.1:5432/root"
+
+
+def database_url(url: str, database: str, user: str | None = None) -> str:
+    """`url` pointing at another database (and, optionally, logging in as another user)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if user is not None:
+        netloc = user + "@" + netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, "/" + database, parts.query, parts.fragment))
+
+
+def postgres_unavailable(reason: str) -> None:
+    message = f"PostgreSQL is unavailable: {reason}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message + " (CI=true: PostgreSQL tests must run)", pytrace=False)
+    pytest.skip(message + f" (set {ADMIN_URL_VARIABLE} or start PostgreSQL; CI=true fails)")
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> str:
+    return os.environ.get(ADMIN_URL_VARIABLE, DEFAULT_ADMIN_URL)
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_admin_url: str) -> Iterator[str]:
+    """A fresh database for this test session (dropped afterwards)."""
+    name = f"coordinator_test_{secrets.token_hex(6)}"
+    try:
+        with psycopg.connect(postgres_admin_url, autocommit=True, connect_timeout=3) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as error:
+        postgres_unavailable(type(error).__name__)
+    try:
+        yield database_url(postgres_admin_url, name)
+    finally:
+        with psycopg.connect(postgres_admin_url, autocommit=True, connect_timeout=3) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_role(postgres_url: str, postgres_admin_url: str) -> Iterator[Callable[[], str]]:
+    """Login roles for `runtimeRole`; each is dropped after the session."""
+    created: list[str] = []
+
+    def create() -> str:
+        role = f"coordinator_rt_{secrets.token_hex(5)}"
+        with psycopg.connect(postgres_admin_url, autocommit=True) as admin:
+            admin.execute(f'CREATE ROLE "{role}" LOGIN')
+        created.append(role)
+        return role
+
+    yield create
+    for role in created:
+        with psycopg.connect(postgres_url, autocommit=True) as database:
+            database.execute(f'DROP OWNED BY "{role}"')
+        with psycopg.connect(postgres_admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
