@@ -9,7 +9,7 @@ import warnings
 # line on `coordinator`'s stderr (09 §5: log lines carry a code and a fixed message only).
 warnings.filterwarnings("ignore", message=r"Using `httpx` with `starlette\.testclient`")
 
-from coordinator_api.app import AppState, create_app  # noqa: E402
+from coordinator_api.app import AppState, create_app
 from coordinator_api.service import (
     Admission,
     Admitted,
