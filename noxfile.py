@@ -85,6 +85,13 @@ def generate_check(session: nox.Session) -> None:
 
 
 @nox.session
+def contract(session: nox.Session) -> None:
+    """schemathesis (ci/schemathesis.toml) against the live `coordinator serve` on PostgreSQL."""
+    install_workspace(session, "schemathesis", "pytest")
+    session.run("python", "scripts/contract.py", *session.posargs)
+
+
+@nox.session
 def demo(session: nox.Session) -> None:
     """The main job on the embedded default: check, explain, graph and package every example."""
     install_workspace(session)
