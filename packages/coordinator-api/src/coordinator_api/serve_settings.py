@@ -29,9 +29,7 @@ from coordinator_core.deployment import (
     JwksUri,
     PostgresqlDatabase,
     Secrets,
-    binding_digest,
 )
-from coordinator_core.errors import CoordinatorError
 from coordinator_core.project.runtime import check_bindings, check_runtime_file
 from coordinator_core.store import DeploymentIdentity, Store
 
@@ -107,38 +105,24 @@ def live_bindings_ok(
     """05 §10: every unsettled run's recorded binding digest equals the one its workflow gets
     under the current runtime file. A definition the service does not serve is restored from
     a run's sealed snapshot; one that cannot be restored counts as a conflict."""
+    from coordinator_core.deployment import live_bindings_ok as bindings_match
+    from coordinator_core.deployment import sealed_snapshot_workflow
     from coordinator_core.sealing import Sealer
-    from coordinator_core.values import StrictJsonError, parse_strict_json
 
-    snapshot = package.snapshot
-    workflows: dict[str, Mapping[str, Any] | None] = {snapshot.definition_digest: snapshot.workflow}
     settings = deployment.deployment
     assert settings is not None
     sealer = Sealer(secrets.state_keys, settings.database_id)
-    for definition, recorded in sorted(store.unsettled_bindings(now or datetime.now(UTC))):
-        if definition not in workflows:
-            workflow: Mapping[str, Any] | None = None
-            found = store.definition_snapshot(definition)
-            if found is not None:
-                run_id, sealed = found
-                try:
-                    document = sealer.open(
-                        parse_strict_json(sealed), run_id=str(run_id), purpose="snapshot"
-                    )
-                except (CoordinatorError, StrictJsonError, ValueError):
-                    document = None
-                if isinstance(document, Mapping) and isinstance(document.get("workflow"), Mapping):
-                    workflow = document["workflow"]
-            workflows[definition] = workflow
-        body = workflows[definition]
-        if body is None:
-            return False
-        try:
-            if binding_digest(deployment, body) != recorded:
-                return False
-        except DeploymentRefused:
-            return False
-    return True
+    served = package.snapshot
+
+    def workflow_of(definition: str) -> Mapping[str, Any] | None:
+        if definition == served.definition_digest:
+            return served.workflow
+        found = store.definition_snapshot(definition)
+        return None if found is None else sealed_snapshot_workflow(sealer, *found)
+
+    return bindings_match(
+        deployment, store.unsettled_bindings(now or datetime.now(UTC)), workflow_of
+    )
 
 
 def authentication_settings(deployment: Deployment, secrets: Secrets) -> api.AuthenticationSettings:

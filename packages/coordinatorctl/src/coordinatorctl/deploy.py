@@ -39,7 +39,6 @@ from coordinator_core.deployment import (
     DeploymentSettings,
     PostgresqlDatabase,
     Secrets,
-    binding_digest,
     load_deployment,
     resolve_secrets,
 )
@@ -373,28 +372,23 @@ def _live_bindings(
     file no longer binds, counts as a conflict.
     """
 
+    from coordinator_core.deployment import live_bindings_ok
+
+    def workflow_of(definition: str) -> Mapping[str, Any] | None:
+        if definition in known:
+            return known[definition]
+        return _restore_workflow(context, url, definition)
+
     def ok(pairs: frozenset[tuple[str, str]]) -> bool:
-        workflows: dict[str, Mapping[str, Any] | None] = dict(known)
-        for definition, recorded in sorted(pairs):
-            if definition not in workflows:
-                workflows[definition] = _restore_workflow(context, url, definition)
-            workflow = workflows[definition]
-            if workflow is None:
-                return False
-            try:
-                if binding_digest(context.deployment, workflow) != recorded:
-                    return False
-            except DeploymentRefused:
-                return False
-        return True
+        return live_bindings_ok(context.deployment, pairs, workflow_of)
 
     return ok
 
 
 def _restore_workflow(context: _Context, url: str, definition: str) -> Mapping[str, Any] | None:
     """The workflow body of an older definition, from the sealed snapshot of one of its runs."""
+    from coordinator_core.deployment import sealed_snapshot_workflow
     from coordinator_core.sealing import Sealer
-    from coordinator_core.values import StrictJsonError, parse_strict_json
 
     identity = DeploymentIdentity(
         database_id=context.settings.database_id,
@@ -409,17 +403,8 @@ def _restore_workflow(context: _Context, url: str, definition: str) -> Mapping[s
         return None
     if found is None:
         return None
-    run_id, sealed = found
     sealer = Sealer(context.secrets.state_keys, context.settings.database_id)
-    try:
-        stored = parse_strict_json(sealed)
-        document = sealer.open(stored, run_id=str(run_id), purpose="snapshot")
-    except (CoordinatorError, StrictJsonError, ValueError):
-        return None
-    if isinstance(document, Mapping) and isinstance(document.get("workflow"), Mapping):
-        workflow: Mapping[str, Any] = document["workflow"]
-        return workflow
-    return None
+    return sealed_snapshot_workflow(sealer, *found)
 
 
 # -- deployment-status ----------------------------------------------------------------------------
