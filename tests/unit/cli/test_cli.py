@@ -313,3 +313,55 @@ def test_eval_missing_file_is_exit_3(capsys: pytest.CaptureFixture[str], tmp_pat
     )  # fmt: skip
     assert code == 3
     assert document["diagnostics"][0]["code"] == "coordinator.command.input-unavailable"
+
+
+def _journal(directory: Path, count: int) -> None:
+    from coordinator_core.audit import (
+        AuditReferences,
+        AuditWriter,
+        api_request,
+        new_correlation,
+        response,
+    )
+
+    references = AuditReferences(b"k" * 32, "db-cli-test")
+    with AuditWriter.open(directory, "ctl") as writer:
+        for _ in range(count):
+            correlation = new_correlation()
+            writer.append(api_request(correlation, "status", references.actor("a" * 64)))
+            writer.append(response(correlation, "status", "accepted"))
+
+
+def test_audit_verify_reports_every_group_and_its_head(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    directory = tmp_path / "audit"
+    _journal(directory, 3)
+    code, document = report(capsys, "audit", "verify", "--directory", str(directory))
+    assert code == 0
+    assert document["command"] == "audit verify" and document["status"] == "verified"
+    assert document["entries"] == 6 and document["files"] == 1
+    assert document["groups"][0]["head"].startswith("sha256:")
+
+
+def test_audit_verify_names_the_broken_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    directory = tmp_path / "audit"
+    _journal(directory, 3)
+    journal = next(directory.glob("*.jsonl"))
+    lines = journal.read_bytes().split(b"\n")
+    del lines[1]  # a deleted entry breaks the chain at the line that follows it
+    journal.write_bytes(b"\n".join(lines))
+    code, document = report(capsys, "audit", "verify", "--directory", str(directory))
+    assert code == 1
+    (diagnostic,) = document["diagnostics"]
+    assert diagnostic["code"] == "coordinator.audit.chain-broken"
+    assert diagnostic["source"]["file"] == journal.name and diagnostic["source"]["line"] == 2
+
+
+def test_audit_verify_of_a_missing_directory_is_exit_3(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, document = report(capsys, "audit", "verify", "--directory", str(tmp_path / "none"))
+    assert code == 3 and document["command"] == "audit verify"

@@ -85,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     package.add_argument("--project", required=True, metavar="DIR")
     package.add_argument("--output", required=True, metavar="NEW_DIR")
 
+    audit = command("audit", "verify the coordinator's audit journal")
+    audit_commands = audit.add_subparsers(
+        dest="audit_command", parser_class=_Parser, metavar="verify"
+    )
+    verify = audit_commands.add_parser("verify", help="verify every journal file of a directory")
+    _add_global_flags(verify, suppress=True)
+    verify.add_argument("--directory", required=True, metavar="DIR")
+
     schema = command("schema", "print the JSON Schema of an authored format")
     schema.add_argument("name", choices=tuple(SCHEMA_NAMES), metavar="workflow|runtime|scenarios")
 
@@ -129,8 +137,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A refused runtime file or secret carries every diagnostic found, not only the first.
         found = getattr(error, "diagnostics", None)
         diagnostics = list(found) if isinstance(found, tuple) else [error.diagnostic]
-        outcome = Outcome(options.command, diagnostics)
+        outcome = Outcome(_command_name(options), diagnostics)
     return emit(outcome, options.format)
+
+
+def _command_name(options: argparse.Namespace) -> str:
+    """The envelope's `command`: the subcommand, or exactly "audit verify" (02 §3)."""
+    if options.command == "audit":
+        return "audit verify"
+    return str(options.command)
 
 
 def _sniff_format(arguments: Sequence[str]) -> str:
@@ -190,6 +205,10 @@ def _run(options: argparse.Namespace) -> Outcome:
     if options.command == "test":
         scenarios = Path(options.scenarios) if options.scenarios is not None else None
         return commands.test(Path(options.project), scenarios)
+    if options.command == "audit":
+        if getattr(options, "audit_command", None) != "verify":
+            return _usage_outcome()
+        return commands.audit_verify(Path(options.directory))
     if options.command == "schema":
         return commands.schema(SCHEMA_NAMES[options.name])
     if options.command == "eval":

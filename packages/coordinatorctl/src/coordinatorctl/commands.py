@@ -15,7 +15,7 @@ from coordinator_core import limits
 from coordinator_core.errors import Diagnostic
 from coordinatorctl.report import Outcome
 
-__all__ = ["check", "evaluate", "explain", "init", "package", "schema", "test"]
+__all__ = ["audit_verify", "check", "evaluate", "explain", "init", "package", "schema", "test"]
 
 
 def _valid_text(result: Mapping[str, Any]) -> str:
@@ -346,4 +346,19 @@ def test(project: Path, scenarios_file: Path | None) -> Outcome:
     )
     lines.extend(f"  not covered: {route}" for route in coverage["uncovered"])
     outcome.text = "\n".join(lines) + "\n"
+    return outcome
+
+
+def audit_verify(directory: Path) -> Outcome:
+    """`audit verify` (09 §2, 07 §11): every journal file group of a directory, chain by chain."""
+    from coordinator_core.audit import verify_directory
+
+    outcome = Outcome("audit verify")
+    verified = verify_directory(directory)  # raises chain-broken (exit 1) or unreadable (exit 3)
+    outcome.status = "verified"
+    outcome.result = verified.to_json()
+    outcome.text = f"Verified {verified.entries} entries in {verified.files} files\n" + "".join(
+        f"  {group.prefix}: {group.entries} entries, head {group.head}\n"
+        for group in verified.groups
+    )
     return outcome
