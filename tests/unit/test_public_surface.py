@@ -1,0 +1,47 @@
+"""Architecture rule 7: each distribution's root names its public surface, pinned here.
+
+`coordinator_core` exports nothing from its root on purpose: callers import the module that owns
+what they need (`coordinator_core.engine`, `coordinator_core.functions`, …), each of which pins
+its own `__all__` in its own suite.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+ROOTS = {
+    "coordinator_core": [],
+    "coordinatorctl": ["main"],
+    "coordinator_sandbox": ["main"],
+}
+
+MODULES = {
+    "coordinator_core.functions": [
+        "INTERPRETER_ABI",
+        "CompileResult",
+        "CompiledFunctions",
+        "FunctionError",
+        "FunctionInfo",
+        "compile_functions",
+    ],
+    "coordinator_core.operations": [
+        "ADAPTER_ABI",
+        "CATALOG",
+        "PROPOSAL_OPERATION",
+        "Completion",
+        "OperationDescriptor",
+        "descriptor",
+        "product_of",
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted({**ROOTS, **MODULES}))
+def test_public_surface_is_exactly_the_pinned_names(name: str) -> None:
+    module = importlib.import_module(name)
+    expected = {**ROOTS, **MODULES}[name]
+    assert sorted(module.__all__) == sorted(expected)
+    for exported in module.__all__:
+        assert hasattr(module, exported), exported
