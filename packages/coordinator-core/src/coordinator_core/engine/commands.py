@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from coordinator_core.engine.clock import Instant
-from coordinator_core.engine.serial import FormatError, decode, encode
+from coordinator_core.engine.serial import FormatError, Tagged, decode
 
 __all__ = [
     "Attention",
@@ -36,17 +36,8 @@ __all__ = [
 ]
 
 
-class _Tagged:
-    __slots__ = ()
-    kind: ClassVar[str]
-
-    def to_json(self) -> dict[str, Any]:
-        result: dict[str, Any] = encode(self)
-        return result
-
-
 @dataclass(frozen=True, slots=True)
-class ScheduleDue(_Tagged):
+class ScheduleDue(Tagged):
     """The record of `step` is pending and due at `at` (first attempt, retry, timer)."""
 
     kind: ClassVar[str] = "schedule-due"
@@ -55,7 +46,7 @@ class ScheduleDue(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleObservation(_Tagged):
+class ScheduleObservation(Tagged):
     """The `wait-for` record of `step` is pending; its next observation (or timeout) is at `at`."""
 
     kind: ClassVar[str] = "schedule-observation"
@@ -64,7 +55,7 @@ class ScheduleObservation(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class Claimed(_Tagged):
+class Claimed(Tagged):
     """The record of `step` is leased (T2): commit the claim and its audit intent, then answer
     with `Work`. A lease that lapses before the work is recorded is `LeaseLapsed`."""
 
@@ -75,7 +66,7 @@ class Claimed(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class FreezeCommand(_Tagged):
+class FreezeCommand(Tagged):
     """Store the prepared request (sealed, purpose `command`) if none is stored (freeze fence).
 
     `command` is the canonical JSON of `{alias, operation, connection, input, idempotencyKey?}`;
@@ -88,7 +79,7 @@ class FreezeCommand(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class Prepare(_Tagged):
+class Prepare(Tagged):
     """Run the operation's preparation with a fresh credential (07 §7.4 step 3); answer with
     `PreparationDone`, or a `CallOutcome` (retryable/refused) when it fails."""
 
@@ -100,7 +91,7 @@ class Prepare(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class FreezePreparation(_Tagged):
+class FreezePreparation(Tagged):
     """Store the preparation next to the frozen request (it is never replaced)."""
 
     kind: ClassVar[str] = "freeze-preparation"
@@ -109,7 +100,7 @@ class FreezePreparation(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class ObtainCredential(_Tagged):
+class ObtainCredential(Tagged):
     """Obtain a fresh credential for the connection (07 §7.4 step 5); answer with
     `ReadyToSend`, or a `CallOutcome` (retryable `credential-unavailable` or refused
     `credential-refused`)."""
@@ -120,7 +111,7 @@ class ObtainCredential(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class MarkMaySend(_Tagged):
+class MarkMaySend(Tagged):
     """The pre-send fence: commit `dispatched`/`sent` and the dispatch intent before the request
     of this mutation or evaluation leaves the process (guarantee 5)."""
 
@@ -131,7 +122,7 @@ class MarkMaySend(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class Dispatch(_Tagged):
+class Dispatch(Tagged):
     """Send the frozen command (answer with a `CallOutcome`)."""
 
     kind: ClassVar[str] = "dispatch"
@@ -146,7 +137,7 @@ class Dispatch(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class Observe(_Tagged):
+class Observe(Tagged):
     """Read the awaited completion through `operation` (answer with an `ObservationOutcome`).
     `reference` is the canonical JSON of the completion reference."""
 
@@ -158,7 +149,7 @@ class Observe(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class LookupReceipt(_Tagged):
+class LookupReceipt(Tagged):
     """Ask the product for the receipt of the original key and request (07 §9.2); answer with
     a `ReceiptAnswer` for the same generation."""
 
@@ -172,7 +163,7 @@ class LookupReceipt(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class Finish(_Tagged):
+class Finish(Tagged):
     """The run reached a finish: `finished`, or `cancelled` on the cancel path (T14)."""
 
     kind: ClassVar[str] = "finish"
@@ -182,7 +173,7 @@ class Finish(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class Fail(_Tagged):
+class Fail(Tagged):
     """The run stopped on a failure: `failed`, `expired` (`deadline-reached`), or `cancelled`
     when a definite failure ended a run that was stopping."""
 
@@ -192,7 +183,7 @@ class Fail(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class Cancelled(_Tagged):
+class Cancelled(Tagged):
     """A cancel stopped the run: `cancelled`, or `cancelled-after-effect` when a mutation or
     evaluation in flight at the cancel was accepted."""
 
@@ -201,7 +192,7 @@ class Cancelled(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class Attention(_Tagged):
+class Attention(Tagged):
     """An effect is unknown (or its receipt expired): the run waits for an operator."""
 
     kind: ClassVar[str] = "attention"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from coordinator_core.engine.serial import FormatError, decode, encode
+from coordinator_core.engine.serial import FormatError, Tagged, decode
 from coordinator_core.engine.state import Policy
 from coordinator_core.values import canonical_json
 
@@ -48,17 +48,8 @@ def to_canonical(value: Any) -> str:
     return canonical_json(value).decode("utf-8")
 
 
-class _Tagged:
-    __slots__ = ()
-    kind: ClassVar[str]
-
-    def to_json(self) -> dict[str, Any]:
-        result: dict[str, Any] = encode(self)
-        return result
-
-
 @dataclass(frozen=True, slots=True)
-class Admitted(_Tagged):
+class Admitted(Tagged):
     """T1: the admission transaction accepted the run with this (validated) input."""
 
     kind: ClassVar[str] = "admitted"
@@ -71,7 +62,7 @@ class Admitted(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class StepDue(_Tagged):
+class StepDue(Tagged):
     """A claim (07 §7.2): the pending record of `step` is due; lease it (answered by `Work`).
 
     Covers first attempts, retries, timers, observations and the wait timeout (a `wait-for`
@@ -83,7 +74,7 @@ class StepDue(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class Work(_Tagged):
+class Work(Tagged):
     """The claim of `step` is committed; do the step's work (07 §7.2 "then the work happens
     outside any transaction"), beginning with the claim-time `step-invalid` check."""
 
@@ -92,7 +83,7 @@ class Work(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class PreparationDone(_Tagged):
+class PreparationDone(Tagged):
     """The operation's preparation succeeded; `preparation` is its base64 evidence."""
 
     kind: ClassVar[str] = "preparation-done"
@@ -101,7 +92,7 @@ class PreparationDone(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class ReadyToSend(_Tagged):
+class ReadyToSend(Tagged):
     """The shell obtained a fresh credential and stands at the pre-send fence (07 §7.4 step 6)."""
 
     kind: ClassVar[str] = "ready-to-send"
@@ -109,7 +100,7 @@ class ReadyToSend(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class CallOutcome(_Tagged):
+class CallOutcome(Tagged):
     """The classified outcome of one call attempt (08 §9), or of its preparation or credential
     before anything was sent (then only `retryable` or `refused`)."""
 
@@ -126,7 +117,7 @@ class CallOutcome(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class ObservationOutcome(_Tagged):
+class ObservationOutcome(Tagged):
     """The result of one read of an awaited completion (07 §7.3 step 3)."""
 
     kind: ClassVar[str] = "observation-outcome"
@@ -141,14 +132,14 @@ class ObservationOutcome(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class DeadlinePassed(_Tagged):
+class DeadlinePassed(Tagged):
     """The deadline sweep (07 §7.2 step 3) found the run's pending record overdue."""
 
     kind: ClassVar[str] = "deadline-passed"
 
 
 @dataclass(frozen=True, slots=True)
-class LeaseLapsed(_Tagged):
+class LeaseLapsed(Tagged):
     """The lease of the record of `step` expired before its attempt finished (T28/T29)."""
 
     kind: ClassVar[str] = "lease-lapsed"
@@ -156,7 +147,7 @@ class LeaseLapsed(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class CompletionNotified(_Tagged):
+class CompletionNotified(Tagged):
     """A completion event matched the run's pending `wait-for` (07 §7.6): bring its next
     observation forward, never closer than the floor to the last read."""
 
@@ -164,14 +155,14 @@ class CompletionNotified(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class CancelRequested(_Tagged):
+class CancelRequested(Tagged):
     """`POST /v1/runs/{run}/cancel` (07 §8)."""
 
     kind: ClassVar[str] = "cancel-requested"
 
 
 @dataclass(frozen=True, slots=True)
-class RetrySame(_Tagged):
+class RetrySame(Tagged):
     """The operator's `retry-same` (07 §9.1). The flags carry the checks only the shell can
     make (binding digest, snapshot restore, erasure, store lease); the engine applies every
     condition in the contract's order."""
@@ -184,7 +175,7 @@ class RetrySame(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class ReconcileRequested(_Tagged):
+class ReconcileRequested(Tagged):
     """The operator's `reconcile` (07 §9.2), before the receipt lookup."""
 
     kind: ClassVar[str] = "reconcile-requested"
@@ -194,7 +185,7 @@ class ReconcileRequested(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class ReceiptAnswer(_Tagged):
+class ReceiptAnswer(Tagged):
     """The product's answer to the receipt lookup of a reconcile (07 §9.2 table)."""
 
     kind: ClassVar[str] = "receipt-answer"
@@ -209,14 +200,14 @@ class ReceiptAnswer(_Tagged):
 
 
 @dataclass(frozen=True, slots=True)
-class RestoreHold(_Tagged):
+class RestoreHold(Tagged):
     """`restore-hold` (07 §12 step 3, T33) reaching this run."""
 
     kind: ClassVar[str] = "restore-hold"
 
 
 @dataclass(frozen=True, slots=True)
-class AttemptRefused(_Tagged):
+class AttemptRefused(Tagged):
     """A claim-time or pre-send check only the shell can make failed (07 §7.2, §7.4 step 4):
     `snapshot-incompatible` (T34/T35), `binding-conflict` or `protected-state-invalid`."""
 

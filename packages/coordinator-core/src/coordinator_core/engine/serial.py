@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 __all__ = ["FormatError", "decode", "encode", "member_name"]
 
@@ -25,6 +25,17 @@ def member_name(field_name: str) -> str:
     """`retry_delays_ms` → `retryDelaysMs`."""
     head, *rest = field_name.split("_")
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+class Tagged:
+    """Base of events and commands: a frozen dataclass whose JSON form carries its `kind`."""
+
+    __slots__ = ()
+    kind: ClassVar[str]
+
+    def to_json(self) -> dict[str, Any]:
+        result: dict[str, Any] = encode(self)
+        return result
 
 
 def encode(value: Any) -> Any:

@@ -652,20 +652,26 @@ class Compiler:
 
         return for_counted, 1 + iterable.cost
 
-    def stmt_break(self, stmt: n.Break) -> tuple[Ev, int]:
-        if stmt.value is None:
+    def _signalling(
+        self, value: n.Expr | None, signal: type[BreakSignal] | type[ReturnSignal]
+    ) -> tuple[Ev, int]:
+        """`break` and `return` unwind with a signal carrying `()` or their value."""
+        if value is None:
 
-            def break_(s: list[Any], c: Ctx) -> Any:
-                raise BreakSignal(None)
+            def raise_unit(s: list[Any], c: Ctx) -> Any:
+                raise signal(None)
 
-            return break_, 1
-        code = self.compile_expr(stmt.value)
+            return raise_unit, 1
+        code = self.compile_expr(value)
         ev = code.ev
 
-        def break_value(s: list[Any], c: Ctx) -> Any:
-            raise BreakSignal(ev(s, c))
+        def raise_value(s: list[Any], c: Ctx) -> Any:
+            raise signal(ev(s, c))
 
-        return break_value, 1 + code.cost
+        return raise_value, 1 + code.cost
+
+    def stmt_break(self, stmt: n.Break) -> tuple[Ev, int]:
+        return self._signalling(stmt.value, BreakSignal)
 
     def stmt_continue(self, stmt: n.Continue) -> tuple[Ev, int]:
         def continue_(s: list[Any], c: Ctx) -> Any:
@@ -674,19 +680,7 @@ class Compiler:
         return continue_, 1
 
     def stmt_return(self, stmt: n.Return) -> tuple[Ev, int]:
-        if stmt.value is None:
-
-            def return_(s: list[Any], c: Ctx) -> Any:
-                raise ReturnSignal(None)
-
-            return return_, 1
-        code = self.compile_expr(stmt.value)
-        ev = code.ev
-
-        def return_value(s: list[Any], c: Ctx) -> Any:
-            raise ReturnSignal(ev(s, c))
-
-        return return_value, 1 + code.cost
+        return self._signalling(stmt.value, ReturnSignal)
 
     def stmt_throw(self, stmt: n.Throw) -> tuple[Ev, int]:
         if stmt.value is None:
