@@ -38,6 +38,8 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import psycopg
 
+from coordinator_sandbox.launch import endpoints_in
+
 PYTHON = sys.executable
 ADMIN_URL_VARIABLE = "COORDINATOR_TEST_POSTGRES_URL"
 DEFAULT_ADMIN_URL = "postgresql://root@127.0.0.1:5432/root"
@@ -323,11 +325,7 @@ def start_sandbox(processes: Processes, state: Path, origin: str) -> dict[str, s
     def ready() -> dict[str, str] | None:
         if process.poll() is not None:
             raise BenchError("the sandbox exited: " + processes.log("sandbox"))
-        for line in processes.log("sandbox", tail=100_000).splitlines():
-            if line.startswith("coordinator-sandbox ready "):
-                found: dict[str, str] = json.loads(line.split(" ", 2)[2])
-                return found
-        return None
+        return endpoints_in(processes.log("sandbox", tail=100_000))
 
     return wait_for(ready, READY_TIMEOUT, "the sandbox", 0.1)
 

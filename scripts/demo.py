@@ -35,6 +35,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from coordinator_sandbox.launch import endpoints_in
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 PYTHON = sys.executable
@@ -229,11 +231,7 @@ class Live:
 
         def ready() -> dict[str, str] | None:
             self.alive("sandbox", sandbox)
-            for line in self.log("sandbox").splitlines():
-                if line.startswith("coordinator-sandbox ready "):
-                    found: dict[str, str] = json.loads(line.split(" ", 2)[2])
-                    return found
-            return None
+            return endpoints_in(self.log("sandbox"))
 
         self.endpoints = self.wait("the sandbox", ready)
         for service in ("identity", "breg", "messaging"):

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from coordinator_sandbox.launch import endpoints_in
+
 PYTHON = sys.executable
 WORKFLOW = "delayed-follow-up"
 READY_TIMEOUT = 30.0
@@ -230,11 +232,7 @@ class Project:
         def ready() -> dict[str, str] | None:
             if process.poll() is not None:
                 raise AssertionError("the sandbox exited: " + self.processes.log(name))
-            for line in self.processes.log(name).splitlines():
-                if line.startswith("coordinator-sandbox ready "):
-                    found: dict[str, str] = json.loads(line.split(" ", 2)[2])
-                    return found
-            return None
+            return endpoints_in(self.processes.log(name))
 
         endpoints = wait_for(ready, READY_TIMEOUT, "the sandbox")
         return Sandbox(process, endpoints, self.sandbox_state)

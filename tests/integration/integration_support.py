@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import queue
 import secrets
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -43,10 +41,10 @@ from coordinator_core.store import (
     migrate,
 )
 from coordinator_core.worker import Worker
+from coordinator_sandbox import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "delayed-follow-up"
-READY_PREFIX = "coordinator-sandbox ready "
 DATABASE_ID = "delayed-follow-up-it"
 ISSUER = "http://127.0.0.1:8100"
 WORKFLOW = "delayed-follow-up"
@@ -155,31 +153,10 @@ def products(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Products]:
     (state_dir / "sandbox.json").write_text(json.dumps(SEED))
     stderr_path = root / "sandbox.stderr"
     with stderr_path.open("w") as stderr:
-        process = subprocess.Popen(
-            [
-                sys.executable, "-m", "coordinator_sandbox", "serve", "--ports", "0",
-                "--state-dir", str(state_dir),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-        )  # fmt: skip
-    lines: queue.Queue[str] = queue.Queue()
-    stdout = process.stdout
-    assert stdout is not None
-
-    def pump() -> None:
-        for text in iter(stdout.readline, ""):
-            lines.put(text)
-
-    threading.Thread(target=pump, daemon=True).start()
-    try:
-        line = lines.get(timeout=30)
-    except queue.Empty:
-        process.kill()
-        raise AssertionError("sandbox not ready: " + stderr_path.read_text()) from None
-    assert line.startswith(READY_PREFIX), line
-    origins = json.loads(line[len(READY_PREFIX) :])
+        try:
+            process, origins = launch.start(state_dir, stderr=stderr)
+        except launch.SandboxNotReady:
+            raise AssertionError("sandbox not ready: " + stderr_path.read_text()) from None
     try:
         with httpx.Client(timeout=5, trust_env=False) as client:
             yield Products(origins, secrets_dir, client)

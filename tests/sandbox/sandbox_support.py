@@ -25,7 +25,8 @@ import httpx
 import jwt
 import pytest
 
-READY_PREFIX = "coordinator-sandbox ready "
+from coordinator_sandbox import launch
+
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 PROFILE = "coordinator-reader"
 RECORD_ID = "a8d12546-b2ca-46ac-b12b-06c199041bb2"
@@ -249,31 +250,15 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Ite
     assert keys.returncode == 0, keys.stderr
     (state_dir / "sandbox.json").write_text(json.dumps(SEED))
     stderr_file = root / "sandbox.stderr"
-    process = subprocess.Popen(
-        [
-            sys.executable, "-m", "coordinator_sandbox", "serve", "--ports", "0",
-            "--state-dir", str(state_dir), "--coordinator-url", receiver.url,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=stderr_file.open("w"),
-        text=True,
-    )  # fmt: skip
-    lines: queue.Queue[str] = queue.Queue()
-    stdout = process.stdout
-    assert stdout is not None
-
-    def pump() -> None:
-        for text in iter(stdout.readline, ""):
-            lines.put(text)
-
-    threading.Thread(target=pump, daemon=True).start()
     try:
-        line = lines.get(timeout=20)
-    except queue.Empty:
-        process.kill()
+        process, origins = launch.start(
+            state_dir,
+            arguments=("--coordinator-url", receiver.url),
+            stderr=stderr_file.open("w"),
+            timeout=20,
+        )
+    except launch.SandboxNotReady:
         raise AssertionError("not ready: " + stderr_file.read_text()) from None
-    assert line.startswith(READY_PREFIX), line
-    origins = json.loads(line[len(READY_PREFIX) :])
     with httpx.Client(timeout=5, trust_env=False) as client:
         yield Sandbox(origins, secrets_dir, state_dir, client)
     process.send_signal(signal.SIGTERM)
