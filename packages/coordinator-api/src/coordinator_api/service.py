@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 from uuid import UUID
 
 from coordinator_core.operations import OperationDescriptor
@@ -70,16 +70,7 @@ RunStatusValue = Literal[
     "cancelled-after-effect",
     "expired",
 ]
-RUN_STATUSES: tuple[RunStatusValue, ...] = (
-    "running",
-    "attention",
-    "cancel-requested",
-    "finished",
-    "failed",
-    "cancelled",
-    "cancelled-after-effect",
-    "expired",
-)
+RUN_STATUSES: tuple[RunStatusValue, ...] = get_args(RunStatusValue)
 BlockReason = Literal[
     "terminal",
     "not-recoverable",

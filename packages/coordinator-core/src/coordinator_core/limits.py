@@ -72,3 +72,16 @@ API_VERSION_OF_KIND: Final = {
     KIND_RUNTIME: RUNTIME_API_VERSION,
     KIND_SCENARIOS: SCENARIOS_API_VERSION,
 }
+
+# The eight run statuses (contract 07 §5), in the contract's order. The engine and the API also
+# spell them as `Literal` types for the type checker; a test pins all of them to this tuple.
+RUN_STATUSES: Final = (
+    "running",
+    "attention",
+    "cancel-requested",
+    "finished",
+    "failed",
+    "cancelled",
+    "cancelled-after-effect",
+    "expired",
+)

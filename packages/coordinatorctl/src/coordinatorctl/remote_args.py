@@ -8,6 +8,8 @@ import re
 from collections.abc import Callable
 from typing import Final
 
+from coordinator_core.limits import RUN_STATUSES
+
 __all__ = ["COMMANDS", "RUN_STATUSES", "add_remote_commands"]
 
 COMMANDS: Final = frozenset(
@@ -29,16 +31,6 @@ COMMANDS: Final = frozenset(
 )
 LIST_DEFAULT_LIMIT: Final = 20
 RETAIN_DEFAULT_LIMIT: Final = 100
-RUN_STATUSES: Final = (
-    "running",
-    "attention",
-    "cancel-requested",
-    "finished",
-    "failed",
-    "cancelled",
-    "cancelled-after-effect",
-    "expired",
-)
 
 
 def _limit(text: str) -> int:

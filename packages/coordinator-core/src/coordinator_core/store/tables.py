@@ -29,6 +29,7 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
+from coordinator_core.limits import RUN_STATUSES
 from coordinator_core.store.dialect import JsonDocument, UTCDateTime
 
 __all__ = [
@@ -51,16 +52,6 @@ __all__ = [
     "StepTable",
 ]
 
-RUN_STATUSES: Final = (
-    "running",
-    "attention",
-    "cancel-requested",
-    "finished",
-    "failed",
-    "cancelled",
-    "cancelled-after-effect",
-    "expired",
-)
 TERMINAL_STATUSES: Final = ("finished", "cancelled", "cancelled-after-effect", "expired")
 STEP_STATES: Final = (
     "pending",
