@@ -1041,6 +1041,13 @@ CODES: Final[dict[str, tuple[str, str, int, str, int | None]]] = {
         "warning",
         None,
     ),
+    "coordinator.runtime.operation-unserved": (
+        "The workflow uses an operation that no adapter of this build serves.",
+        "Deploy a package whose workflow uses only operations this build serves (the catalogue in docs/project-format.md), or run a build whose adapters serve the operation.",
+        1,
+        "error",
+        None,
+    ),
     "coordinator.runtime.workflow-binding": (
         "A connection or event source that the workflow uses is not bound in the runtime file.",
         "Bind the name with the matching product under `connections`, `externalHttpConnections` or `evaluationConnections`, or the trigger source under `eventSources`.",

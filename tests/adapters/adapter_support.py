@@ -134,6 +134,7 @@ class FakeServer:
     def reset(self) -> None:
         with self.lock:
             self.routes: dict[tuple[str, str], Handler] = {}
+            self.public: set[tuple[str, str]] = set()
             self.seen: list[Seen] = []
             self.clients: dict[str, Client] = {}
             self.assertions: list[tuple[dict[str, Any], dict[str, Any]]] = []
@@ -143,8 +144,13 @@ class FakeServer:
             self.token_reply: Handler | None = None
 
     # routes
-    def route(self, method: str, path: str, handler: Handler | Reply) -> None:
+    def route(
+        self, method: str, path: str, handler: Handler | Reply, *, public: bool = False
+    ) -> None:
+        """Script `method path`; a `public` route answers without any bearer token."""
         self.routes[(method, path)] = handler if callable(handler) else (lambda _s, r=handler: r)
+        if public:
+            self.public.add((method, path))
 
     def requests(self, path_prefix: str = "/v1") -> list[Seen]:
         return [s for s in self.seen if s.path.startswith(path_prefix)]
@@ -206,7 +212,7 @@ class FakeServer:
             handler = self.routes.get((seen.method, seen.path))
             if handler is None:
                 reply = problem(404, "not-found")
-            elif not self._authorised(seen):
+            elif (seen.method, seen.path) not in self.public and not self._authorised(seen):
                 reply = problem(401, "authentication.refused")
             else:
                 reply = handler(seen)

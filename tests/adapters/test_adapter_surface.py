@@ -13,11 +13,14 @@ from adapter_support import CANARY, TOKEN_PATH, Reply, command, command_key, dea
 
 import coordinator_core.adapters as adapters
 from coordinator_core.adapters import (
+    SERVED_OPERATIONS,
     AccessToken,
     Adapter,
     Adapters,
     CommandFormatError,
     DeclaredRefusal,
+    EvaluationConnection,
+    ExternalConnection,
     Pending,
     Prepared,
     PreparedCommand,
@@ -35,12 +38,14 @@ from coordinator_core.adapters import (
     preparation_event,
     product_adapters,
     receipt_event,
+    unserved_operations,
 )
 from coordinator_core.adapters import validation as shapes
 from coordinator_core.adapters.messaging import MessagingAdapter
 from coordinator_core.adapters.scheduling import SchedulingAdapter
 from coordinator_core.engine import events as engine
 from coordinator_core.engine.codes import REPLY_CODES
+from coordinator_core.operations import CATALOG
 from coordinator_core.values import canonical_json
 
 MESSAGE = {"senderProfile": "p", "to": {"email": "a@b.c"}, "content": {"text": CANARY}}
@@ -54,34 +59,162 @@ RECEIPT = {
 def test_the_public_surface_is_pinned():
     assert sorted(adapters.__all__) == sorted(
         [
-            "AccessToken", "Adapter", "Adapters", "CallOutcome", "ClientCredentials",
-            "CommandFormatError", "CredentialIssuer", "CredentialOutcome", "DeclaredRefusal",
+            "SERVED_OPERATIONS", "AccessToken", "Adapter", "Adapters", "CallOutcome",
+            "ClientCredentials", "CommandFormatError", "Connection", "CredentialIssuer",
+            "CredentialOutcome", "DeclaredRefusal", "EvaluationConnection", "ExternalConnection",
             "HttpSettings", "ObservationOutcome", "Pending", "PreparationOutcome", "Prepared",
             "PreparedCommand", "ProductConnection", "ReceiptConfirmed", "ReceiptExpired",
             "ReceiptOutcome", "ReceiptUnavailable", "ReceiptUnresolved", "Refused", "Retryable",
-            "Success", "Uncertain", "call_event", "credential_event", "observation_event",
-            "preparation_event", "product_adapters", "receipt_event",
+            "Success", "Uncertain", "bound_connections", "call_event", "credential_event",
+            "observation_event", "preparation_event", "product_adapters", "receipt_event",
+            "unserved_operations",
         ]
     )  # fmt: skip
 
 
-def test_every_product_adapter_implements_the_protocol():
+def test_every_adapter_implements_the_protocol():
     products = {adapter.product for adapter in product_adapters()}
-    assert products == {"breg", "casework", "messaging", "scheduling"}
+    assert products == {
+        "breg",
+        "casework",
+        "messaging",
+        "scheduling",
+        "external-http",
+        "evaluation",
+    }
     for adapter in product_adapters():
         assert isinstance(adapter, Adapter)
     served = set().union(*(adapter.operations for adapter in product_adapters()))
-    assert served == {
-        "breg.read-record/v1",
-        "breg.invoke-action/v1",
-        "casework.submit-review-request/v1",
-        "casework.read-review-result/v1",
-        "casework.withdraw-review-request/v1",
-        "messaging.submit-message/v1",
-        "scheduling.read-scheduling/v1",
-        "scheduling.read-availability/v1",
-        "scheduling.create-appointment/v1",
+    assert served == SERVED_OPERATIONS
+
+
+# -- the catalogue and the adapters cannot drift (08 §1.2) ---------------------------------------
+
+# A valid command for every operation a run can contain: the catalogue walk below sends each
+# through the worker's entry point and proves that a live request reached the product.
+_CATALOGUE_COMMANDS: dict[str, tuple[str, Any, str]] = {
+    "breg.read-record/v1": ("breg", {"collection": "apps", "recordId": "r-1"}, "/v1/records/"),
+    "breg.invoke-action/v1": ("breg", {"input": {"a": 1}}, "/v1/actions/"),
+    "casework.submit-review-request/v1": (
+        "casework",
+        {
+            "kind": "eligibility",
+            "subject": {
+                "source": "urn:s",
+                "type": "t",
+                "id": "i",
+                "version": "1",
+                "digest": "sha256:" + "1" * 64,
+            },
+            "requesterReference": "run-1",
+            "context": {"strategy": "submitted", "snapshot": {}},
+        },
+        "/v1/review-requests",
+    ),
+    "casework.read-review-result/v1": (
+        "casework",
+        {"requestId": "0b8f6d1e-6f51-4a39-9a0b-5a1d3c6f2e11"},
+        "/v1/review-requests/",
+    ),
+    "casework.withdraw-review-request/v1": (
+        "casework",
+        {
+            "requestId": "0b8f6d1e-6f51-4a39-9a0b-5a1d3c6f2e11",
+            "subject": {
+                "source": "urn:s",
+                "type": "t",
+                "id": "i",
+                "version": "1",
+                "digest": "sha256:" + "1" * 64,
+            },
+            "reason": "no longer needed",
+        },
+        "/v1/review-requests/",
+    ),
+    "messaging.submit-message/v1": ("messaging", MESSAGE, "/v1/messages"),
+    "scheduling.read-scheduling/v1": ("scheduling", {}, "/v1/scheduling"),
+    "scheduling.read-availability/v1": (
+        "scheduling",
+        {
+            "offering": "o",
+            "start": "2026-03-01T08:00:00Z",
+            "end": "2026-03-02T08:00:00Z",
+            "limit": 5,
+        },
+        "/v1/availability",
+    ),
+    "scheduling.create-appointment/v1": (
+        "scheduling",
+        {
+            "admission": {
+                "offering": "o",
+                "start": "2026-03-02T09:00:00Z",
+                "party": {"reference": "p"},
+                "channel": "video",
+                "policyRevision": "r-1",
+            }
+        },
+        "/v1/appointments",
+    ),
+    "external-http.get/v1": ("external-http", {"path": "status"}, "/status"),
+    "evaluation.evaluate/v1": (
+        "evaluation",
+        {"state": {}, "questions": {"q": {"type": "predicate", "instructions": "Yes?"}}},
+        "/v1/systemone",
+    ),
+}
+
+
+def _bound_for(kind: str, connect: Any, origin: str) -> Any:
+    if kind == "external-http":
+        return ExternalConnection(
+            name="conn", base_url=origin, paths=frozenset({"status"}),
+            query_parameters=frozenset(), response_schema=True,
+        )  # fmt: skip
+    if kind == "evaluation":
+        return EvaluationConnection(name="conn", base_url=origin, model="m-1")
+    return connect(kind, profile="coordinator-writer" if kind == "breg" else None)
+
+
+@pytest.mark.parametrize("operation", sorted(set(CATALOG) - {"breg.propose-action/v1"}))
+def test_every_catalogue_operation_has_a_live_adapter(fake, live, connect, operation):
+    """Walk the catalogue: each operation a run can contain goes out as a real request through
+    `Adapters` (the worker's entry point), never `remote-refused` or `operation-unbound`."""
+    kind, value, path = _CATALOGUE_COMMANDS[operation]
+    fake.route("GET", "/status", Reply(200, {"ok": True}), public=True)
+    registry = Adapters({"conn": _bound_for(kind, connect, live.origin)})
+    descriptor = CATALOG[operation]
+    frozen = command(
+        operation, value, key=command_key() if descriptor.key_required else None, action="act"
+    )
+    token = registry.obtain_credential("conn", attempt_deadline=deadline())
+    assert isinstance(token, AccessToken)
+    if descriptor.requires_preparation:
+        prepared = registry.prepare(frozen, attempt_deadline=deadline(), credential=token)
+        if isinstance(prepared, Prepared):
+            frozen = dataclasses.replace(frozen, preparation=prepared.preparation)
+        outcome: Any = prepared
+    if not descriptor.requires_preparation or isinstance(outcome, Prepared):
+        outcome = registry.call(frozen, attempt_deadline=deadline(), credential=token)
+    assert outcome not in (Refused("remote-refused"), Refused("operation-unbound"))
+    assert any(seen.path.startswith(path) for seen in fake.requests("/")), outcome
+    assert operation in SERVED_OPERATIONS
+
+
+def test_a_workflow_naming_an_operation_no_adapter_serves_is_reported():
+    workflow = {
+        "operations": {
+            "later": {"operation": "breg.read-record/v9", "connection": "a"},
+            "proposal": {"operation": "breg.propose-action/v1", "connection": "a"},
+            "record": {"operation": "breg.read-record/v1", "connection": "a"},
+            "gate": {"operation": "evaluation.evaluate/v1", "connection": "e"},
+        }
     }
+    assert unserved_operations(workflow) == [
+        ("later", "breg.read-record/v9"),
+        ("proposal", "breg.propose-action/v1"),
+    ]
+    assert unserved_operations({}) == []
 
 
 # -- the worker's entry point -------------------------------------------------------------------------
@@ -124,11 +257,8 @@ def test_an_unbound_or_mismatched_connection_is_operation_unbound(fake, connect)
     assert not fake.seen
 
 
-@pytest.mark.parametrize(
-    "operation",
-    ["external-http.get/v1", "evaluation.evaluate/v1", "breg.propose-action/v1", "breg.nothing/v9"],
-)
-def test_operations_without_a_product_adapter_are_refused(fake, connect, operation):
+@pytest.mark.parametrize("operation", ["breg.propose-action/v1", "breg.nothing/v9"])
+def test_operations_without_an_adapter_are_refused_never_unbound(fake, connect, operation):
     registry = Adapters({"conn": connect("breg", profile="p")})
     assert registry.call(command(operation, {}), attempt_deadline=deadline()) == Refused(
         "remote-refused"
@@ -356,3 +486,26 @@ def test_prepare_credential_dispatch_as_the_worker_drives_them(fake, connect):
         "record", "declared-refusal", refusal_code="late"
     )
     assert len(fake.requests(TOKEN_PATH)) == 2  # one for the preparation, one for the attempt
+
+
+def test_a_connection_bound_in_another_map_is_operation_unbound(fake, live):
+    """An external GET whose connection name is an evaluation connection (and the reverse)
+    is `operation-unbound`: the connection of that kind really is not bound."""
+    registry = Adapters(
+        {
+            "router": EvaluationConnection(name="router", base_url=live.origin, model="m"),
+            "calendar": ExternalConnection(
+                name="calendar", base_url=live.origin, paths=frozenset({"status"}),
+                query_parameters=frozenset(), response_schema=True,
+            ),
+        }
+    )  # fmt: skip
+    external = command("external-http.get/v1", {"path": "status"}, connection_name="router")
+    evaluation = command(
+        "evaluation.evaluate/v1",
+        {"state": {}, "questions": {"q": {"type": "predicate", "instructions": "?"}}},
+        connection_name="calendar",
+    )
+    assert registry.call(external, attempt_deadline=deadline()) == Refused("operation-unbound")
+    assert registry.prepare(evaluation, attempt_deadline=deadline()) == Refused("operation-unbound")
+    assert not fake.requests("/")

@@ -44,10 +44,10 @@ from coordinator_api.service import (
     RunStatus,
     ServiceRefusal,
 )
-from coordinator_core.adapters import ClientCredentials, PreparedCommand, ProductConnection
+from coordinator_core.adapters import PreparedCommand
 from coordinator_core.adapters.base import CommandFormatError
 from coordinator_core.adapters.events import receipt_event
-from coordinator_core.adapters.registry import Adapters
+from coordinator_core.adapters.registry import Adapters, bound_connections
 from coordinator_core.audit import ZERO_HASH, AuditWriter
 from coordinator_core.definition.package import LoadedPackage, restore_snapshot
 from coordinator_core.definition.snapshot import Snapshot
@@ -102,7 +102,7 @@ from coordinator_core.worker_state import (
     write_of,
 )
 
-__all__ = ["StoreRunService", "build_service", "connections_of"]
+__all__ = ["StoreRunService", "build_service"]
 
 RECONCILE_BUDGET_SECONDS: Final = 10.0
 READY_CACHE_SECONDS: Final = 30.0
@@ -114,28 +114,6 @@ _EVENT_HOLD_CODES: Final = frozenset(
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def connections_of(deployment: Deployment, secrets: Secrets) -> dict[str, ProductConnection]:
-    """The product connections of the runtime file with their resolved signing keys."""
-    found: dict[str, ProductConnection] = {}
-    for name, config in deployment.connections.items():
-        authorization = config.authorization
-        found[name] = ProductConnection(
-            name=name,
-            product=config.product,
-            base_url=config.base_url,
-            profile=config.profile,
-            authorization=ClientCredentials(
-                token_endpoint=authorization.token_endpoint,
-                client_id=authorization.client_id,
-                signing_key=secrets.client_signing_keys.get(name, ""),
-                resource=authorization.resource,
-                scopes=authorization.scopes,
-                client_assertion_audience=authorization.client_assertion_audience,
-            ),
-        )
-    return found
 
 
 def _refusal(error: CoordinatorError) -> ServiceRefusal:
@@ -177,7 +155,7 @@ class StoreRunService:
         self._definitions = DefinitionCache(self._sealer)
         self._definition = Definition.from_snapshot(package.snapshot)
         self._definitions.add(package.snapshot, self._definition)
-        self._adapters = adapters or Adapters(connections_of(deployment, secrets))
+        self._adapters = adapters or Adapters(bound_connections(deployment, secrets))
         self._policy = Policy(
             observation_floor_seconds=deployment.observation_minimum_interval_seconds
         )

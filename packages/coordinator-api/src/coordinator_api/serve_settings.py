@@ -29,8 +29,8 @@ from coordinator_core.deployment import (
     JwksUri,
     PostgresqlDatabase,
     Secrets,
+    package_binding_problems,
 )
-from coordinator_core.project.runtime import check_bindings, check_runtime_file
 from coordinator_core.store import DeploymentIdentity, Store
 
 __all__ = [
@@ -86,11 +86,9 @@ def store_url(deployment: Deployment, secrets: Secrets) -> Iterator[str]:
 def check_package_bindings(
     deployment: Deployment, package: LoadedPackage, environment: Mapping[str, str]
 ) -> None:
-    """02 §5.8 against the runtime file as the service reads it; raises `DeploymentRefused`."""
-    checked = check_runtime_file(
-        Path(deployment.file), display_file=deployment.file, environment=environment
-    )
-    problems = [d for d in check_bindings(package.snapshot.workflow, checked) if d.exit_code != 0]
+    """02 §5.8 and the served operations against the runtime file as the service reads it;
+    raises `DeploymentRefused`."""
+    problems = package_binding_problems(deployment, package.snapshot.workflow, environment)
     if problems:
         raise DeploymentRefused(problems)
 

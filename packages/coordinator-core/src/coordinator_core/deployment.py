@@ -40,6 +40,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from coordinator_core import limits
+from coordinator_core.adapters.registry import unserved_operations
 from coordinator_core.deployment_model import (
     REFERENCE_PREFIX,
     Authentication,
@@ -70,7 +71,7 @@ from coordinator_core.deployment_model import (
 )
 from coordinator_core.deployment_secrets import DatabaseUrl, Secrets, resolve_secrets
 from coordinator_core.errors import Diagnostic
-from coordinator_core.project.runtime import check_runtime_file
+from coordinator_core.project.runtime import check_bindings, check_runtime_file
 from coordinator_core.project.yamlreader import YamlDocument, escape_pointer_token
 from coordinator_core.values import CanonicalJsonError, canonical_json, sha256_label
 
@@ -113,6 +114,7 @@ __all__ = [
     "connection_names",
     "live_bindings_ok",
     "load_deployment",
+    "package_binding_problems",
     "resolve_secrets",
     "sealed_snapshot_workflow",
 ]
@@ -598,3 +600,25 @@ def live_bindings_ok(
         except DeploymentRefused:
             return False
     return True
+
+
+def package_binding_problems(
+    deployment: Deployment, workflow: Mapping[str, Any], environment: Mapping[str, str]
+) -> list[Diagnostic]:
+    """What refuses a package's workflow under this runtime file before any run is admitted
+    (`apply`, `deployment-status`, the service start): the bindings of 02 §5.8 as the file
+    reads now, and every alias's operation served by an adapter of this build
+    (`coordinator.runtime.operation-unserved`, at the alias in the workflow)."""
+    checked = check_runtime_file(
+        Path(deployment.file), display_file=deployment.file, environment=environment
+    )
+    problems = [d for d in check_bindings(workflow, checked) if d.exit_code != 0]
+    for alias, _operation in unserved_operations(workflow):
+        problems.append(
+            Diagnostic(
+                "coordinator.runtime.operation-unserved",
+                path=f"/operations/{escape_pointer_token(alias)}/operation",
+                artifact=limits.KIND_PROJECT,
+            )
+        )
+    return problems

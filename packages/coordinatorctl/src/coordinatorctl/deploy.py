@@ -40,10 +40,10 @@ from coordinator_core.deployment import (
     PostgresqlDatabase,
     Secrets,
     load_deployment,
+    package_binding_problems,
     resolve_secrets,
 )
 from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.project.runtime import check_bindings, check_runtime_file
 from coordinator_core.store import (
     ActivationRequest,
     DeploymentIdentity,
@@ -171,12 +171,9 @@ def _load_package(context: _Context) -> LoadedPackage:
     the runtime file (02 §5.8)."""
     pin = context.settings.package
     loaded = load_package(Path(pin.root), pin.expected_digest)
-    checked = check_runtime_file(
-        Path(context.deployment.file),
-        display_file=context.deployment.file,
-        environment=context.environment,
+    problems = package_binding_problems(
+        context.deployment, loaded.snapshot.workflow, context.environment
     )
-    problems = [d for d in check_bindings(loaded.snapshot.workflow, checked) if d.exit_code != 0]
     if problems:
         raise DeploymentRefused(problems)
     return loaded

@@ -1,4 +1,4 @@
-"""Product adapters: HTTP calls to BReg, Casework, Messaging and Scheduling (contract 08).
+"""Adapters: HTTP calls to BReg, Casework, Messaging, Scheduling, external GET and evaluation (08).
 
 Shell code inside core: it does I/O (httpx) and signs (PyJWT over cryptography), and nothing
 in the pure half imports it. Every call ends in one member of a closed outcome set
@@ -13,8 +13,11 @@ from coordinator_core.adapters.base import (
     CallOutcome,
     ClientCredentials,
     CommandFormatError,
+    Connection,
     CredentialOutcome,
     DeclaredRefusal,
+    EvaluationConnection,
+    ExternalConnection,
     ObservationOutcome,
     Pending,
     PreparationOutcome,
@@ -40,18 +43,28 @@ from coordinator_core.adapters.events import (
     receipt_event,
 )
 from coordinator_core.adapters.http import HttpSettings
-from coordinator_core.adapters.registry import Adapters, product_adapters
+from coordinator_core.adapters.registry import (
+    SERVED_OPERATIONS,
+    Adapters,
+    bound_connections,
+    product_adapters,
+    unserved_operations,
+)
 
 __all__ = [
+    "SERVED_OPERATIONS",
     "AccessToken",
     "Adapter",
     "Adapters",
     "CallOutcome",
     "ClientCredentials",
     "CommandFormatError",
+    "Connection",
     "CredentialIssuer",
     "CredentialOutcome",
     "DeclaredRefusal",
+    "EvaluationConnection",
+    "ExternalConnection",
     "HttpSettings",
     "ObservationOutcome",
     "Pending",
@@ -68,10 +81,12 @@ __all__ = [
     "Retryable",
     "Success",
     "Uncertain",
+    "bound_connections",
     "call_event",
     "credential_event",
     "observation_event",
     "preparation_event",
     "product_adapters",
     "receipt_event",
+    "unserved_operations",
 ]

@@ -22,8 +22,11 @@ __all__ = [
     "CallOutcome",
     "ClientCredentials",
     "CommandFormatError",
+    "Connection",
     "CredentialOutcome",
     "DeclaredRefusal",
+    "EvaluationConnection",
+    "ExternalConnection",
     "ObservationOutcome",
     "Pending",
     "PreparationOutcome",
@@ -42,6 +45,8 @@ __all__ = [
 ]
 
 PRODUCTS: Final = frozenset({"breg", "casework", "messaging", "scheduling"})
+EXTERNAL_HTTP: Final = "external-http"
+EVALUATION: Final = "evaluation"
 
 
 # -- outcomes (08 §9) --------------------------------------------------------------------------
@@ -153,16 +158,21 @@ ReceiptOutcome = ReceiptConfirmed | ReceiptUnresolved | ReceiptExpired | Receipt
 
 
 class AccessToken:
-    """A bearer token obtained for one attempt. Its text never appears in `repr` or `str`."""
+    """A bearer token obtained for one attempt. Its text never appears in `repr` or `str`.
+
+    `AccessToken(None)` is the credential of a connection that sends none (an external GET
+    without `authorization`, an evaluation connection with `local`): the attempt still has
+    its credential step, and `authorization()` answers None.
+    """
 
     __slots__ = ("_value",)
 
-    def __init__(self, value: str) -> None:
+    def __init__(self, value: str | None) -> None:
         self._value = value
 
-    def authorization(self) -> str:
-        """The `Authorization` header value."""
-        return "Bearer " + self._value
+    def authorization(self) -> str | None:
+        """The `Authorization` header value, or None when the connection sends none."""
+        return None if self._value is None else "Bearer " + self._value
 
     def __repr__(self) -> str:
         return "AccessToken(<redacted>)"
@@ -237,6 +247,51 @@ class ProductConnection:
                 client_assertion_audience=authorization.get("clientAssertionAudience"),
             ),
         )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ExternalConnection:
+    """One `externalHttpConnections.<name>` entry (05 §5.2), defaults filled, its signing key
+    (when it has `authorization`) resolved. `response_schema` is the schema over the output
+    `{status, body}`."""
+
+    name: str
+    base_url: str
+    paths: frozenset[str]
+    query_parameters: frozenset[str]
+    response_schema: Any = field(repr=False)
+    authorization: ClientCredentials | None = None
+    attempt_timeout_milliseconds: int = 2000
+    maximum_response_bytes: int = 65_536
+
+    product: ClassVar[str] = EXTERNAL_HTTP
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class EvaluationConnection:
+    """One `evaluationConnections.<name>` entry (05 §5.3), defaults filled. `bearer_token` is
+    the resolved `tokenRef` secret, None for `local` (no authorisation)."""
+
+    name: str
+    base_url: str
+    model: str
+    bearer_token: str | None = field(default=None, repr=False)
+    protocol: str = "system-one"
+    attempt_timeout_milliseconds: int = 8000
+    maximum_request_bytes: int = 65_536
+    maximum_response_bytes: int = 65_536
+
+    product: ClassVar[str] = EVALUATION
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+
+
+Connection = ProductConnection | ExternalConnection | EvaluationConnection
+"""A bound connection of any of the three maps of the runtime file (05 §5)."""
 
 
 # -- the frozen command (07 §7.4 step 2) -----------------------------------------------------------
@@ -324,12 +379,12 @@ class Adapter(Protocol):
     def operations(self) -> frozenset[str]: ...
 
     def obtain_credential(
-        self, connection: ProductConnection, *, attempt_deadline: float
+        self, connection: Connection, *, attempt_deadline: float
     ) -> CredentialOutcome: ...
 
     def call(
         self,
-        connection: ProductConnection,
+        connection: Connection,
         command: PreparedCommand,
         *,
         attempt_deadline: float,
@@ -339,7 +394,7 @@ class Adapter(Protocol):
 
     def prepare(
         self,
-        connection: ProductConnection,
+        connection: Connection,
         command: PreparedCommand,
         *,
         attempt_deadline: float,
@@ -349,7 +404,7 @@ class Adapter(Protocol):
 
     def observe(
         self,
-        connection: ProductConnection,
+        connection: Connection,
         operation: str,
         reference: Any,
         *,
@@ -360,7 +415,7 @@ class Adapter(Protocol):
 
     def lookup_receipt(
         self,
-        connection: ProductConnection,
+        connection: Connection,
         command: PreparedCommand,
         *,
         attempt_deadline: float,

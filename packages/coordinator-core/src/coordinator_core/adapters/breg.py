@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from coordinator_core.adapters.base import (
     CallOutcome,
+    Connection,
     DeclaredRefusal,
     PreparedCommand,
     ProductConnection,
@@ -75,8 +76,8 @@ class BregAdapter(ProductAdapter):
     product = "breg"
     call_operations = frozenset({READ_RECORD, INVOKE_ACTION})
 
-    def product_headers(self, connection: ProductConnection) -> dict[str, str]:
-        profile = connection.profile
+    def product_headers(self, connection: Connection) -> dict[str, str]:
+        profile = _profile(connection)
         if profile is None or _PROFILE.fullmatch(profile) is None:
             raise Stop(Refused("operation-unbound"))  # 05 §5.1: a BReg connection has one
         return {"Registry-Access-Profile": profile}
@@ -150,6 +151,11 @@ def _describe(attempt: Attempt, action: str) -> _ActionContract:
     return contract
 
 
+def _profile(connection: Connection) -> str | None:
+    """The BReg access profile of the connection (05 §5.1)."""
+    return connection.profile if isinstance(connection, ProductConnection) else None
+
+
 def _check_input(schema: Any, value: Any) -> None:
     """Step 2: the input must validate against the action's schema (dialect of 01 §12)."""
     from coordinator_core.definition.schema_dialect import check_schema, compile_validator
@@ -208,7 +214,7 @@ def _prepare_action(attempt: Attempt, command: PreparedCommand) -> bytes:
             "binding": {
                 "registryRevision": contract.registry_revision,
                 "action": action,
-                "accessProfile": attempt.connection.profile,
+                "accessProfile": _profile(attempt.connection),
                 "contractFingerprint": contract.contract_fingerprint,
             },
             "body": body_bytes.decode("utf-8"),
@@ -250,7 +256,7 @@ def _invoke_action(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
         return Refused("prepared-command-mismatch")
     if (
         binding["action"] != action
-        or binding["accessProfile"] != attempt.connection.profile
+        or binding["accessProfile"] != _profile(attempt.connection)
         or key != command.idempotency_key
         or canonical_json(prepared_input) != canonical_json(request["input"])
     ):

@@ -120,6 +120,7 @@ class Answer:
     body: bytes | None = field(repr=False)
     body_problem: BodyProblem | None = None
     retry_after: float | None = None
+    content_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,21 +529,23 @@ def _read_answer(response: httpx.Response, clock: _Clock, limit: int) -> Answer:
     status = response.status_code
     success = 200 <= status < 300
     retry_after = _retry_after(response.headers)
+    content_type = response.headers.get("content-type")
     declared = response.headers.get("content-length", "")
     if declared.strip().isdigit() and int(declared) > limit:
-        return Answer(status, None, "oversize", retry_after)
+        return Answer(status, None, "oversize", retry_after, content_type)
     chunks: list[bytes] = []
     size = 0
     try:
         for chunk in response.iter_bytes():
             size += len(chunk)
             if size > limit:
-                return Answer(status, None, "oversize", retry_after)
+                return Answer(status, None, "oversize", retry_after, content_type)
             chunks.append(chunk)
     except httpx.DecodingError:
-        return Answer(status, None, "undecodable", retry_after)
+        return Answer(status, None, "undecodable", retry_after, content_type)
     except (httpx.TransportError, httpx.StreamError, OSError) as exc:
         if success:
             raise _failure(exc, clock) from exc
-        return Answer(status, None, "undecodable", retry_after)  # the status alone decides
-    return Answer(status, b"".join(chunks), None, retry_after)
+        # the status alone decides
+        return Answer(status, None, "undecodable", retry_after, content_type)
+    return Answer(status, b"".join(chunks), None, retry_after, content_type)

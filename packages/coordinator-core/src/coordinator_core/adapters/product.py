@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Final, Literal
 from coordinator_core.adapters.base import (
     AccessToken,
     CallOutcome,
+    Connection,
     CredentialOutcome,
     DeclaredRefusal,
     ObservationOutcome,
@@ -119,7 +120,7 @@ class Attempt:
     def __init__(
         self,
         adapter: ProductAdapter,
-        connection: ProductConnection,
+        connection: Connection,
         *,
         budget_effect: Effect,
         attempt_deadline: float,
@@ -135,6 +136,7 @@ class Attempt:
             traceparent if traceparent and _TRACEPARENT.fullmatch(traceparent) else None
         )
         self.mutation_started = False
+        self.settings = adapter.settings_for(connection)
 
     def token(self) -> AccessToken:
         """The attempt's credential, obtained now when the worker did not supply one."""
@@ -158,7 +160,9 @@ class Attempt:
     ) -> Answer:
         """One request to `baseUrl + path`; transport failures stop the attempt, classified."""
         headers = self.adapter.product_headers(self.connection)
-        headers["Authorization"] = self.token().authorization()
+        authorization = self.token().authorization()
+        if authorization is not None:
+            headers["Authorization"] = authorization
         if key is not None:
             if _IDEMPOTENCY_KEY.fullmatch(key) is None:
                 raise Stop(Refused("invalid-command"))
@@ -176,22 +180,12 @@ class Attempt:
                 headers=headers,
                 body=body,
                 attempt_deadline=self.attempt_deadline,
-                settings=self.adapter.settings,
+                settings=self.settings,
             )
         except DestinationRefused:
-            raise Stop(Refused("product-refused")) from None
+            raise Stop(Refused(self.adapter.destination_refused_code)) from None
         except TransportFailure as failure:
-            raise Stop(self.transport_outcome(failure, effect)) from None
-
-    def transport_outcome(self, failure: TransportFailure, effect: Effect) -> CallOutcome:
-        """08 §9: budget exhausted; failure after sending began; connection not established."""
-        if failure.budget:
-            if self.budget_effect == "mutation":
-                return Uncertain("attempt-timeout")
-            return Retryable("attempt-timeout")
-        if failure.sent and effect == "mutation":
-            return Uncertain("transport-uncertain")
-        return Retryable("transport-unavailable")
+            raise Stop(self.adapter.transport_outcome(self, failure, effect)) from None
 
     def stop_unless(self, answer: Answer, status: int | tuple[int, ...], effect: Effect) -> None:
         """Stop with the default classification unless the answer has an expected status."""
@@ -218,6 +212,10 @@ class ProductAdapter:
 
     product: str = ""
     call_operations: ClassVar[frozenset[str]] = frozenset()
+    invalid_command_code: ClassVar[str] = "invalid-command"
+    """The code of a command refused before anything was sent (a `ShapeError`)."""
+    destination_refused_code: ClassVar[str] = "product-refused"
+    """The code of a destination the client policy refuses (08 §2.1)."""
 
     def __init__(
         self,
@@ -234,9 +232,26 @@ class ProductAdapter:
 
     # -- hooks ---------------------------------------------------------------------------------
 
-    def product_headers(self, connection: ProductConnection) -> dict[str, str]:
+    def product_headers(self, connection: Connection) -> dict[str, str]:
         """Headers every request of this product carries (BReg: its access profile)."""
         return {}
+
+    def settings_for(self, connection: Connection) -> HttpSettings:
+        """The client policy of one connection (external GET and evaluation connections
+        configure their own timeout and body maximum, 08 §2.1)."""
+        return self.settings
+
+    def transport_outcome(
+        self, attempt: Attempt, failure: TransportFailure, effect: Effect
+    ) -> CallOutcome:
+        """08 §9: budget exhausted; failure after sending began; connection not established."""
+        if failure.budget:
+            if attempt.budget_effect == "mutation":
+                return Uncertain("attempt-timeout")
+            return Retryable("attempt-timeout")
+        if failure.sent and effect == "mutation":
+            return Uncertain("transport-uncertain")
+        return Retryable("transport-unavailable")
 
     def handle_call(self, attempt: Attempt, command: PreparedCommand) -> CallOutcome:
         raise Stop(Refused("remote-refused"))
@@ -254,18 +269,23 @@ class ProductAdapter:
     # -- the protocol -----------------------------------------------------------------------------
 
     def obtain_credential(
-        self, connection: ProductConnection, *, attempt_deadline: float
+        self, connection: Connection, *, attempt_deadline: float
     ) -> CredentialOutcome:
+        if connection.product != self.product:
+            return Refused("operation-unbound")
         try:
-            return self.credentials.obtain(
-                connection.authorization, attempt_deadline=attempt_deadline
-            )
+            return self.credential_for(connection, attempt_deadline)
         except Exception:  # nothing but an outcome leaves an adapter
             return Retryable("remote-retryable")
 
+    def credential_for(self, connection: Connection, attempt_deadline: float) -> CredentialOutcome:
+        """A fresh token for one attempt (08 §2.2); products all have an `authorization`."""
+        assert isinstance(connection, ProductConnection)
+        return self.credentials.obtain(connection.authorization, attempt_deadline=attempt_deadline)
+
     def _attempt(
         self,
-        connection: ProductConnection,
+        connection: Connection,
         effect: Effect,
         attempt_deadline: float,
         credential: AccessToken | None,
@@ -280,7 +300,7 @@ class ProductAdapter:
             traceparent=traceparent,
         )
 
-    def _unbound(self, connection: ProductConnection, operation: str) -> CallOutcome | None:
+    def _unbound(self, connection: Connection, operation: str) -> CallOutcome | None:
         """`operation-unbound` when the connection is not this product's; `remote-refused`
         when this build's adapter does not serve the operation."""
         if operation not in self.operations or operation not in CATALOG:
@@ -291,7 +311,7 @@ class ProductAdapter:
 
     def call(
         self,
-        connection: ProductConnection,
+        connection: Connection,
         command: PreparedCommand,
         *,
         attempt_deadline: float,
@@ -305,7 +325,7 @@ class ProductAdapter:
         attempt = self._attempt(connection, effect, attempt_deadline, credential, traceparent)
         try:
             if CATALOG[command.operation].key_required and command.idempotency_key is None:
-                return Refused("invalid-command")
+                return Refused(self.invalid_command_code)
             outcome = self.handle_call(attempt, command)
         except Stop as stop:
             if isinstance(stop.outcome, Pending):  # only observations can be pending
@@ -314,7 +334,9 @@ class ProductAdapter:
         except ShapeError:
             # Commands are checked before anything is sent; after a mutation may have left,
             # a shape fault is internal, never a statement about the command.
-            return _fallback(attempt) if attempt.mutation_started else Refused("invalid-command")
+            if attempt.mutation_started:
+                return _fallback(attempt)
+            return Refused(self.invalid_command_code)
         except Exception:  # nothing but an outcome leaves an adapter
             return _fallback(attempt)
         if (
@@ -326,7 +348,7 @@ class ProductAdapter:
 
     def prepare(
         self,
-        connection: ProductConnection,
+        connection: Connection,
         command: PreparedCommand,
         *,
         attempt_deadline: float,
@@ -344,13 +366,13 @@ class ProductAdapter:
         except Stop as stop:
             return _definite(stop.outcome)
         except ShapeError:
-            return Refused("invalid-command")
+            return Refused(self.invalid_command_code)
         except Exception:  # preparation sends nothing that mutates
             return Retryable("remote-retryable")
 
     def observe(
         self,
-        connection: ProductConnection,
+        connection: Connection,
         operation: str,
         reference: Any,
         *,
@@ -375,7 +397,7 @@ class ProductAdapter:
 
     def lookup_receipt(
         self,
-        connection: ProductConnection,
+        connection: Connection,
         command: PreparedCommand,
         *,
         attempt_deadline: float,
