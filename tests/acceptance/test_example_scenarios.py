@@ -29,7 +29,13 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-EXAMPLE_NAMES = ("reviewed-notice", "delayed-follow-up", "appointment-booking", "recorded-decision")
+EXAMPLE_NAMES = (
+    "reviewed-notice",
+    "delayed-follow-up",
+    "appointment-booking",
+    "recorded-decision",
+    "holiday-routing",
+)
 REPORT_API_VERSION = "id.registrystack.org/formats/coordinator/ctl-report/v1alpha1"
 SCENARIOS_API_VERSION = "id.registrystack.org/formats/coordinator/scenarios/v1alpha1"
 SCENARIOS_MODELINE = (

@@ -552,6 +552,7 @@ def test_corpus_size() -> None:
         "delayed-follow-up",
         "appointment-booking",
         "recorded-decision",
+        "holiday-routing",
     }
 
 

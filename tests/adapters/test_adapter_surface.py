@@ -92,6 +92,13 @@ def test_every_adapter_implements_the_protocol():
 
 # A valid command for every operation a run can contain: the catalogue walk below sends each
 # through the worker's entry point and proves that a live request reached the product.
+_SUBJECT = {
+    "source": "urn:s",
+    "type": "t",
+    "id": "i",
+    "version": "1",
+    "digest": "sha256:" + "1" * 64,
+}
 _CATALOGUE_COMMANDS: dict[str, tuple[str, Any, str]] = {
     "breg.read-record/v1": ("breg", {"collection": "apps", "recordId": "r-1"}, "/v1/records/"),
     "breg.invoke-action/v1": ("breg", {"input": {"a": 1}}, "/v1/actions/"),
@@ -99,13 +106,7 @@ _CATALOGUE_COMMANDS: dict[str, tuple[str, Any, str]] = {
         "casework",
         {
             "kind": "eligibility",
-            "subject": {
-                "source": "urn:s",
-                "type": "t",
-                "id": "i",
-                "version": "1",
-                "digest": "sha256:" + "1" * 64,
-            },
+            "subject": _SUBJECT,
             "requesterReference": "run-1",
             "context": {"strategy": "submitted", "snapshot": {}},
         },
@@ -120,13 +121,7 @@ _CATALOGUE_COMMANDS: dict[str, tuple[str, Any, str]] = {
         "casework",
         {
             "requestId": "0b8f6d1e-6f51-4a39-9a0b-5a1d3c6f2e11",
-            "subject": {
-                "source": "urn:s",
-                "type": "t",
-                "id": "i",
-                "version": "1",
-                "digest": "sha256:" + "1" * 64,
-            },
+            "subject": _SUBJECT,
             "reason": "no longer needed",
         },
         "/v1/review-requests/",

@@ -26,6 +26,7 @@ import httpx
 from coordinator_sandbox.launch import endpoints_in
 
 PYTHON = sys.executable
+ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = "delayed-follow-up"
 READY_TIMEOUT = 30.0
 
@@ -109,6 +110,9 @@ def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1) -
         time.sleep(interval)
 
 
+_SANDBOX_SERVICE = {"external-http": "external"}  # the product → the sandbox service
+
+
 @dataclass
 class Sandbox:
     """A running `coordinator-sandbox serve` on ephemeral ports."""
@@ -121,7 +125,7 @@ class Sandbox:
         return self.endpoints[service]
 
     def requests(self, operation: str) -> list[dict[str, Any]]:
-        service = operation.split(".", 1)[0]
+        service = _SANDBOX_SERVICE.get(operation.split(".", 1)[0], operation.split(".", 1)[0])
         answer = httpx.get(
             self.url(service) + "/sandbox/requests", params={"operation": operation}, timeout=5
         )
@@ -137,7 +141,8 @@ class Sandbox:
         return list(body["messages"] if isinstance(body, dict) else body)
 
     def fault(self, fault: Mapping[str, Any]) -> None:
-        service = str(fault["operation"]).split(".", 1)[0]
+        product = str(fault["operation"]).split(".", 1)[0]
+        service = _SANDBOX_SERVICE.get(product, product)
         httpx.post(self.url(service) + "/sandbox/faults", json=fault, timeout=5).raise_for_status()
 
     def seed_application(self, application_id: str, *, follow_up: bool = True) -> None:
@@ -157,10 +162,12 @@ class Sandbox:
 
 @dataclass
 class Project:
-    """A `delayed-follow-up` project made by `coordinatorctl init`, with its deployment."""
+    """A `delayed-follow-up` project made by `coordinatorctl init` (or, with `example`, the
+    init'd directory with that example's project files), with its deployment."""
 
     root: Path
     processes: Processes
+    workflow: str = WORKFLOW
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     listener_port: int = 0
     package_digest: str = ""
@@ -204,9 +211,15 @@ class Project:
     # -- set-up ---------------------------------------------------------------------------
 
     @classmethod
-    def create(cls, directory: Path, processes: Processes) -> Project:
-        project = cls(directory / "follow-up", processes)
+    def create(cls, directory: Path, processes: Processes, example: str | None = None) -> Project:
+        project = cls(directory / (example or "follow-up"), processes, example or WORKFLOW)
         project.ctl("init", "--directory", str(project.root))
+        if example is not None:  # keep init's keys, take the example's project files
+            source = ROOT / "examples" / example
+            for name in ("workflow.yaml", "functions.rhai", "scenarios.yaml"):
+                (project.root / name).write_text((source / name).read_text())
+            runtime = (source / "runtime.yaml").read_text()
+            project.runtime.write_text(runtime.replace(f"/home/dev/{example}", str(project.root)))
         subprocess.run(
             [PYTHON, "-m", "coordinator_sandbox", "keys", "--secrets-dir", str(project.secrets)],
             check=True,
@@ -216,7 +229,7 @@ class Project:
         project.listener_port = free_port()
         return project
 
-    def start_sandbox(self) -> Sandbox:
+    def start_sandbox(self, services: str = "identity,breg,messaging") -> Sandbox:
         name = "sandbox"
         process = self.processes.start(
             name,
@@ -224,7 +237,7 @@ class Project:
                 "-m", "coordinator_sandbox", "serve",
                 "--state-dir", str(self.sandbox_state),
                 "--ports", "0",
-                "--services", "identity,breg,messaging",
+                "--services", services,
                 "--coordinator-url", self.origin,
             ],
         )  # fmt: skip
@@ -249,11 +262,21 @@ class Project:
         """Point the connections at the sandbox, set the database, add the deployment block."""
         text = self.runtime.read_text()
         text = text.replace("http://127.0.0.1:8100/oauth/token", sandbox.url("tokenEndpoint"))
-        text = text.replace("http://127.0.0.1:8101", sandbox.url("breg"))
-        text = text.replace("http://127.0.0.1:8103", sandbox.url("messaging"))
+        for port, service in (
+            ("8101", "breg"),
+            ("8103", "messaging"),
+            ("8105", "external"),
+            ("8106", "evaluation"),
+        ):
+            if service in sandbox.endpoints:
+                text = text.replace(f"http://127.0.0.1:{port}", sandbox.url(service))
         if database is not None:
             start = text.index("database:\n")
-            end = text.index("connections:\n")
+            end = min(
+                text.index(name)
+                for name in ("connections:\n", "externalHttpConnections:\n")
+                if name in text
+            )
             text = text[:start] + database + text[end:]
             text = text.replace("secretProviders:\n", "secretProviders:\n  environment: {}\n")
         packaged = self.ctl(
@@ -269,6 +292,7 @@ class Project:
             port=self.listener_port,
             issuer=sandbox.url("issuer"),
             role=role,
+            workflow=self.workflow,
             concurrency=concurrency,
             poll_ms=poll_ms,
         )
@@ -399,7 +423,7 @@ DEPLOYMENT_BLOCK = """deployment:
     policies:
       - clientId: ops-console
         requiredScopes: [coordinator:operate]
-        workflows: [delayed-follow-up]
+        workflows: [{workflow}]
         actions: [start, status, inspect, cancel, retry-same, reconcile, doctor, restore-hold, release-restore-hold, release-admission-hold, retain]
         operator: true
   auditDirectory: {root_audit}

@@ -10,9 +10,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from integration_support import Deployed, Products, deploy, package, products, recorded_package
+from integration_support import (
+    Deployed,
+    Products,
+    deploy,
+    holiday_package,
+    package,
+    products,
+    recorded_package,
+)
 
-__all__ = ["package", "products", "recorded_package"]
+__all__ = ["holiday_package", "package", "products", "recorded_package"]
 
 _STORE_SUITE = Path(__file__).resolve().parents[1] / "store"
 if str(_STORE_SUITE) not in sys.path:
@@ -50,6 +58,18 @@ def postgres_deployed(
     _close(deployed)
 
 
+def _on_backend(
+    request: pytest.FixtureRequest, products: Products, package: object, tmp_path: Path
+) -> Iterator[Deployed]:
+    options: dict[str, object] = {}
+    if request.param == "postgresql":
+        options["postgres_url"] = request.getfixturevalue("postgres_url")
+        options["runtime_role"] = request.getfixturevalue("postgres_role")()
+    deployed = deploy(products, package, tmp_path, **options)  # type: ignore[arg-type]
+    yield deployed
+    _close(deployed)
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def recorded_deployed(
     request: pytest.FixtureRequest,
@@ -58,13 +78,18 @@ def recorded_deployed(
     tmp_path: Path,
 ) -> Iterator[Deployed]:
     """`examples/recorded-decision` deployed on each backend."""
-    options: dict[str, object] = {}
-    if request.param == "postgresql":
-        options["postgres_url"] = request.getfixturevalue("postgres_url")
-        options["runtime_role"] = request.getfixturevalue("postgres_role")()
-    deployed = deploy(products, recorded_package, tmp_path, **options)  # type: ignore[arg-type]
-    yield deployed
-    _close(deployed)
+    yield from _on_backend(request, products, recorded_package, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def holiday_deployed(
+    request: pytest.FixtureRequest,
+    products: Products,
+    holiday_package: object,
+    tmp_path: Path,
+) -> Iterator[Deployed]:
+    """`examples/holiday-routing` deployed on each backend."""
+    yield from _on_backend(request, products, holiday_package, tmp_path)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -51,6 +51,9 @@ WORKFLOW = "delayed-follow-up"
 APPLICATION_ID = "a8d12546-b2ca-46ac-b12b-06c199041bb2"
 SKIPPED_APPLICATION_ID = "0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4f"
 SUBMIT = "messaging.submit-message/v1"
+HOLIDAY_WORKFLOW = "holiday-routing"
+EXTERNAL_GET = "external-http.get/v1"
+EVALUATE = "evaluation.evaluate/v1"
 
 SEED: dict[str, Any] = {
     "delivery": {"initialSeconds": 0.05, "maximumSeconds": 0.2, "maximumAttempts": 20},
@@ -195,6 +198,14 @@ def recorded_package(tmp_path_factory: pytest.TempPathFactory) -> LoadedPackage:
     )
 
 
+@pytest.fixture(scope="session")
+def holiday_package(tmp_path_factory: pytest.TempPathFactory) -> LoadedPackage:
+    """`examples/holiday-routing` (an external GET and an evaluation), packaged."""
+    return build_package(
+        ROOT / "examples" / "holiday-routing", tmp_path_factory.mktemp("holidays") / "package"
+    )
+
+
 # -- the deployment -------------------------------------------------------------------------
 
 
@@ -211,7 +222,20 @@ def _write_secret(path: Path, data: bytes) -> None:
         stream.write(data)
 
 
+def _holiday_connections(products: Products) -> str:
+    """`examples/holiday-routing`'s external and evaluation connections, at the sandbox."""
+    runtime = (ROOT / "examples" / "holiday-routing" / "runtime.yaml").read_text()
+    start = runtime.index("externalHttpConnections:")
+    return (
+        runtime[start:]
+        .replace("http://127.0.0.1:8105", products.origins["external"])
+        .replace("http://127.0.0.1:8106", products.origins["evaluation"])
+    )
+
+
 def _connections(products: Products, workflow: str) -> str:
+    if workflow == HOLIDAY_WORKFLOW:
+        return _holiday_connections(products)
     token = products.origins["tokenEndpoint"]
     if workflow == WORKFLOW:
         profile, scopes = "coordinator-reader", "[breg:records:read]"
@@ -481,7 +505,7 @@ def deploy(
         identity,
         ActivationRequest(
             package.package_digest,
-            WORKFLOW,
+            str(snapshot.workflow["project"]["id"]),
             snapshot.revision,
             snapshot.definition_digest,
         ),

@@ -1364,3 +1364,78 @@ def test_live_bindings_hold_only_while_every_recorded_digest_still_matches(
     pairs = frozenset({("sha256:known", digest), ("sha256:known", digest)})
     live_bindings_ok(deployment, pairs, workflow_of)
     assert asked == ["sha256:known"]
+
+
+# -- what a deployment refuses before admitting runs, and the adapters' connections ----------------
+
+
+def test_a_bound_workflow_with_served_operations_has_no_deployment_problems(
+    development: Layout,
+) -> None:
+    from coordinator_core.deployment import package_binding_problems
+
+    assert package_binding_problems(development.load(), WORKFLOW, development.environment) == []
+
+
+def test_an_operation_no_adapter_serves_is_refused_at_its_alias(
+    development: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build whose adapters lost an operation refuses the workflow (apply,
+    deployment-status and serve all ask this function) instead of failing every run."""
+    from coordinator_core.adapters import registry
+    from coordinator_core.deployment import package_binding_problems
+
+    monkeypatch.setattr(
+        registry,
+        "SERVED_OPERATIONS",
+        registry.SERVED_OPERATIONS - {"messaging.submit-message/v1"},
+    )
+    problems = package_binding_problems(development.load(), WORKFLOW, development.environment)
+    notices = [
+        alias
+        for alias, entry in WORKFLOW["operations"].items()
+        if entry["operation"] == "messaging.submit-message/v1"
+    ]
+    assert [(d.code, d.path) for d in problems] == [
+        ("coordinator.runtime.operation-unserved", f"/operations/{alias}/operation")
+        for alias in notices
+    ]
+    assert all(
+        d.effective_hint and "messaging.submit-message/v1" in d.effective_message for d in problems
+    )
+
+
+def test_an_unbound_connection_is_still_the_binding_code_not_unserved(
+    development: Layout,
+) -> None:
+    from coordinator_core.deployment import package_binding_problems
+
+    workflow = {"operations": {"x": {"operation": "breg.read-record/v1", "connection": "absent"}}}
+    problems = package_binding_problems(development.load(), workflow, development.environment)
+    assert [d.code for d in problems] == ["coordinator.runtime.workflow-binding"]
+
+
+def test_every_connection_map_becomes_an_adapter_connection(production: Layout) -> None:
+    from coordinator_core.adapters import (
+        EvaluationConnection,
+        ExternalConnection,
+        ProductConnection,
+        bound_connections,
+    )
+
+    deployment = production.load()
+    bound = bound_connections(deployment, production.resolve())
+    assert set(bound) == {"applications", "reviews", "notices", "holidays", "triage"}
+    holidays, triage = bound["holidays"], bound["triage"]
+    assert isinstance(holidays, ExternalConnection)
+    assert holidays.paths == frozenset({"holidays/2026", "holidays/2025"})
+    assert holidays.response_schema == {"type": "object", "required": ["status"]}
+    assert holidays.authorization is not None
+    assert holidays.authorization.signing_key  # the resolved private JWK
+    assert isinstance(triage, EvaluationConnection)
+    assert (triage.model, triage.bearer_token) == (
+        deployment.evaluation_connections["triage"].model,
+        EVALUATION_TOKEN,
+    )
+    assert EVALUATION_TOKEN not in repr(triage)
+    assert all(isinstance(bound[name], ProductConnection) for name in ("applications", "notices"))

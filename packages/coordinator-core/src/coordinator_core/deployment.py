@@ -613,11 +613,13 @@ def package_binding_problems(
         Path(deployment.file), display_file=deployment.file, environment=environment
     )
     problems = [d for d in check_bindings(workflow, checked) if d.exit_code != 0]
-    for alias, _operation in unserved_operations(workflow):
+    for alias, operation in unserved_operations(workflow):
         problems.append(
             Diagnostic(
                 "coordinator.runtime.operation-unserved",
                 path=f"/operations/{escape_pointer_token(alias)}/operation",
+                message=f"The alias `{alias}` uses `{operation}`, which no adapter of this "
+                "build serves.",
                 artifact=limits.KIND_PROJECT,
             )
         )

@@ -14,7 +14,6 @@ provider's statement that it took no request, as 08 §9 reads it for every produ
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from typing import Any, Final
@@ -32,7 +31,7 @@ from coordinator_core.adapters.base import (
     Success,
     Uncertain,
 )
-from coordinator_core.adapters.http import Answer, HttpSettings, TransportFailure, problem_of
+from coordinator_core.adapters.http import Answer, TransportFailure, problem_of
 from coordinator_core.adapters.product import Attempt, Effect, ProductAdapter, Stop
 from coordinator_core.adapters.validation import ShapeError, closed_object, json_object, text
 from coordinator_core.values import (
@@ -62,16 +61,6 @@ class EvaluationAdapter(ProductAdapter):
     product = EVALUATION
     call_operations = frozenset({EVALUATE})
     invalid_command_code = "evaluation-invalid-command"
-
-    def settings_for(self, connection: Connection) -> HttpSettings:
-        """The connection's own attempt timeout and response maximum (05 §5.3)."""
-        if not isinstance(connection, EvaluationConnection):
-            return self.settings
-        return dataclasses.replace(
-            self.settings,
-            total_timeout=connection.attempt_timeout_milliseconds / 1000,
-            max_body_bytes=connection.maximum_response_bytes,
-        )
 
     def credential_for(self, connection: Connection, attempt_deadline: float) -> CredentialOutcome:
         """The configured bearer secret, or no authorisation for `local` (05 §5.3)."""

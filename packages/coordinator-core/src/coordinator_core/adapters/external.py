@@ -9,7 +9,6 @@ the connection's `responseSchema`; a read never has an effect, so every failure 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from functools import lru_cache
 from typing import Any, Final
@@ -29,7 +28,6 @@ from coordinator_core.adapters.base import (
 )
 from coordinator_core.adapters.http import (
     Answer,
-    HttpSettings,
     TransportFailure,
     json_body,
 )
@@ -54,16 +52,6 @@ class ExternalHttpAdapter(ProductAdapter):
     call_operations = frozenset({EXTERNAL_GET})
     invalid_command_code = "external-invalid-command"
     destination_refused_code = "external-destination-refused"
-
-    def settings_for(self, connection: Connection) -> HttpSettings:
-        """The connection's own attempt timeout and response maximum (05 §5.2)."""
-        if not isinstance(connection, ExternalConnection):
-            return self.settings
-        return dataclasses.replace(
-            self.settings,
-            total_timeout=connection.attempt_timeout_milliseconds / 1000,
-            max_body_bytes=connection.maximum_response_bytes,
-        )
 
     def credential_for(self, connection: Connection, attempt_deadline: float) -> CredentialOutcome:
         """A fresh token when the connection has `authorization`; otherwise the attempt sends

@@ -8,6 +8,7 @@ shapes and the rows of contract 08 §3–§6 that take precedence over the defau
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Final, Literal
@@ -237,9 +238,15 @@ class ProductAdapter:
         return {}
 
     def settings_for(self, connection: Connection) -> HttpSettings:
-        """The client policy of one connection (external GET and evaluation connections
-        configure their own timeout and body maximum, 08 §2.1)."""
-        return self.settings
+        """The client policy of one connection: external GET and evaluation connections
+        configure their own total timeout and response maximum (08 §2.1, 05 §5.2–§5.3)."""
+        if isinstance(connection, ProductConnection):
+            return self.settings
+        return dataclasses.replace(
+            self.settings,
+            total_timeout=connection.attempt_timeout_milliseconds / 1000,
+            max_body_bytes=connection.maximum_response_bytes,
+        )
 
     def transport_outcome(
         self, attempt: Attempt, failure: TransportFailure, effect: Effect
