@@ -253,3 +253,30 @@ def test_the_worker_loop_runs_until_stopped(sqlite_deployed: Deployed) -> None:
         loop.join(timeout=20)
     assert not loop.is_alive()
     assert status is not None and status.status == "finished"
+
+
+def test_an_admission_wakes_an_idle_worker_loop_of_its_process(sqlite_deployed: Deployed) -> None:
+    """07 §7.7 item 4: the loop waits on the service's wake-up, not out its poll interval.
+    With the longest poll (10 s) the admitted run still finishes: each step's commit is
+    followed by the next tick at once, and the admission ended the idle wait."""
+    deployed = sqlite_deployed
+    worker = deployed.worker("woken")
+    stop = threading.Event()
+    idle = worker.wakeup.generation
+    loop = threading.Thread(target=worker.run_loop, args=(stop, 10_000))
+    loop.start()
+    try:
+        time.sleep(0.3)  # the loop's first tick found nothing; it now waits for 10 s
+        admitted = deployed.admit(run_input())
+        assert worker.wakeup.generation > idle  # the admission rang
+        deadline = time.monotonic() + 8  # a hang guard below the poll interval
+        while (status := deployed.status(admitted.run.run_id)) is not None:
+            if status.status != "running" or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        worker.wakeup.ring()  # ends the wait at once
+        loop.join(timeout=20)
+    assert not loop.is_alive()
+    assert status is not None and status.status == "finished", status

@@ -61,7 +61,13 @@ EXIT_2 = {
     "coordinator.command.token-file-required",
 }
 # Codes of this implementation that the contract does not name (with why, where they are used).
-PRODUCT_CODES = ("coordinator.request.internal-error",)
+PRODUCT_CODES = (
+    "coordinator.request.internal-error",
+    # A deployment whose workflow names an operation no adapter of this build serves is
+    # refused before any run is admitted (apply, deployment-status, serve); the contract names
+    # no code for a build that lacks an adapter.
+    "coordinator.runtime.operation-unserved",
+)
 
 EXIT_3 = {
     "coordinator.request.internal-error",
@@ -181,8 +187,7 @@ def test_every_contract_code_is_catalogued(catalogue: dict[str, Any]) -> None:
 
 
 def test_catalogue_adds_no_code_beyond_the_contract(catalogue: dict[str, Any]) -> None:
-    # Product-internal codes, listed here on purpose: the API's answer to an unexpected failure
-    # (06 §3 needs some problem code for a 500; the contract names none).
+    # Product-internal codes, listed here on purpose (PRODUCT_CODES says why for each).
     beyond_contract: set[str] = set(PRODUCT_CODES)
     extra = sorted(set(catalogue["codes"]) - set(_contract_codes()) - beyond_contract)
     assert extra == []

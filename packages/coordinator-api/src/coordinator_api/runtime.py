@@ -91,7 +91,7 @@ from coordinator_core.store import (
     truncate_ms,
 )
 from coordinator_core.values import JsonBoundsError, canonical_json, check_json_value
-from coordinator_core.worker import Worker, WorkerAudit
+from coordinator_core.worker import Wakeup, Worker, WorkerAudit
 from coordinator_core.worker_state import (
     DefinitionCache,
     RunKeys,
@@ -164,6 +164,7 @@ class StoreRunService:
         self._ready_until = 0.0
         self._ready_bindings = False
         self._ready_lock = threading.Lock()
+        self._wakeup = Wakeup()
         self._binding = self._binding_for_snapshot(package.snapshot)
 
     # -- shared pieces ----------------------------------------------------------------------------
@@ -272,6 +273,14 @@ class StoreRunService:
             return await asyncio.to_thread(work)
         except CoordinatorError as error:
             raise _refusal(error) from None
+
+    async def _changing(self, work: Callable[[], Any]) -> Any:
+        """`_call` for an action that may make a record claimable now: the idle worker loops of
+        this process are woken when it returns (07 §7.7 item 4), refused or not."""
+        try:
+            return await self._call(work)
+        finally:
+            self._wakeup.ring()
 
     # -- readiness and doctor ---------------------------------------------------------------------
 
@@ -401,7 +410,7 @@ class StoreRunService:
         return Admitted(self._status(snapshot), result.created)
 
     async def admit(self, admission: Admission) -> Admitted:
-        result: Admitted = await self._call(lambda: self._admit(admission))
+        result: Admitted = await self._changing(lambda: self._admit(admission))
         return result
 
     def _admit_event(self, delivery: EventDelivery) -> EventAdmitted:
@@ -461,7 +470,7 @@ class StoreRunService:
         return EventAdmitted(result.run.run_id, result.created)
 
     async def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
-        result: EventAdmitted = await self._call(lambda: self._admit_event(delivery))
+        result: EventAdmitted = await self._changing(lambda: self._admit_event(delivery))
         return result
 
     # -- reads (06 §5.2–§5.4) ---------------------------------------------------------------------
@@ -655,7 +664,7 @@ class StoreRunService:
                 raise ServiceRefusal("coordinator.command.run-absent")
             return self._status(snapshot)
 
-        result: RunStatus = await self._call(work)
+        result: RunStatus = await self._changing(work)
         return result
 
     async def retry_same(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
@@ -682,7 +691,7 @@ class StoreRunService:
             return self._status(snapshot)
 
         now = self.now()
-        result: RunStatus = await self._call(work)
+        result: RunStatus = await self._changing(work)
         return result
 
     def _reconcile(self, caller: Caller, run_id: uuid.UUID) -> ReconcileResult:
@@ -752,7 +761,7 @@ class StoreRunService:
         return ReconcileResult(cast(Any, result), self._inspection(after))
 
     async def reconcile(self, caller: Caller, run_id: uuid.UUID, reason: str) -> ReconcileResult:
-        result: ReconcileResult = await self._call(lambda: self._reconcile(caller, run_id))
+        result: ReconcileResult = await self._changing(lambda: self._reconcile(caller, run_id))
         return result
 
     # -- holds, retention, completions (06 §7, §9) ------------------------------------------------
@@ -788,7 +797,7 @@ class StoreRunService:
             evidence = self._secrets.audit_references.restore_evidence(reason)
             return self._hold(self._store.release_restore_hold(evidence))
 
-        result: HoldState = await self._call(work)
+        result: HoldState = await self._changing(work)
         return result
 
     async def release_admission_hold(self, reason: str) -> HoldState:
@@ -800,7 +809,7 @@ class StoreRunService:
                 )
             )
 
-        result: HoldState = await self._call(work)
+        result: HoldState = await self._changing(work)
         return result
 
     async def retain(self, before: datetime, limit: int) -> int:
@@ -819,7 +828,7 @@ class StoreRunService:
                 reference, self.now(), self._policy.observation_floor_seconds
             )
 
-        await self._call(work)
+        await self._changing(work)
 
     # -- workers ----------------------------------------------------------------------------------
 
@@ -840,6 +849,7 @@ class StoreRunService:
             binding_check=self.binding_matches,
             audit=audit,
             clock=self._clock,
+            wakeup=self._wakeup,
         )
 
 

@@ -326,13 +326,16 @@ def _recheck_loop(store: Any, shutdown: _Shutdown, log: ServiceLog) -> None:
 
 
 def _worker_loop(worker: Worker, poll_ms: int, shutdown: _Shutdown, log: ServiceLog) -> None:
-    """07 §7.1 with 09 §5 step 7: tick; sleep `poll_ms` when idle; stop claiming once the
+    """07 §7.1 with 09 §5 step 7: tick; when idle wait `poll_ms` or until this process admits
+    or re-arms a run (the service rings the worker's wake-up); stop claiming once the
     process is stopping (the in-flight tick finishes first). Three consecutive ticks that
     cannot reach the store stop the process (`worker-unavailable`, exit 3); any other failed
     tick is logged by code and the loop goes on (its record is left to its lease)."""
     pause = poll_ms / 1000
     failures = 0
+    shutdown.on_stop.append(worker.wakeup.ring)
     while not shutdown.stop.is_set():
+        seen = worker.wakeup.generation
         try:
             worked = worker.tick()
             failures = 0
@@ -348,8 +351,8 @@ def _worker_loop(worker: Worker, poll_ms: int, shutdown: _Shutdown, log: Service
         except Exception:
             worked = False
             log.emit("error", _WORKER_UNAVAILABLE, "A worker tick failed unexpectedly.")
-        if not worked:
-            shutdown.stop.wait(pause)
+        if not worked and not shutdown.stop.is_set():
+            worker.wakeup.wait(seen, pause)  # an admission in this process ends the wait
 
 
 def _start_workers(

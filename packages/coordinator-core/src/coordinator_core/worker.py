@@ -90,7 +90,7 @@ from coordinator_core.store import (
 )
 from coordinator_core.worker_state import DefinitionCache, RunKeys, overlay, state_of, write_of
 
-__all__ = ["ATTEMPT_BUDGET_SECONDS", "BindingCheck", "Worker", "WorkerAudit"]
+__all__ = ["ATTEMPT_BUDGET_SECONDS", "BindingCheck", "Wakeup", "Worker", "WorkerAudit"]
 
 logger = logging.getLogger("coordinator.worker")
 
@@ -113,6 +113,35 @@ class WorkerAudit:
 
     writer: AuditWriter
     references: AuditReferences
+
+
+class Wakeup:
+    """In-process wake-ups (07 §7.7 item 4): whatever makes a record claimable now (an
+    admission, a retry-same, a settled reconcile, a cancel, the stop of the process) rings it,
+    and an idle worker loop waits on it rather than sleeping out its whole poll interval.
+
+    A loop reads `generation` before its tick and waits with it, so a ring that came while
+    the tick was looking (and found nothing) is not lost. Polling stays the fallback: other
+    processes, and records that fall due later, are found by the next poll.
+    """
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def ring(self) -> None:
+        with self._condition:
+            self._generation += 1
+            self._condition.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> bool:
+        """Wait until a ring after `seen`, or `timeout` seconds; True when rung."""
+        with self._condition:
+            return self._condition.wait_for(lambda: self._generation != seen, timeout)
 
 
 class _Discard(Exception):
@@ -170,6 +199,7 @@ class Worker:
         clock: Callable[[], datetime] | None = None,
         lease_seconds: int = LEASE_SECONDS,
         attempt_budget_seconds: float = ATTEMPT_BUDGET_SECONDS,
+        wakeup: Wakeup | None = None,
     ) -> None:
         self.worker_id = worker_id
         self._store = store
@@ -182,15 +212,18 @@ class Worker:
         self._clock = clock or _utc_now
         self._lease_seconds = lease_seconds
         self._budget = attempt_budget_seconds
+        self.wakeup = wakeup or Wakeup()
 
     # -- the loop -----------------------------------------------------------------------------
 
     def run_loop(self, stop: threading.Event, poll_ms: int = 100) -> None:
-        """07 §7.1: tick; when a tick found no work, sleep `poll_ms`. Returns once `stop` is set
-        (the in-flight tick finishes first). An unexpected error is logged by type only and
-        the loop goes on after a pause (the record it was working on is left to its lease)."""
+        """07 §7.1: tick; when a tick found no work, wait for a wake-up or `poll_ms`. Returns
+        once `stop` is set (the in-flight tick finishes first; ring `wakeup` to end the wait).
+        An unexpected error is logged by type only and the loop goes on after a pause (the
+        record it was working on is left to its lease)."""
         pause = max(10, min(poll_ms, 10_000)) / 1000
         while not stop.is_set():
+            seen = self.wakeup.generation
             try:
                 worked = self.tick()
             except CoordinatorError as error:
@@ -199,8 +232,8 @@ class Worker:
             except Exception as error:  # the loop must survive one bad tick
                 logger.error("worker tick failed: %s", type(error).__name__)
                 worked = False
-            if not worked:
-                stop.wait(pause)
+            if not worked and not stop.is_set():
+                self.wakeup.wait(seen, pause)
 
     def tick(self, now: datetime | None = None) -> bool:
         """Process exactly one step record; False when nothing was claimable (idle).
