@@ -15,6 +15,7 @@ import pytest
 from coordinator_api import serve
 from coordinator_api.serve_log import ServiceLog
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.worker import Wakeup
 
 
 def _shutdown() -> tuple[serve._Shutdown, io.StringIO]:
@@ -69,6 +70,7 @@ class _Worker:
         self.outcomes = outcomes
         self.shutdown = shutdown
         self.ticks = 0
+        self.wakeup = Wakeup()
 
     def tick(self) -> bool:
         self.ticks += 1

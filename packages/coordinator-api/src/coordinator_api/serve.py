@@ -43,6 +43,7 @@ from typing import Any, Final, NoReturn, Protocol
 
 from coordinator_api.serve_log import ServiceLog, install
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.worker import Wakeup
 
 __all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
 
@@ -65,6 +66,8 @@ _WORKER_UNAVAILABLE: Final = "coordinator.command.worker-unavailable"
 
 class Worker(Protocol):
     """What `coordinator_api.runtime.build_service`'s factory returns (one loop per thread)."""
+
+    wakeup: Wakeup
 
     def tick(self) -> bool: ...
 
