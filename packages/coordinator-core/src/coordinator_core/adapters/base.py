@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
 
+from coordinator_core.definition.schema_dialect import compile_validator
 from coordinator_core.values import StrictJsonError, check_json_value, parse_strict_json
 
 __all__ = [
@@ -264,10 +265,19 @@ class ExternalConnection:
     attempt_timeout_milliseconds: int = 2000
     maximum_response_bytes: int = 65_536
 
+    _validator: Any = field(init=False, repr=False, default=None)
+
     product: ClassVar[str] = EXTERNAL_HTTP
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+        # Compiled once per bound connection (its dialect was checked with the runtime file,
+        # 05 §9 V5), not once per request.
+        object.__setattr__(self, "_validator", compile_validator(self.response_schema))
+
+    def accepts(self, output: Any) -> bool:
+        """Whether a call's output `{status, body}` satisfies `responseSchema` (08 §7)."""
+        return bool(self._validator.is_valid(output))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -10,7 +10,6 @@ the connection's `responseSchema`; a read never has an effect, so every failure 
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -33,8 +32,6 @@ from coordinator_core.adapters.http import (
 )
 from coordinator_core.adapters.product import Attempt, Effect, ProductAdapter, Stop
 from coordinator_core.adapters.validation import ShapeError, closed_object, json_object
-from coordinator_core.definition.schema_dialect import compile_validator
-from coordinator_core.values import canonical_json, parse_strict_json
 
 __all__ = ["EXTERNAL_GET", "ExternalHttpAdapter", "external_url"]
 
@@ -79,7 +76,7 @@ class ExternalHttpAdapter(ProductAdapter):
         if 300 <= answer.status < 400:
             return Refused("external-redirect")  # never followed (08 §2.1)
         output = {"status": answer.status, "body": _body(answer)}
-        if not _validator(canonical_json(connection.response_schema)).is_valid(output):
+        if not connection.accepts(output):
             return Refused("external-invalid-response")
         return Success(output)
 
@@ -116,9 +113,3 @@ def _body(answer: Answer) -> Any:
     if value is None:
         raise Stop(Refused("external-invalid-response"))
     return value
-
-
-@lru_cache(maxsize=64)
-def _validator(schema: bytes) -> Any:
-    """The compiled `responseSchema` (its dialect was checked with the runtime file, 05 §9 V5)."""
-    return compile_validator(parse_strict_json(schema))

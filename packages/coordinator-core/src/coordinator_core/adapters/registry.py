@@ -37,7 +37,7 @@ from coordinator_core.adapters.external import ExternalHttpAdapter
 from coordinator_core.adapters.http import HttpSettings
 from coordinator_core.adapters.messaging import MessagingAdapter
 from coordinator_core.adapters.scheduling import SchedulingAdapter
-from coordinator_core.operations import PROPOSAL_OPERATION, product_of
+from coordinator_core.operations import product_of
 
 if TYPE_CHECKING:
     from coordinator_core.deployment import Deployment, Secrets
@@ -75,7 +75,7 @@ def product_adapters(
 
 def unserved_operations(workflow: Mapping[str, Any]) -> list[tuple[str, str]]:
     """The `(alias, operation)` pairs of a decoded workflow that no adapter of this build
-    serves. `breg.propose-action/v1` is refused by `check` and never reaches a deployment."""
+    serves (`breg.propose-action/v1` among them: `check` refuses it, and no adapter sends it)."""
     found: list[tuple[str, str]] = []
     operations = workflow.get("operations")
     if not isinstance(operations, Mapping):
@@ -84,7 +84,7 @@ def unserved_operations(workflow: Mapping[str, Any]) -> list[tuple[str, str]]:
         operation = entry.get("operation") if isinstance(entry, Mapping) else None
         if not isinstance(operation, str):
             continue
-        if operation not in SERVED_OPERATIONS or operation == PROPOSAL_OPERATION:
+        if operation not in SERVED_OPERATIONS:
             found.append((str(alias), operation))
     return found
 
