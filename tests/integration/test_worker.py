@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from typing import NoReturn
+from typing import Any
 
 import pytest
 from integration_support import (
@@ -28,7 +28,9 @@ def test_a_due_follow_up_is_sent_once_and_the_run_finishes(deployed: Deployed) -
     assert admitted.created and admitted.run.status == "running"
     status, ticks = deployed.drive(admitted.run.run_id)
     assert status.status == "finished", status
-    assert ticks == 6  # due (twice: instant, then due), read, choose, notify, finish
+    # One tick: the claim of `due` carries the run on (07 §7.7) through its due instant to the
+    # read; the read's finish to the choice and the notice; the notice's finish to the end.
+    assert ticks == 1
     assert status.outcome == "message-accepted"
     assert isinstance(status.output, dict) and set(status.output) == {"messageId"}
     inspection = deployed.inspect(admitted.run.run_id)
@@ -141,18 +143,16 @@ def test_a_lapsed_lease_after_the_pre_send_mark_is_unknown_never_resent(
     worker = deployed.worker()
     adapters = deployed.service.adapters
 
-    def crash(*_args: object, **_kwargs: object) -> NoReturn:
-        raise RuntimeError("the process died here")
+    real_call = adapters.call
 
-    while True:
-        snapshot = deployed.store.get_run_snapshot(run_id)
-        assert snapshot is not None
-        if snapshot.run.current_step == "notify":
-            break
-        assert worker.tick()
+    def crash(prepared: Any, **options: Any) -> Any:
+        if prepared.operation == SUBMIT:  # the notice's send: the process dies here
+            raise RuntimeError("the process died here")
+        return real_call(prepared, **options)
+
     monkeypatch.setattr(adapters, "call", crash)
     with pytest.raises(RuntimeError):
-        worker.tick()
+        worker.tick()  # carried from the read to the notice, which dies after its mark
     snapshot = deployed.store.get_run_snapshot(run_id)
     assert snapshot is not None
     notify = snapshot.current
@@ -188,7 +188,7 @@ def test_a_wait_until_in_the_future_is_a_record_not_a_sleeping_process(
         ticks += 1
         assert ticks < 10
     assert current is not None and current.status == "finished"
-    assert ticks == 5  # due, read-application, permission, notify, accepted
+    assert ticks == 1  # the due record's claim carries the run on to the end (07 §7.7)
 
 
 def test_cancel_while_due_stops_the_run_without_sending(sqlite_deployed: Deployed) -> None:

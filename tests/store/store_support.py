@@ -27,6 +27,7 @@ from coordinator_core.store import (
     Decide,
     DeploymentIdentity,
     MigrationResult,
+    Recover,
     Recovery,
     RunRow,
     RunSnapshot,
@@ -176,10 +177,40 @@ def no_recovery(_snapshot: RunSnapshot, _kind: Recovery) -> RunWrite | None:
     return None
 
 
+def lease_record(now: datetime) -> Decide:
+    """The engine's T2 in its simplest form: the claimed record is leased for `Work`."""
+
+    def decide(snapshot: RunSnapshot) -> RunWrite:
+        record = snapshot.current
+        leased = replace(
+            record,
+            state="leased",
+            attempt=record.attempt + 1,
+            claims=record.claims + 1,
+            attempt_started_at=now,
+            due_at=None,
+            dispatched=False,
+            awaiting="work",
+        )
+        return RunWrite(snapshot.run, (leased,))
+
+    return decide
+
+
 def claim(
-    store: Store, now: datetime = T0, worker: str = "worker-1", **options: Any
+    store: Store,
+    now: datetime = T0,
+    worker: str = "worker-1",
+    *,
+    recover: Recover | None = None,
+    decide: Decide | None = None,
+    **options: Any,
 ) -> Claim | None:
-    return store.claim_due_step(worker, now, recover=options.pop("recover", no_recovery), **options)
+    """A worker's tick in its store part: the sweep (`recover`, by default one that recovers
+    nothing), then one claim whose decision is `decide` (by default `lease_record`)."""
+    store.sweep(worker, now, recover or no_recovery, **options)
+    written = store.claim_due_step(worker, now, decide=decide or lease_record(now), **options)
+    return None if written is None else written.claim
 
 
 def deliver_and_finish(now: datetime) -> Decide:

@@ -18,6 +18,7 @@ from store_support import (
     claim,
     claim_all_in_process,
     deliver_and_finish,
+    lease_record,
     stand_in_recover,
 )
 
@@ -127,7 +128,7 @@ def test_an_expired_lease_is_recovered_and_the_stale_holder_cannot_commit(store:
     stale = claim(store, T0, worker="w-1")
     assert stale is not None
     later = T0 + (LEASE_SECONDS + 1) * SECOND
-    fresh = store.claim_due_step("w-2", later, recover=stand_in_recover(later))
+    fresh = claim(store, later, worker="w-2", recover=stand_in_recover(later))
     assert fresh is not None and fresh.run_id == run.run_id
     assert (fresh.attempt, fresh.lease_owner) == (2, "w-2")
     assert fresh.lease_token != stale.lease_token
@@ -135,7 +136,7 @@ def test_an_expired_lease_is_recovered_and_the_stale_holder_cannot_commit(store:
         store.complete_step(stale, later, deliver_and_finish(later))
     with pytest.raises(StaleLease):
         store.record_step_progress(stale, later, lambda snapshot: None)
-    finished = store.complete_step(fresh, later, deliver_and_finish(later))
+    finished = store.complete_step(fresh, later, deliver_and_finish(later)).snapshot
     assert (finished.run.status, finished.current.state) == ("finished", "delivered")
     assert finished.current.lease_token is None and finished.current.lease_expires_at is None
 
@@ -165,7 +166,8 @@ def test_a_lapsed_lease_nobody_took_over_still_finishes_but_no_longer_passes_a_f
     store.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
     with pytest.raises(StaleLease):
         store.record_step_progress(leased, late, lambda snapshot: None)
-    assert store.complete_step(leased, late, deliver_and_finish(late)).run.status == "finished"
+    finished = store.complete_step(leased, late, deliver_and_finish(late))
+    assert finished.snapshot.run.status == "finished" and finished.claim is None
 
 
 def test_a_dispatched_lapsed_lease_becomes_unknown(store: Store) -> None:
@@ -185,7 +187,7 @@ def test_a_dispatched_lapsed_lease_becomes_unknown(store: Store) -> None:
 
     store.record_step_progress(leased, T0 + SECOND, freeze_and_mark)
     later = T0 + (LEASE_SECONDS + 1) * SECOND
-    assert store.claim_due_step("w-2", later, recover=stand_in_recover(later)) is None
+    assert claim(store, later, worker="w-2", recover=stand_in_recover(later)) is None
     snapshot = _snapshot(store, run.run_id)
     assert (snapshot.run.status, snapshot.current.state) == ("attention", "unknown")
     assert snapshot.current.effect_state == "unknown"
@@ -196,27 +198,37 @@ def test_an_overdue_record_is_expired_not_leased_but_pure_records_still_run(stor
     overdue = admit(store, "call", deadline_seconds=10)
     pure = admit(store, "choose", step_type="choose", deadline_seconds=10)
     later = T0 + 11 * SECOND
-    leased = store.claim_due_step("w-1", later, recover=stand_in_recover(later))
+    leased = claim(store, later, worker="w-1", recover=stand_in_recover(later))
     assert leased is not None and leased.run_id == pure.run_id
     expired = _snapshot(store, overdue.run_id)
     assert (expired.run.status, expired.current.state) == ("expired", "expired")
     assert expired.run.completed_at == later
 
 
-def test_the_journal_runs_inside_the_claim_and_its_failure_rolls_the_claim_back(
+def test_the_claim_decision_runs_inside_the_claim_and_its_failure_rolls_it_back(
     store: Store,
 ) -> None:
+    """The engine decides the lease inside the claim transaction (and journals there): a
+    decision that raises leaves the record as it was; one that refuses claims nothing."""
     run = admit(store, "k1")
-    journaled: list[Claim] = []
 
-    def broken(_claim: Claim) -> None:
+    def broken(_snapshot: RunSnapshot) -> RunWrite:
         raise OSError("audit unavailable")
 
     with pytest.raises(OSError, match="audit unavailable"):
-        claim(store, T0, journal=broken)
+        claim(store, T0, decide=broken)
     assert _snapshot(store, run.run_id).current.state == "pending"
-    leased = claim(store, T0, journal=journaled.append)
-    assert journaled == [leased]
+    assert claim(store, T0, decide=lambda _snapshot: None) is None
+    assert _snapshot(store, run.run_id).current.state == "pending"
+    seen: list[RunSnapshot] = []
+
+    def leasing(snapshot: RunSnapshot) -> RunWrite | None:
+        seen.append(snapshot)
+        return lease_record(T0)(snapshot)
+
+    leased = claim(store, T0, decide=leasing)
+    assert leased is not None and [s.run.run_id for s in seen] == [run.run_id]
+    assert seen[0].current.state == "pending"  # the decision sees the record as it is stored
 
 
 def test_holds_and_reviews_block_claims(store: Store) -> None:
@@ -276,7 +288,7 @@ def test_finishing_creates_the_next_record_in_the_same_transaction(store: Store)
         )
         return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
 
-    after = store.complete_step(leased, now, next_step)
+    after = store.complete_step(leased, now, next_step).snapshot
     assert [(s.step, s.state) for s in after.steps] == [
         ("start", "delivered"),
         ("decide", "pending"),
@@ -306,7 +318,7 @@ def test_a_frozen_command_is_kept_and_completed_once_with_its_preparation(store:
     with pytest.raises(StoreInvariantError):
         store.record_step_progress(leased, T0, freeze(b"other"))  # type: ignore[arg-type]
     done = store.record_step_progress(leased, T0, freeze(b"request+prep", preparation=True))  # type: ignore[arg-type]
-    assert done.current.command == b"request+prep"
+    assert done.snapshot.current.command == b"request+prep"
     with pytest.raises(StoreInvariantError):
         store.record_step_progress(leased, T0, freeze(b"again", preparation=True))  # type: ignore[arg-type]
 
@@ -367,28 +379,69 @@ def test_claims_verify_the_deployment_in_every_transaction(migrated: Backend, st
     assert refused.value.code == "coordinator.deployment.database-id-mismatch"
 
 
-def test_a_claim_that_loses_a_race_is_rolled_back_but_recoveries_commit(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Simulates the race the re-check exists for: the claim statement saw a run that a review
-    (committed meanwhile) now holds. Only the lease is rolled back (a savepoint)."""
-    import coordinator_core.store.store as store_module
-
+def test_a_refused_claim_writes_nothing_while_the_sweep_before_it_commits(store: Store) -> None:
+    """The sweep (lapsed leases, overdue records) runs in its own transactions before the claim
+    (07 §7.2 steps 2–3, off the claim path): a claim whose decision refuses — the engine saw
+    a run a review holds — takes nothing back from the sweep."""
     lapsed = admit(store, "lapsed", T0 - SECOND)
     first = claim(store, T0)
     assert first is not None and first.run_id == lapsed.run_id
-    reviewed = admit(store, "reviewed", T0)
-    store.update_run(reviewed.run_id, T0, lambda s: RunWrite(replace(s.run, restore_review=True)))
-    real = store_module._claimable
-    monkeypatch.setattr(
-        store_module,
-        "_claimable",
-        lambda now: tuple(c for c in real(now) if "restore_review" not in str(c)),
-    )
     later = T0 + (LEASE_SECONDS + 1) * SECOND
-    recover = stand_in_recover(later)
-    # The lapsed record is recovered (due again); the first claimable record by dueAt is the
-    # reviewed run's, whose lease the re-check retracts.
-    assert store.claim_due_step("w-2", later, recover=recover) is None
-    assert _snapshot(store, lapsed.run_id).current.state == "pending"
-    assert _snapshot(store, reviewed.run_id).current.state == "pending"
+    assert claim(store, later, recover=stand_in_recover(later), decide=lambda _s: None) is None
+    record = _snapshot(store, lapsed.run_id).current
+    assert (record.state, record.lease_token) == ("pending", None)
+
+
+def test_a_finish_may_lease_the_next_record_for_the_same_owner(store: Store) -> None:
+    """07 §7.7 item 1: the finish transaction leases the run's next record (the engine's T2)
+    and the store gives it a fresh fence for the loop to go on with."""
+    run = admit(store, "k1")
+    leased = claim(store, T0, worker="w-1")
+    assert leased is not None
+    now = T0 + SECOND
+
+    def carried(snapshot: RunSnapshot) -> RunWrite:
+        done = replace(snapshot.current, state="delivered", route_kind="next", finished_at=now)
+        following = replace(
+            StepRow.new(run.run_id, "decide", "choose", entered_at=now, due_at=now, pure=True),
+            state="leased",
+            attempt=1,
+            claims=1,
+            attempt_started_at=now,
+            due_at=None,
+            awaiting="work",
+        )
+        return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
+
+    written = store.complete_step(leased, now, carried)
+    assert written.claim is not None and written.claim.step == "decide"
+    assert written.claim.lease_owner == "w-1" and written.claim.lease_token != leased.lease_token
+    stored = _snapshot(store, run.run_id)
+    assert stored == written.snapshot  # the snapshot answered is what was written
+    assert stored.current.lease_token == written.claim.lease_token
+    assert claim(store, now) is None  # the continued record is leased, not claimable
+    with pytest.raises(StaleLease):
+        store.complete_step(leased, now, deliver_and_finish(now))
+
+
+def test_a_finish_under_a_restore_hold_never_leases(store: Store) -> None:
+    run = admit(store, "k1")
+    leased = claim(store, T0)
+    assert leased is not None
+    migrated_hold = store.set_restore_hold(T0, lambda s: None)
+    assert migrated_hold.restore_hold
+
+    def carried(snapshot: RunSnapshot) -> RunWrite:
+        done = replace(snapshot.current, state="delivered", finished_at=T0)
+        following = replace(
+            StepRow.new(run.run_id, "decide", "choose", entered_at=T0, due_at=T0, pure=True),
+            state="leased",
+            attempt=1,
+            claims=1,
+            attempt_started_at=T0,
+            due_at=None,
+        )
+        return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
+
+    with pytest.raises(StoreInvariantError):
+        store.complete_step(leased, T0, carried)

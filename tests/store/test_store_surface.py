@@ -21,7 +21,7 @@ EXPECTED = {
     "DeploymentIdentity",
     "DeploymentState",
     "HoldState",
-    "Journal",
+    "Written",
     "MigrationResult",
     "ProcessLock",
     "Recover",

@@ -8,6 +8,7 @@ import coordinator_core.scenarios as scenarios
 ENGINE = {
     # entry points
     "advance", "unrestorable", "is_settled", "retry_blocked_by", "reconcile_blocked_by",
+    "claim_record", "carry_on", "Carried", "MAX_CARRIED",
     "Advance", "Definition", "DefinitionError", "EngineInvariantError", "FormatError",
     "FunctionProgram",
     # definitions

@@ -50,7 +50,7 @@ import secrets
 import stat
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -531,6 +531,7 @@ class AuditWriter:
         self._flushing = False
         self._failed = False
         self._closed = False
+        self._background: threading.Thread | None = None
         # Owned by the thread that flushes (at most one at a time) and by open/close.
         self._file_number = 1
         self._fd = -1
@@ -613,33 +614,54 @@ class AuditWriter:
         with self._cond:
             return not (self._failed or self._closed)
 
-    def append(self, entry: AuditEntry) -> None:
+    def append(self, entry: AuditEntry, *, wait: bool = True) -> None:
         """Journal `entry`; returns only after its line is written and fsynced.
+
+        `wait=False` (API read actions, 07 §7.7 item 5) queues the line in sequence order and
+        returns at once; the next durable append, or `close`, makes it durable.
 
         Raises `coordinator.command.audit-unavailable` when the line may not be durable, and for
         every later call: the protected action must then not proceed."""
-        _check_entry(entry.phase, entry.correlation, entry.record)
+        self.append_all((entry,), wait=wait)
+
+    def append_all(self, entries: Sequence[AuditEntry], *, wait: bool = True) -> None:
+        """Journal `entries` in order, covered by one fsync (the entries of one transaction,
+        07 §7.7 item 5); returns only after all of them are on stable storage."""
+        for entry in entries:
+            _check_entry(entry.phase, entry.correlation, entry.record)
+        if not entries:
+            return
         with self._cond:
             if self._failed or self._closed:
                 raise _unavailable("The audit journal refuses entries after a write failure.")
-            sequence = self._next_sequence
-            line = canonical_json(
-                {
-                    "schema": AUDIT_SCHEMA,
-                    "sequence": sequence,
-                    "eventId": str(uuid.uuid4()),
-                    "time": self._time(),
-                    "phase": entry.phase,
-                    "correlation": entry.correlation,
-                    "record": dict(entry.record),
-                    "previous": self._previous,
-                }
-            )
-            if len(line) > MAX_ENTRY_BYTES:
-                raise ValueError("The audit entry is larger than 1 MiB.")
+            lines = []
+            previous = self._previous
+            sequence = self._next_sequence - 1
+            for entry in entries:
+                sequence += 1
+                line = canonical_json(
+                    {
+                        "schema": AUDIT_SCHEMA,
+                        "sequence": sequence,
+                        "eventId": str(uuid.uuid4()),
+                        "time": self._time(),
+                        "phase": entry.phase,
+                        "correlation": entry.correlation,
+                        "record": dict(entry.record),
+                        "previous": previous,
+                    }
+                )
+                if len(line) > MAX_ENTRY_BYTES:
+                    raise ValueError("The audit entry is larger than 1 MiB.")
+                previous = sha256_label(line)
+                lines.append(line)
             self._next_sequence = sequence + 1
-            self._previous = sha256_label(line)
-            self._queue.append(line)
+            self._previous = previous
+            self._queue.extend(lines)
+            if not wait:
+                self._start_background()
+                self._cond.notify_all()
+                return
             while self._durable_sequence < sequence:
                 if self._failed:
                     raise _unavailable("The audit journal could not be written.")
@@ -648,12 +670,34 @@ class AuditWriter:
                 else:
                     self._flush_queue()
 
+    def _start_background(self) -> None:
+        """The flusher of lines queued without waiting (lock held): one daemon thread that
+        makes them durable soon after they were queued."""
+        if self._background is not None:
+            return
+        self._background = threading.Thread(
+            target=self._flush_in_background, name="audit-flush", daemon=True
+        )
+        self._background.start()
+
+    def _flush_in_background(self) -> None:
+        with self._cond:
+            while not (self._closed or self._failed):
+                if self._queue and not self._flushing:
+                    self._flush_queue()
+                else:
+                    self._cond.wait()
+
     def close(self) -> None:
-        """Close the current file; later appends are refused."""
+        """Close the current file (every queued line is made durable first); later appends
+        are refused."""
         with self._cond:
             while self._flushing:
                 self._cond.wait()
+            if self._queue and not self._failed and self._fd >= 0:
+                self._flush_queue()
             self._closed = True
+            self._cond.notify_all()
             if self._fd >= 0:
                 fd, self._fd = self._fd, -1
                 try:

@@ -28,9 +28,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
 from coordinator_core.adapters import AccessToken, PreparedCommand
@@ -54,6 +54,7 @@ from coordinator_core.engine import (
     Advance,
     AttemptRefused,
     CallStep,
+    Carried,
     Command,
     DeadlinePassed,
     Definition,
@@ -66,11 +67,11 @@ from coordinator_core.engine import (
     Observe,
     ObtainCredential,
     Prepare,
-    ReadyToSend,
     RunState,
     StepRecord,
-    Work,
     advance,
+    carry_on,
+    claim_record,
     unrestorable,
 )
 from coordinator_core.engine.definition import DefinitionError, EngineInvariantError
@@ -85,10 +86,18 @@ from coordinator_core.store import (
     RunWrite,
     StaleLease,
     Store,
+    Written,
     to_epoch_ms,
     truncate_ms,
 )
-from coordinator_core.worker_state import DefinitionCache, RunKeys, overlay, state_of, write_of
+from coordinator_core.worker_state import (
+    DefinitionCache,
+    RunKeys,
+    overlay,
+    refreshed,
+    state_of,
+    write_of,
+)
 
 __all__ = ["ATTEMPT_BUDGET_SECONDS", "BindingCheck", "Wakeup", "Worker", "WorkerAudit"]
 
@@ -101,8 +110,10 @@ BindingCheck = Callable[[RunRow, Snapshot], bool]
 """Whether the binding digest recomputed for the run's snapshot equals the run's (07 §7.4
 step 4); False → `binding-conflict`."""
 
+SWEEP_INTERVAL: Final = timedelta(seconds=1)
+"""How often (in store time) one worker loop sweeps lapsed leases and overdue records."""
+
 _DURABLE: Final = (FreezeCommand, FreezePreparation, MarkMaySend)
-_IO: Final = (Prepare, ObtainCredential, Dispatch, Observe)
 _Mode = Literal["memory", "progress", "finish"]
 
 
@@ -213,6 +224,7 @@ class Worker:
         self._lease_seconds = lease_seconds
         self._budget = attempt_budget_seconds
         self.wakeup = wakeup or Wakeup()
+        self._swept_at: datetime | None = None
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -236,39 +248,59 @@ class Worker:
                 self.wakeup.wait(seen, pause)
 
     def tick(self, now: datetime | None = None) -> bool:
-        """Process exactly one step record; False when nothing was claimable (idle).
+        """Process one claimed step record — and, where 07 §7.7 lets the run go on at once,
+        the records that follow it; False when nothing was claimable (idle).
 
         `now` fixes the instant of every transaction of this tick (tests); by default each
-        transaction reads the clock afresh (fences and lease checks use the current time)."""
+        transaction reads the clock afresh (fences and lease checks use the current time).
+        The sweeps of lapsed leases and overdue records run first, at most once a second of
+        store time."""
         fixed = None if now is None else truncate_ms(now)
 
         def clock() -> datetime:
             return fixed if fixed is not None else truncate_ms(self._clock())
 
+        claim_now = clock()
+        self._sweep(claim_now)
         started = time.monotonic()
         correlation = str(uuid.uuid4())
-        claim_now = clock()
-        claim = self._store.claim_due_step(
+        chain = _Chain(self, correlation)
+        written = self._store.claim_due_step(
             self.worker_id,
             claim_now,
             self._lease_seconds,
-            recover=lambda snapshot, kind: self._recover(snapshot, kind, claim_now, correlation),
-            journal=lambda leased: self._journal(
-                correlation, "attempt", leased.run_id, leased.step, leased.generation,
-                leased.attempt, "intent",
-            ),
-        )  # fmt: skip
-        if claim is None:
+            decide=lambda snapshot: chain.claim(snapshot, claim_now),
+        )
+        if written is None:
             return False
-        try:
-            _Attempt(self, claim, clock, started + self._budget, correlation).run()
-        except StaleLease:
-            logger.info("worker attempt discarded: lease-stale")
-        except _Discard:
-            logger.info("worker attempt discarded: not-applicable")
+        chain.adopt(written)
+        claim = written.claim
+        while claim is not None:
+            try:
+                claim = _Attempt(self, claim, chain, clock, started + self._budget).run()
+            except StaleLease:
+                logger.info("worker attempt discarded: lease-stale")
+                claim = None
+            except _Discard:
+                logger.info("worker attempt discarded: not-applicable")
+                claim = None
+            started = time.monotonic()
         return True
 
-    # -- recoveries inside the claim transaction ------------------------------------------------
+    # -- sweeps (07 §7.2 steps 2–3), off the claim path -----------------------------------------
+
+    def _sweep(self, now: datetime) -> None:
+        last = self._swept_at
+        if last is not None and last <= now < last + SWEEP_INTERVAL:
+            return
+        self._swept_at = now
+        correlation = str(uuid.uuid4())
+        self._store.sweep(
+            self.worker_id,
+            now,
+            lambda snapshot, kind: self._recover(snapshot, kind, now, correlation),
+            self._lease_seconds,
+        )
 
     def _recover(
         self, snapshot: RunSnapshot, kind: Recovery, now: datetime, correlation: str
@@ -296,9 +328,12 @@ class Worker:
             write = write_of(self._sealer, snapshot, previous, result.state, now)
             after = result.state.record(record.step)
             self._journal(
-                correlation, "transition", snapshot.run.run_id, record.step,
-                record.generation, record.attempt,
-                _outcome_of(after, kind) if kind == "lease-lapsed" else _outcome_of(after),
+                [
+                    (
+                        correlation, "transition", snapshot.run.run_id, record,
+                        _outcome_of(after, kind) if kind == "lease-lapsed" else _outcome_of(after),
+                    )
+                ]
             )  # fmt: skip
             return write
         except (CoordinatorError, DefinitionError, EngineInvariantError, ValueError) as error:
@@ -307,91 +342,222 @@ class Worker:
 
     # -- audit ----------------------------------------------------------------------------------
 
-    def _journal(
-        self,
-        correlation: str,
-        action: Literal["attempt", "dispatch", "observation", "transition"],
-        run_id: uuid.UUID,
-        step: str,
-        generation: int,
-        attempt: int,
-        outcome: WorkerOutcome,
-    ) -> None:
-        """Append one worker entry inside the calling transaction (a failure rolls it back)."""
-        if self._audit is None:
+    def _journal(self, entries: Sequence[_Entry]) -> None:
+        """Append worker entries inside the calling transaction, all sharing one fsync (07 §7.7
+        item 5); a failure raises and rolls the transaction back."""
+        if self._audit is None or not entries:
             return
         references = self._audit.references
-        step_ref = references.step(str(run_id), step)
-        self._audit.writer.append(
-            worker_record(
-                worker_correlation(correlation, action, step_ref),
-                action,
-                references.run(str(run_id)),
-                step_ref,
-                generation,
-                attempt,
-                outcome,
+        records = []
+        for correlation, action, run_id, record, outcome in entries:
+            step_ref = references.step(str(run_id), record.step)
+            records.append(
+                worker_record(
+                    worker_correlation(correlation, action, step_ref),
+                    action,
+                    references.run(str(run_id)),
+                    step_ref,
+                    record.generation,
+                    record.attempt,
+                    outcome,
+                )
             )
-        )
+        self._audit.writer.append_all(records)
+
+
+_Entry = tuple[
+    str,
+    Literal["attempt", "dispatch", "observation", "transition"],
+    uuid.UUID,
+    StepRecord,
+    WorkerOutcome,
+]
+
+
+def _ending(record: StepRecord) -> Literal["observation", "transition"]:
+    """The action of the entry that ends a leased record (07 §11)."""
+    return "observation" if record.type == "wait-for" else "transition"
+
+
+def _carried_entries(correlation: str, run_id: uuid.UUID, carried: Carried) -> list[_Entry]:
+    """One `attempt` intent per record leased and one `transition` (or `observation`) per
+    record left, in the order they happened."""
+    entries: list[_Entry] = []
+    for kind, record in carried.entries:
+        if kind == "leased":
+            entries.append((correlation, "attempt", run_id, record, "intent"))
+        else:
+            entries.append((correlation, _ending(record), run_id, record, _outcome_of(record)))
+    return entries
+
+
+class _Chain:
+    """The run one tick works on, kept in memory from its claim to the last record the tick
+    carries it through: the definition and keys, the state as last committed (`stored`, with
+    the run row it was read or written as), the state including what only this lease holder
+    knows (`state`), and the commands of the last result (the I/O to do next)."""
+
+    def __init__(self, worker: Worker, correlation: str) -> None:
+        self.worker = worker
+        self.sealer = worker._sealer
+        self.correlation = correlation
+        self.definition: Definition | None = None
+        self.snapshot: Snapshot | None = None
+        self.keys: RunKeys | None = None
+        self.stored: RunState | None = None
+        self.state: RunState | None = None
+        self.known: RunRow | None = None
+        self.commands: tuple[Command, ...] = ()
+        self._pending: tuple[RunState, tuple[Command, ...]] | None = None
+
+    def claim(self, snapshot: RunSnapshot, now: datetime) -> RunWrite | None:
+        """The claim transaction's decision (07 §7.2, §7.7 items 1–2): the engine leases the
+        record and works it at once, carrying the run on where it may; or T34/T35 when the
+        run's snapshot does not restore."""
+        state = state_of(self.sealer, snapshot)
+        now_ms = to_epoch_ms(now)
+        run_id = snapshot.run.run_id
+        self.keys = self.worker._keys_for(snapshot.run.start_identity)
+        try:
+            self.snapshot, self.definition = self.worker._definitions.restore(snapshot.run)
+        except (CoordinatorError, DefinitionError):
+            result = unrestorable(state, now_ms)  # T34/T35
+            if result.refused is not None:
+                return None
+            after = result.state.current
+            self.worker._journal(
+                [(self.correlation, "transition", run_id, after, _outcome_of(after))]
+            )
+            self._pending = (result.state, result.commands)
+            return write_of(self.sealer, snapshot, state, result.state, now)
+        carried = claim_record(self.definition, state, state.current_step, now_ms, self.keys)
+        if carried.refused is not None:
+            return None
+        self.worker._journal(_carried_entries(self.correlation, run_id, carried))
+        self._pending = (carried.state, carried.commands)
+        return write_of(self.sealer, snapshot, state, carried.state, now)
+
+    def adopt(self, written: Written) -> None:
+        """The transaction whose decision is pending committed as `written`."""
+        assert self._pending is not None
+        self.stored, self.commands = self._pending
+        self.state = self.stored
+        self.known = written.snapshot.run
+        self._pending = None
+
+    def decide(
+        self,
+        snapshot: RunSnapshot,
+        own: StepRecord,
+        event: Event,
+        now: datetime,
+        *,
+        carry: bool,
+    ) -> RunWrite | None:
+        """A fence's or finish transaction's decision: `event` on the run as committed, with
+        the run columns others may have changed read fresh and the holder's own record; then,
+        in a finish transaction, the continuation (07 §7.7 item 1)."""
+        assert self.definition is not None and self.keys is not None
+        assert self.stored is not None and self.known is not None
+        now_ms = to_epoch_ms(now)
+        previous = refreshed(self.sealer, self.stored, self.known, snapshot.run)
+        result = advance(self.definition, overlay(previous, own), event, now_ms, self.keys)
+        if result.refused is not None:
+            raise _Discard
+        run_id = snapshot.run.run_id
+        entries: list[_Entry] = []
+        if any(isinstance(command, MarkMaySend) for command in result.commands):
+            entries.append((self.correlation, "dispatch", run_id, own, "intent"))
+        after = result.state.record(own.step)
+        ended = after is None or after.state != "leased" or result.state.current_step != own.step
+        if ended:
+            entries.append((self.correlation, _ending(own), run_id, own, _outcome_of(after)))
+        state, commands = result.state, result.commands
+        if ended and carry and self.worker._store.may_claim(snapshot.control):
+            carried = carry_on(self.definition, result, now_ms, self.keys)
+            entries.extend(_carried_entries(self.correlation, run_id, carried))
+            state, commands = carried.state, carried.commands
+        self.worker._journal(entries)
+        self._pending = (state, commands)
+        return write_of(self.sealer, snapshot, previous, state, now)
 
 
 class _Attempt:
-    """The work of one claimed record, from `Work` to the finish transaction."""
+    """The work of one leased record, from the I/O its claim asked for to the transaction
+    that ends it; answers the claim the loop goes on with (a continuation), or None."""
 
     def __init__(
         self,
         worker: Worker,
         claim: Claim,
+        chain: _Chain,
         clock: Callable[[], datetime],
         deadline: float,
-        correlation: str,
     ) -> None:
         self.worker = worker
         self.claim = claim
+        self.chain = chain
         self.clock = clock
         self.deadline = deadline
-        self.correlation = correlation
-        self.sealer = worker._sealer
-        self.state: RunState = state_of(self.sealer, claim.snapshot)
-        self.record: StepRecord = self.state.current
+        assert chain.state is not None
+        record = chain.state.record(claim.step)
+        assert record is not None
+        self.record: StepRecord = record
         self.credential: AccessToken | None = None
-        self.snapshot: Snapshot | None = None
-        self.definition: Definition | None = None
-        self.keys = worker._keys_for(claim.snapshot.run.start_identity)
 
     # -- driving the engine ---------------------------------------------------------------------
 
-    def run(self) -> None:
-        try:
-            self.snapshot, self.definition = self.worker._definitions.restore(
-                self.claim.snapshot.run
-            )
-        except (CoordinatorError, DefinitionError):
-            self.unrestorable()  # T34/T35
-            return
-        event: Event | None = Work(self.claim.step)
-        while event is not None:
-            result = self.feed(event)
-            record = result.state.record(self.claim.step)
-            if record is None or record.state != "leased":
-                return
-            event = self.answer(result.commands)
+    def run(self) -> Claim | None:
+        commands = self.chain.commands
+        while True:
+            event = self.answer(commands)
+            if event is None:
+                return None  # nothing left to do here: the record is left to its lease
+            ended, commands, claim = self.feed(event)
+            if ended:
+                return claim
 
-    def feed(self, event: Event) -> Advance:
-        """Advance on the state known so far to learn what the event leads to; then, when the
-        result must be durable, take it again inside the matching fenced transaction."""
-        assert self.definition is not None
+    def feed(self, event: Event) -> tuple[bool, tuple[Command, ...], Claim | None]:
+        """Advance on the state known so far to learn what the event leads to; when the
+        result must be durable, take it again inside the matching fenced transaction.
+        Answers whether the attempt ended, the commands to carry out next, and (when it
+        ended) the claim of the record the run was carried on to."""
+        chain = self.chain
+        assert chain.definition is not None and chain.keys is not None
+        assert chain.state is not None
         now = self.clock()
-        guess = advance(self.definition, self.state, event, to_epoch_ms(now), self.keys)
+        guess = advance(chain.definition, chain.state, event, to_epoch_ms(now), chain.keys)
         if guess.refused is not None:
             raise _Discard
-        mode = self.mode(event, guess)
+        mode = self.mode(guess)
         if mode == "memory":
-            self.adopt(guess)
-            return guess
-        return self.commit(event, mode)
+            chain.state = guess.state
+            self.adopt_record(guess.state)
+            return False, guess.commands, None
+        store = self.worker._store
+        own = self.record
 
-    def mode(self, event: Event, result: Advance) -> _Mode:
+        def decide(snapshot: RunSnapshot) -> RunWrite | None:
+            return chain.decide(snapshot, own, event, now, carry=mode == "finish")
+
+        if mode == "finish":
+            written = store.complete_step(self.claim, now, decide, self.worker._lease_seconds)
+        else:
+            written = store.record_step_progress(self.claim, now, decide)
+        chain.adopt(written)
+        held = written.claim
+        if (
+            held is not None
+            and held.step == self.claim.step
+            and (held.lease_token == self.claim.lease_token)
+        ):
+            self.claim = held
+            assert chain.state is not None
+            self.adopt_record(chain.state)
+            return False, chain.commands, None
+        return True, chain.commands, held
+
+    def mode(self, result: Advance) -> _Mode:
         record = result.state.record(self.claim.step)
         if (
             record is None
@@ -399,78 +565,14 @@ class _Attempt:
             or result.state.current_step != self.claim.step
         ):
             return "finish"
-        if isinstance(event, ReadyToSend) or any(isinstance(c, _DURABLE) for c in result.commands):
+        if any(isinstance(command, _DURABLE) for command in result.commands):
             return "progress"
-        return "memory"
+        return "memory"  # a read's pre-send checks were made with its claim (07 §7.7 item 3)
 
-    def commit(self, event: Event, mode: _Mode) -> Advance:
-        """Re-run `event` under the locks and commit its write (freeze / pre-send fence, or the
-        finish transaction); the committed result is the one the attempt continues from."""
-        assert self.definition is not None
-        definition = self.definition
-        step = self.claim.step
-        holder: list[Advance] = []
-        now = self.clock()
-        now_ms = to_epoch_ms(now)
-        own = self.record
-
-        def decide(snapshot: RunSnapshot) -> RunWrite | None:
-            holder.clear()
-            previous = state_of(self.sealer, snapshot)
-            merged = overlay(previous, own)
-            result = advance(definition, merged, event, now_ms, self.keys)
-            if result.refused is not None:
-                raise _Discard
-            holder.append(result)
-            after = result.state.record(step)
-            if any(isinstance(command, MarkMaySend) for command in result.commands):
-                self.journal("dispatch", own, "intent")
-            if after is None or after.state != "leased" or result.state.current_step != step:
-                self.journal(
-                    "observation" if own.type == "wait-for" else "transition",
-                    own,
-                    _outcome_of(after),
-                )
-            return write_of(self.sealer, snapshot, previous, result.state, now)
-
-        if mode == "finish":
-            self.worker._store.complete_step(self.claim, now, decide)
-        else:
-            self.worker._store.record_step_progress(self.claim, now, decide)
-        result = holder[-1]
-        self.adopt(result)
-        return result
-
-    def adopt(self, result: Advance) -> None:
-        self.state = result.state
-        record = result.state.record(self.claim.step)
+    def adopt_record(self, state: RunState) -> None:
+        record = state.record(self.claim.step)
         if record is not None:
             self.record = record
-
-    def unrestorable(self) -> None:
-        """T34/T35: the run's snapshot does not restore; applied in the finish transaction."""
-        now = self.clock()
-
-        def decide(snapshot: RunSnapshot) -> RunWrite | None:
-            previous = state_of(self.sealer, snapshot)
-            result = unrestorable(overlay(previous, self.record), to_epoch_ms(now))
-            if result.refused is not None:
-                raise _Discard
-            self.journal("transition", self.record, _outcome_of(result.state.current))
-            return write_of(self.sealer, snapshot, previous, result.state, now)
-
-        self.worker._store.complete_step(self.claim, now, decide)
-
-    def journal(
-        self,
-        action: Literal["dispatch", "observation", "transition"],
-        record: StepRecord,
-        outcome: WorkerOutcome,
-    ) -> None:
-        self.worker._journal(
-            self.correlation, action, self.claim.run_id, record.step, record.generation,
-            record.attempt, outcome,
-        )  # fmt: skip
 
     # -- answering I/O commands -----------------------------------------------------------------
 
@@ -488,8 +590,9 @@ class _Attempt:
         return None
 
     def frozen(self, command: str, preparation: str | None) -> PreparedCommand:
-        assert self.definition is not None
-        spec = self.definition.steps.get(self.claim.step)
+        definition = self.chain.definition
+        assert definition is not None
+        spec = definition.steps.get(self.claim.step)
         action = spec.alias.action if isinstance(spec, CallStep) else None
         return PreparedCommand.from_frozen(command, action=action, preparation=preparation)
 
@@ -497,8 +600,8 @@ class _Attempt:
         # 07 §7.4 step 4: the frozen command names this step's operation and connection (the
         # engine checked) and the binding recomputed for the snapshot is the run's.
         check = self.worker._binding_check
-        assert self.snapshot is not None
-        if check is not None and not check(self.claim.snapshot.run, self.snapshot):
+        assert self.chain.snapshot is not None
+        if check is not None and not check(self.claim.snapshot.run, self.chain.snapshot):
             return AttemptRefused(command.step, "binding-conflict")
         outcome = self.worker._adapters.obtain_credential(
             command.connection, attempt_deadline=self.deadline

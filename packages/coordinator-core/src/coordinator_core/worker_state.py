@@ -49,6 +49,7 @@ __all__ = [
     "RunKeys",
     "overlay",
     "record_of",
+    "refreshed",
     "row_of",
     "seal_value",
     "sealed_snapshot",
@@ -167,6 +168,31 @@ def state_of(sealer: Sealer, snapshot: RunSnapshot) -> RunState:
         output=_open_text(sealer, run.terminal_output, run.run_id, "terminal"),
         failure_code=run.failure_code,
         records=tuple(record_of(sealer, row) for row in snapshot.steps),
+    )
+
+
+def refreshed(sealer: Sealer, state: RunState, known: RunRow, fresh: RunRow) -> RunState:
+    """`state` — the run as the lease holder knows it, read when `known` was — with the run
+    columns another transaction may have changed since (a cancel, a restore review) taken
+    from `fresh`, read under the fence's locks. Records are the holder's: while a record is
+    leased nobody else changes the run's records (a restore hold takes the lease over, which
+    the fence detects)."""
+    if fresh == known:
+        return state
+    output = state.output
+    if fresh.terminal_output != known.terminal_output:
+        output = _open_text(sealer, fresh.terminal_output, fresh.run_id, "terminal")
+    return replace(
+        state,
+        status=fresh.status,
+        current_step=fresh.current_step,
+        cancel_mode=fresh.cancel_mode,
+        cancel_requested=fresh.cancel_requested,
+        restore_review=fresh.restore_review,
+        completed_at=_ms(fresh.completed_at),
+        outcome=fresh.outcome,
+        output=output,
+        failure_code=fresh.failure_code,
     )
 
 
@@ -294,17 +320,25 @@ def write_of(
 # -- definitions and keys -----------------------------------------------------------------------
 
 
+SnapshotLoader = Callable[[str], "tuple[uuid.UUID, bytes] | None"]
+"""The stored sealed snapshot of a definition digest and the run whose scope seals it
+(`Store.definition_snapshot`), or None."""
+
+
 @dataclass
 class DefinitionCache:
-    """Restored definitions by definition digest (07 §7.2 RECOMMENDED cache).
+    """Restored definitions by definition digest (07 §7.2 RECOMMENDED cache): the one way a
+    sealed snapshot is opened.
 
     `restore(run)` answers the `(Snapshot, Definition)` the run is pinned to, opening and
-    restoring its sealed snapshot only the first time a digest is seen. A snapshot that does
-    not open, does not restore under this build (02 §9.3) or does not carry the run's
-    definition digest raises `CoordinatorError` / `DefinitionError` (the caller applies
-    T34/T35)."""
+    restoring its sealed snapshot only the first time a digest is seen: the run's own copy
+    (runs admitted before schema version 2), else the copy stored once for the definition
+    digest, found through `loader`. A snapshot that does not open, does not restore under
+    this build (02 §9.3) or does not carry the run's definition digest raises
+    `CoordinatorError` / `DefinitionError` (the caller applies T34/T35)."""
 
     sealer: Sealer
+    loader: SnapshotLoader | None = None
     _known: dict[str, tuple[Snapshot, Definition]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -321,11 +355,27 @@ class DefinitionCache:
         found = self.known(run.definition_digest)
         if found is not None:
             return found
-        if run.snapshot is None:
+        if run.snapshot is not None:
+            return self._open(run.definition_digest, run.run_id, run.snapshot)
+        return self.restore_digest(run.definition_digest)
+
+    def restore_digest(self, definition_digest: str) -> tuple[Snapshot, Definition]:
+        """The definition of a digest, from the cache or the copy stored for it."""
+        found = self.known(definition_digest)
+        if found is not None:
+            return found
+        stored = None if self.loader is None else self.loader(definition_digest)
+        if stored is None:
             raise CoordinatorError(Diagnostic("coordinator.definition.snapshot", path=""))
-        document = _open(self.sealer, run.snapshot, run.run_id, "snapshot")
+        run_id, sealed = stored
+        return self._open(definition_digest, run_id, sealed)
+
+    def _open(
+        self, definition_digest: str, run_id: uuid.UUID, sealed: bytes
+    ) -> tuple[Snapshot, Definition]:
+        document = _open(self.sealer, sealed, run_id, "snapshot")
         snapshot = restore_snapshot(canonical_json(document))
-        if snapshot.definition_digest != run.definition_digest:
+        if snapshot.definition_digest != definition_digest:
             raise CoordinatorError(Diagnostic("coordinator.definition.snapshot", path=""))
         definition = Definition.from_snapshot(snapshot)
         with self._lock:

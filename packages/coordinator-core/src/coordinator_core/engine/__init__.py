@@ -15,6 +15,7 @@ from coordinator_core.engine.advance import (
     retry_blocked_by,
     unrestorable,
 )
+from coordinator_core.engine.carry import MAX_CARRIED, Carried, carry_on, claim_record
 from coordinator_core.engine.clock import Instant, format_instant, parse_instant
 from coordinator_core.engine.codes import (
     ADAPTER_CODES,
@@ -99,6 +100,7 @@ __all__ = [
     "ADAPTER_CODES",
     "FAILURE_CODES",
     "FALLBACK_CODES",
+    "MAX_CARRIED",
     "NON_RECOVERABLE_CODES",
     "REPLY_CODES",
     "RUN_CODES",
@@ -114,6 +116,7 @@ __all__ = [
     "CancelMode",
     "CancelRequested",
     "Cancelled",
+    "Carried",
     "ChooseStep",
     "Claimed",
     "Command",
@@ -165,6 +168,8 @@ __all__ = [
     "WaitUntilStep",
     "Work",
     "advance",
+    "carry_on",
+    "claim_record",
     "command_from_json",
     "commitment",
     "event_from_json",

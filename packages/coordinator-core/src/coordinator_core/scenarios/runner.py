@@ -40,10 +40,9 @@ from coordinator_core.engine import (
     ReconcileRequested,
     RetrySame,
     RunState,
-    StepDue,
     StepRecord,
-    Work,
     advance,
+    claim_record,
     parse_instant,
     to_canonical,
 )
@@ -210,8 +209,6 @@ class _Case:
             command = self.queue.popleft()
             if isinstance(command, FreezeCommand):
                 self.freeze(command)
-            elif isinstance(command, Claimed):
-                self.feed(Work(command.step))
             elif isinstance(command, Prepare):
                 # Scenario replies are adapter outputs; the preparation has no script and
                 # always succeeds with empty evidence.
@@ -376,7 +373,26 @@ class _Case:
             self.feed(DeadlinePassed())
         else:
             self.now = max(self.now, record.due_at)
-            self.feed(StepDue(record.step))
+            self.claim(record.step)
+
+    def claim(self, step: str) -> None:
+        """The worker's claim (07 §7.2): the engine leases the record and works it at once
+        (`claim_record`, the very function the worker's claim transaction runs). The runner
+        claims records one by one; the engine's property suite shows that carrying a run on
+        (07 §7.7) is the same sequence of events."""
+        assert self.state is not None
+        self.events += 2
+        if self.events > MAX_EVENTS:
+            raise _RunnerError("coordinator.scenario.bound", self.base)
+        carried = claim_record(self.definition, self.state, step, self.now, self.keys, carry=False)
+        if carried.refused is not None:
+            raise EngineInvariantError(f"The engine refused a scripted event: {carried.refused}.")
+        self.state = carried.state
+        self.queue.extend(
+            command for command in carried.commands if not isinstance(command, Claimed)
+        )
+        if len(self.state.records) > MAX_ITERATIONS:
+            raise _RunnerError("coordinator.scenario.bound", self.base)
 
     def run(self, run_input: Any) -> None:
         floor = int(self.case.get("observationFloorSeconds", DEFAULT_FLOOR_SECONDS))

@@ -33,7 +33,6 @@ from coordinator_core.store.rows import (
     Decide,
     DeploymentIdentity,
     HoldState,
-    Journal,
     Recover,
     Recovery,
     RunPage,
@@ -43,6 +42,7 @@ from coordinator_core.store.rows import (
     RunWrite,
     StepRow,
     StoreSummary,
+    Written,
 )
 from coordinator_core.store.store import LEASE_SECONDS, StaleLease, Store, StoreInvariantError
 
@@ -59,7 +59,6 @@ __all__ = [
     "DeploymentIdentity",
     "DeploymentState",
     "HoldState",
-    "Journal",
     "MigrationResult",
     "ProcessLock",
     "Recover",
@@ -76,6 +75,7 @@ __all__ = [
     "StoreKind",
     "StoreLocation",
     "StoreSummary",
+    "Written",
     "apply_activation",
     "from_epoch_ms",
     "inspect_deployment",

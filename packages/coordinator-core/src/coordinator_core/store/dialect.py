@@ -21,9 +21,12 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from sqlalchemy import JSON, BigInteger, DateTime, event, exc
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, Dialect, Engine, create_engine
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.expression import FromClause
+from sqlalchemy.sql.schema import Table
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
@@ -291,6 +294,13 @@ def lock_one(statement: Select[Any], of: FromClause) -> Select[Any]:
     as a bare `SELECT … FOR UPDATE` whose result is written later (STACK.md §4).
     """
     return statement.with_for_update(skip_locked=True, of=of)
+
+
+def insert_ignoring(table: Table, kind: StoreKind) -> Any:
+    """`INSERT … ON CONFLICT DO NOTHING` for the backend: a row whose key exists is kept."""
+    if kind == "postgresql":
+        return postgresql_insert(table).on_conflict_do_nothing()
+    return sqlite_insert(table).on_conflict_do_nothing()
 
 
 def lock_rows(statement: Select[Any], of: FromClause | None = None) -> Select[Any]:

@@ -36,7 +36,6 @@ __all__ = [
     "Decide",
     "DeploymentIdentity",
     "HoldState",
-    "Journal",
     "Recover",
     "Recovery",
     "RunPage",
@@ -46,6 +45,7 @@ __all__ = [
     "RunWrite",
     "StepRow",
     "StoreSummary",
+    "Written",
 ]
 
 Origin = Literal["api", "event"]
@@ -352,16 +352,23 @@ class Claim:
     """The run as leased, read under the claim's locks (the worker's input for `Work`)."""
 
 
-Journal = Callable[[Claim], None]
-"""Called inside the claim transaction just before it commits (the `attempt`/`intent` audit
-entry of 07 §7.2 step 7); raising rolls the claim back."""
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What a worker transaction wrote: the run as it now stands (computed from what was
+    written, not read back) and the claim on the record the write leaves leased for the
+    caller (the same fence after a mid-attempt fence, a new one after a claim or a
+    continuation), or None when the attempt ended and the run was not carried on."""
+
+    snapshot: RunSnapshot
+    claim: Claim | None
 
 
 @dataclass(frozen=True, slots=True)
 class Admission:
     """One admission (07 §6.1) prepared by the caller outside the transaction.
 
-    `snapshot` and `input` are sealed for `run_id`; `first_step` is the start record of §5.1
+    `snapshot` and `input` are sealed for `run_id`; `snapshot` is stored once per definition
+    digest (the first admission that carries it; None when the caller knows it is stored); `first_step` is the start record of §5.1
     (built for `run_id` with `entered_at = now`). `expected_revision` is the API caller's
     revision (None for an event admission, which uses the active revision). `input_problem` is
     the input-schema refusal found before the transaction, raised at its place in the order of
@@ -381,7 +388,7 @@ class Admission:
     revision: str
     definition_digest: str
     binding_digest: str
-    snapshot: bytes
+    snapshot: bytes | None
     input: bytes
     policy: dict[str, Any]
     deadline_seconds: int
@@ -393,10 +400,12 @@ class Admission:
 
 @dataclass(frozen=True, slots=True)
 class AdmissionResult:
-    """The admitted run; `created` is False for a replay (same start identity and input)."""
+    """The admitted run; `created` is False for a replay (same start identity and input).
+    `steps` are the records the admission inserted (its start record; none for a replay)."""
 
     run: RunRow
     created: bool
+    steps: tuple[StepRow, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

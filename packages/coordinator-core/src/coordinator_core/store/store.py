@@ -19,18 +19,32 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable, Collection
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
-from sqlalchemy import and_, func, insert, not_, or_, select, tuple_, update
+from sqlalchemy import (
+    and_,
+    bindparam,
+    func,
+    insert,
+    literal_column,
+    not_,
+    or_,
+    select,
+    true,
+    tuple_,
+    update,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine, RowMapping
 
 from coordinator_core.store.dialect import (
     StoreKind,
     StoreLocation,
+    UTCDateTime,
     create_store_engine,
+    insert_ignoring,
     is_transient,
     is_unavailable,
     locate,
@@ -63,8 +77,8 @@ from coordinator_core.store.rows import (
     Decide,
     DeploymentIdentity,
     HoldState,
-    Journal,
     Recover,
+    Recovery,
     RunPage,
     RunPosition,
     RunRow,
@@ -72,10 +86,12 @@ from coordinator_core.store.rows import (
     RunWrite,
     StepRow,
     StoreSummary,
+    Written,
 )
 from coordinator_core.store.tables import (
-    ADMISSION_LOCK,
     CONTROL,
+    DEFINITIONS,
+    LIVE_BINDINGS,
     RUN_STATUSES,
     RUNS,
     STEPS,
@@ -244,18 +260,33 @@ class Store:
     # -- transactions ---------------------------------------------------------------------------
 
     def _transact(self, work: Callable[[Connection], T], *, read_only: bool = False) -> T:
-        """Run `work` in one transaction; retry only transient driver errors (the server rolled
-        back), a bounded number of times; map an unreachable store to `store-unavailable`."""
+        """Run `work` in one transaction; retry only what is safe to retry, a bounded number of
+        times: a transient driver error (the server rolled back), and a connection found dead
+        before the commit was sent (nothing of the transaction can have committed; this is
+        what replaces a pre-ping per transaction). A connection lost during the commit leaves
+        its outcome unknown: `store-unavailable`, never a retry."""
         engine = self._reader if read_only else self._engine
         attempt = 0
         while True:
             attempt += 1
+            committing = False
             try:
-                with engine.begin() as conn:
-                    return work(conn)
+                with engine.connect() as conn:
+                    transaction = conn.begin()
+                    try:
+                        result = work(conn)
+                    except BaseException:
+                        transaction.rollback()
+                        raise
+                    committing = True
+                    transaction.commit()
+                    return result
             except sa_exc.DBAPIError as error:
-                if is_transient(error) and attempt < _ATTEMPTS:
-                    time.sleep(_BACKOFF_SECONDS[attempt - 1])
+                if attempt < _ATTEMPTS and (
+                    is_transient(error) or (error.connection_invalidated and not committing)
+                ):
+                    if not error.connection_invalidated:
+                        time.sleep(_BACKOFF_SECONDS[attempt - 1])
                     continue
                 if is_unavailable(error):
                     raise store_unavailable() from error
@@ -265,31 +296,52 @@ class Store:
         """07 §6.1 step 1 / §7.1: databaseId, schema version and key custody, checked in every
         verifying transaction (the PostgreSQL database name is checked on every connection,
         see dialect.create_store_engine)."""
-        row = conn.execute(select(CONTROL)).mappings().first()
+        row = conn.execute(_CONTROL).mappings().first()
         return check_identity(None if row is None else control_from(row), self._identity)
+
+    def may_claim(self, control: ControlRow) -> bool:
+        """Whether a worker may lease records now: the active package is the one this process
+        serves and no restore hold is set (a claim, and a continuation, check it)."""
+        return self._serves_active_package(control) and not control.restore_hold
 
     def _serves_active_package(self, control: ControlRow) -> bool:
         expected = self._identity.package_digest
         return expected is None or control.active_package_digest == expected
 
+    def _admission_control_txn(self, conn: Connection) -> ControlRow:
+        """The admission lock and the store check in one statement: the control row read
+        `FOR SHARE` (PostgreSQL), so admissions run side by side while every writer of the
+        control row (holds, activation) waits for them and excludes them; on SQLite the
+        transaction's `BEGIN IMMEDIATE` already is the lock."""
+        statement = _CONTROL_SHARED if self._location.kind == "postgresql" else _CONTROL
+        row = conn.execute(statement).mappings().first()
+        return check_identity(None if row is None else control_from(row), self._identity)
+
     def _admission_lock_txn(self, conn: Connection) -> None:
-        """The admission lock (07 §6.1 step 2): PostgreSQL `SELECT … FOR UPDATE` on the one-row
-        table; SQLite: the transaction's `BEGIN IMMEDIATE` already is the lock."""
+        """The admission lock (07 §6.1 step 2) without serialising admissions: PostgreSQL
+        `SELECT … FOR SHARE` on the control row, so admissions run side by side while every
+        writer of the control row (holds, activation) excludes them and waits for them;
+        SQLite: the transaction's `BEGIN IMMEDIATE` already is the lock."""
         if self._location.kind == "postgresql":
-            conn.execute(lock_rows(select(ADMISSION_LOCK.c.id)))
+            conn.execute(_CONTROL_SHARE)
+
+    def _control_lock_txn(self, conn: Connection) -> None:
+        """The exclusive side of the admission lock: the holds and releases take the control
+        row `FOR UPDATE` (PostgreSQL), after every admission in flight has committed."""
+        if self._location.kind == "postgresql":
+            conn.execute(_CONTROL_EXCLUSIVE)
 
     def _snapshot_txn(
         self, conn: Connection, control: ControlRow, run_id: uuid.UUID, *, lock_run: bool
     ) -> RunSnapshot | None:
-        statement = select(RUNS).where(RUNS.c.run_id == run_id)
-        if lock_run:
-            statement = lock_rows(statement)
-        run = conn.execute(statement).mappings().first()
+        run = (
+            conn.execute(_RUN_LOCKED if lock_run else _RUN_READ, {"run_id": run_id})
+            .mappings()
+            .first()
+        )
         if run is None:
             return None
-        steps = conn.execute(
-            select(STEPS).where(STEPS.c.run_id == run_id).order_by(STEPS.c.entered_at, STEPS.c.step)
-        ).mappings()
+        steps = conn.execute(_STEPS_OF, {"run_id": run_id}).mappings()
         return RunSnapshot(control, _run_from(run), tuple(_step_from(step) for step in steps))
 
     def _lock_run_txn(
@@ -313,35 +365,78 @@ class Store:
         raise store_unavailable()  # pragma: no cover - the current step moved on repeatedly
 
     def _apply_txn(
-        self, conn: Connection, before: RunSnapshot, write: RunWrite, now: datetime
-    ) -> RunSnapshot:
-        """Write a transition after checking its invariants; answer the snapshot as written."""
-        _check_write(before, write)
-        run_values = {
-            name: getattr(write.run, name) for name in _RUN_FIELDS if name not in _RUN_IMMUTABLE
-        }
-        run_values["updated_at"] = now
-        conn.execute(update(RUNS).where(RUNS.c.run_id == before.run.run_id).values(**run_values))
-        for record in write.steps:
-            values = {name: getattr(record, name) for name in _STEP_FIELDS}
-            values["updated_at"] = now
-            for column in _LEASE_COLUMNS:
-                values.pop(column)
-            if before.step(record.step) is None:
-                conn.execute(insert(STEPS).values(**values))
-                continue
-            if record.state != "leased":
-                values |= dict.fromkeys(_LEASE_COLUMNS)
-            for column in ("run_id", "step"):
-                values.pop(column)
-            conn.execute(
-                update(STEPS)
-                .where(STEPS.c.run_id == record.run_id, STEPS.c.step == record.step)
-                .values(**values)
-            )
-        after = self._snapshot_txn(conn, before.control, before.run.run_id, lock_run=False)
-        assert after is not None
-        return after
+        self,
+        conn: Connection,
+        before: RunSnapshot,
+        write: RunWrite,
+        now: datetime,
+        *,
+        lease: _Lease | None = None,
+        held: Claim | None = None,
+    ) -> Written:
+        """Write a transition after checking its invariants; answer the snapshot as written
+        (computed, not read back) and the claim on the record the write leaves leased.
+
+        The engine decides which record is leased; the store owns the fence columns: a record
+        that becomes `leased` gets a new random token, `lease` (owner and expiry) and a claim;
+        the record `held` by the caller keeps its token; every other record has none."""
+        _check_write(before, write, may_lease=lease is not None, held=held)
+        run = before.run
+        if write.run != before.run:
+            run = replace(write.run, updated_at=now)
+            values = {f"v_{name}": getattr(run, name) for name in _RUN_MUTABLE}
+            conn.execute(_UPDATE_RUN, values | {"k_run": run.run_id})
+        steps = {record.step: record for record in before.steps}
+        leased: str | None = None
+        inserts: list[dict[str, Any]] = []
+        for written in write.steps:
+            old = before.step(written.step)
+            if written.state == "leased" and (old is None or old.state != "leased"):
+                assert lease is not None
+                record = replace(
+                    written,
+                    lease_token=_new_token(),
+                    lease_owner=lease.owner,
+                    lease_expires_at=lease.expires,
+                    updated_at=now,
+                )
+                leased = record.step
+            elif written.state == "leased":
+                assert old is not None
+                record = replace(
+                    written,
+                    lease_token=old.lease_token,
+                    lease_owner=old.lease_owner,
+                    lease_expires_at=old.lease_expires_at,
+                    updated_at=now,
+                )
+            else:
+                record = replace(
+                    record,
+                    lease_token=None,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    updated_at=now,
+                )
+            steps[record.step] = record
+            if old is None:
+                inserts.append({name: getattr(record, name) for name in _STEP_FIELDS})
+            else:
+                values = {f"v_{name}": getattr(record, name) for name in _STEP_MUTABLE}
+                conn.execute(_UPDATE_STEP, values | {"k_run": run.run_id, "k_step": record.step})
+        if inserts:
+            conn.execute(insert(STEPS), inserts)
+        ordered = tuple(sorted(steps.values(), key=lambda row: (row.entered_at, row.step)))
+        after = RunSnapshot(before.control, run, ordered)
+        if leased is not None:
+            row = after.step(leased)
+            assert row is not None
+            return Written(after, _claim_of(row, after))
+        if held is not None:
+            kept = after.step(held.step)
+            if kept is not None and kept.state == "leased" and kept.lease_token == held.lease_token:
+                return Written(after, replace(held, snapshot=after))
+        return Written(after, None)
 
     def _decide_txn(
         self, conn: Connection, snapshot: RunSnapshot, decide: Decide, now: datetime
@@ -349,7 +444,7 @@ class Store:
         write = decide(snapshot)
         if write is None:
             return snapshot
-        return self._apply_txn(conn, snapshot, write, now)
+        return self._apply_txn(conn, snapshot, write, now).snapshot
 
     # -- deployment check and reads -------------------------------------------------------------
 
@@ -496,16 +591,21 @@ class Store:
         return self._transact(lambda conn: _unsettled_txn(conn, moment), read_only=True)
 
     def definition_snapshot(self, definition_digest: str) -> tuple[uuid.UUID, bytes] | None:
-        """A (run id, sealed snapshot) of some run pinned to `definition_digest` whose payload
-        is not erased, so a caller can restore a definition it does not serve (live-binding
-        check of older runs)."""
+        """The sealed snapshot stored for `definition_digest` and the run whose scope seals it
+        (07 §10): the copy stored once per digest, else (runs admitted before schema version
+        2) some run's own copy whose payload is not erased; None when there is none."""
 
         def work(conn: Connection) -> tuple[uuid.UUID, bytes] | None:
-            row = conn.execute(
-                select(RUNS.c.run_id, RUNS.c.snapshot)
-                .where(RUNS.c.definition_digest == definition_digest, RUNS.c.snapshot.is_not(None))
-                .limit(1)
-            ).first()
+            row = conn.execute(_DEFINITION, {"digest": definition_digest}).first()
+            if row is None:
+                row = conn.execute(
+                    select(RUNS.c.run_id, RUNS.c.snapshot)
+                    .where(
+                        RUNS.c.definition_digest == definition_digest,
+                        RUNS.c.snapshot.is_not(None),
+                    )
+                    .limit(1)
+                ).first()
             return None if row is None else (row[0], row[1])
 
         return self._transact(work, read_only=True)
@@ -586,8 +686,7 @@ class Store:
             raise StoreInvariantError("The start record must be a pending record of the run.")
 
         def work(conn: Connection) -> AdmissionResult:
-            self._admission_lock_txn(conn)
-            control = self._verify_txn(conn)
+            control = self._admission_control_txn(conn)
             if not self._serves_active_package(control):
                 raise refuse("coordinator.command.activation-changed")
             if control.admissions_hold:
@@ -595,7 +694,7 @@ class Store:
             if control.restore_hold:
                 raise refuse("coordinator.command.restore-hold")
             existing = (
-                conn.execute(select(RUNS).where(RUNS.c.start_identity == admission.start_identity))
+                conn.execute(_RUN_BY_START, {"start_identity": admission.start_identity})
                 .mappings()
                 .first()
             )
@@ -613,8 +712,31 @@ class Store:
                 raise refuse("coordinator.command.activation-changed")
             if admission.input_problem is not None:
                 raise admission.input_problem
-            if not admission.bindings_ok(_unsettled_txn(conn, moment)):
+            pairs = frozenset((str(d), str(b)) for d, b in conn.execute(_LIVE_PAIRS))
+            if not admission.bindings_ok(pairs) and not admission.bindings_ok(
+                _unsettled_txn(conn, moment)
+            ):
                 raise refuse("coordinator.command.live-binding-conflict")
+            pair = (admission.definition_digest, admission.binding_digest)
+            if pair not in pairs:
+                conn.execute(
+                    insert_ignoring(LIVE_BINDINGS, self._location.kind),
+                    {
+                        "definition_digest": pair[0],
+                        "binding_digest": pair[1],
+                        "first_admitted_at": moment,
+                    },
+                )
+            if admission.snapshot is not None:
+                conn.execute(
+                    insert_ignoring(DEFINITIONS, self._location.kind),
+                    {
+                        "definition_digest": admission.definition_digest,
+                        "run_id": admission.run_id,
+                        "snapshot": admission.snapshot,
+                        "stored_at": moment,
+                    },
+                )
             run = RunRow(
                 run_id=admission.run_id,
                 start_identity=admission.start_identity,
@@ -627,7 +749,7 @@ class Store:
                 revision=admission.revision,
                 definition_digest=admission.definition_digest,
                 binding_digest=admission.binding_digest,
-                snapshot=admission.snapshot,
+                snapshot=None,
                 input=admission.input,
                 policy=dict(admission.policy),
                 current_step=first.step,
@@ -644,10 +766,10 @@ class Store:
                 payload_erased_at=None,
                 updated_at=moment,
             )
-            conn.execute(insert(RUNS).values(**asdict(run)))
-            step_values = asdict(first) | dict.fromkeys(_LEASE_COLUMNS)
-            conn.execute(insert(STEPS).values(**step_values))
-            return AdmissionResult(run, created=True)
+            conn.execute(insert(RUNS), asdict(run))
+            step = replace(first, lease_token=None, lease_owner=None, lease_expires_at=None)
+            conn.execute(insert(STEPS), asdict(step))
+            return AdmissionResult(run, created=True, steps=(step,))
 
         try:
             return self._transact(work)
@@ -656,7 +778,7 @@ class Store:
             # serialises admissions); the retry finds and answers that run.
             return self._transact(work)
 
-    # -- worker: claim, fences, finish ----------------------------------------------------------
+    # -- worker: claim, sweep, fences, finish -----------------------------------------------
 
     def claim_due_step(
         self,
@@ -664,231 +786,187 @@ class Store:
         now: datetime,
         lease_seconds: int = LEASE_SECONDS,
         *,
-        recover: Recover,
-        journal: Journal | None = None,
-    ) -> Claim | None:
-        """One claim transaction (07 §7.2), answering the leased record or None (idle):
+        decide: Decide,
+    ) -> Written | None:
+        """One claim transaction (07 §7.2), answering what it wrote, or None (idle):
 
         1. verify the store; claim nothing while the active package is not the one this process
            serves or a restore hold is set;
-        2. recover at most one lapsed lease (`leased`, `leaseExpiresAt ≤ now`): the record is
-           taken over under a new lease token (so the stale holder can no longer commit) and
-           `recover(snapshot, "lease-lapsed")` writes T28/T29;
-        3. expire at most one overdue record (the current record of an active run, `pending`,
-           not pure, `deadlineAt ≤ now`): `recover(snapshot, "deadline-passed")` writes T26/T27;
-        4. lease the first claimable record by (dueAt, runId, step): `pending`, due, run
+        2. select the first claimable record by (dueAt, runId, step) — `pending`, due, run
            `running`/`cancel-requested`, not under restore review, payload not erased, cancel
-           mode not `stopping` (except an `uncertain` call re-armed by `retry-same`), and not
-           overdue unless pure (overdue ones are step 3's). Leasing sets `attempt += 1`,
-           `claims += 1`, `state = leased`, `attemptStartedAt = now`, a new random lease token,
-           `leaseExpiresAt = now + lease_seconds`, `dueAt = null`, `dispatched = false`,
-           `awaiting = work` — exactly the engine's T2;
-        5. `journal(claim)` (the attempt intent) runs before commit.
+           mode not `stopping` (except an `uncertain` call re-armed by `retry-same`), not
+           overdue unless pure — locking it `FOR UPDATE SKIP LOCKED` (SQLite: the writer lock
+           of `BEGIN IMMEDIATE`), then lock the run and read it whole;
+        3. `decide(snapshot)` is the engine: `StepDue` leases the record (T2) or expires it
+           (T26), and may carry on as 07 §7.7 allows (the call's request frozen with the claim,
+           pure records applied), journaling inside; None claims nothing;
+        4. the store writes what the engine decided and gives the record it leased a new
+           random token and `lease_seconds` of lease.
 
-        The lease is taken with `UPDATE … WHERE key IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT 1)
-        RETURNING`, then the run is locked and re-checked, so two workers never hold one
-        record. `recover` must not raise for a run's data problems (it would stall the sweep).
+        The sweeps (lapsed leases, overdue records) are not part of the claim: see `sweep`.
         """
         moment = truncate_ms(now)
-        expires = moment + timedelta(seconds=lease_seconds)
+        lease = _Lease(worker_id, moment + timedelta(seconds=lease_seconds))
 
-        def work(conn: Connection) -> Claim | None:
+        def work(conn: Connection) -> Written | None:
             control = self._verify_txn(conn)
-            if not self._serves_active_package(control) or control.restore_hold:
+            if not self.may_claim(control):
                 return None
-            self._recover_lapsed_txn(conn, control, worker_id, moment, expires, recover)
-            self._expire_overdue_txn(conn, control, moment, recover)
-            try:
-                with conn.begin_nested():
-                    claim = self._lease_due_txn(conn, worker_id, moment, expires)
-            except _Retract:
-                return None  # the recoveries above still commit
-            if claim is not None and journal is not None:
-                journal(claim)
-            return claim
+            due = conn.execute(_DUE, {"now": moment}).first()
+            if due is None:
+                return None
+            snapshot = self._snapshot_txn(conn, control, due[0], lock_run=True)
+            assert snapshot is not None
+            write = decide(snapshot)
+            if write is None:
+                return None
+            return self._apply_txn(conn, snapshot, write, moment, lease=lease)
 
         return self._transact(work)
 
-    def _recover_lapsed_txn(
+    def sweep(
+        self,
+        worker_id: str,
+        now: datetime,
+        recover: Recover,
+        lease_seconds: int = LEASE_SECONDS,
+        *,
+        limit: int = 16,
+    ) -> int:
+        """07 §7.2 steps 2–3, off the claim path (a worker runs it at most once a second):
+        recover up to `limit` lapsed leases (`leased`, `leaseExpiresAt ≤ now`: the record is
+        taken over under a new token so the stale holder can no longer commit, then
+        `recover(snapshot, "lease-lapsed")` writes T28/T29) and expire up to `limit` overdue
+        records (the current record of an active run, `pending`, not pure, `deadlineAt ≤ now`:
+        T26/T27), each in its own short transaction. Both selections use partial indexes, so
+        a sweep that finds nothing costs two index probes whatever the number of runs.
+        Answers the number of records handled. `recover` must not raise for a run's data
+        problems (it would stall the sweep)."""
+        moment = truncate_ms(now)
+        expires = moment + timedelta(seconds=lease_seconds)
+        handled = 0
+        for kind in ("lease-lapsed", "deadline-passed"):
+            for _ in range(limit):
+                found = self._transact(
+                    lambda conn, kind=kind: self._sweep_one_txn(  # type: ignore[misc]
+                        conn, kind, worker_id, moment, expires, recover
+                    )
+                )
+                if not found:
+                    break
+                handled += 1
+        return handled
+
+    def _sweep_one_txn(
         self,
         conn: Connection,
-        control: ControlRow,
+        kind: Recovery,
         worker_id: str,
         now: datetime,
         expires: datetime,
         recover: Recover,
-    ) -> None:
-        lapsed = lock_one(
-            select(STEPS.c.run_id, STEPS.c.step)
-            .where(STEPS.c.state == "leased", STEPS.c.lease_expires_at <= now)
-            .order_by(STEPS.c.lease_expires_at, STEPS.c.run_id, STEPS.c.step)
-            .limit(1),
-            of=STEPS,
-        )
-        taken = conn.execute(
-            update(STEPS)
-            .where(tuple_(STEPS.c.run_id, STEPS.c.step).in_(lapsed))
-            .values(
-                lease_token=_new_token(),
-                lease_owner=worker_id,
-                lease_expires_at=expires,
-                updated_at=now,
-            )
-            .returning(STEPS.c.run_id, STEPS.c.step)
-        ).first()
+    ) -> bool:
+        control = self._verify_txn(conn)
+        if not self._serves_active_package(control) or control.restore_hold:
+            return False
+        if kind == "lease-lapsed":
+            taken = conn.execute(
+                _TAKE_LAPSED,
+                {"now": now, "expires": expires, "owner": worker_id, "token": _new_token()},
+            ).first()
+        else:
+            taken = conn.execute(_TOUCH_OVERDUE, {"now": now}).first()
         if taken is None:
-            return
+            return False
         snapshot = self._snapshot_txn(conn, control, taken[0], lock_run=True)
         if snapshot is None:  # pragma: no cover - records belong to runs (foreign key)
-            return
-        # A record the engine does not recover stays taken over until its new lease lapses,
-        # so it is retried once per lease period instead of on every tick.
-        self._decide_txn(conn, snapshot, lambda s: recover(s, "lease-lapsed"), now)
-
-    def _expire_overdue_txn(
-        self, conn: Connection, control: ControlRow, now: datetime, recover: Recover
-    ) -> None:
-        overdue = lock_one(
-            select(STEPS.c.run_id, STEPS.c.step)
-            .join(
-                RUNS,
-                and_(RUNS.c.run_id == STEPS.c.run_id, RUNS.c.current_step == STEPS.c.step),
-            )
-            .where(
-                STEPS.c.state == "pending",
-                not_(STEPS.c.pure),
-                RUNS.c.deadline_at <= now,
-                RUNS.c.status.in_(_SWEEPABLE_STATUSES),
-            )
-            .order_by(RUNS.c.deadline_at, STEPS.c.run_id, STEPS.c.step)
-            .limit(1),
-            of=STEPS,
-        )
-        found = conn.execute(
-            update(STEPS)
-            .where(tuple_(STEPS.c.run_id, STEPS.c.step).in_(overdue))
-            .values(updated_at=now)
-            .returning(STEPS.c.run_id, STEPS.c.step)
-        ).first()
-        if found is None:
-            return
-        snapshot = self._snapshot_txn(conn, control, found[0], lock_run=True)
-        assert snapshot is not None
-        self._decide_txn(conn, snapshot, lambda s: recover(s, "deadline-passed"), now)
-
-    def _lease_due_txn(
-        self, conn: Connection, worker_id: str, now: datetime, expires: datetime
-    ) -> Claim | None:
-        due = lock_one(
-            select(STEPS.c.run_id, STEPS.c.step)
-            .join(RUNS, RUNS.c.run_id == STEPS.c.run_id)
-            .where(*_claimable(now))
-            .order_by(STEPS.c.due_at, STEPS.c.run_id, STEPS.c.step)
-            .limit(1),
-            of=STEPS,
-        )
-        token = _new_token()
-        leased = conn.execute(
-            update(STEPS)
-            .where(tuple_(STEPS.c.run_id, STEPS.c.step).in_(due))
-            .values(
-                state="leased",
-                attempt=STEPS.c.attempt + 1,
-                claims=STEPS.c.claims + 1,
-                attempt_started_at=now,
-                lease_expires_at=expires,
-                lease_token=token,
-                lease_owner=worker_id,
-                due_at=None,
-                dispatched=False,
-                awaiting="work",
-                updated_at=now,
-            )
-            .returning(STEPS.c.run_id, STEPS.c.step, STEPS.c.generation, STEPS.c.attempt)
-        ).first()
-        if leased is None:
-            return None
-        run_id, step, generation, attempt = leased
-        # Lock the run (step → run order) and re-check with fresh reads: a cancel, restore hold
-        # or review committed while the UPDATE ran must win (the claim is rolled back).
-        control_row = conn.execute(select(CONTROL)).mappings().first()
-        assert control_row is not None
-        control = control_from(control_row)
-        snapshot = self._snapshot_txn(conn, control, run_id, lock_run=True)
-        assert snapshot is not None
-        record = snapshot.step(step)
-        run = snapshot.run
-        if (
-            control.restore_hold
-            or record is None
-            or run.current_step != step
-            or run.restore_review
-            or run.status not in _CLAIMABLE_STATUSES
-            or run.payload_erased_at is not None
-            or (run.cancel_mode == "stopping" and not (record.type == "call" and record.uncertain))
-        ):
-            raise _Retract
-        return Claim(
-            run_id=run_id,
-            step=step,
-            generation=generation,
-            attempt=attempt,
-            lease_token=token,
-            lease_owner=worker_id,
-            attempt_started_at=now,
-            lease_expires_at=expires,
-            snapshot=snapshot,
-        )
+            return False
+        # A lapsed record the engine does not recover stays taken over until its new lease
+        # lapses, so it is retried once per lease period instead of on every sweep.
+        self._decide_txn(conn, snapshot, lambda s: recover(s, kind), now)
+        return True
 
     def _fence_txn(
         self, conn: Connection, claim: Claim, now: datetime, *, live: bool
     ) -> RunSnapshot:
-        """Lock the claimed record only if the claim still holds it, then the run."""
-        control = self._verify_txn(conn)
-        if live and (control.restore_hold or not self._serves_active_package(control)):
-            raise StaleLease("The store refuses mid-attempt fences now.")
-        fence = [
-            STEPS.c.run_id == claim.run_id,
-            STEPS.c.step == claim.step,
-            STEPS.c.generation == claim.generation,
-            STEPS.c.attempt == claim.attempt,
-            STEPS.c.lease_token == claim.lease_token,
-            STEPS.c.state == "leased",
-        ]
+        """Lock the claimed record only if the claim still holds it (reading it whole), then
+        the run, with the control row in the same statement; the snapshot is the claim's own
+        with the leased record and the run's columns that others may change (a cancel, a
+        restore review) read fresh, so the store's invariants are checked against what is
+        stored even for a caller holding an older copy of its claim."""
+        fence = {
+            "k_run": claim.run_id,
+            "k_step": claim.step,
+            "generation": claim.generation,
+            "attempt": claim.attempt,
+            "token": claim.lease_token,
+        }
         if live:
-            fence.append(STEPS.c.lease_expires_at > now)
-        held = conn.execute(
-            update(STEPS).where(*fence).values(updated_at=now).returning(STEPS.c.step)
-        ).first()
+            held = conn.execute(_FENCE_LIVE, fence | {"now": now}).mappings().first()
+        else:
+            held = conn.execute(_FENCE, fence).mappings().first()
         if held is None:
             raise StaleLease("The claim no longer holds its record.")
-        snapshot = self._snapshot_txn(conn, control, claim.run_id, lock_run=True)
-        assert snapshot is not None
-        return snapshot
+        row = conn.execute(_RUN_AND_CONTROL, {"run_id": claim.run_id}).mappings().first()
+        if row is None:  # pragma: no cover - records belong to runs (foreign key)
+            raise StaleLease("The claim no longer holds its record.")
+        control = check_identity(_control_of(row), self._identity)
+        if live and (control.restore_hold or not self._serves_active_package(control)):
+            raise StaleLease("The store refuses mid-attempt fences now.")
+        cached = claim.snapshot
+        fresh = {name: row[f"r_{name}"] for name in _RUN_FRESH}
+        record = _step_from(held)
+        steps = tuple(record if step.step == record.step else step for step in cached.steps)
+        return RunSnapshot(control, replace(cached.run, **fresh), steps)
 
-    def record_step_progress(self, claim: Claim, now: datetime, decide: Decide) -> RunSnapshot:
+    def record_step_progress(self, claim: Claim, now: datetime, decide: Decide) -> Written:
         """A mid-attempt fence (07 §7.2 freeze, pre-send): commits `decide`'s write only while
         the claim holds a live lease (`leaseExpiresAt > now`), no restore hold is set and the
         active package is still served; otherwise raises `StaleLease` and writes nothing.
-        The frozen command is never replaced (only completed once with its preparation)."""
+        The frozen command is never replaced (only completed once with its preparation).
+        Answers the run as written and the claim as it now stands (the same fence), or no
+        claim when the write ended the attempt (a pre-send refusal)."""
         moment = truncate_ms(now)
 
-        def work(conn: Connection) -> RunSnapshot:
+        def work(conn: Connection) -> Written:
             snapshot = self._fence_txn(conn, claim, moment, live=True)
-            return self._decide_txn(conn, snapshot, decide, moment)
+            write = decide(snapshot)
+            if write is None:
+                return Written(snapshot, replace(claim, snapshot=snapshot))
+            return self._apply_txn(conn, snapshot, write, moment, held=claim)
 
         return self._transact(work)
 
-    def complete_step(self, claim: Claim, now: datetime, decide: Decide) -> RunSnapshot:
+    def complete_step(
+        self,
+        claim: Claim,
+        now: datetime,
+        decide: Decide,
+        lease_seconds: int = LEASE_SECONDS,
+    ) -> Written:
         """The finish transaction (07 §7.2): commits `decide`'s write (record outcome, run
         status, next record of §5.1) only if (run, step, generation, attempt, lease token)
         still match a `leased` record; otherwise raises `StaleLease` and nothing (audit
-        included) commits. An expired lease that nobody took over still finishes."""
-        moment = truncate_ms(now)
+        included) commits. An expired lease that nobody took over still finishes.
 
-        def work(conn: Connection) -> RunSnapshot:
+        The write may carry the run on (07 §7.7 item 1): when it leaves the run's next record
+        leased, that record gets a fresh lease for the same owner and `Written.claim` is the
+        claim the loop goes on with, without a claim transaction."""
+        moment = truncate_ms(now)
+        lease = _Lease(claim.lease_owner, moment + timedelta(seconds=lease_seconds))
+
+        def work(conn: Connection) -> Written:
             snapshot = self._fence_txn(conn, claim, moment, live=False)
-            return self._decide_txn(conn, snapshot, decide, moment)
+            write = decide(snapshot)
+            if write is None:
+                return Written(snapshot, None)
+            return self._apply_txn(
+                conn,
+                snapshot,
+                write,
+                moment,
+                lease=lease if self.may_claim(snapshot.control) else None,
+            )
 
         return self._transact(work)
 
@@ -915,7 +993,7 @@ class Store:
                 return snapshot
             if not write.run.cancel_requested or write.run.cancel_mode == "none":
                 raise StoreInvariantError("A cancel must record cancelRequested.")
-            return self._apply_txn(conn, snapshot, write, moment)
+            return self._apply_txn(conn, snapshot, write, moment).snapshot
 
         return self._transact(work)
 
@@ -1121,17 +1199,181 @@ class Store:
         return self._transact(work)
 
 
-def _claimable(now: datetime) -> tuple[Any, ...]:
+# -- statements built once (the compiled cache serves every later use) ------------------------
+
+_NOW = bindparam("now", type_=UTCDateTime())
+_RUN_MUTABLE: Final = tuple(name for name in _RUN_FIELDS if name not in _RUN_IMMUTABLE)
+_STEP_MUTABLE: Final = tuple(name for name in _STEP_FIELDS if name not in ("run_id", "step"))
+_RUN_FRESH: Final = (
+    "status",
+    "current_step",
+    "cancel_mode",
+    "cancel_requested",
+    "restore_review",
+    "outcome",
+    "terminal_output",
+    "failure_code",
+    "completed_at",
+    "payload_erased_at",
+    "updated_at",
+)
+"""The run columns that another transaction may change while a worker holds a lease (a
+cancel, a restore review): every fence reads them fresh; the rest of the run is the claim's."""
+
+_CONTROL: Final = select(CONTROL)
+_CONTROL_SHARE: Final = select(CONTROL.c.id).with_for_update(read=True)
+_CONTROL_SHARED: Final = select(CONTROL).with_for_update(read=True)
+_RUN_BY_START: Final = select(RUNS).where(RUNS.c.start_identity == bindparam("start_identity"))
+_DEFINITION: Final = select(DEFINITIONS.c.run_id, DEFINITIONS.c.snapshot).where(
+    DEFINITIONS.c.definition_digest == bindparam("digest")
+)
+_LIVE_PAIRS: Final = select(LIVE_BINDINGS.c.definition_digest, LIVE_BINDINGS.c.binding_digest)
+_CONTROL_EXCLUSIVE: Final = select(CONTROL.c.id).with_for_update()
+_RUN_READ: Final = select(RUNS).where(RUNS.c.run_id == bindparam("run_id"))
+_RUN_LOCKED: Final = lock_rows(_RUN_READ)
+_STEPS_OF: Final = (
+    select(STEPS)
+    .where(STEPS.c.run_id == bindparam("run_id"))
+    .order_by(STEPS.c.entered_at, STEPS.c.step)
+)
+_RUN_AND_CONTROL: Final = lock_rows(
+    select(
+        *(column.label(f"c_{column.name}") for column in CONTROL.c),
+        *(RUNS.c[name].label(f"r_{name}") for name in _RUN_FRESH),
+    )
+    .select_from(RUNS.join(CONTROL, true()))
+    .where(RUNS.c.run_id == bindparam("run_id")),
+    of=RUNS,
+)
+_UPDATE_RUN: Final = (
+    update(RUNS)
+    .where(RUNS.c.run_id == bindparam("k_run"))
+    .values({name: bindparam(f"v_{name}", type_=RUNS.c[name].type) for name in _RUN_MUTABLE})
+)
+_UPDATE_STEP: Final = (
+    update(STEPS)
+    .where(STEPS.c.run_id == bindparam("k_run"), STEPS.c.step == bindparam("k_step"))
+    .values({name: bindparam(f"v_{name}", type_=STEPS.c[name].type) for name in _STEP_MUTABLE})
+)
+_FENCE_WHERE: Final = (
+    STEPS.c.run_id == bindparam("k_run"),
+    STEPS.c.step == bindparam("k_step"),
+    STEPS.c.generation == bindparam("generation"),
+    STEPS.c.attempt == bindparam("attempt"),
+    STEPS.c.lease_token == bindparam("token"),
+    STEPS.c.state == "leased",
+)
+_FENCE: Final = lock_rows(select(STEPS).where(*_FENCE_WHERE))
+_FENCE_LIVE: Final = lock_rows(select(STEPS).where(*_FENCE_WHERE, STEPS.c.lease_expires_at > _NOW))
+
+
+def _fixed(text_value: str) -> Any:
+    """A constant rendered into the statement text (never a parameter), so that the planner
+    matches the partial indexes (`state = 'pending'`, …) even under a generic plan of a
+    prepared statement."""
+    return literal_column("'" + text_value.replace("'", "''") + "'")
+
+
+def _among(column: Any, values: tuple[str, ...]) -> Any:
+    return column.in_([_fixed(value) for value in values])
+
+
+def _claimable(now: Any) -> tuple[Any, ...]:
     """07 §7.2 step 4 (and step 5: an overdue non-pure record is expired, never leased)."""
     return (
-        STEPS.c.state == "pending",
+        STEPS.c.state == _fixed("pending"),
         STEPS.c.due_at <= now,
         RUNS.c.current_step == STEPS.c.step,
-        RUNS.c.status.in_(_CLAIMABLE_STATUSES),
+        _among(RUNS.c.status, _CLAIMABLE_STATUSES),
         not_(RUNS.c.restore_review),
         RUNS.c.payload_erased_at.is_(None),
         or_(RUNS.c.cancel_mode != "stopping", and_(STEPS.c.type == "call", STEPS.c.uncertain)),
         or_(STEPS.c.pure, RUNS.c.deadline_at > now),
+    )
+
+
+_DUE: Final = (
+    select(STEPS.c.run_id, STEPS.c.step)
+    .join(RUNS, RUNS.c.run_id == STEPS.c.run_id)
+    .where(*_claimable(_NOW))
+    .order_by(STEPS.c.due_at, STEPS.c.run_id, STEPS.c.step)
+    .limit(1)
+    .with_for_update(skip_locked=True, of=STEPS)
+)
+"""07 §7.2 step 4. A bare `SELECT … FOR UPDATE SKIP LOCKED` is safe here on both backends:
+PostgreSQL skips rows another claim holds, and on SQLite every write transaction is `BEGIN
+IMMEDIATE`, so one claim runs at a time (the clause is dropped there)."""
+_TAKE_LAPSED: Final = (
+    update(STEPS)
+    .where(
+        tuple_(STEPS.c.run_id, STEPS.c.step).in_(
+            lock_one(
+                select(STEPS.c.run_id, STEPS.c.step)
+                .where(STEPS.c.state == _fixed("leased"), STEPS.c.lease_expires_at <= _NOW)
+                .order_by(STEPS.c.lease_expires_at, STEPS.c.run_id, STEPS.c.step)
+                .limit(1),
+                of=STEPS,
+            )
+        )
+    )
+    .values(
+        lease_token=bindparam("token"),
+        lease_owner=bindparam("owner"),
+        lease_expires_at=bindparam("expires", type_=UTCDateTime()),
+        updated_at=_NOW,
+    )
+    .returning(STEPS.c.run_id, STEPS.c.step)
+)
+_TOUCH_OVERDUE: Final = (
+    update(STEPS)
+    .where(
+        tuple_(STEPS.c.run_id, STEPS.c.step).in_(
+            lock_one(
+                select(STEPS.c.run_id, STEPS.c.step)
+                .join(
+                    RUNS,
+                    and_(RUNS.c.run_id == STEPS.c.run_id, RUNS.c.current_step == STEPS.c.step),
+                )
+                .where(
+                    STEPS.c.state == _fixed("pending"),
+                    not_(STEPS.c.pure),
+                    RUNS.c.deadline_at <= _NOW,
+                    _among(RUNS.c.status, _SWEEPABLE_STATUSES),
+                )
+                .order_by(RUNS.c.deadline_at, STEPS.c.run_id, STEPS.c.step)
+                .limit(1),
+                of=STEPS,
+            )
+        )
+    )
+    .values(updated_at=_NOW)
+    .returning(STEPS.c.run_id, STEPS.c.step)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Lease:
+    owner: str
+    expires: datetime
+
+
+def _control_of(row: RowMapping) -> ControlRow:
+    return control_from({column.name: row[f"c_{column.name}"] for column in CONTROL.c})  # type: ignore[arg-type]
+
+
+def _claim_of(record: StepRow, snapshot: RunSnapshot) -> Claim:
+    assert record.lease_token is not None and record.lease_owner is not None
+    assert record.attempt_started_at is not None and record.lease_expires_at is not None
+    return Claim(
+        run_id=record.run_id,
+        step=record.step,
+        generation=record.generation,
+        attempt=record.attempt,
+        lease_token=record.lease_token,
+        lease_owner=record.lease_owner,
+        attempt_started_at=record.attempt_started_at,
+        lease_expires_at=record.lease_expires_at,
+        snapshot=snapshot,
     )
 
 
@@ -1142,8 +1384,12 @@ def _unsettled_txn(conn: Connection, now: datetime) -> frozenset[tuple[str, str]
     return frozenset((str(row[0]), str(row[1])) for row in rows)
 
 
-def _check_write(before: RunSnapshot, write: RunWrite) -> None:
-    """The invariants every write keeps, whatever the transition (07 §1, §2.1, §5)."""
+def _check_write(
+    before: RunSnapshot, write: RunWrite, *, may_lease: bool = False, held: Claim | None = None
+) -> None:
+    """The invariants every write keeps, whatever the transition (07 §1, §2.1, §5). Only a
+    claim, or a finish that carries the run on (07 §7.7), may lease a record (`may_lease`),
+    and then one at most; the run never has two leased records."""
     old_run, new_run = before.run, write.run
     for name in _RUN_IMMUTABLE:
         if getattr(old_run, name) != getattr(new_run, name):
@@ -1156,23 +1402,32 @@ def _check_write(before: RunSnapshot, write: RunWrite) -> None:
     known = {record.step for record in before.steps} | set(names)
     if new_run.current_step not in known:
         raise StoreInvariantError("The run's current step has no record.")
+    newly_leased = 0
     for record in write.steps:
         if record.run_id != old_run.run_id:
             raise StoreInvariantError("A step record belongs to another run.")
         old = before.step(record.step)
-        if old is None:
-            if record.state == "leased":
-                raise StoreInvariantError("A new step record cannot be leased.")
-            continue
-        _check_record(old, record)
+        if record.state == "leased" and (old is None or old.state != "leased"):
+            if not may_lease:
+                raise StoreInvariantError("Only a claim or a continuation leases a record.")
+            newly_leased += 1
+        if old is not None:
+            _check_record(old, record)
+    written = {record.step: record for record in write.steps}
+    leased = [
+        step
+        for step in known
+        if (written.get(step) or before.step(step)) is not None
+        and (written.get(step) or before.step(step)).state == "leased"  # type: ignore[union-attr]
+    ]
+    if newly_leased > 1 or len(leased) > 1:
+        raise StoreInvariantError("A run has at most one leased record.")
 
 
 def _check_record(old: StepRow, new: StepRow) -> None:
     for name in _STEP_IMMUTABLE:
         if getattr(old, name) != getattr(new, name):
             raise StoreInvariantError(f"The step column {name} cannot change.")
-    if new.state == "leased" and old.state != "leased":
-        raise StoreInvariantError("Only a claim leases a record.")
     if new.generation < old.generation:
         raise StoreInvariantError("A record's generation never decreases.")
     if (old.sent and not new.sent) or (old.command_prepared and not new.command_prepared):

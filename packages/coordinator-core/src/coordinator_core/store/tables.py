@@ -36,6 +36,8 @@ __all__ = [
     "ACTIVATIONS",
     "ADMISSION_LOCK",
     "CONTROL",
+    "DEFINITIONS",
+    "LIVE_BINDINGS",
     "LEDGER",
     "METADATA",
     "RUNS",
@@ -47,7 +49,9 @@ __all__ = [
     "ActivationTable",
     "AdmissionLockTable",
     "ControlTable",
+    "DefinitionTable",
     "LedgerTable",
+    "LiveBindingTable",
     "RunTable",
     "StepTable",
 ]
@@ -306,6 +310,37 @@ class StepTable(SQLModel, table=True):
     updated_at: datetime = Field(sa_column=Column("updated_at", UTCDateTime, nullable=False))
 
 
+class DefinitionTable(SQLModel, table=True):
+    """`definitions`: the sealed definition snapshot, stored once per definition digest and
+    sealed in the scope of the run that first stored it (`run_id`, 07 §10)."""
+
+    __tablename__ = "definitions"
+
+    definition_digest: str = Field(
+        sa_column=Column("definition_digest", String(_DIGEST), primary_key=True)
+    )
+    run_id: uuid.UUID = Field(sa_column=Column("run_id", Uuid, nullable=False))
+    snapshot: bytes = Field(sa_column=Column("snapshot", LargeBinary, nullable=False))
+    stored_at: datetime = Field(sa_column=Column("stored_at", UTCDateTime, nullable=False))
+
+
+class LiveBindingTable(SQLModel, table=True):
+    """`live_bindings`: each (definition digest, binding digest) a run was admitted with: the
+    rows the live-binding check of an admission reads (05 §10)."""
+
+    __tablename__ = "live_bindings"
+
+    definition_digest: str = Field(
+        sa_column=Column("definition_digest", String(_DIGEST), primary_key=True)
+    )
+    binding_digest: str = Field(
+        sa_column=Column("binding_digest", String(_DIGEST), primary_key=True)
+    )
+    first_admitted_at: datetime = Field(
+        sa_column=Column("first_admitted_at", UTCDateTime, nullable=False)
+    )
+
+
 METADATA: Final[MetaData] = SQLModel.metadata
 CONTROL: Final[Table] = METADATA.tables["control"]
 ACTIVATIONS: Final[Table] = METADATA.tables["activations"]
@@ -313,6 +348,8 @@ LEDGER: Final[Table] = METADATA.tables["migrations"]
 ADMISSION_LOCK: Final[Table] = METADATA.tables["admission_lock"]
 RUNS: Final[Table] = METADATA.tables["runs"]
 STEPS: Final[Table] = METADATA.tables["steps"]
+DEFINITIONS: Final[Table] = METADATA.tables["definitions"]
+LIVE_BINDINGS: Final[Table] = METADATA.tables["live_bindings"]
 
 # Indexes of 07 §14.1 (partial where the contract says so; both backends support them).
 Index(
@@ -342,3 +379,10 @@ Index("ix_runs_owner_admitted", RUNS.c.owner, RUNS.c.admitted_at.desc(), RUNS.c.
 Index("ix_runs_status", RUNS.c.status)
 Index("ix_runs_completed", RUNS.c.completed_at)
 Index("ix_runs_definition", RUNS.c.definition_digest)
+Index(
+    "ix_runs_deadline_live",
+    RUNS.c.deadline_at,
+    RUNS.c.run_id,
+    postgresql_where=text("status IN ('running', 'attention', 'cancel-requested')"),
+    sqlite_where=text("status IN ('running', 'attention', 'cancel-requested')"),
+)

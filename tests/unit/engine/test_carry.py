@@ -1,0 +1,162 @@
+"""Claiming and carrying a run on (07 §7.2, §7.7): a continued chain is the same sequence of
+events as the same records claimed one by one, and it never crosses what §7.7 item 1 forbids."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine_support import KEYS, T0, call, choose, definition, finish, wait_until
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_properties import definitions, drive
+
+from coordinator_core.engine import (
+    MAX_CARRIED,
+    Admitted,
+    Advance,
+    CallOutcome,
+    Carried,
+    Definition,
+    FreezeCommand,
+    ObtainCredential,
+    Policy,
+    RunState,
+    StepRecord,
+    advance,
+    carry_on,
+    claim_record,
+)
+
+
+def _may_go_on(state: RunState, now: int) -> StepRecord | None:
+    """The record a continuation may lease next (07 §7.7 item 1), or None."""
+    if state.is_terminal or state.restore_review or state.cancel_mode == "stopping":
+        return None
+    if now >= state.deadline_at:
+        return None
+    record = state.record(state.current_step)
+    if record is None or record.state != "pending" or record.due_at is None:
+        return None
+    return record if record.due_at <= now else None
+
+
+def _one_by_one(
+    definition: Definition, state: RunState, now: int, budget: int = MAX_CARRIED
+) -> Carried:
+    """The records claimed one at a time, each by its own claim (no carrying)."""
+    commands: list[Any] = []
+    entries: list[Any] = []
+    leased = 0
+    holding: str | None = None
+    while leased < budget and holding is None:
+        record = _may_go_on(state, now)
+        if record is None:
+            break
+        claimed = claim_record(definition, state, record.step, now, KEYS, carry=False)
+        assert claimed.refused is None
+        state = claimed.state
+        commands.extend(claimed.commands)
+        entries.extend(claimed.entries)
+        leased += claimed.leased
+        holding = claimed.holding
+    return Carried(state, tuple(commands), tuple(entries), holding)
+
+
+def _check_chain(before: RunState, carried: Carried, now: int) -> None:
+    assert carried.leased <= MAX_CARRIED
+    for kind, record in carried.entries:
+        if kind == "leased":
+            assert record.state == "leased" and record.attempt_started_at == now
+    if carried.holding is not None:
+        assert carried.state.record(carried.holding).state == "leased"  # type: ignore[union-attr]
+    # at most one record is leased at any time
+    assert sum(1 for record in carried.state.records if record.state == "leased") <= 1
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(definitions(), st.data())
+def test_a_carried_chain_is_the_same_records_claimed_one_by_one(
+    generated: tuple[Definition, dict[str, Any]], data: st.DataObject
+) -> None:
+    """From every state a random run passes through: a claim that carries the run on gives
+    the same state, commands and journal entries as claiming each record on its own; and a
+    finish that carries on gives the same as the finish followed by one-by-one claims."""
+    definition, run_input = generated
+    script = drive(definition, run_input, data.draw)
+    for (_, now), result in zip(script.events, script.results, strict=True):
+        state = result.state
+        record = _may_go_on(state, now)
+        if record is None:
+            continue
+        carried = claim_record(definition, state, record.step, now, KEYS)
+        assert carried.refused is None
+        expected = _one_by_one(definition, state, now)
+        assert carried == expected
+        _check_chain(state, carried, now)
+        continued = carry_on(definition, result, now, KEYS)
+        after = _one_by_one(definition, state, now, MAX_CARRIED - 1)
+        assert continued.state == after.state
+        assert continued.commands == result.commands + after.commands
+        assert continued.entries == after.entries
+
+
+def _admitted(definition: Definition, run_input: Any, now: int = T0) -> Advance:
+    return advance(definition, None, Admitted.of(run_input, Policy()), now, KEYS)
+
+
+def test_a_claim_freezes_the_request_and_carries_through_pure_records() -> None:
+    chain = definition(
+        {
+            "pick": choose({"yes": "read"}),
+            "read": call("record", "done"),
+            "done": finish(),
+        },
+        "pick",
+    )
+    admitted = _admitted(chain, {"id": "x-1", "label": "yes"})
+    carried = claim_record(chain, admitted.state, "pick", T0, KEYS)
+    assert [(kind, record.step) for kind, record in carried.entries] == [
+        ("leased", "pick"),
+        ("left", "pick"),
+        ("leased", "read"),
+    ]
+    assert carried.holding == "read"
+    assert [type(c) for c in carried.commands if isinstance(c, FreezeCommand | ObtainCredential)]
+    read = carried.state.record("read")
+    assert read is not None and read.command is not None  # frozen with the claim (item 2)
+    answered = advance(chain, carried.state, CallOutcome.success("read", {"ok": True}), T0, KEYS)
+    # not ready yet: the credential comes first
+    assert answered.refused is not None
+
+
+def test_a_chain_stops_at_a_record_that_is_not_due() -> None:
+    later = definition(
+        {"wait": wait_until("done"), "done": finish()},
+        "wait",
+    )
+    admitted = _admitted(later, {"id": "x", "at": "2026-03-02T10:00:00Z"})
+    carried = claim_record(later, admitted.state, "wait", T0, KEYS)
+    assert carried.holding is None
+    record = carried.state.record("wait")
+    assert record is not None and record.state == "pending" and record.due_at is not None
+    assert record.due_at > T0
+    assert [kind for kind, _ in carried.entries] == ["leased", "left"]
+    assert carried.state.record("done") is None
+
+
+def test_a_chain_carries_at_most_sixteen_records() -> None:
+    steps: dict[str, dict[str, Any]] = {}
+    count = MAX_CARRIED + 4
+    for index in range(count):
+        steps[f"c{index}"] = choose({"yes": f"c{index + 1}" if index + 1 < count else "done"})
+    steps["done"] = finish()
+    long = definition(steps, "c0")
+    admitted = _admitted(long, {"id": "x", "label": "yes"})
+    carried = claim_record(long, admitted.state, "c0", T0, KEYS)
+    assert carried.leased == MAX_CARRIED
+    assert carried.state.current_step == f"c{MAX_CARRIED}"
+    assert carried.state.current.state == "pending"
