@@ -15,7 +15,7 @@ from integration_support import (
     run_input,
 )
 
-from coordinator_api.service import RunQuery, ServiceRefusal
+from coordinator_core.shell.service import RunQuery, ServiceRefusal
 
 
 def test_a_replayed_admission_answers_the_same_run_without_a_second(deployed: Deployed) -> None:
