@@ -57,30 +57,11 @@ if TYPE_CHECKING:
     from coordinator_core.worker import Worker
 
 __all__ = [
-    "EXIT_OK",
-    "EXIT_REFUSED",
-    "EXIT_UNAVAILABLE",
-    "EXIT_USAGE",
-    "GRACE_SECONDS",
-    "ArgumentParser",
-    "Command",
-    "Refused",
-    "Shutdown",
-    "Started",
-    "add_process_arguments",
-    "add_worker_command",
-    "build_parser",
-    "install_signals",
-    "join",
-    "main",
-    "recheck_loop",
-    "refusal",
-    "run_command",
-    "run_worker",
-    "start",
-    "start_workers",
-    "worker_loop",
-]
+    "EXIT_OK", "EXIT_REFUSED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "GRACE_SECONDS", "ArgumentParser",
+    "Command", "Refused", "Shutdown", "Started", "add_process_arguments", "add_worker_command",
+    "build_parser", "install_signals", "join", "main", "recheck_loop", "refusal", "run_command",
+    "run_worker", "start", "start_workers", "worker_loop"
+]  # fmt: skip
 
 EXIT_OK: Final = 0
 EXIT_REFUSED: Final = 1

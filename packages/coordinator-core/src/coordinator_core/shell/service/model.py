@@ -4,7 +4,7 @@ takes and the result shapes it returns (06 §11), and `ServiceRefusal`.
 The HTTP API owns authentication, the order of checks (06 §1 item 6), media type, size, strict
 bodies, problem+json and serialisation; everything that needs the store, the engine, the keys or
 the products is behind `RunService`, whose methods take already validated values and return the
-shapes below (snake_case, typed: `coordinator_api.wire` renders them as 06 §11 JSON). Domain
+shapes below (snake_case, typed: the HTTP API renders them as 06 §11 JSON). Domain
 refusals are raised as `ServiceRefusal(code, reason)` with a code of 06 §3.1.
 
 Visibility (06 §2): every run-scoped method takes the verified `Caller`. A run the caller may not
