@@ -1377,6 +1377,19 @@ def test_a_bound_workflow_with_served_operations_has_no_deployment_problems(
     assert package_binding_problems(development.load(), WORKFLOW) == []
 
 
+def test_the_bindings_are_checked_against_the_file_as_loaded_without_reading_it_again(
+    development: Layout,
+) -> None:
+    """The runtime file is read and checked once per process: the package's bindings are
+    checked against the check `load_deployment` made, even when the file is gone since."""
+    from coordinator_core.deployment import package_binding_problems
+
+    deployment = development.load()
+    assert deployment.runtime_check is not None
+    development.runtime.unlink()
+    assert package_binding_problems(deployment, WORKFLOW) == []
+
+
 def test_an_operation_no_adapter_serves_is_refused_at_its_alias(
     development: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
