@@ -16,13 +16,21 @@ import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from coordinator_api import (
+    ApiSettings,
+    AuthenticationSettings,
+    EventTrigger,
+    Policy,
+    StaticJwks,
+    WorkflowSummary,
+)
+from coordinator_core.operations import descriptor
+from coordinator_core.shell.service import (
     Admission,
     Admitted,
-    ApiSettings,
     AuditRequest,
     AuditResponse,
     AuditUnavailable,
-    AuthenticationSettings,
+    BlockReason,
     CallDetails,
     Caller,
     Doctor,
@@ -30,9 +38,7 @@ from coordinator_api import (
     EffectStatus,
     EventAdmitted,
     EventDelivery,
-    EventTrigger,
     HoldState,
-    Policy,
     ReconcileResult,
     Recovery,
     RunInspection,
@@ -40,15 +46,11 @@ from coordinator_api import (
     RunQuery,
     RunStatus,
     ServiceRefusal,
-    StaticJwks,
     StepRoute,
     StepStatus,
     WaitFor,
     WaitUntil,
-    WorkflowSummary,
 )
-from coordinator_api.service import BlockReason
-from coordinator_core.operations import descriptor
 from coordinator_core.values import canonical_json
 
 NOW = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)  # the delivery time of 05 §7.1 test vector 2

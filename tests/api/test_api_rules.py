@@ -23,8 +23,9 @@ from api_fakes import (
     settings,
 )
 
-from coordinator_api import ServiceRefusal, create_app
+from coordinator_api import create_app
 from coordinator_api.problems import problem_codes, status_of
+from coordinator_core.shell.service import ServiceRefusal
 
 pytestmark = pytest.mark.anyio
 

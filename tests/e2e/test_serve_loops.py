@@ -1,6 +1,7 @@
-"""The rules of `coordinator serve`'s background loops (09 §5 step 7), in-process and fast:
-the 30 s deployment re-check stops the process on failure, a worker loop that cannot reach the
-store three ticks in a row stops it with `worker-unavailable`, and a stop request ends the loops
+"""The rules of a service process's background loops (09 §5 step 7, shared by `coordinator
+serve` and `worker` in coordinator_core.shell.process), in-process and fast: the 30 s
+deployment re-check stops the process on failure, a worker loop that cannot reach the store
+three ticks in a row stops it with `worker-unavailable`, and a stop request ends the loops
 after the in-flight tick. The process-level behaviour is in test_service.py."""
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ import threading
 
 import pytest
 
-from coordinator_api import serve
-from coordinator_api.serve_log import ServiceLog
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.shell import process
+from coordinator_core.shell.service_log import ServiceLog
 from coordinator_core.worker import Wakeup
 
 
-def _shutdown() -> tuple[serve._Shutdown, io.StringIO]:
+def _shutdown() -> tuple[process.Shutdown, io.StringIO]:
     stream = io.StringIO()
-    return serve._Shutdown(ServiceLog(stream)), stream
+    return process.Shutdown(ServiceLog(stream)), stream
 
 
 def _codes(stream: io.StringIO) -> list[str]:
@@ -45,10 +46,10 @@ class _Store:
 def test_a_failed_periodic_check_stops_the_process(
     monkeypatch: pytest.MonkeyPatch, failure: str, exit_code: int
 ) -> None:
-    monkeypatch.setattr(serve, "RECHECK_SECONDS", 0.01)
+    monkeypatch.setattr(process, "RECHECK_SECONDS", 0.01)
     shutdown, stream = _shutdown()
     store = _Store(failure)
-    serve._recheck_loop(store, shutdown, shutdown.log)
+    process.recheck_loop(store, shutdown, shutdown.log)
     assert shutdown.stop.is_set()
     assert shutdown.exit_code == exit_code
     assert failure in _codes(stream)
@@ -57,7 +58,7 @@ def test_a_failed_periodic_check_stops_the_process(
 def test_the_periodic_check_ends_with_the_process() -> None:
     shutdown, _ = _shutdown()
     store = _Store(None)
-    thread = threading.Thread(target=serve._recheck_loop, args=(store, shutdown, shutdown.log))
+    thread = threading.Thread(target=process.recheck_loop, args=(store, shutdown, shutdown.log))
     thread.start()
     shutdown.request()
     thread.join(5)
@@ -66,7 +67,7 @@ def test_the_periodic_check_ends_with_the_process() -> None:
 
 
 class _Worker:
-    def __init__(self, outcomes: list[object], shutdown: serve._Shutdown) -> None:
+    def __init__(self, outcomes: list[object], shutdown: process.Shutdown) -> None:
         self.outcomes = outcomes
         self.shutdown = shutdown
         self.ticks = 0
@@ -90,7 +91,7 @@ def _unavailable() -> CoordinatorError:
 def test_three_unreachable_ticks_in_a_row_stop_the_process() -> None:
     shutdown, stream = _shutdown()
     worker = _Worker([_unavailable(), _unavailable(), True, *[_unavailable()] * 3], shutdown)
-    serve._worker_loop(worker, 1, shutdown, shutdown.log)
+    process.worker_loop(worker, 1, shutdown, shutdown.log)
     assert worker.ticks == 6
     assert shutdown.exit_code == 3
     assert _codes(stream).count("coordinator.command.worker-unavailable") == 1
@@ -100,7 +101,7 @@ def test_other_failed_ticks_are_logged_and_the_loop_goes_on() -> None:
     shutdown, stream = _shutdown()
     refused = CoordinatorError(Diagnostic("coordinator.deployment.refused"))
     worker = _Worker([refused, RuntimeError("canary-secret-value"), True, False], shutdown)
-    serve._worker_loop(worker, 1, shutdown, shutdown.log)
+    process.worker_loop(worker, 1, shutdown, shutdown.log)
     assert worker.ticks == 5
     assert shutdown.exit_code == 0
     assert "canary-secret-value" not in stream.getvalue()
@@ -121,6 +122,6 @@ def test_logging_records_lose_their_arguments() -> None:
 
 
 def serve_log_handler(stream: io.StringIO) -> logging.Handler:
-    from coordinator_api.serve_log import JsonLineHandler
+    from coordinator_core.shell.service_log import JsonLineHandler
 
     return JsonLineHandler(ServiceLog(stream))

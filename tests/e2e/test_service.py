@@ -5,6 +5,9 @@ products, each a separate process on loopback (09 §3, §5; 07 §1 guarantees).
   once and Messaging received exactly one message; SIGTERM exits 0.
 * PostgreSQL: `coordinator serve` plus a second `coordinator worker`; many runs admitted
   concurrently each finish exactly once; a replayed start key answers the same run.
+* Without HTTP: a `coordinator worker` that cannot import Connexion, Starlette or uvicorn (both
+  as `coordinator worker` and as `python -m coordinator_core.shell.process worker`) finishes
+  runs admitted through `coordinator serve`; it needs only coordinator-core.
 * Crash: the service is SIGKILLed while a Messaging command is in flight (after the pre-send
   commit, before the outcome is recorded); after a restart the run is `attention` with the
   effect `unknown`, and nothing was sent again.
@@ -21,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -181,6 +185,115 @@ def test_postgres_serve_and_worker_finish_every_run_once(
     assert worker.poll() is None
     assert project.processes.stop(worker) == 0
     assert project.processes.stop(service) == 0
+
+
+# A `python -c` prelude that refuses the HTTP server frameworks, records every attempt to import
+# one, then runs the module named by its first argument as `__main__` with the rest as argv.
+HTTP_BLOCKER = """
+import importlib.abc, os, runpy, sys
+BLOCKED = ("connexion", "starlette", "uvicorn")
+attempts = os.environ["BLOCKED_IMPORTS"]
+
+def note(name):
+    with open(attempts, "a", encoding="utf-8") as stream:
+        stream.write(name + "\\n")
+
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in BLOCKED:
+            note(name)
+            raise ImportError(name + " is not importable here")
+        return None
+
+for loaded in list(sys.modules):
+    if loaded.partition(".")[0] in BLOCKED:
+        note(loaded)
+sys.meta_path.insert(0, Refuse())
+module = sys.argv[1]
+sys.argv = [module, *sys.argv[2:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+WORKER_COMMANDS = (
+    ("coordinator_api.serve", "worker"),  # what the `coordinator` console script runs
+    ("coordinator_core.shell.process", "worker"),
+)
+
+
+def _without_http(
+    project: Project, attempts: Path, *command: str
+) -> tuple[list[str], dict[str, str]]:
+    arguments = ["-c", HTTP_BLOCKER, *command, "--runtime-config", str(project.runtime)]
+    return arguments, {**project.env, "BLOCKED_IMPORTS": str(attempts)}
+
+
+def test_the_worker_path_imports_no_http_framework(project: Project, tmp_path: Path) -> None:
+    """Fast and without PostgreSQL: both worker entry points get as far as the runtime file
+    (init's has no deployment block: exit 2) without touching an HTTP framework."""
+    for index, command in enumerate(WORKER_COMMANDS):
+        attempts = tmp_path / f"blocked-{index}.txt"
+        arguments, env = _without_http(project, attempts, *command)
+        done = subprocess.run(
+            [sys.executable, *arguments],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        assert "coordinator.command.deployment-required" in done.stderr
+        assert not attempts.exists(), attempts.read_text()
+    # The prelude does block: the HTTP app cannot be imported under it.
+    attempts = tmp_path / "blocked-app.txt"
+    env = {**project.env, "BLOCKED_IMPORTS": str(attempts)}
+    script = [sys.executable, "-c", HTTP_BLOCKER, "coordinator_api.app"]
+    done = subprocess.run(script, check=False, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode != 0
+    assert "connexion" in attempts.read_text()
+
+
+def test_a_worker_without_http_finishes_runs_admitted_through_serve(
+    project: Project, postgres_url: str, postgres_role: Callable[[], str], tmp_path: Path
+) -> None:
+    sandbox = project.start_sandbox()
+    _postgres_runtime(project, sandbox, postgres_url, postgres_role)
+    _deploy(project)
+    token: Path | None = None
+    for index, command in enumerate(WORKER_COMMANDS):
+        # Admit through `coordinator serve`, then stop it before the run's message is due, so
+        # that only the worker can finish the run.
+        service = project.start_service(f"serve-{index}")
+        project.wait_healthy(service, f"serve-{index}")
+        token = token or project.token_file()
+        application = str(uuid.uuid4())
+        sandbox.seed_application(application)
+        due = datetime.now(UTC) + timedelta(seconds=4)
+        created, body = project.api_start(token, application, uuid.uuid4().hex, due)
+        assert created == 201, body
+        run_id = body["runId"]
+        assert project.processes.stop(service) == 0
+        assert len(sandbox.messages()) == index
+
+        attempts = tmp_path / f"blocked-{index}.txt"
+        arguments, env = _without_http(project, attempts, *command)
+        worker = project.processes.start(f"worker-{index}", arguments, env=env)
+
+        def sent_or_exited(process: Any = worker, wanted: int = index + 1) -> bool:
+            return len(sandbox.messages()) == wanted or process.poll() is not None
+
+        wait_for(sent_or_exited, RUN_TIMEOUT, "the worker to send the message", 0.25)
+        assert worker.poll() is None, project.processes.log(f"worker-{index}")
+        assert project.processes.stop(worker) == 0, project.processes.log(f"worker-{index}")
+        assert not attempts.exists(), attempts.read_text()
+        assert "coordinator.service.ready" in project.processes.log(f"worker-{index}")
+
+        # Recovery-only runs no worker loop: what it reports is the worker's doing.
+        reader = project.start_service(f"serve-recovery-{index}", "--recovery-only")
+        project.wait_healthy(reader, f"serve-recovery-{index}")
+        run = project.status(token, run_id)
+        assert (run["status"], run["outcome"]) == ("finished", "message-accepted")
+        assert project.processes.stop(reader) == 0
+    assert len(sandbox.requests(MESSAGING)) == len(WORKER_COMMANDS)
 
 
 def test_crash_after_dispatch_leaves_the_effect_unknown(

@@ -4,7 +4,7 @@ store (SQLite file or PostgreSQL namespace), and the service with its workers.
 
 Everything is built the way the service builds it: `load_deployment` + `resolve_secrets` read a
 real runtime file, `migrate` + `apply_activation` prepare the store, `Store.open` checks it, and
-`coordinator_api.runtime.build_service` wires the service and the workers.
+`coordinator_core.shell.service.build_service` wires the service and the workers.
 """
 
 from __future__ import annotations
@@ -27,12 +27,19 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from coordinator_api.runtime import StoreRunService, build_service
-from coordinator_api.service import Admission, Admitted, Caller, RunInspection, RunStatus
 from coordinator_core.audit import AuditWriter
 from coordinator_core.definition.checker import check_project
 from coordinator_core.definition.package import LoadedPackage, load_package, write_package
 from coordinator_core.deployment import Deployment, Secrets, load_deployment, resolve_secrets
+from coordinator_core.shell.service import (
+    Admission,
+    Admitted,
+    Caller,
+    RunInspection,
+    RunStatus,
+    StoreRunService,
+    build_service,
+)
 from coordinator_core.store import (
     ActivationRequest,
     DeploymentIdentity,

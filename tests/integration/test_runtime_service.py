@@ -15,7 +15,7 @@ from integration_support import (
     run_input,
 )
 
-from coordinator_api.service import RunQuery, ServiceRefusal
+from coordinator_core.shell.service import RunQuery, ServiceRefusal
 
 
 def test_a_replayed_admission_answers_the_same_run_without_a_second(deployed: Deployed) -> None:
@@ -129,3 +129,25 @@ def test_doctor_ready_and_the_restore_hold(sqlite_deployed: Deployed) -> None:
     assert (retried.status, retried.restore_review) == ("running", False)
     status, _ = deployed.drive(admitted.run.run_id)
     assert status.status == "finished"
+
+
+def test_the_live_binding_check_restores_a_definition_it_does_not_hold_from_a_run(
+    sqlite_deployed: Deployed,
+) -> None:
+    """One live-binding check, one way to open a snapshot: a process that does not hold a
+    run's definition restores it from the run's sealed snapshot through its DefinitionCache."""
+    from coordinator_core.shell.service.bindings import UNBOUND, LiveBindings
+    from coordinator_core.worker_state import DefinitionCache
+
+    deployed = sqlite_deployed
+    admitted = deployed.admit(run_input())
+    digest = admitted.run.definition_digest
+    definitions = DefinitionCache(deployed.service.sealer)
+    bindings = LiveBindings(deployed.deployment, definitions, deployed.store)
+    assert definitions.known(digest) is None
+    assert bindings.unsettled_match(deployed.service.now())
+    assert definitions.known(digest) is not None  # restored once, kept for the process
+    recorded = admitted.run.binding_digest
+    assert recorded != UNBOUND
+    assert not bindings.all_match(frozenset({("sha256:" + "0" * 64, recorded)}))
+    assert not bindings.all_match(frozenset({(digest, "sha256:" + "1" * 64)}))

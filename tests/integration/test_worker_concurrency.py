@@ -9,7 +9,7 @@ from collections import Counter
 
 from integration_support import Deployed, run_input
 
-from coordinator_api.runtime import build_service
+from coordinator_core.shell.service import build_service
 from coordinator_core.store import Store
 from coordinator_core.worker import Worker
 

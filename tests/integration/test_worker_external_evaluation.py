@@ -17,8 +17,7 @@ from integration_support import (
     _caller_for,
 )
 
-from coordinator_api.runtime import build_service
-from coordinator_api.service import ServiceRefusal
+from coordinator_core.shell.service import ServiceRefusal, build_service
 from coordinator_core.store import Store
 
 APPLICATION = "5c8b1e7a-2f3d-4b6a-9e1c-7d2a4f6b8c90"

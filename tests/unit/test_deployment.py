@@ -1374,7 +1374,20 @@ def test_a_bound_workflow_with_served_operations_has_no_deployment_problems(
 ) -> None:
     from coordinator_core.deployment import package_binding_problems
 
-    assert package_binding_problems(development.load(), WORKFLOW, development.environment) == []
+    assert package_binding_problems(development.load(), WORKFLOW) == []
+
+
+def test_the_bindings_are_checked_against_the_file_as_loaded_without_reading_it_again(
+    development: Layout,
+) -> None:
+    """The runtime file is read and checked once per process: the package's bindings are
+    checked against the check `load_deployment` made, even when the file is gone since."""
+    from coordinator_core.deployment import package_binding_problems
+
+    deployment = development.load()
+    assert deployment.runtime_check is not None
+    development.runtime.unlink()
+    assert package_binding_problems(deployment, WORKFLOW) == []
 
 
 def test_an_operation_no_adapter_serves_is_refused_at_its_alias(
@@ -1390,7 +1403,7 @@ def test_an_operation_no_adapter_serves_is_refused_at_its_alias(
         "SERVED_OPERATIONS",
         registry.SERVED_OPERATIONS - {"messaging.submit-message/v1"},
     )
-    problems = package_binding_problems(development.load(), WORKFLOW, development.environment)
+    problems = package_binding_problems(development.load(), WORKFLOW)
     notices = [
         alias
         for alias, entry in WORKFLOW["operations"].items()
@@ -1411,7 +1424,7 @@ def test_an_unbound_connection_is_still_the_binding_code_not_unserved(
     from coordinator_core.deployment import package_binding_problems
 
     workflow = {"operations": {"x": {"operation": "breg.read-record/v1", "connection": "absent"}}}
-    problems = package_binding_problems(development.load(), workflow, development.environment)
+    problems = package_binding_problems(development.load(), workflow)
     assert [d.code for d in problems] == ["coordinator.runtime.workflow-binding"]
 
 

@@ -18,6 +18,45 @@ ROOTS = {
 }
 
 MODULES = {
+    "coordinator_core.shell": [],
+    "coordinator_core.shell.service": [
+        "INTERNAL_ERROR",
+        "RUN_STATUSES",
+        "Action",
+        "Admission",
+        "Admitted",
+        "AuditAction",
+        "AuditJournal",
+        "AuditOutcome",
+        "AuditRequest",
+        "AuditResponse",
+        "AuditUnavailable",
+        "BlockReason",
+        "CallDetails",
+        "Caller",
+        "Doctor",
+        "DoctorState",
+        "EffectStatus",
+        "EventAdmitted",
+        "EventDelivery",
+        "HoldState",
+        "ReconcileResult",
+        "Recovery",
+        "RunInspection",
+        "RunPage",
+        "RunQuery",
+        "RunService",
+        "RunStatus",
+        "RunStatusValue",
+        "ServiceRefusal",
+        "StepRoute",
+        "StepStatus",
+        "StoreRunService",
+        "WaitFor",
+        "WaitUntil",
+        "WriterJournal",
+        "build_service",
+    ],
     "coordinator_core.functions": [
         "INTERPRETER_ABI",
         "CompileResult",
@@ -50,10 +89,10 @@ def test_public_surface_is_exactly_the_pinned_names(name: str) -> None:
 def test_every_spelling_of_the_run_statuses_is_the_one_tuple() -> None:
     from typing import get_args
 
-    from coordinator_api.service import RUN_STATUSES as API_STATUSES
-    from coordinator_api.service import RunStatusValue
     from coordinator_core.engine.state import RunStatus
     from coordinator_core.limits import RUN_STATUSES
+    from coordinator_core.shell.service import RUN_STATUSES as API_STATUSES
+    from coordinator_core.shell.service import RunStatusValue
     from coordinator_core.store.tables import RUN_STATUSES as STORE_STATUSES
 
     assert len(RUN_STATUSES) == 8

@@ -49,7 +49,6 @@ from coordinator_api.limits import (
     TOKEN_MAX_LIFETIME_SECONDS,
 )
 from coordinator_api.problems import ApiProblem
-from coordinator_api.service import Caller
 from coordinator_api.settings import (
     AuthenticationSettings,
     JwksSource,
@@ -57,6 +56,7 @@ from coordinator_api.settings import (
     OidcDiscovery,
     StaticJwks,
 )
+from coordinator_core.shell.service import Caller
 from coordinator_core.values import StrictJsonError, parse_strict_json
 
 __all__ = [

@@ -63,7 +63,6 @@ from coordinator_api.problems import (
     problem_headers,
     status_of,
 )
-from coordinator_api.service import AuditJournal, BlockReason, RunService, ServiceRefusal
 from coordinator_api.settings import ApiSettings
 from coordinator_api.spec import (
     OperationInfo,
@@ -73,6 +72,7 @@ from coordinator_api.spec import (
     operation_table,
 )
 from coordinator_api.wire import dumps
+from coordinator_core.shell.service import AuditJournal, BlockReason, RunService, ServiceRefusal
 
 __all__ = ["AppState", "create_app"]
 

@@ -21,7 +21,7 @@ from typing import Any
 from uuid import UUID
 
 from coordinator_api.problems import INTERNAL_ERROR, ApiProblem, status_of
-from coordinator_api.service import (
+from coordinator_core.shell.service import (
     AuditJournal,
     AuditOutcome,
     AuditRequest,

@@ -14,9 +14,9 @@ from typing import Final
 from starlette.responses import Response
 
 from coordinator_api.limits import RETRY_AFTER_SECONDS
-from coordinator_api.service import BlockReason
 from coordinator_api.wire import dumps
 from coordinator_core.errors import catalogue
+from coordinator_core.shell.service import INTERNAL_ERROR, BlockReason
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -34,9 +34,6 @@ logger = logging.getLogger("coordinator_api")
 PROBLEM_MEDIA_TYPE: Final = "application/problem+json"
 PROBLEM_TYPE_BASE: Final = "https://id.registrystack.org/problems/registry-coordinator/"
 
-INTERNAL_ERROR: Final = "coordinator.request.internal-error"
-"""An unexpected failure inside the service. Not a contract code (06 has no 500); it is kept
-out of the catalogue's 06 §3.1 table and rendered from the fixed texts below."""
 
 _INTERNAL_DETAIL: Final = "The service failed unexpectedly while handling the request."
 _INTERNAL_HINT: Final = (

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from coordinator_api.service import (
+from coordinator_api.settings import WorkflowSummary
+from coordinator_core.shell.service import (
     RUN_STATUSES,
     Doctor,
     EffectStatus,
@@ -23,7 +24,6 @@ from coordinator_api.service import (
     WaitFor,
     WaitUntil,
 )
-from coordinator_api.settings import WorkflowSummary
 
 __all__ = [
     "doctor_json",

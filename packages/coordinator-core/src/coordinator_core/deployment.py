@@ -71,7 +71,7 @@ from coordinator_core.deployment_model import (
 )
 from coordinator_core.deployment_secrets import DatabaseUrl, Secrets, resolve_secrets
 from coordinator_core.errors import Diagnostic
-from coordinator_core.project.runtime import check_bindings, check_runtime_file
+from coordinator_core.project.runtime import RuntimeCheck, check_bindings, check_runtime_file
 from coordinator_core.project.yamlreader import YamlDocument, escape_pointer_token
 from coordinator_core.values import CanonicalJsonError, canonical_json, sha256_label
 
@@ -190,7 +190,7 @@ def load_deployment(
     if decoded is None or document is None:  # pragma: no cover - an error was reported
         raise DeploymentRefused([_file_diagnostic(text, "unreadable")])
     try:
-        return _Builder(text, document).build(decoded, tuple(diagnostics))
+        return _Builder(text, document).build(decoded, tuple(diagnostics), check)
     except CanonicalJsonError:
         raise DeploymentRefused(
             [
@@ -247,7 +247,9 @@ class _Builder:
         self.file = file
         self.document = document
 
-    def build(self, root: Mapping[str, Any], warnings: tuple[Diagnostic, ...]) -> Deployment:
+    def build(
+        self, root: Mapping[str, Any], warnings: tuple[Diagnostic, ...], check: RuntimeCheck
+    ) -> Deployment:
         providers = root["secretProviders"]
         file_provider = providers.get("file")
         observation = root.get("observation") or {}
@@ -265,6 +267,7 @@ class _Builder:
             observation_minimum_interval_seconds=int(observation.get("minimumIntervalSeconds", 30)),
             deployment=self.deployment(root["deployment"]) if "deployment" in root else None,
             warnings=warnings,
+            runtime_check=check,
         )
 
     def ref(self, text: str, pointer: str) -> SecretRef:
@@ -603,15 +606,16 @@ def live_bindings_ok(
 
 
 def package_binding_problems(
-    deployment: Deployment, workflow: Mapping[str, Any], environment: Mapping[str, str]
+    deployment: Deployment, workflow: Mapping[str, Any]
 ) -> list[Diagnostic]:
     """What refuses a package's workflow under this runtime file before any run is admitted
-    (`apply`, `deployment-status`, the service start): the bindings of 02 §5.8 as the file
-    reads now, and every alias's operation served by an adapter of this build
-    (`coordinator.runtime.operation-unserved`, at the alias in the workflow)."""
-    checked = check_runtime_file(
-        Path(deployment.file), display_file=deployment.file, environment=environment
-    )
+    (`apply`, `deployment-status`, the service start): the bindings of 02 §5.8 as
+    `load_deployment` read and checked the file (it is not read again), and every alias's
+    operation served by an adapter of this build (`coordinator.runtime.operation-unserved`, at
+    the alias in the workflow)."""
+    checked = deployment.runtime_check
+    if checked is None:
+        raise ValueError("The deployment was not built by load_deployment.")
     problems = [d for d in check_bindings(workflow, checked) if d.exit_code != 0]
     for alias, operation in unserved_operations(workflow):
         problems.append(

@@ -13,9 +13,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 from coordinator_core.errors import CoordinatorError, Diagnostic, exit_code_of
+
+if TYPE_CHECKING:
+    from coordinator_core.project.runtime import RuntimeCheck
 
 __all__ = [
     "Authentication",
@@ -334,7 +337,9 @@ class Deployment:
     `file` is the path the diagnostics name. The three connection maps are keyed by
     connection name (names are unique across them, 05 §1); every mapping is read-only.
     `deployment` is None only when the caller did not require the block. `warnings` are the
-    check's warnings (the file had no error).
+    check's warnings (the file had no error). `runtime_check` is that check itself, kept so
+    that the bindings of a package are checked against the file as it was read, without
+    reading it again (the runtime file is read and checked once per process).
     """
 
     file: str
@@ -347,6 +352,7 @@ class Deployment:
     observation_minimum_interval_seconds: int
     deployment: DeploymentSettings | None
     warnings: tuple[Diagnostic, ...] = ()
+    runtime_check: RuntimeCheck | None = field(default=None, repr=False, compare=False)
 
     def secret_refs(self) -> tuple[SecretRef, ...]:
         """Every secret reference of the file: database, connections, event sources, then the

@@ -171,9 +171,7 @@ def _load_package(context: _Context) -> LoadedPackage:
     the runtime file (02 §5.8)."""
     pin = context.settings.package
     loaded = load_package(Path(pin.root), pin.expected_digest)
-    problems = package_binding_problems(
-        context.deployment, loaded.snapshot.workflow, context.environment
-    )
+    problems = package_binding_problems(context.deployment, loaded.snapshot.workflow)
     if problems:
         raise DeploymentRefused(problems)
     return loaded

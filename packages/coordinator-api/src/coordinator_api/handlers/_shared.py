@@ -12,8 +12,8 @@ from starlette.responses import Response
 from coordinator_api.edge import RequestContext
 from coordinator_api.limits import IDEMPOTENCY_KEY_MAX_CHARACTERS, REASON_MAX_BYTES
 from coordinator_api.problems import ApiProblem
-from coordinator_api.service import Caller, RunStatus
 from coordinator_api.wire import dumps
+from coordinator_core.shell.service import Caller, RunStatus
 
 __all__ = [
     "REASON_CODES",

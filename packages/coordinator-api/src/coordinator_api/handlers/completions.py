@@ -15,7 +15,7 @@ from coordinator_api.audit import Audited
 from coordinator_api.bodies import read_json_body
 from coordinator_api.edge import RequestContext
 from coordinator_api.handlers._shared import empty_reply
-from coordinator_api.service import AuditRequest
+from coordinator_core.shell.service import AuditRequest
 
 __all__ = ["review_completed"]
 

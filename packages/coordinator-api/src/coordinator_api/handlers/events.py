@@ -10,7 +10,7 @@ from coordinator_api.edge import RequestContext
 from coordinator_api.events import delivery_signature, parse_delivery_headers, signature_matches
 from coordinator_api.handlers._shared import json_reply
 from coordinator_api.problems import ApiProblem
-from coordinator_api.service import AuditRequest, EventDelivery
+from coordinator_core.shell.service import AuditRequest, EventDelivery
 from coordinator_core.values import (
     JsonBoundsError,
     StrictJsonError,

@@ -11,8 +11,8 @@ from coordinator_api.bodies import parse_rfc3339, read_json_body
 from coordinator_api.edge import RequestContext
 from coordinator_api.handlers._shared import REASON_CODES, caller_of, json_reply, reason_of
 from coordinator_api.problems import ApiProblem
-from coordinator_api.service import AuditRequest
 from coordinator_api.wire import doctor_json, hold_state_json
+from coordinator_core.shell.service import AuditRequest
 
 __all__ = ["get_doctor", "release_admission_hold", "release_restore_hold", "restore_hold", "retain"]
 

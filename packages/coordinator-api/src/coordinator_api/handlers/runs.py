@@ -26,13 +26,13 @@ from coordinator_api.handlers._shared import (
     visible_run,
 )
 from coordinator_api.problems import ApiProblem
-from coordinator_api.service import Admission, AuditRequest, Caller, RunQuery, RunStatusValue
 from coordinator_api.wire import (
     inspection_json,
     reconcile_json,
     run_page_json,
     run_status_json,
 )
+from coordinator_core.shell.service import Admission, AuditRequest, Caller, RunQuery, RunStatusValue
 from coordinator_core.values import JsonBoundsError, check_json_value
 
 __all__ = [

@@ -10,8 +10,8 @@ from coordinator_api.audit import Audited
 from coordinator_api.edge import RequestContext
 from coordinator_api.handlers._shared import caller_of, json_reply
 from coordinator_api.problems import ApiProblem
-from coordinator_api.service import AuditRequest
 from coordinator_api.wire import workflow_json
+from coordinator_core.shell.service import AuditRequest
 
 __all__ = ["get_workflow"]
 

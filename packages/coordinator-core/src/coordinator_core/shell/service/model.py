@@ -1,11 +1,11 @@
-"""The narrow seams the API calls: `RunService` (store + engine) and `AuditJournal` (07 §11).
+"""The run service's vocabulary: `RunService` (one method per action of 06 §4), the values it
+takes and the result shapes it returns (06 §11), and `ServiceRefusal`.
 
-The API owns HTTP: authentication, the order of checks (06 §1 item 6), media type, size, strict
-bodies, problem+json and serialisation. Everything that needs the store, the engine, the keys or
+The HTTP API owns authentication, the order of checks (06 §1 item 6), media type, size, strict
+bodies, problem+json and serialisation; everything that needs the store, the engine, the keys or
 the products is behind `RunService`, whose methods take already validated values and return the
-result shapes below (snake_case, typed: `coordinator_api.wire` renders them as 06 §11 JSON, so
-timestamps and run ids are formatted in one place). Domain refusals are raised as
-`ServiceRefusal(code, reason)` with a code of 06 §3.1; the API renders them.
+shapes below (snake_case, typed: the HTTP API renders them as 06 §11 JSON). Domain
+refusals are raised as `ServiceRefusal(code, reason)` with a code of 06 §3.1.
 
 Visibility (06 §2): every run-scoped method takes the verified `Caller`. A run the caller may not
 see (neither its owner `(iss, sub)` nor an operator, or not of a workflow of its policy) is
@@ -18,21 +18,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol, get_args, runtime_checkable
+from typing import Final, Literal, Protocol, get_args, runtime_checkable
 from uuid import UUID
 
 from coordinator_core.operations import OperationDescriptor
 
 __all__ = [
+    "INTERNAL_ERROR",
+    "RUN_STATUSES",
     "Action",
     "Admission",
     "Admitted",
-    "AuditAction",
-    "AuditJournal",
-    "AuditOutcome",
-    "AuditRequest",
-    "AuditResponse",
-    "AuditUnavailable",
     "BlockReason",
     "CallDetails",
     "Caller",
@@ -56,6 +52,11 @@ __all__ = [
     "WaitFor",
     "WaitUntil",
 ]
+
+INTERNAL_ERROR: Final = "coordinator.request.internal-error"
+"""An unexpected failure inside the service. Not a contract code (06 has no 500); it is kept
+out of the catalogue's 06 §3.1 table (the API renders it from fixed texts, the audit journal
+records it for any code the catalogue does not hold)."""
 
 JsonValue = object
 """Any JSON value as `json.loads` returns it (dict, list, str, int, float, bool or None)."""
@@ -433,73 +434,4 @@ class RunService(Protocol):
 
     async def complete_review(self, connection: str, request_id: UUID) -> None:
         """06 §9: move the next observation of matching waits forward; idempotent."""
-        ...
-
-
-# ---------------------------------------------------------------------------------------------
-# The audit journal (07 §11)
-
-AuditAction = Literal[
-    "admit",
-    "workflow-read",
-    "list",
-    "status",
-    "inspect",
-    "cancel",
-    "retry-same",
-    "reconcile",
-    "doctor",
-    "restore-hold",
-    "release-restore-hold",
-    "release-admission-hold",
-    "retention",
-    "event-admit",
-    "review-completion",
-]
-AuditOutcome = Literal["accepted", "refused", "unknown"]
-
-
-@dataclass(frozen=True, slots=True)
-class AuditRequest:
-    """The raw values of a request entry; the journal turns them into keyed references.
-
-    API actions: `caller` (always; → actorRef from the owner commitment of `(iss, sub)`),
-    `run_id` (→ runRef) and `reason` (→ reasonRef) when the request has them.
-    `event-admit`: `source` (event source name → sourceRef) and `event_id` (ce-id → eventRef),
-    always. `review-completion`: `connection` (→ connectionRef) and `request_id`
-    (→ requestRef), always.
-    """
-
-    action: AuditAction
-    caller: Caller | None = None
-    run_id: UUID | None = None
-    reason: str | None = None
-    source: str | None = None
-    event_id: str | None = None
-    connection: str | None = None
-    request_id: UUID | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AuditResponse:
-    action: AuditAction
-    outcome: AuditOutcome
-    code: str | None = None
-    run_id: UUID | None = None  # events: the admitted run
-
-
-class AuditUnavailable(Exception):
-    """The journal could not append (07 §11: the writer then refuses every later append)."""
-
-
-@runtime_checkable
-class AuditJournal(Protocol):
-    """Request and response entries around every `/v1` request (06 §4, 07 §11)."""
-
-    async def request(self, entry: AuditRequest) -> str:
-        """Append a request entry and return its correlation id; raise AuditUnavailable."""
-        ...
-
-    async def response(self, correlation: str, entry: AuditResponse) -> None:
-        """Append the response entry paired with `correlation`; raise AuditUnavailable."""
         ...

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from coordinator_api.service import (
+from coordinator_core.shell.service.model import (
     CallDetails,
     EffectStatus,
     RunStatus,

@@ -1,0 +1,452 @@
+"""The start sequence and the loops of a service process (contract 09 §5), shared by
+`coordinator serve` (coordinator-api adds the caller key set, the listener and the HTTP app)
+and `coordinator worker`, which needs only coordinator-core:
+
+    python -m coordinator_core.shell.process worker --runtime-config FILE [--poll-ms N]
+
+is the same command as `coordinator worker`; neither imports an HTTP server framework.
+
+Start sequence (`worker` skips the HTTP parts), each step refusing with its exit class:
+
+1. Load and validate the runtime file with environment substitution (read once per process).
+2. Load and verify the pinned package; validate its workflow's bindings (exit 1).
+3. Resolve secrets; open the audit journal; connect to the store (exit 3).
+4. Deployment check (07 §15); build the run service; in normal mode also the live-binding
+   check, the service's own (exit 1).
+5. (`serve`) Obtain the caller JWKS (exit 3).
+6. (`serve`) Bind the listener (`listener-unavailable`, exit 3) and serve; start the worker
+   loops unless `--recovery-only`.
+7. Every 30 s re-run the deployment check; a failure stops the process after the in-flight
+   tick (exit 1, or 3 when the store cannot be reached). A worker loop that fails stops the
+   process with `coordinator.command.worker-unavailable` (exit 3).
+
+SIGTERM or SIGINT stops accepting connections and claims, lets in-flight requests and ticks
+finish (bounded by the lease), and exits 0. The service never migrates the store.
+
+Logs are JSON lines on stderr with `time`, `level`, `code` and `message` only (service_log).
+Lifecycle events use the codes `coordinator.service.starting`, `…ready`, `…stopping` and
+`…stopped`; refusals use their catalogue code and fixed sentence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
+
+from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.shell.service_log import ServiceLog, install
+from coordinator_core.worker import Wakeup
+
+if TYPE_CHECKING:
+    from coordinator_core.audit import AuditWriter
+    from coordinator_core.definition.package import LoadedPackage
+    from coordinator_core.deployment import Deployment, DeploymentSettings, Secrets
+    from coordinator_core.shell.service import StoreRunService
+    from coordinator_core.store import Store
+    from coordinator_core.worker import Worker
+
+__all__ = [
+    "EXIT_OK", "EXIT_REFUSED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "GRACE_SECONDS", "ArgumentParser",
+    "Command", "Refused", "Shutdown", "Started", "add_process_arguments", "add_worker_command",
+    "build_parser", "install_signals", "join", "main", "recheck_loop", "refusal", "run_command",
+    "run_worker", "start", "start_workers", "worker_loop"
+]  # fmt: skip
+
+EXIT_OK: Final = 0
+EXIT_REFUSED: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_UNAVAILABLE: Final = 3
+
+RECHECK_SECONDS: Final = 30.0
+GRACE_SECONDS: Final = 15  # the lease (07 §16): in-flight requests and ticks finish within it
+MIN_POLL_MS: Final = 10
+MAX_POLL_MS: Final = 10_000
+
+MAX_FAILED_TICKS: Final = 3
+
+_USAGE: Final = "coordinator.cli.usage"
+_STORE_UNAVAILABLE: Final = "coordinator.command.store-unavailable"
+_WORKER_UNAVAILABLE: Final = "coordinator.command.worker-unavailable"
+
+
+class Ticking(Protocol):
+    """What a worker loop drives: `Worker` (`build_service`'s factory), one per thread."""
+
+    wakeup: Wakeup
+
+    def tick(self) -> bool: ...
+
+
+# -- the command line ---------------------------------------------------------------------------
+
+
+class _UsageError(Exception):
+    pass
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that never echoes: its messages quote the offending argument."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError
+
+
+def _poll(text: str) -> int:
+    if not text.isdigit() or not MIN_POLL_MS <= int(text) <= MAX_POLL_MS:
+        raise argparse.ArgumentTypeError("out of range")
+    return int(text)
+
+
+def add_process_arguments(parser: argparse.ArgumentParser, *, serving: bool = False) -> None:
+    """`--runtime-config FILE`, `--recovery-only` (serve only) and `--poll-ms N`."""
+    parser.add_argument("--runtime-config", required=True, metavar="FILE")
+    if serving:
+        parser.add_argument(
+            "--recovery-only", action="store_true", help="admit nothing, run no worker"
+        )
+    parser.add_argument("--poll-ms", type=_poll, metavar="N", help="10-10000")
+
+
+def add_worker_command(commands: Any) -> None:
+    """The `worker` sub-command on an `add_subparsers` result."""
+    worker = commands.add_parser("worker", help="run worker loops without HTTP (PostgreSQL)")
+    add_process_arguments(worker)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="coordinator", description="The Registry Coordinator worker.")
+    commands = parser.add_subparsers(dest="command", parser_class=ArgumentParser, metavar="COMMAND")
+    add_worker_command(commands)
+    return parser
+
+
+# -- refusals -----------------------------------------------------------------------------------
+
+
+class Refused(Exception):
+    """A start step refused: every diagnostic is logged, the process exits with `exit_code`."""
+
+    def __init__(self, diagnostics: Sequence[Diagnostic], exit_code: int) -> None:
+        super().__init__()
+        self.diagnostics = tuple(diagnostics)
+        self.exit_code = exit_code
+
+
+def refusal(code: str, message: str | None = None) -> Refused:
+    diagnostic = Diagnostic(code, message=message)
+    return Refused([diagnostic], diagnostic.exit_code or EXIT_REFUSED)
+
+
+@contextlib.contextmanager
+def _step(default_code: str | None = None) -> Iterator[None]:
+    """Turn a core refusal raised by one start step into `Refused` with its exit class."""
+    from coordinator_core.deployment import DeploymentRefused
+
+    try:
+        yield
+    except DeploymentRefused as refused:
+        raise Refused(refused.diagnostics, refused.exit_code or EXIT_REFUSED) from None
+    except CoordinatorError as error:
+        raise Refused([error.diagnostic], error.diagnostic.exit_code or EXIT_REFUSED) from None
+    except OSError:
+        if default_code is None:
+            raise
+        raise refusal(default_code) from None
+
+
+def _log_refusal(log: ServiceLog, refused: Refused) -> None:
+    for diagnostic in refused.diagnostics:
+        if diagnostic.effective_severity == "error":
+            log.emit("error", diagnostic.code, diagnostic.effective_message)
+        else:
+            log.emit("warning", diagnostic.code, diagnostic.effective_message)
+
+
+# -- shutdown -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Shutdown:
+    """One stop for the whole process: signals, a failed re-check, a failed worker loop."""
+
+    log: ServiceLog
+    stop: threading.Event = field(default_factory=threading.Event)
+    exit_code: int = EXIT_OK
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
+    # Re-entrant: a signal handler may interrupt the main thread inside `request`.
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def request(self, exit_code: int = EXIT_OK) -> None:
+        with self._lock:
+            first = not self.stop.is_set()
+            self.exit_code = max(self.exit_code, exit_code)
+            self.stop.set()
+        if first:
+            self.log.emit(
+                "info", "coordinator.service.stopping", "Stopping: no new claims or connections."
+            )
+        for callback in list(self.on_stop):
+            callback()
+
+    def handle_signal(self, _signum: int, _frame: FrameType | None) -> None:
+        self.request(EXIT_OK)
+
+
+def install_signals(shutdown: Shutdown) -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, shutdown.handle_signal)
+
+
+# -- the command --------------------------------------------------------------------------------
+
+Command = Callable[[argparse.Namespace, ServiceLog, contextlib.ExitStack], int]
+
+
+def run_command(
+    parser: argparse.ArgumentParser,
+    commands: Mapping[str, Command],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse, run the chosen command with the service log installed, exit with its class."""
+    log = ServiceLog()
+    install(log)
+    try:
+        options = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except _UsageError:
+        log.emit("error", _USAGE, "The command line could not be parsed.")
+        return EXIT_USAGE
+    if options.command is None:
+        log.emit("error", _USAGE, "The command line could not be parsed.")
+        return EXIT_USAGE
+    with contextlib.ExitStack() as started:
+        try:
+            return commands[options.command](options, log, started)
+        except Refused as refused:
+            _log_refusal(log, refused)
+            return refused.exit_code
+
+
+# -- the start sequence -------------------------------------------------------------------------
+
+
+@dataclass
+class Started:
+    """What steps 1–4 produced: the checked deployment, its store and its run service."""
+
+    deployment: Deployment
+    settings: DeploymentSettings
+    secrets: Secrets
+    package: LoadedPackage
+    writer: AuditWriter
+    store: Store
+    service: StoreRunService
+    worker_for: Callable[[str], Worker]
+    concurrency: int
+    poll_ms: int
+    shutdown: Shutdown
+    log: ServiceLog
+
+    def recheck(self) -> threading.Thread:
+        """The step 7 deployment re-check thread (not started)."""
+        return threading.Thread(
+            target=recheck_loop,
+            args=(self.store, self.shutdown, self.log),
+            name="deployment-recheck",
+            daemon=True,
+        )
+
+    def stopped_before_serving(self) -> bool:
+        """A signal during the start sequence ends it cleanly before anything is claimed."""
+        if not self.shutdown.stop.is_set():
+            return False
+        self.log.emit("info", "coordinator.service.stopped", "Stopped before serving.")
+        return True
+
+
+def start(
+    options: argparse.Namespace, log: ServiceLog, started: contextlib.ExitStack, *, serving: bool
+) -> Started:
+    """Steps 1–4 of the start sequence; closes what it opened through `started`."""
+    from coordinator_core.audit import AuditWriter
+    from coordinator_core.definition.package import load_package
+    from coordinator_core.deployment import (
+        DeploymentRefused,
+        SqliteDatabase,
+        load_deployment,
+        package_binding_problems,
+        resolve_secrets,
+    )
+    from coordinator_core.shell import process_store
+    from coordinator_core.shell.service import build_service
+    from coordinator_core.store import Store
+
+    recovery_only = bool(getattr(options, "recovery_only", False))
+    environment = dict(os.environ)
+    log.emit("info", "coordinator.service.starting", "Starting: loading the runtime file.")
+    shutdown = Shutdown(log)
+    install_signals(shutdown)
+
+    # 1. The runtime file, substituted from the environment: the one read of it.
+    with _step():
+        deployment = load_deployment(options.runtime_config, environment=environment)
+    settings = deployment.deployment
+    assert settings is not None
+    for warning in deployment.warnings:
+        log.emit("warning", warning.code, warning.effective_message)
+    if not serving and isinstance(deployment.database, SqliteDatabase):
+        raise refusal("coordinator.command.store-single-process")
+
+    # 2. The pinned package and its bindings, against the file as step 1 read it.
+    with _step():
+        package = load_package(Path(settings.package.root), settings.package.expected_digest)
+        problems = package_binding_problems(deployment, package.snapshot.workflow)
+        if problems:
+            raise DeploymentRefused(problems)
+
+    # 3. Secrets, the audit journal, the store.
+    with _step():
+        secrets = resolve_secrets(deployment, environment=environment, database_role="runtime")
+    with _step("coordinator.command.audit-unavailable"):
+        writer = AuditWriter.open(settings.audit_directory, "serve" if serving else "worker")
+    started.callback(writer.close)
+    url = started.enter_context(process_store.store_url(deployment, secrets))
+    concurrency = 0 if recovery_only else settings.worker.concurrency
+    # 4. The deployment check (Store.open verifies), the service, its live-binding check.
+    with _step("coordinator.command.store-unavailable"):
+        store = Store.open(
+            url,
+            process_store.identity(settings, secrets),
+            namespace=process_store.namespace_of(deployment),
+            exclusive=serving,
+            pool_size=concurrency + (8 if serving else 2),
+        )
+    started.callback(store.close)
+    with _step():
+        service, worker_for = build_service(deployment, secrets, store, package, audit=writer)
+    if not recovery_only:
+        with _step("coordinator.command.store-unavailable"):
+            bindings_ok = service.bindings.unsettled_match(service.now())
+        if not bindings_ok:
+            raise refusal("coordinator.command.live-binding-conflict")
+    return Started(
+        deployment=deployment,
+        settings=settings,
+        secrets=secrets,
+        package=package,
+        writer=writer,
+        store=store,
+        service=service,
+        worker_for=worker_for,
+        concurrency=concurrency,
+        poll_ms=options.poll_ms or settings.worker.poll_milliseconds,
+        shutdown=shutdown,
+        log=log,
+    )
+
+
+def run_worker(options: argparse.Namespace, log: ServiceLog, started: contextlib.ExitStack) -> int:
+    """`coordinator worker`: worker loops only, until a stop."""
+    process = start(options, log, started, serving=False)
+    if process.stopped_before_serving():
+        return EXIT_OK
+    shutdown = process.shutdown
+    threads = start_workers(process)
+    process.recheck().start()
+    log.emit("info", "coordinator.service.ready", "Worker loops running.")
+    while not shutdown.stop.wait(0.5):
+        pass
+    join(threads)
+    log.emit("info", "coordinator.service.stopped", "Stopped.")
+    return shutdown.exit_code
+
+
+# -- the loops ----------------------------------------------------------------------------------
+
+
+def recheck_loop(store: Any, shutdown: Shutdown, log: ServiceLog) -> None:
+    """07 §15: the deployment check every 30 s; a failure stops the process."""
+    while not shutdown.stop.wait(RECHECK_SECONDS):
+        try:
+            store.verify()
+        except CoordinatorError as error:
+            log.emit("error", error.diagnostic.code, error.diagnostic.effective_message)
+            shutdown.request(error.diagnostic.exit_code or EXIT_REFUSED)
+            return
+        except Exception:
+            log.emit(
+                "error", "coordinator.deployment.refused", "The periodic deployment check failed."
+            )
+            shutdown.request(EXIT_REFUSED)
+            return
+
+
+def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceLog) -> None:
+    """07 §7.1 with 09 §5 step 7: tick; when idle wait `poll_ms` or until this process admits
+    or re-arms a run (the service rings the worker's wake-up); stop claiming once the
+    process is stopping (the in-flight tick finishes first). Three consecutive ticks that
+    cannot reach the store stop the process (`worker-unavailable`, exit 3); any other failed
+    tick is logged by code and the loop goes on (its record is left to its lease)."""
+    pause = poll_ms / 1000
+    failures = 0
+    shutdown.on_stop.append(worker.wakeup.ring)
+    while not shutdown.stop.is_set():
+        seen = worker.wakeup.generation
+        try:
+            worked = worker.tick()
+            failures = 0
+        except CoordinatorError as error:
+            worked = False
+            if error.diagnostic.code == _STORE_UNAVAILABLE:
+                failures += 1
+                if failures >= MAX_FAILED_TICKS:
+                    log.emit("error", _WORKER_UNAVAILABLE, "A worker loop cannot reach the store.")
+                    shutdown.request(EXIT_UNAVAILABLE)
+                    return
+            log.emit("warning", error.diagnostic.code, error.diagnostic.effective_message)
+        except Exception:
+            worked = False
+            log.emit("error", _WORKER_UNAVAILABLE, "A worker tick failed unexpectedly.")
+        if not worked and not shutdown.stop.is_set():
+            worker.wakeup.wait(seen, pause)  # an admission in this process ends the wait
+
+
+def start_workers(process: Started) -> list[threading.Thread]:
+    """`process.concurrency` worker loops, one thread each, named after host, pid and index."""
+    threads: list[threading.Thread] = []
+    for index in range(process.concurrency):
+        worker = process.worker_for(f"{socket.gethostname()}:{os.getpid()}:{index + 1}")
+        thread = threading.Thread(
+            target=worker_loop,
+            args=(worker, process.poll_ms, process.shutdown, process.log),
+            name=f"worker-{index + 1}",
+        )
+        thread.start()
+        threads.append(thread)
+    return threads
+
+
+def join(threads: Sequence[threading.Thread]) -> None:
+    """Wait for the loops' in-flight ticks, at most `GRACE_SECONDS` in all."""
+    deadline = time.monotonic() + GRACE_SECONDS
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m coordinator_core.shell.process worker --runtime-config FILE [--poll-ms N]`."""
+    return run_command(build_parser(), {"worker": run_worker}, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

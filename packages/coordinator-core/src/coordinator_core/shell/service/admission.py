@@ -1,0 +1,95 @@
+"""Admission (06 §5.1, 07 §6.1): a new run's first state from `engine.advance`, sealed and
+handed to the store's one admission transaction, which also runs the live-binding check."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from coordinator_core.engine import Admitted as AdmittedEvent
+from coordinator_core.engine import advance
+from coordinator_core.shell.service.context import ServiceContext
+from coordinator_core.shell.service.model import Admission, Admitted, ServiceRefusal
+from coordinator_core.store import Admission as StoreAdmission
+from coordinator_core.store import to_epoch_ms
+from coordinator_core.worker_state import row_of, seal_value, sealed_snapshot
+
+__all__ = ["admit", "store_admission"]
+
+
+def store_admission(
+    context: ServiceContext,
+    *,
+    run_input: Any,
+    owner: str,
+    start_identity: str,
+    input_digest: str,
+    origin: str,
+    trigger: str | None,
+    expected_revision: str | None,
+    input_problem: Exception | None,
+    now: datetime,
+) -> StoreAdmission:
+    """The store's admission of a run of the served definition (API or event origin)."""
+    snapshot = context.package.snapshot
+    definition = context.definition
+    sealer = context.sealer
+    run_id = uuid.uuid4()
+    keys = context.keys_for(start_identity)
+    admitted = advance(
+        definition, None, AdmittedEvent.of(run_input, context.policy), to_epoch_ms(now), keys
+    )
+    first = admitted.state.current
+    return StoreAdmission(
+        run_id=run_id,
+        start_identity=start_identity,
+        input_digest=input_digest,
+        owner=owner,
+        origin="event" if origin == "event" else "api",
+        trigger=trigger,
+        workflow_id=definition.workflow_id,
+        workflow_version=str(snapshot.workflow["project"]["version"]),
+        revision=definition.revision,
+        definition_digest=definition.definition_digest,
+        binding_digest=context.binding,
+        snapshot=sealed_snapshot(sealer, snapshot, run_id),
+        input=seal_value(sealer, run_input, run_id, "input"),
+        policy=context.policy.to_json(),
+        deadline_seconds=definition.deadline_seconds,
+        first_step=row_of(sealer, run_id, first, None, None, now),
+        bindings_ok=context.bindings.all_match,
+        expected_revision=expected_revision,
+        input_problem=input_problem,
+    )
+
+
+def admit(context: ServiceContext, admission: Admission) -> Admitted:
+    """06 §5.1 steps 8–10: identity, one admission transaction, the new or replayed run."""
+    caller = admission.caller
+    key, database_id = context.key, context.database_id
+    owner = context.owner_of(caller)
+    start = key.start_identity(database_id, owner, admission.workflow, admission.idempotency_key)
+    digest = key.input_digest_api(start, admission.revision, admission.input)
+    problem = (
+        None
+        if context.definition.input_valid(admission.input)
+        else ServiceRefusal("coordinator.definition.input")
+    )
+    now = context.now()
+    prepared = store_admission(
+        context,
+        run_input=admission.input,
+        owner=owner,
+        start_identity=start,
+        input_digest=digest,
+        origin="api",
+        trigger=None,
+        expected_revision=admission.revision,
+        input_problem=problem,
+        now=now,
+    )
+    result = context.store.admit(prepared, now)
+    snapshot = context.store.get_run_snapshot(result.run.run_id)
+    assert snapshot is not None
+    return Admitted(context.status(snapshot), result.created)

@@ -1,0 +1,82 @@
+"""The one live-binding check (05 §10): a definition's binding digest under the current
+runtime file, compared with the digest a run recorded at admission.
+
+The service start, readiness, every admission transaction, retry-same, reconcile, the
+inspection's recovery summary and the worker's pre-dispatch check (07 §7.4 step 4) all ask this
+object. A definition the process does not serve is restored from the sealed snapshot of a run
+pinned to it, through the process's `DefinitionCache` (the one way to open a snapshot).
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from typing import Final
+
+from coordinator_core.definition.snapshot import Snapshot
+from coordinator_core.deployment import Deployment, DeploymentRefused, binding_digest
+from coordinator_core.engine import DefinitionError
+from coordinator_core.errors import CoordinatorError
+from coordinator_core.store import RunRow, Store
+from coordinator_core.worker_state import DefinitionCache
+
+__all__ = ["UNBOUND", "LiveBindings"]
+
+UNBOUND: Final = "unbound"
+"""The digest of a workflow using a connection the runtime file no longer binds, or of a
+definition that cannot be restored: never equal to a recorded digest."""
+
+
+class LiveBindings:
+    """Binding digests by definition digest, computed once per process (the runtime file is
+    loaded once, so a digest cannot change while the process runs)."""
+
+    def __init__(self, deployment: Deployment, definitions: DefinitionCache, store: Store) -> None:
+        self._deployment = deployment
+        self._definitions = definitions
+        self._store = store
+        self._digests: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def of(self, snapshot: Snapshot) -> str:
+        """05 §10 for `snapshot` under the current runtime file; `UNBOUND` when a connection it
+        uses is no longer bound."""
+        digest = snapshot.definition_digest
+        with self._lock:
+            known = self._digests.get(digest)
+        if known is not None:
+            return known
+        try:
+            computed = binding_digest(self._deployment, snapshot.workflow)
+        except DeploymentRefused:
+            computed = UNBOUND
+        with self._lock:
+            self._digests[digest] = computed
+        return computed
+
+    def matches(self, run: RunRow, snapshot: Snapshot) -> bool:
+        """The run's recorded binding digest is the one its snapshot gets now."""
+        return self.of(snapshot) == run.binding_digest
+
+    def all_match(self, pairs: frozenset[tuple[str, str]]) -> bool:
+        """Every (definition digest, recorded binding digest) pair still matches; a definition
+        that cannot be found or restored counts as a conflict."""
+        return all(self._of_digest(definition) == recorded for definition, recorded in pairs)
+
+    def unsettled_match(self, now: datetime) -> bool:
+        """The check over every unsettled run of the store (raises the store's refusals)."""
+        return self.all_match(self._store.unsettled_bindings(now))
+
+    def _of_digest(self, definition_digest: str) -> str:
+        found = self._definitions.known(definition_digest)
+        if found is not None:
+            return self.of(found[0])
+        stored = self._store.definition_snapshot(definition_digest)
+        run = None if stored is None else self._store.get_run(stored[0])
+        if run is None:
+            return UNBOUND
+        try:
+            snapshot, _ = self._definitions.restore(run)
+        except (CoordinatorError, DefinitionError, ValueError):
+            return UNBOUND
+        return self.of(snapshot)

@@ -1,0 +1,140 @@
+"""The operator side (06 §7, §10): readiness, doctor, the restore and admission holds, and
+retention (07 §12–§13)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from datetime import datetime
+from typing import Final
+
+from coordinator_core.audit import ZERO_HASH
+from coordinator_core.engine import EngineInvariantError, RestoreHold
+from coordinator_core.errors import CoordinatorError
+from coordinator_core.shell.service.context import Decide, ServiceContext
+from coordinator_core.shell.service.model import (
+    RUN_STATUSES,
+    Doctor,
+    DoctorState,
+    HoldState,
+    ServiceRefusal,
+)
+from coordinator_core.store import HoldState as StoreHoldState
+from coordinator_core.store import RunSnapshot, RunWrite
+from coordinator_core.worker_state import state_of, write_of
+
+__all__ = [
+    "READY_CACHE_SECONDS",
+    "Readiness",
+    "doctor",
+    "release_admission_hold",
+    "release_restore_hold",
+    "restore_hold",
+    "retain",
+]
+
+READY_CACHE_SECONDS: Final = 30.0
+
+
+class Readiness:
+    """06 §10 readiness except recovery-only mode (which the API knows): the store verifies,
+    no hold is set, the journal can append and the live-binding check passes (its result is
+    kept for `READY_CACHE_SECONDS`)."""
+
+    def __init__(self, context: ServiceContext) -> None:
+        self._context = context
+        self._until = 0.0
+        self._bindings = False
+        self._lock = threading.Lock()
+
+    def __call__(self) -> bool:
+        context = self._context
+        try:
+            control = context.store.verify()
+        except CoordinatorError:
+            return False
+        if control.restore_hold or control.admissions_hold:
+            return False
+        if context.audit is not None and not context.audit.ready:
+            return False
+        with self._lock:
+            if time.monotonic() >= self._until:
+                try:
+                    self._bindings = context.bindings.unsettled_match(context.now())
+                except CoordinatorError:
+                    self._bindings = False
+                self._until = time.monotonic() + READY_CACHE_SECONDS
+            return self._bindings
+
+
+def doctor(context: ServiceContext) -> Doctor:
+    """06 §7.1 from one store read transaction and the process's journal."""
+    summary = context.store.summary(context.now())
+    audit = context.audit
+    state = DoctorState(
+        database_id=summary.database_id,
+        store="postgresql" if summary.store == "postgresql" else "sqlite",
+        schema_version=summary.schema_version,
+        active_package_digest=summary.active_package_digest or "",
+        active_revision=summary.active_revision or "",
+        restore_hold=summary.restore_hold,
+        admissions_hold=summary.admissions_hold,
+        audit_ready=audit.ready if audit is not None else True,
+        restore_review=summary.restore_review,
+        statuses={status: int(summary.statuses.get(status, 0)) for status in RUN_STATUSES},
+        unknown_effects=summary.unknown_effects,
+        waits=summary.waits,
+        oldest_due_at=summary.oldest_due_at,
+        terminal_payloads=summary.terminal_payloads,
+        oldest_terminal_payload_at=summary.oldest_terminal_payload_at,
+        audit_head=audit.head if audit is not None else ZERO_HASH,
+    )
+    ready = summary.active_package_digest == context.package.package_digest
+    return Doctor(activation_ready=ready, state=state)
+
+
+def _hold(state: StoreHoldState) -> HoldState:
+    return HoldState(state.restore_hold, state.admissions_hold, state.restore_review)
+
+
+def _review(context: ServiceContext, now: datetime) -> Decide:
+    inner = context.decide(now, lambda _s, _p: RestoreHold())
+
+    def review(snapshot: RunSnapshot) -> RunWrite | None:
+        try:
+            return inner(snapshot)
+        except (ServiceRefusal, EngineInvariantError):
+            # Without a definition the run is still held for review (07 §12 step 3).
+            previous = state_of(context.sealer, snapshot)
+            held = replace(previous, restore_review=True)
+            return write_of(context.sealer, snapshot, previous, held, now)
+
+    return review
+
+
+def restore_hold(context: ServiceContext) -> HoldState:
+    """06 §7.2 / 07 §12 step 3; idempotent."""
+    now = context.now()
+    return _hold(context.store.set_restore_hold(now, _review(context, now)))
+
+
+def release_restore_hold(context: ServiceContext, reason: str) -> HoldState:
+    """06 §7.3; idempotent."""
+    evidence = context.secrets.audit_references.restore_evidence(reason)
+    return _hold(context.store.release_restore_hold(evidence))
+
+
+def release_admission_hold(context: ServiceContext, reason: str) -> HoldState:
+    """06 §7.4, after the API checked both attestations."""
+    evidence = context.secrets.audit_references.admission_recovery(reason)
+    return _hold(
+        context.store.release_admission_hold(
+            evidence, admission_history_complete=True, prior_deployment_fenced=True
+        )
+    )
+
+
+def retain(context: ServiceContext, before: datetime, limit: int) -> int:
+    """06 §7.5 / 07 §13: erase up to `limit` eligible payloads; the number erased."""
+    return context.store.erase_settled_before(before, limit, context.now())

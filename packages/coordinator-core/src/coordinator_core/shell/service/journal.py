@@ -1,0 +1,166 @@
+"""The audit journal around every service action (06 §4, 07 §11): the entries' raw values,
+the `AuditJournal` protocol, and `WriterJournal` over the process's `AuditWriter`.
+
+`WriterJournal` turns the raw values of `AuditRequest`/`AuditResponse` into the keyed
+references of 07 §11 (`actorRef` from the owner commitment of `(iss, sub)`, `runRef`,
+`reasonRef`, `sourceRef`, `eventRef`, `connectionRef`, `requestRef`) and appends them.
+Appending writes and fsyncs, so it runs in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+from uuid import UUID
+
+from coordinator_core.audit import (
+    AuditEntry,
+    AuditReferences,
+    AuditWriter,
+    api_request,
+    event_request,
+    new_correlation,
+    response,
+    review_completion_request,
+)
+from coordinator_core.errors import CoordinatorError, catalogue
+from coordinator_core.sealing import AdmissionKey
+from coordinator_core.shell.service.model import INTERNAL_ERROR, Caller
+
+__all__ = [
+    "AuditAction",
+    "AuditJournal",
+    "AuditOutcome",
+    "AuditRequest",
+    "AuditResponse",
+    "AuditUnavailable",
+    "WriterJournal",
+]
+
+
+AuditAction = Literal[
+    "admit",
+    "workflow-read",
+    "list",
+    "status",
+    "inspect",
+    "cancel",
+    "retry-same",
+    "reconcile",
+    "doctor",
+    "restore-hold",
+    "release-restore-hold",
+    "release-admission-hold",
+    "retention",
+    "event-admit",
+    "review-completion",
+]
+AuditOutcome = Literal["accepted", "refused", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRequest:
+    """The raw values of a request entry; the journal turns them into keyed references.
+
+    API actions: `caller` (always; → actorRef from the owner commitment of `(iss, sub)`),
+    `run_id` (→ runRef) and `reason` (→ reasonRef) when the request has them.
+    `event-admit`: `source` (event source name → sourceRef) and `event_id` (ce-id → eventRef),
+    always. `review-completion`: `connection` (→ connectionRef) and `request_id`
+    (→ requestRef), always.
+    """
+
+    action: AuditAction
+    caller: Caller | None = None
+    run_id: UUID | None = None
+    reason: str | None = None
+    source: str | None = None
+    event_id: str | None = None
+    connection: str | None = None
+    request_id: UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditResponse:
+    action: AuditAction
+    outcome: AuditOutcome
+    code: str | None = None
+    run_id: UUID | None = None  # events: the admitted run
+
+
+class AuditUnavailable(Exception):
+    """The journal could not append (07 §11: the writer then refuses every later append)."""
+
+
+@runtime_checkable
+class AuditJournal(Protocol):
+    """Request and response entries around every `/v1` request (06 §4, 07 §11)."""
+
+    async def request(self, entry: AuditRequest) -> str:
+        """Append a request entry and return its correlation id; raise AuditUnavailable."""
+        ...
+
+    async def response(self, correlation: str, entry: AuditResponse) -> None:
+        """Append the response entry paired with `correlation`; raise AuditUnavailable."""
+        ...
+
+
+class WriterJournal:
+    """`AuditJournal` backed by an `AuditWriter`."""
+
+    def __init__(
+        self,
+        writer: AuditWriter,
+        references: AuditReferences,
+        admission_key: AdmissionKey,
+        database_id: str,
+    ) -> None:
+        self._writer = writer
+        self._references = references
+        self._admission_key = admission_key
+        self._database_id = database_id
+
+    @property
+    def ready(self) -> bool:
+        return self._writer.ready
+
+    def _request_entry(self, correlation: str, entry: AuditRequest) -> AuditEntry:
+        refs = self._references
+        if entry.action == "event-admit":
+            assert entry.source is not None and entry.event_id is not None
+            return event_request(correlation, refs.source(entry.source), refs.event(entry.event_id))
+        if entry.action == "review-completion":
+            assert entry.connection is not None and entry.request_id is not None
+            return review_completion_request(
+                correlation, refs.connection(entry.connection), refs.request(str(entry.request_id))
+            )
+        assert entry.caller is not None
+        owner = self._admission_key.owner_api(
+            self._database_id, entry.caller.issuer, entry.caller.subject
+        )
+        return api_request(
+            correlation,
+            entry.action,
+            refs.actor(owner),
+            run_ref=refs.run(str(entry.run_id)) if entry.run_id is not None else None,
+            reason_ref=refs.reason(entry.reason) if entry.reason is not None else None,
+        )
+
+    def _append(self, entry: AuditEntry) -> None:
+        try:
+            self._writer.append(entry)
+        except CoordinatorError as error:
+            raise AuditUnavailable from error
+
+    async def request(self, entry: AuditRequest) -> str:
+        correlation = new_correlation()
+        await asyncio.to_thread(self._append, self._request_entry(correlation, entry))
+        return correlation
+
+    async def response(self, correlation: str, entry: AuditResponse) -> None:
+        code = entry.code
+        if code is not None and code not in catalogue():
+            code = INTERNAL_ERROR
+        run_ref = self._references.run(str(entry.run_id)) if entry.run_id is not None else None
+        record = response(correlation, entry.action, entry.outcome, code=code, run_ref=run_ref)
+        await asyncio.to_thread(self._append, record)

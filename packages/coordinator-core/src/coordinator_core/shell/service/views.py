@@ -1,0 +1,182 @@
+"""The read side (06 §5.2–§5.4): a run's status, the keyset-paginated list with its signed
+cursor, and the inspection with its recovery summary."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import uuid
+from datetime import datetime
+from typing import cast
+
+from coordinator_core.engine import (
+    CallStep,
+    ReconcileRequested,
+    RetrySame,
+    WaitForStep,
+    reconcile_blocked_by,
+    retry_blocked_by,
+    to_canonical,
+)
+from coordinator_core.errors import CoordinatorError
+from coordinator_core.shell.service.context import ServiceContext
+from coordinator_core.shell.service.model import (
+    BlockReason,
+    Caller,
+    Recovery,
+    RunInspection,
+    RunPage,
+    RunQuery,
+    RunStatus,
+    ServiceRefusal,
+)
+from coordinator_core.shell.service.shapes import effects_of, step_status_of
+from coordinator_core.store import RunPosition, RunSnapshot, from_epoch_ms, to_epoch_ms
+from coordinator_core.worker_state import state_of
+
+__all__ = ["get_run", "inspect_run", "inspection", "list_runs"]
+
+
+def get_run(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
+    snapshot = context.visible_snapshot(caller, run_id)
+    return None if snapshot is None else context.status(snapshot)
+
+
+# -- the list and its cursor ----------------------------------------------------------------------
+
+
+def _cursor_mac(context: ServiceContext, payload: str, caller: Caller) -> str:
+    parts = [context.database_id, payload, context.owner_of(caller)]
+    return context.key.commitment("cursor", parts)[:32]
+
+
+def _encode_cursor(
+    context: ServiceContext, position: RunPosition, query: RunQuery, caller: Caller
+) -> str:
+    payload = to_canonical(
+        {
+            "v": 1,
+            "a": to_epoch_ms(position.admitted_at),
+            "r": str(position.run_id),
+            "s": query.status,
+            "w": query.workflow,
+        }
+    )
+    text = base64.urlsafe_b64encode(payload.encode()).rstrip(b"=").decode("ascii")
+    return f"{text}.{_cursor_mac(context, payload, caller)}"
+
+
+def _decode_cursor(
+    context: ServiceContext, cursor: str, query: RunQuery, caller: Caller
+) -> RunPosition:
+    """The position a cursor names; refused unless it verifies for this caller and query."""
+    invalid = ServiceRefusal("coordinator.request.cursor-invalid")
+    text, _, mac = cursor.partition(".")
+    try:
+        payload = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8")
+        data = json.loads(payload)
+    except (binascii.Error, ValueError):
+        raise invalid from None
+    if not hmac.compare_digest(mac, _cursor_mac(context, payload, caller)):
+        raise invalid
+    if not isinstance(data, dict) or data.get("v") != 1:
+        raise invalid
+    if data.get("s") != query.status or data.get("w") != query.workflow:
+        raise invalid
+    try:
+        return RunPosition(from_epoch_ms(int(data["a"])), uuid.UUID(str(data["r"])))
+    except (KeyError, TypeError, ValueError):
+        raise invalid from None
+
+
+def list_runs(context: ServiceContext, caller: Caller, query: RunQuery) -> RunPage:
+    """Runs visible to `caller`, newest first, keyset-paginated."""
+    after = None if query.cursor is None else _decode_cursor(context, query.cursor, query, caller)
+    store = context.store
+    page = store.list_runs(
+        owner=None if caller.operator else context.owner_of(caller),
+        workflows=caller.workflows,
+        status=query.status,
+        workflow=query.workflow,
+        after=after,
+        limit=query.limit,
+    )
+    statuses: list[RunStatus] = []
+    for run in page.runs:
+        snapshot = store.get_run_snapshot(run.run_id)
+        if snapshot is not None:
+            statuses.append(context.status(snapshot))
+    cursor = None if page.next is None else _encode_cursor(context, page.next, query, caller)
+    return RunPage(statuses, cursor)
+
+
+# -- the inspection -------------------------------------------------------------------------------
+
+
+def _recovery(context: ServiceContext, snapshot: RunSnapshot, now: datetime) -> Recovery:
+    run = snapshot.run
+    found = context.definition_of(run)
+    if found is None:
+        reason: BlockReason = (
+            "cancelled"
+            if run.status in ("cancelled", "cancelled-after-effect")
+            else "terminal"
+            if run.status in ("finished", "expired")
+            else "snapshot-incompatible"
+        )
+        return Recovery(False, reason, False, reason)
+    snap, definition = found
+    try:
+        state = state_of(context.sealer, snapshot)
+    except CoordinatorError:
+        return Recovery(False, "snapshot-incompatible", False, "snapshot-incompatible")
+    binding = context.bindings.matches(run, snap)
+    lease = context.lease_active(snapshot, now)
+    retry = retry_blocked_by(
+        definition,
+        state,
+        RetrySame(binding_unchanged=binding, payload_erased=run.payload_erased, lease_active=lease),
+        to_epoch_ms(now),
+    )
+    reconcile = reconcile_blocked_by(
+        definition,
+        state,
+        ReconcileRequested(
+            binding_unchanged=binding, payload_erased=run.payload_erased, lease_active=lease
+        ),
+    )
+    spec = definition.steps.get(run.current_step)
+    operation = spec.alias.operation if isinstance(spec, CallStep) else None
+    return Recovery(
+        retry_allowed=retry is None,
+        retry_blocked_by=cast(BlockReason | None, retry),
+        reconcile_allowed=reconcile is None,
+        reconcile_blocked_by=cast(BlockReason | None, reconcile),
+        operation=operation,
+    )
+
+
+def inspection(context: ServiceContext, snapshot: RunSnapshot) -> RunInspection:
+    """06 §11.2 of one locked or read snapshot."""
+    found = context.definition_of(snapshot.run)
+    waits: dict[str, tuple[str, str]] = {}
+    if found is not None:
+        snap, definition = found
+        raw_steps = snap.workflow.get("steps") or {}
+        for step_id, spec in definition.steps.items():
+            if isinstance(spec, WaitForStep):
+                raw = raw_steps.get(step_id) or {}
+                waits[step_id] = (spec.call, str(raw.get("completion", "")))
+    return RunInspection(
+        run=context.status(snapshot),
+        steps=[step_status_of(row, waits) for row in snapshot.steps],
+        effects=effects_of(snapshot),
+        recovery=_recovery(context, snapshot, context.now()),
+    )
+
+
+def inspect_run(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> RunInspection | None:
+    snapshot = context.visible_snapshot(caller, run_id)
+    return None if snapshot is None else inspection(context, snapshot)
