@@ -142,7 +142,7 @@ def test_the_live_binding_check_restores_a_definition_it_does_not_hold_from_a_ru
     deployed = sqlite_deployed
     admitted = deployed.admit(run_input())
     digest = admitted.run.definition_digest
-    definitions = DefinitionCache(deployed.service.sealer)
+    definitions = DefinitionCache(deployed.service.sealer, deployed.store.definition_snapshot)
     bindings = LiveBindings(deployed.deployment, definitions, deployed.store)
     assert definitions.known(digest) is None
     assert bindings.unsettled_match(deployed.service.now())

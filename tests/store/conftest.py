@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from store_support import ACTIVATION, IDENTITY, Backend
 
-from coordinator_core.store import Store
+from coordinator_core.store import Store, supported_version
 
 
 def _location(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
@@ -82,13 +82,14 @@ def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         shutil.copy2(request.getfixturevalue("_sqlite_template"), path)
         return Backend("sqlite", f"sqlite:///{path}", None, path)
     shared: Backend = request.getfixturevalue("_postgres_store")
-    shared.execute("TRUNCATE steps, runs, activations")
+    shared.execute("TRUNCATE steps, runs, activations, definitions, live_bindings")
     shared.execute(
-        "UPDATE control SET database_id = %s, schema_version = 1, restore_hold = false,"
+        "UPDATE control SET database_id = %s, schema_version = %s, restore_hold = false,"
         " admissions_hold = false, restore_evidence_ref = NULL, admission_recovery_ref = NULL,"
         " active_package_digest = NULL, active_revision = NULL, admission_key_commitment = %s,"
         " state_key_commitments = %s::jsonb",
         IDENTITY.database_id,
+        supported_version(),
         IDENTITY.admission_key_commitment,
         json.dumps({str(v): m for v, m in IDENTITY.state_key_commitments.items()}),
     )

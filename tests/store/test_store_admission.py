@@ -37,7 +37,9 @@ def test_admission_inserts_the_run_and_its_due_start_record(store: Store) -> Non
     run = snapshot.run
     assert (run.status, run.cancel_mode, run.current_step) == ("running", "none", "start")
     assert (run.admitted_at, run.deadline_at) == (T0, T0 + 3600 * SECOND)
-    assert (run.snapshot, run.input) == (b"sealed-snapshot", b"sealed-input")
+    # the snapshot is stored once for its definition digest, not in the run (schema v2)
+    assert (run.snapshot, run.input) == (None, b"sealed-input")
+    assert store.definition_snapshot(run.definition_digest) == (run.run_id, b"sealed-snapshot")
     assert (run.definition_digest, run.binding_digest, run.revision) == (
         DEFINITION,
         BINDING,
@@ -98,7 +100,9 @@ def test_input_problem_and_live_binding_conflict_are_refused_after_the_replay_ch
     assert (
         _refusal(store, "k3", bindings_ok=conflict) == "coordinator.command.live-binding-conflict"
     )
-    assert seen == [frozenset({(DEFINITION, BINDING)})]
+    # the pairs recorded at admission, then (as they conflict) the exact pairs of the runs
+    # that are not settled, before refusing
+    assert seen == [frozenset({(DEFINITION, BINDING)})] * 2
     assert not store.admit(admission("k2", bindings_ok=conflict), T0).created  # replay first
 
 

@@ -49,11 +49,13 @@ def test_migrate_creates_the_store_and_a_second_run_applies_nothing(backend: Bac
     assert (first.from_version, first.to_version) == (0, supported_version())
     assert (second.from_version, second.to_version) == (supported_version(), supported_version())
     state = inspect_deployment(backend.url, namespace=backend.namespace)
-    assert state.exists and state.applied == (1,) and state.pending == () and state.checksums_match
+    versions = tuple(range(1, supported_version() + 1))
+    assert state.exists and state.applied == versions and state.pending == ()
+    assert state.checksums_match
     assert state.control is not None and state.control.database_id == IDENTITY.database_id
     assert state.control.restore_hold is False and state.control.admissions_hold is False
     assert state.active is None  # migrate never activates a package
-    assert [row[0] for row in backend.execute("SELECT version FROM migrations")] == [1]
+    assert [row[0] for row in backend.execute("SELECT version FROM migrations")] == list(versions)
 
 
 def test_the_migration_creates_exactly_the_declared_schema(backend: Backend) -> None:
@@ -94,7 +96,8 @@ def test_the_schema_vocabulary_is_the_engine_vocabulary() -> None:
 
 def test_inspecting_an_absent_store_creates_nothing(backend: Backend) -> None:
     state = inspect_deployment(backend.url, namespace=backend.namespace)
-    assert not state.exists and state.applied == () and state.pending == (1,)
+    assert not state.exists and state.applied == ()
+    assert state.pending == tuple(range(1, supported_version() + 1))
     if backend.path is not None:
         assert not backend.path.exists()
 
@@ -195,9 +198,10 @@ def test_the_service_refuses_another_database_id_or_key(backend: Backend) -> Non
     "tamper",
     [
         "UPDATE migrations SET checksum = 'sha256:0'",
-        "INSERT INTO migrations (version, applied_at, checksum) SELECT 2, applied_at, checksum FROM migrations",
+        "INSERT INTO migrations (version, applied_at, checksum)"
+        f" SELECT {supported_version() + 1}, applied_at, checksum FROM migrations WHERE version = 1",
         "DELETE FROM migrations",
-        "UPDATE control SET schema_version = 2",
+        f"UPDATE control SET schema_version = {supported_version() + 1}",
     ],
     ids=["checksum", "newer", "missing", "control-version"],
 )

@@ -33,6 +33,7 @@ from coordinator_core.store import (
     StepRow,
     Store,
     StoreInvariantError,
+    supported_version,
     to_epoch_ms,
 )
 
@@ -343,13 +344,20 @@ def test_retention_respects_the_before_instant(store: Store) -> None:
     assert store.erase_settled_before(T0 + 11 * SECOND, 10, T0 + 60 * SECOND) == 1
 
 
-def test_erased_snapshots_are_no_longer_offered_for_binding_checks(store: Store) -> None:
+def test_a_definition_snapshot_is_stored_once_and_outlives_the_erasure_of_runs(
+    store: Store,
+) -> None:
+    """Schema v2: the sealed snapshot is stored once per definition digest, in the scope of
+    the run that first stored it; later runs carry none. It is the definition, not a run's
+    payload, so erasing the runs' payloads (07 §13) leaves it."""
     run = admit(store, "k1")
+    later = admit(store, "k2", snapshot=None)
+    assert later.snapshot is None
     assert store.definition_snapshot(DEFINITION) == (run.run_id, b"sealed-snapshot")
     assert store.definition_snapshot("sha256:" + "0" * 64) is None
     _finish(store, run.run_id)
     store.erase_settled_before(T0 + SECOND, 10, T0 + SECOND)
-    assert store.definition_snapshot(DEFINITION) is None
+    assert store.definition_snapshot(DEFINITION) == (run.run_id, b"sealed-snapshot")
 
 
 # -- the settled rule: store SQL == engine ------------------------------------------------------
@@ -456,4 +464,4 @@ def test_summary_counts_what_doctor_reports(store: Store) -> None:
     assert (summary.waits, summary.unknown_effects, summary.terminal_payloads) == (1, 0, 1)
     assert summary.oldest_due_at == T0 + 5 * SECOND
     assert summary.oldest_terminal_payload_at == T0
-    assert (summary.store, summary.schema_version) == (store.kind, 1)
+    assert (summary.store, summary.schema_version) == (store.kind, supported_version())

@@ -422,10 +422,14 @@ def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceL
 
 
 def start_workers(process: Started) -> list[threading.Thread]:
-    """`process.concurrency` worker loops, one thread each, named after host, pid and index."""
+    """`process.concurrency` worker loops, one thread each, named after host, pid and index,
+    sharing one wake-up; on PostgreSQL the store's listener rings it when another process
+    admits or re-arms a run (07 §7.7 item 4)."""
     threads: list[threading.Thread] = []
     for index in range(process.concurrency):
         worker = process.worker_for(f"{socket.gethostname()}:{os.getpid()}:{index + 1}")
+        if index == 0:
+            process.store.listen(worker.wakeup.ring, process.shutdown.stop)
         thread = threading.Thread(
             target=worker_loop,
             args=(worker, process.poll_ms, process.shutdown, process.log),

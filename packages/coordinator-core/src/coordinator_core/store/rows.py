@@ -401,11 +401,13 @@ class Admission:
 @dataclass(frozen=True, slots=True)
 class AdmissionResult:
     """The admitted run; `created` is False for a replay (same start identity and input).
-    `steps` are the records the admission inserted (its start record; none for a replay)."""
+    `steps` are the records the admission inserted (its start record; none for a replay) and
+    `control` the control row it read, so a new run's status needs no read back."""
 
     run: RunRow
     created: bool
     steps: tuple[StepRow, ...] = ()
+    control: ControlRow | None = None
 
 
 @dataclass(frozen=True, slots=True)

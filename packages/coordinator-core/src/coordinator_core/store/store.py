@@ -15,7 +15,9 @@ threads; the async API layer calls the store from a thread pool.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
@@ -32,6 +34,7 @@ from sqlalchemy import (
     not_,
     or_,
     select,
+    text,
     true,
     tuple_,
     update,
@@ -106,6 +109,8 @@ LEASE_SECONDS: Final = 15
 """07 §16: attempt budget (10 s) + 5 s."""
 
 _ATTEMPTS: Final = 4
+_LISTEN_TIMEOUT: Final = 1.0
+_LISTEN_RETRY_SECONDS: Final = 2.0
 _BACKOFF_SECONDS: Final = (0.01, 0.05, 0.2)
 
 _RUN_FIELDS: Final = tuple(field.name for field in fields(RunRow))
@@ -412,7 +417,7 @@ class Store:
                 )
             else:
                 record = replace(
-                    record,
+                    written,
                     lease_token=None,
                     lease_owner=None,
                     lease_expires_at=None,
@@ -445,6 +450,57 @@ class Store:
         if write is None:
             return snapshot
         return self._apply_txn(conn, snapshot, write, now).snapshot
+
+    # -- wake-ups across processes (07 §7.7 item 4) --------------------------------------------
+
+    @property
+    def wake_channel(self) -> str | None:
+        """The PostgreSQL notification channel of this store (named by its namespace), or None
+        on SQLite, where one process holds the store."""
+        namespace = self._location.namespace
+        if self._location.kind != "postgresql" or namespace is None:
+            return None
+        return "coordinator_due_" + hashlib.sha256(namespace.encode()).hexdigest()[:24]
+
+    def _notify_txn(self, conn: Connection) -> None:
+        """`NOTIFY` the store's channel; delivered when (and only if) the transaction commits."""
+        channel = self.wake_channel
+        if channel is not None:
+            conn.execute(_NOTIFY, {"channel": channel})
+
+    def listen(self, ring: Callable[[], None], stop: threading.Event) -> threading.Thread | None:
+        """PostgreSQL: a daemon thread that `LISTEN`s on the store's channel on a connection of
+        its own and calls `ring` for every notification (another process admitted or re-armed
+        a run), reconnecting after a failure; it ends soon after `stop` is set. None on SQLite.
+        Polling stays the fallback for what nobody announces (waits falling due, leases
+        lapsing)."""
+        channel = self.wake_channel
+        if channel is None:
+            return None
+        thread = threading.Thread(
+            target=self._listen_loop, args=(channel, ring, stop), name="store-listen", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _listen_loop(self, channel: str, ring: Callable[[], None], stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                pooled = self._engine.raw_connection()
+                pooled.detach()  # this connection is the listener's own from now on
+                driver: Any = pooled.driver_connection
+                try:
+                    driver.rollback()
+                    driver.autocommit = True
+                    driver.execute(f'LISTEN "{channel}"')
+                    ring()  # whatever was announced before the LISTEN is looked for now
+                    while not stop.is_set():
+                        for _ in driver.notifies(timeout=_LISTEN_TIMEOUT):
+                            ring()
+                finally:
+                    pooled.close()
+            except Exception:  # the store went away: try again shortly (polling covers it)
+                stop.wait(_LISTEN_RETRY_SECONDS)
 
     # -- deployment check and reads -------------------------------------------------------------
 
@@ -769,7 +825,8 @@ class Store:
             conn.execute(insert(RUNS), asdict(run))
             step = replace(first, lease_token=None, lease_owner=None, lease_expires_at=None)
             conn.execute(insert(STEPS), asdict(step))
-            return AdmissionResult(run, created=True, steps=(step,))
+            self._notify_txn(conn)
+            return AdmissionResult(run, created=True, steps=(step,), control=control)
 
         try:
             return self._transact(work)
@@ -993,6 +1050,7 @@ class Store:
                 return snapshot
             if not write.run.cancel_requested or write.run.cancel_mode == "none":
                 raise StoreInvariantError("A cancel must record cancelRequested.")
+            self._notify_txn(conn)
             return self._apply_txn(conn, snapshot, write, moment).snapshot
 
         return self._transact(work)
@@ -1018,7 +1076,10 @@ class Store:
             snapshot = self._lock_run_txn(conn, control, run_id)
             if snapshot is None:
                 return None
-            return self._decide_txn(conn, snapshot, decide, moment)
+            after = self._decide_txn(conn, snapshot, decide, moment)
+            if after is not snapshot:
+                self._notify_txn(conn)
+            return after
 
         return self._transact(work)
 
@@ -1062,6 +1123,8 @@ class Store:
                     .values(due_at=target, updated_at=moment)
                 )
                 moved += 1
+            if moved:
+                self._notify_txn(conn)
             return moved
 
         return self._transact(work)
@@ -1114,6 +1177,7 @@ class Store:
             conn.execute(
                 update(CONTROL).values(restore_hold=False, restore_evidence_ref=evidence_ref)
             )
+            self._notify_txn(conn)
             return self._hold_state_txn(conn)
 
         return self._transact(work)
@@ -1221,6 +1285,7 @@ _RUN_FRESH: Final = (
 cancel, a restore review): every fence reads them fresh; the rest of the run is the claim's."""
 
 _CONTROL: Final = select(CONTROL)
+_NOTIFY: Final = text("SELECT pg_notify(:channel, '')")
 _CONTROL_SHARE: Final = select(CONTROL.c.id).with_for_update(read=True)
 _CONTROL_SHARED: Final = select(CONTROL).with_for_update(read=True)
 _RUN_BY_START: Final = select(RUNS).where(RUNS.c.start_identity == bindparam("start_identity"))
@@ -1378,10 +1443,18 @@ def _claim_of(record: StepRow, snapshot: RunSnapshot) -> Claim:
 
 
 def _unsettled_txn(conn: Connection, now: datetime) -> frozenset[tuple[str, str]]:
-    rows = conn.execute(
-        select(RUNS.c.definition_digest, RUNS.c.binding_digest).where(not_(settled(now))).distinct()
+    """The (definition digest, binding digest) pairs some run not settled at `now` still has:
+    the recorded pairs (a handful), each kept when one such run exists (an index probe)."""
+    pairs = select(LIVE_BINDINGS.c.definition_digest, LIVE_BINDINGS.c.binding_digest).where(
+        select(RUNS.c.run_id)
+        .where(
+            RUNS.c.definition_digest == LIVE_BINDINGS.c.definition_digest,
+            RUNS.c.binding_digest == LIVE_BINDINGS.c.binding_digest,
+            not_(settled(now)),
+        )
+        .exists()
     )
-    return frozenset((str(row[0]), str(row[1])) for row in rows)
+    return frozenset((str(row[0]), str(row[1])) for row in conn.execute(pairs))
 
 
 def _check_write(

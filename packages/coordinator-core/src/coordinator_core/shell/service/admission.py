@@ -12,7 +12,7 @@ from coordinator_core.engine import advance
 from coordinator_core.shell.service.context import ServiceContext
 from coordinator_core.shell.service.model import Admission, Admitted, ServiceRefusal
 from coordinator_core.store import Admission as StoreAdmission
-from coordinator_core.store import to_epoch_ms
+from coordinator_core.store import RunSnapshot, to_epoch_ms
 from coordinator_core.worker_state import row_of, seal_value, sealed_snapshot
 
 __all__ = ["admit", "store_admission"]
@@ -53,7 +53,11 @@ def store_admission(
         revision=definition.revision,
         definition_digest=definition.definition_digest,
         binding_digest=context.binding,
-        snapshot=sealed_snapshot(sealer, snapshot, run_id),
+        snapshot=(
+            None
+            if definition.definition_digest in context.stored_definitions
+            else sealed_snapshot(sealer, snapshot, run_id)
+        ),
         input=seal_value(sealer, run_input, run_id, "input"),
         policy=context.policy.to_json(),
         deadline_seconds=definition.deadline_seconds,
@@ -90,6 +94,12 @@ def admit(context: ServiceContext, admission: Admission) -> Admitted:
         now=now,
     )
     result = context.store.admit(prepared, now)
-    snapshot = context.store.get_run_snapshot(result.run.run_id)
-    assert snapshot is not None
+    if result.created:  # its definition's snapshot is stored (inserted or already there)
+        context.stored_definitions.add(prepared.definition_digest)
+    if result.created and result.control is not None:  # the run as inserted: no read back
+        snapshot = RunSnapshot(result.control, result.run, result.steps)
+    else:
+        found = context.store.get_run_snapshot(result.run.run_id)
+        assert found is not None
+        snapshot = found
     return Admitted(context.status(snapshot), result.created)

@@ -3,8 +3,8 @@ runtime file, compared with the digest a run recorded at admission.
 
 The service start, readiness, every admission transaction, retry-same, reconcile, the
 inspection's recovery summary and the worker's pre-dispatch check (07 §7.4 step 4) all ask this
-object. A definition the process does not serve is restored from the sealed snapshot of a run
-pinned to it, through the process's `DefinitionCache` (the one way to open a snapshot).
+object. A definition the process does not serve is restored from the sealed snapshot stored
+for its digest, through the process's `DefinitionCache` (the one way to open a snapshot).
 """
 
 from __future__ import annotations
@@ -68,15 +68,8 @@ class LiveBindings:
         return self.all_match(self._store.unsettled_bindings(now))
 
     def _of_digest(self, definition_digest: str) -> str:
-        found = self._definitions.known(definition_digest)
-        if found is not None:
-            return self.of(found[0])
-        stored = self._store.definition_snapshot(definition_digest)
-        run = None if stored is None else self._store.get_run(stored[0])
-        if run is None:
-            return UNBOUND
         try:
-            snapshot, _ = self._definitions.restore(run)
+            snapshot, _ = self._definitions.restore_digest(definition_digest)
         except (CoordinatorError, DefinitionError, ValueError):
             return UNBOUND
         return self.of(snapshot)

@@ -68,7 +68,10 @@ class ServiceContext:
         self.database_id = settings.database_id
         self.key = secrets.admission_key
         self.sealer = Sealer(secrets.state_keys, self.database_id)
-        self.definitions = DefinitionCache(self.sealer)
+        self.definitions = DefinitionCache(self.sealer, store.definition_snapshot)
+        self.stored_definitions: set[str] = set()
+        """Definition digests whose sealed snapshot this process saw committed (07 §7.7:
+        stored once per digest; later admissions send none)."""
         self.definition = Definition.from_snapshot(package.snapshot)
         self.definitions.add(package.snapshot, self.definition)
         self.adapters = adapters or Adapters(bound_connections(deployment, secrets))

@@ -77,6 +77,8 @@ def admit_event(context: ServiceContext, delivery: EventDelivery) -> EventAdmitt
         if error.code in _HOLD_CODES:
             raise ServiceRefusal(_HELD) from None
         raise
+    if result.created:  # its definition's snapshot is stored (inserted or already there)
+        context.stored_definitions.add(prepared.definition_digest)
     return EventAdmitted(result.run.run_id, result.created)
 
 
