@@ -22,13 +22,18 @@ a dependency of the workspace) and a JSON configuration file that it derives fro
 
 `start` chooses how a run is started, and so the peer's concurrency:
 
-* `queue` (the default of the benchmark): admission enqueues the workflow on a DBOS queue with
-  `worker_concurrency` = our `deployment.worker.concurrency` (4) and the same poll interval as
-  our worker (`pollMilliseconds`, 20 ms). This is the shape of our service (admission commits
-  a run, a bounded set of worker loops carries it), so the figures compare like with like;
-  DBOS queues poll and have no wake-up, which the concurrency-1 latency shows.
-* `direct`: `DBOS.start_workflow_async` in the handler, DBOS's usual HTTP pattern; the
-  workflow runs at once on the server's event loop, unbounded (every admitted run in flight).
+* `direct` (the benchmark's default): `DBOS.start_workflow_async` in the handler, DBOS's own
+  pattern for starting durable work from a request. The workflow status row is written before
+  the answer, and the workflow runs at once as a task of the server's event loop: nothing
+  polls, and as many runs are in flight as were admitted and have not finished (one at
+  concurrency 1; at concurrency 8 every admitted run). Our service, too, starts a run's work
+  at once (an admission wakes an idle worker loop) but carries at most
+  `deployment.worker.concurrency` runs per process.
+* `queue`: admission enqueues the workflow on a DBOS queue with `worker_concurrency`
+  (`queueConcurrency`, by default our `deployment.worker.concurrency`, 4) and our worker's
+  poll interval (`pollMilliseconds`, 20 ms): the shape of a bounded set of worker loops, but
+  DBOS queues have no wake-up, so every run waits for the next poll and idle polls cost
+  transactions.
 
 `GET /health` answers 200 once DBOS is launched. SIGTERM stops uvicorn, then DBOS.
 """
