@@ -384,7 +384,15 @@ class Counters:
     next_xid: int
     wal_sync: int
     transactions: int
-    other_transactions: int
+    other_transactions: dict[str, int]
+
+    def others_since(self, before: Counters) -> int:
+        """Transactions of the other databases in between (those that existed throughout)."""
+        return sum(
+            max(0, count - before.other_transactions[name])
+            for name, count in self.other_transactions.items()
+            if name in before.other_transactions
+        )
 
 
 def read_counters(admin_url: str, database: str) -> Counters:
@@ -394,13 +402,18 @@ def read_counters(admin_url: str, database: str) -> Counters:
             "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,"
             " (SELECT wal_sync FROM pg_stat_wal),"
             " (SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database"
-            "   WHERE datname = %s),"
-            " (SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database"
-            "   WHERE datname IS NOT NULL AND datname <> %s AND datname <> current_database())",
-            (database, database),
+            "   WHERE datname = %s)",
+            (database,),
         ).fetchone()
+        others = admin.execute(
+            "SELECT datname, xact_commit + xact_rollback FROM pg_stat_database"
+            " WHERE datname IS NOT NULL AND datname <> %s AND datname <> current_database()",
+            (database,),
+        ).fetchall()
     assert row is not None
-    return Counters(int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+    return Counters(
+        int(row[0]), int(row[1]), int(row[2]), {str(name): int(n) for name, n in others}
+    )
 
 
 def wait_sessions_gone(admin_url: str, database: str) -> None:
@@ -856,7 +869,7 @@ class Bench:
             write_transactions=after.next_xid - before.next_xid,
             wal_flushes=after.wal_sync - before.wal_sync,
             transactions=after.transactions - before.transactions - poller.statements,
-            other_transactions=after.other_transactions - before.other_transactions,
+            other_transactions=after.others_since(before),
             admission_latencies=admissions,
         )
 
@@ -885,7 +898,7 @@ class Bench:
             write_transactions=after.next_xid - before.next_xid,
             wal_flushes=after.wal_sync - before.wal_sync,
             transactions=after.transactions - before.transactions,
-            other_transactions=after.other_transactions - before.other_transactions,
+            other_transactions=after.others_since(before),
         )
 
 
