@@ -1140,7 +1140,8 @@ def plain_lines(rows: Sequence[Row], runs: int) -> list[str]:
                 name = key + "_per_run"
             if math.isnan(value):  # no such figure for this configuration
                 continue
-            lines.append(f"{prefix}.{name} {value:.4g}")
+            shown = f"{value:.1f}" if abs(value) >= 10 else f"{value:.4g}"
+            lines.append(f"{prefix}.{name} {shown}")
     by_key = {(row.configuration, row.concurrency): row.figures for row in rows}
     main = by_key.get((MAIN, 8)) or next(
         (by_key[(name, 8)] for name in OURS if (name, 8) in by_key), None
