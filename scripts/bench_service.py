@@ -1239,6 +1239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BenchError as error:
         print(f"bench_service: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("bench_service: interrupted; processes stopped, databases dropped", file=sys.stderr)
+        return 130
     rows = summarise(results)
     print(
         f"# {arguments.runs} runs per window, {arguments.rounds} rounds, medians over the "
