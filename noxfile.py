@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import nox
@@ -98,13 +99,43 @@ def demo(session: nox.Session) -> None:
     session.run("python", "scripts/demo.py", *session.posargs)
 
 
+def peer_python(session: nox.Session) -> str:
+    """The Python of the service benchmark's peer (DBOS Transact, pinned), in a virtual
+    environment of its own beside the session's: never the workspace's environment."""
+    location = Path(session.virtualenv.location).parent / "bench_peer"
+    python = location / "bin" / "python"
+    if not python.exists():
+        session.run(
+            "uv", "venv", "--quiet", "--python", sys.executable, str(location), external=True
+        )
+    session.run(
+        "uv", "pip", "install", "--quiet", "--python", str(python),
+        "-r", str(ROOT / "scripts" / "bench_peer" / "requirements.txt"),
+        external=True,
+    )  # fmt: skip
+    return str(python)
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks that print ratios against a baseline measured in the same run.
 
-    `nox -s bench -- functions`, `-- check` or `-- sealing`; no argument runs all.
+    `nox -s bench -- functions`, `-- check`, `-- sealing` or `-- service`; no argument runs the
+    first three (`service`, our service beside DBOS Transact and PostgreSQL's commit rate, takes
+    minutes). Arguments after a `service` target go to its script:
+    `nox -s bench -- service --runs 40 --rounds 1`.
     """
     install_workspace(session)
     targets = session.posargs or ["functions", "check", "sealing"]
+    if "service" in targets:
+        index = targets.index("service")
+        targets, service_arguments = targets[:index], targets[index + 1 :]
+        for target in targets:
+            session.run("python", f"scripts/bench_{target}.py")
+        python = peer_python(session)
+        session.run(
+            "python", "scripts/bench_service.py", "--peer-python", python, *service_arguments
+        )
+        return
     for target in targets:
         session.run("python", f"scripts/bench_{target}.py")

@@ -1,23 +1,51 @@
-"""Benchmark: whole runs through `coordinator serve` on PostgreSQL, next to PostgreSQL's own bound.
+"""Benchmark: whole runs through `coordinator serve` on PostgreSQL, side by side with a peer.
 
 Writes a small project into a temporary directory (read a BReg record → choose on a field →
 send a Messaging notice → finish; the other case finishes at once), packages it, migrates and
-applies it on a fresh PostgreSQL database, starts the sandbox products and `coordinator serve`
-(plus `--workers` `coordinator worker` processes), admits `--runs` runs over HTTP at
-`--concurrency` and waits until every run is `finished`. In the same run it measures the raw
-single-row INSERT+COMMIT rate of one psycopg connection on the same server: the physical bound.
+applies it on a fresh PostgreSQL database and starts the sandbox products. Then, in one time
+window and in alternating rounds, it measures these configurations:
 
-Prints plain `name value` lines. Loopback only; every process started is stopped and the
-database dropped whatever happens. PostgreSQL is the server named by
-`COORDINATOR_TEST_POSTGRES_URL` (default `postgresql://root@127.0.0.1:5432/root`).
+* `serve`: `coordinator serve` alone (its own worker loops);
+* `serve+worker`: `coordinator serve` plus one `coordinator worker` process;
+* `dbos`: the peer, DBOS Transact (`scripts/bench_peer/dbos_app.py`, in its own virtual
+  environment given by `--peer-python`), doing the same job on its own system database;
+* `bound`: single-row INSERT+COMMIT on one connection and on eight, the physical bound.
 
-Run: `nox -s bench -- service` or `python scripts/bench_service.py [--runs N]`.
+Each service configuration is measured at concurrency 1 (admit a run, wait until the store
+shows it finished, admit the next) and 8 (eight admissions in flight, back to back). Every
+window starts the configuration's processes afresh and stops them at its end, so that
+PostgreSQL's statistics of their sessions are flushed (a session reports its counters at
+most once a second while busy and within 10 s when idle, and always when it exits): the
+PostgreSQL counters of a window span process start to process exit, the CPU figures span the
+admissions. Per window it records:
+
+* finished runs/s; p50/p99 of admission → finished (from the start of the admission request
+  to the moment the client's poll of the run's status — our `runs` table, DBOS's
+  `workflow_status` — sees it finished);
+* CPU ms per finished run of every process (`/proc/<pid>/stat` utime+stime), of the client
+  (this process) and of the PostgreSQL server (all its processes, server-wide);
+* write transactions per finished run (the advance of the next transaction id,
+  `pg_snapshot_xmax(pg_current_snapshot())`, which only transactions that write consume;
+  server-wide), WAL flushes per finished run (`pg_stat_wal.wal_sync`, server-wide) and
+  transactions in all per run (`xact_commit + xact_rollback` of the configuration's database,
+  less the client's own status polls).
+
+Each printed figure is the median over the rounds; the ratios ours/peer and ours/bound are
+taken within each round, then their median. Prints an aligned table and plain `name value`
+lines. Loopback only, bounded in time; every process started is stopped and every database
+dropped whatever happens. PostgreSQL is the server named by `COORDINATOR_TEST_POSTGRES_URL`
+(default `postgresql://root@127.0.0.1:5432/root`).
+
+Run: `nox -s bench -- service` (which builds the peer's environment), or
+`python scripts/bench_service.py --peer-python PATH [--runs N] [--rounds R]
+[--configurations serve,dbos,…]`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import secrets
 import signal
@@ -31,22 +59,39 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
+import yaml
 
 from coordinator_sandbox.launch import endpoints_in
 
 PYTHON = sys.executable
+HERE = Path(__file__).resolve().parent
+PEER_APP = HERE / "bench_peer" / "dbos_app.py"
+DEFAULT_PEER_PYTHON = HERE.parent / ".nox" / "bench_peer" / "bin" / "python"
 ADMIN_URL_VARIABLE = "COORDINATOR_TEST_POSTGRES_URL"
 DEFAULT_ADMIN_URL = "postgresql://root@127.0.0.1:5432/root"
 WORKFLOW = "bench-service"
-READY_TIMEOUT = 30.0
+READY_TIMEOUT = 60.0
 COMMIT_ROWS = 2000
+CONCURRENCIES = (1, 8)
+CONFIGURATIONS = ("serve", "serve+worker", "dbos", "bound")
+OURS = ("serve", "serve+worker")
+MAIN = "serve+worker"
 SETTLED = {"finished", "failed", "attention", "expired", "cancelled"}
+DBOS_SETTLED = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
+ONE_POLL_SECONDS = 0.002  # the client's status poll of the one run in flight (concurrency 1)
+MANY_POLL_SECONDS = 0.005  # the client's status poll of every run in flight (concurrency 8)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+# One TLS context for every client of this script: httpx builds one per client otherwise (it
+# loads the CA bundle each time), which would be counted as client CPU of the windows.
+TLS = httpx.create_ssl_context(trust_env=False)
 T = TypeVar("T")
 
 WORKFLOW_YAML = """\
@@ -219,18 +264,23 @@ def wait_for(predicate: Callable[[], T | None], timeout: float, what: str, inter
 
 
 class Processes:
-    """Every process this script started; `stop_all` ends them (TERM, then KILL)."""
+    """Every process this script started; `stop` ends some, `stop_all` the rest (TERM, then
+    KILL)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.started: list[subprocess.Popen[bytes]] = []
 
     def start(
-        self, name: str, arguments: Sequence[str], env: Mapping[str, str] | None = None
+        self,
+        name: str,
+        arguments: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        python: str = PYTHON,
     ) -> subprocess.Popen[bytes]:
         with (self.directory / f"{name}.log").open("ab") as log:
             process = subprocess.Popen(
-                [PYTHON, *arguments],
+                [python, *arguments],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -244,17 +294,21 @@ class Processes:
         path = self.directory / f"{name}.log"
         return path.read_text(errors="replace")[-tail:] if path.exists() else ""
 
-    def stop_all(self) -> None:
-        for process in reversed(self.started):
+    def stop(self, processes: Sequence[subprocess.Popen[bytes]]) -> None:
+        for process in reversed(processes):
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for process in reversed(self.started):
+        deadline = time.monotonic() + 20
+        for process in reversed(processes):
             try:
                 process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(5)
+        self.started = [process for process in self.started if process not in processes]
+
+    def stop_all(self) -> None:
+        self.stop(list(self.started))
 
 
 def run_tool(arguments: Sequence[str], env: Mapping[str, str] | None = None) -> str:
@@ -279,27 +333,302 @@ def ctl(env: Mapping[str, str], *arguments: str) -> dict[str, Any]:
     return report
 
 
+def percentile(samples: Sequence[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
+    return ordered[index]
+
+
+# -- counters: CPU from /proc, PostgreSQL's own ------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process (all its threads), in seconds; 0 once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU of the whole PostgreSQL server: every `postgres` process, plus what the postmaster
+    reaped from sessions that ended (cutime + cstime). Server-wide: other users count too."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if text[text.index("(") + 1 : text.rindex(")")] != "postgres":
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])
+        parent = Path(f"/proc/{fields[1]}/stat")
+        try:
+            parent_text = parent.read_text()
+        except OSError:
+            continue
+        if parent_text[parent_text.index("(") + 1 : parent_text.rindex(")")] != "postgres":
+            total += int(fields[13]) + int(fields[14])  # the postmaster: its reaped children
+    return total / CLK_TCK
+
+
+@dataclass(frozen=True)
+class Counters:
+    """PostgreSQL's counters at one moment."""
+
+    next_xid: int
+    wal_sync: int
+    transactions: int
+    other_transactions: dict[str, int]
+
+    def others_since(self, before: Counters) -> int:
+        """Transactions of the other databases in between (those that existed throughout)."""
+        return sum(
+            max(0, count - before.other_transactions[name])
+            for name, count in self.other_transactions.items()
+            if name in before.other_transactions
+        )
+
+
+def read_counters(admin_url: str, database: str) -> Counters:
+    """Read from the admin database, so that reading adds nothing to `database`."""
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
+        row = admin.execute(
+            "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,"
+            " (SELECT wal_sync FROM pg_stat_wal),"
+            " (SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database"
+            "   WHERE datname = %s)",
+            (database,),
+        ).fetchone()
+        others = admin.execute(
+            "SELECT datname, xact_commit + xact_rollback FROM pg_stat_database"
+            " WHERE datname IS NOT NULL AND datname <> %s AND datname <> current_database()",
+            (database,),
+        ).fetchall()
+    assert row is not None
+    return Counters(
+        int(row[0]), int(row[1]), int(row[2]), {str(name): int(n) for name, n in others}
+    )
+
+
+def wait_sessions_gone(admin_url: str, database: str) -> None:
+    """Wait until no session is left on `database` (each flushes its statistics on exit)."""
+    query = "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
+    with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
+
+        def gone() -> bool:
+            row = admin.execute(query, (database,)).fetchone()
+            return row is not None and int(row[0]) == 0
+
+        wait_for(gone, 20, f"the sessions on {database} to end", 0.05)
+
+
+# -- one measured window ---------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    """One window: one configuration at one concurrency."""
+
+    runs: int
+    elapsed: float
+    latencies: list[float]
+    cpu: dict[str, float]
+    write_transactions: int = 0
+    wal_flushes: int = 0
+    transactions: int = 0
+    other_transactions: int = 0
+    admission_latencies: list[float] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.runs / self.elapsed
+
+    def per_run(self, value: float) -> float:
+        return value / self.runs
+
+
+class Poller:
+    """The client's view of run status: one connection, its statements counted (so that they
+    can be taken out of the database's transaction count)."""
+
+    def __init__(self, url: str, one: str, many: str, finished: str, settled: set[str]) -> None:
+        self.connection = psycopg.connect(url, autocommit=True)
+        self.one, self.many = one, many
+        self.finished, self.settled = finished, sorted(settled)
+        self.statements = 0
+
+    def status(self, run_id: str) -> str | None:
+        self.statements += 1
+        row = self.connection.execute(self.one, (run_id,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def settled_among(self, run_ids: Sequence[str]) -> list[tuple[str, str]]:
+        self.statements += 1
+        rows = self.connection.execute(self.many, (list(run_ids), self.settled)).fetchall()
+        return [(str(run_id), str(status)) for run_id, status in rows]
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def ours_poller(url: str, namespace: str) -> Poller:
+    table = f'"{namespace}".runs'
+    return Poller(
+        url,
+        f"SELECT status FROM {table} WHERE run_id = %s",
+        f"SELECT run_id, status FROM {table} WHERE run_id = ANY(%s) AND status = ANY(%s)",
+        "finished",
+        SETTLED,
+    )
+
+
+def dbos_poller(url: str) -> Poller:
+    table = "dbos.workflow_status"
+    return Poller(
+        url,
+        f"SELECT status FROM {table} WHERE workflow_uuid = %s",
+        f"SELECT workflow_uuid, status FROM {table}"
+        " WHERE workflow_uuid = ANY(%s) AND status = ANY(%s)",
+        "SUCCESS",
+        DBOS_SETTLED,
+    )
+
+
+def admission(client: httpx.Client, revision: str, application: str) -> str:
+    body = {"workflow": WORKFLOW, "revision": revision, "input": {"applicationId": application}}
+    answer = client.post("/v1/runs", json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
+    if answer.status_code != 201:
+        raise BenchError(f"admission answered {answer.status_code}: {answer.text[:500]}")
+    run_id: str = answer.json()["runId"]
+    return run_id
+
+
+def one_at_a_time(
+    origin: str, token: str, revision: str, applications: Sequence[str], poller: Poller
+) -> tuple[float, list[float], list[float]]:
+    """Admit a run, wait until the store shows it finished, then the next: the latency of a
+    lone run from admission to finished (what a poll interval adds shows up here)."""
+    latencies: list[float] = []
+    admissions: list[float] = []
+    headers = {"Authorization": "Bearer " + token}
+    with httpx.Client(base_url=origin, headers=headers, timeout=30, verify=TLS) as client:
+        began_all = time.perf_counter()
+        for application in applications:
+            began = time.perf_counter()
+            run_id = admission(client, revision, application)
+            admissions.append(time.perf_counter() - began)
+            deadline = time.monotonic() + 30
+            while (status := poller.status(run_id)) not in poller.settled:
+                if time.monotonic() > deadline:
+                    raise BenchError(f"a run did not finish within 30 s (status {status})")
+                time.sleep(ONE_POLL_SECONDS)
+            if status != poller.finished:
+                raise BenchError(f"a run settled as {status}")
+            latencies.append(time.perf_counter() - began)
+        return time.perf_counter() - began_all, latencies, admissions
+
+
+def many_at_once(
+    origin: str,
+    token: str,
+    revision: str,
+    applications: Sequence[str],
+    poller: Poller,
+    concurrency: int,
+    timeout: float,
+) -> tuple[float, list[float], list[float]]:
+    """`concurrency` admissions in flight, back to back, while one thread polls the status of
+    every admitted run; each run's latency ends when the poll first sees it finished."""
+    local = threading.local()
+    headers = {"Authorization": "Bearer " + token}
+    lock = threading.Lock()
+    began: dict[str, float] = {}
+    latencies: dict[str, float] = {}
+    admissions: list[float] = []
+    clients: list[httpx.Client] = []
+
+    def admit(application: str) -> None:
+        client: httpx.Client | None = getattr(local, "client", None)
+        if client is None:
+            client = httpx.Client(base_url=origin, headers=headers, timeout=30, verify=TLS)
+            local.client = client
+            with lock:
+                clients.append(client)
+        start = time.perf_counter()
+        run_id = admission(client, revision, application)
+        with lock:
+            if run_id in began:
+                raise BenchError("two admissions answered the same run")
+            began[run_id] = start
+            admissions.append(time.perf_counter() - start)
+
+    started = time.perf_counter()
+    deadline = time.monotonic() + timeout
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = [pool.submit(admit, application) for application in applications]
+        while len(latencies) < len(applications):
+            failed = [future for future in futures if future.done() and future.exception()]
+            if failed:
+                raise failed[0].exception()  # type: ignore[misc]
+            with lock:
+                outstanding = [run_id for run_id in began if run_id not in latencies]
+            if outstanding:
+                for run_id, status in poller.settled_among(outstanding):
+                    if status != poller.finished:
+                        raise BenchError(f"a run settled as {status}")
+                    latencies[run_id] = time.perf_counter() - began[run_id]
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"timed out after {timeout:.0f} s; {len(latencies)} of "
+                    f"{len(applications)} runs finished"
+                )
+            time.sleep(MANY_POLL_SECONDS)
+    finished = max(began[run_id] + latency for run_id, latency in latencies.items())
+    for client in clients:
+        client.close()
+    return finished - started, list(latencies.values()), admissions
+
+
 # -- the physical bound ---------------------------------------------------------------------
 
 
-def postgres_commits_per_second(url: str, rows: int) -> float:
-    """Single-row INSERT then COMMIT, `rows` times, on one connection."""
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute("CREATE TABLE bench_commit (id bigint PRIMARY KEY, body text)")
-    with psycopg.connect(url) as connection:
-        began = time.perf_counter()
-        for index in range(rows):
+def postgres_commits(url: str, rows: int, connections: int) -> float:
+    """Single-row INSERT then COMMIT into `bench_commit`, `rows` in all over `connections`
+    connections at once; the elapsed seconds."""
+    share = rows // connections
+    opened = [psycopg.connect(url) for _ in range(connections)]
+    barrier = threading.Barrier(connections + 1)
+
+    def insert(index: int) -> None:
+        connection = opened[index]
+        barrier.wait()
+        for row in range(index * share, (index + 1) * share):
             connection.execute(
-                "INSERT INTO bench_commit (id, body) VALUES (%s, %s)", (index, "x" * 64)
+                "INSERT INTO bench_commit (id, body) VALUES (%s, %s)", (row, "x" * 64)
             )
             connection.commit()
-        elapsed = time.perf_counter() - began
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute("DROP TABLE bench_commit")
-    return rows / elapsed
+
+    try:
+        with ThreadPoolExecutor(max_workers=connections) as pool:
+            futures = [pool.submit(insert, index) for index in range(connections)]
+            barrier.wait()
+            began = time.perf_counter()
+            for future in futures:
+                future.result()
+            elapsed = time.perf_counter() - began
+    finally:
+        for connection in opened:
+            connection.close()
+    return elapsed
 
 
-# -- the service ----------------------------------------------------------------------------
+# -- the service and its peer -------------------------------------------------------------------
 
 
 def write_project(root: Path, env: Mapping[str, str]) -> None:
@@ -374,8 +703,54 @@ def write_runtime(
     return revision
 
 
+def write_peer_config(
+    path: Path,
+    runtime: Path,
+    endpoints: Mapping[str, str],
+    *,
+    port: int,
+    url: str,
+    start: str,
+    concurrency: int,
+    poll_ms: int,
+) -> None:
+    """The peer's configuration, from the runtime file our service runs with: the same
+    connections, client ids, keys, scopes and resources, the same caller policy."""
+    document = yaml.safe_load(runtime.read_text())
+    root = Path(document["secretProviders"]["file"]["root"])
+    deployment = document["deployment"]["authentication"]
+    connections = {}
+    for name, connection in document["connections"].items():
+        authorization = connection["authorization"]
+        connections[name] = {
+            "baseUrl": connection["baseUrl"],
+            "profile": connection.get("profile"),
+            "tokenEndpoint": authorization["tokenEndpoint"],
+            "clientId": authorization["clientId"],
+            "signingKeyFile": str(root / authorization["signingKeyRef"].partition("/")[2]),
+            "resource": authorization["resource"],
+            "scopes": authorization["scopes"],
+        }
+    policy = deployment["policies"][0]
+    config = {
+        "port": port,
+        "systemDatabaseUrl": url,
+        "issuer": deployment["issuer"],
+        "jwksUri": endpoints["jwksUri"],
+        "audience": deployment["audience"],
+        "allowedClients": deployment["allowedClients"],
+        "requiredScopes": policy["requiredScopes"],
+        "workflow": WORKFLOW,
+        "start": start,
+        "queueConcurrency": concurrency,
+        "pollMilliseconds": poll_ms,
+        "connections": connections,
+    }
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
 def seed(endpoints: Mapping[str, str], applications: Sequence[str]) -> None:
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=10, verify=TLS) as client:
         for application in applications:
             client.put(
                 f"{endpoints['breg']}/sandbox/records/applications/{application}",
@@ -389,257 +764,498 @@ def seed(endpoints: Mapping[str, str], applications: Sequence[str]) -> None:
             ).raise_for_status()
 
 
-def admit_all(
-    origin: str, token: str, revision: str, applications: Sequence[str], concurrency: int
-) -> tuple[float, list[float], list[str]]:
-    """Admit one run per application; the start moment, each latency (s) and the run ids."""
-    local = threading.local()
-    headers = {"Authorization": "Bearer " + token}
+@dataclass
+class Bench:
+    """Everything the windows share: the server, the project, the sandbox, the caller."""
 
-    def admit(application: str) -> tuple[float, str]:
-        client: httpx.Client | None = getattr(local, "client", None)
-        if client is None:
-            client = httpx.Client(base_url=origin, headers=headers, timeout=30)
-            local.client = client
-        body = {"workflow": WORKFLOW, "revision": revision, "input": {"applicationId": application}}
-        began = time.perf_counter()
-        answer = client.post("/v1/runs", json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
-        latency = time.perf_counter() - began
-        if answer.status_code != 201:
-            raise BenchError(f"admission answered {answer.status_code}: {answer.text[:500]}")
-        run_id: str = answer.json()["runId"]
-        return latency, run_id
+    arguments: argparse.Namespace
+    admin_url: str
+    processes: Processes
+    url: str = ""
+    database: str = ""
+    peer_url: str = ""
+    peer_database: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    runtime: str = ""
+    revision: str = ""
+    namespace: str = ""
+    origin: str = ""
+    peer_origin: str = ""
+    peer_config: Path = Path()
+    token: str = ""
+    sandbox_pid: int = 0
+    applications: list[str] = field(default_factory=list)
 
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        started = time.perf_counter()
-        answers = list(pool.map(admit, applications))
-    return started, [latency for latency, _ in answers], [run_id for _, run_id in answers]
-
-
-def wait_finished(url: str, namespace: str, count: int, timeout: float) -> float:
-    """Poll the runs table until `count` runs are settled; the moment it was seen, or fail."""
-    deadline = time.monotonic() + timeout
-    query = f'SELECT status, count(*) FROM "{namespace}".runs GROUP BY status'
-    with psycopg.connect(url, autocommit=True) as connection:
-        while True:
-            counts = {str(status): int(n) for status, n in connection.execute(query).fetchall()}
-            seen = time.perf_counter()
-            if sum(n for status, n in counts.items() if status in SETTLED) >= count:
-                if counts.get("finished", 0) != count:
-                    raise BenchError(f"runs settled other than finished: {counts}")
-                return seen
-            if time.monotonic() > deadline:
-                raise BenchError(f"timed out after {timeout:.0f} s; runs by status: {counts}")
-            time.sleep(0.02)
-
-
-def one_at_a_time(
-    origin: str,
-    token: str,
-    revision: str,
-    applications: Sequence[str],
-    url: str,
-    namespace: str,
-) -> dict[str, float]:
-    """Admit a run, wait until the store shows it finished, then the next: the latency of a
-    lone run from admission to `finished` (what a poll interval adds shows up here)."""
-    query = f'SELECT status FROM "{namespace}".runs WHERE run_id = %s'
-    latencies: list[float] = []
-    headers = {"Authorization": "Bearer " + token}
-    with (
-        httpx.Client(base_url=origin, headers=headers, timeout=30) as client,
-        psycopg.connect(url, autocommit=True) as connection,
-    ):
-        for application in applications:
-            body = {
-                "workflow": WORKFLOW,
-                "revision": revision,
-                "input": {"applicationId": application},
-            }
-            began = time.perf_counter()
-            answer = client.post(
-                "/v1/runs", json=body, headers={"Idempotency-Key": uuid.uuid4().hex}
+    def start_configuration(self, configuration: str) -> dict[str, subprocess.Popen[bytes]]:
+        """Start the processes of one configuration and wait until it answers."""
+        started: dict[str, subprocess.Popen[bytes]] = {}
+        if configuration == "dbos":
+            started["peer"] = self.processes.start(
+                "peer",
+                [str(PEER_APP), "--config", str(self.peer_config)],
+                python=self.arguments.peer_python,
             )
-            if answer.status_code != 201:
-                raise BenchError(f"admission answered {answer.status_code}: {answer.text[:500]}")
-            run_id = answer.json()["runId"]
-            deadline = time.monotonic() + 30
-            while True:
-                row = connection.execute(query, (run_id,)).fetchone()
-                if row is not None and row[0] in SETTLED:
-                    if row[0] != "finished":
-                        raise BenchError(f"a run settled as {row[0]}")
-                    break
-                if time.monotonic() > deadline:
-                    raise BenchError("a run did not finish within 30 s")
-                time.sleep(0.002)
-            latencies.append(time.perf_counter() - began)
-    total = sum(latencies)
-    return {
-        "runs_per_second": len(latencies) / total,
-        "p50": statistics.median(latencies),
-        "p99": percentile(latencies, 0.99),
-    }
+            origin = self.peer_origin
+        else:
+            started["serve"] = self.processes.start(
+                "serve",
+                ["-m", "coordinator_api.serve", "serve", "--runtime-config", self.runtime],
+                env=self.env,
+            )
+            if configuration == "serve+worker":
+                started["worker"] = self.processes.start(
+                    "worker",
+                    ["-m", "coordinator_api.serve", "worker", "--runtime-config", self.runtime],
+                    env=self.env,
+                )
+            origin = self.origin
+
+        def healthy() -> bool:
+            for name, process in started.items():
+                if process.poll() is not None:
+                    raise BenchError(f"{name} exited: " + self.processes.log(name))
+            try:
+                answer = httpx.get(origin + "/health", timeout=1, verify=TLS)
+                return answer.status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(healthy, READY_TIMEOUT, f"{configuration} to answer /health", 0.05)
+        return started
+
+    def window(self, configuration: str, concurrency: int, applications: Sequence[str]) -> Sample:
+        """One measured window of a service configuration, processes started and stopped."""
+        peer = configuration == "dbos"
+        database = self.peer_database if peer else self.database
+        before = read_counters(self.admin_url, database)
+        started = self.start_configuration(configuration)
+        poller = dbos_poller(self.peer_url) if peer else ours_poller(self.url, self.namespace)
+        pids = {name: process.pid for name, process in started.items()}
+        pids["sandbox"] = self.sandbox_pid
+        try:
+            cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            client_before, postgres_before = time.process_time(), postgres_cpu_seconds()
+            origin = self.peer_origin if peer else self.origin
+            if concurrency == 1:
+                elapsed, latencies, admissions = one_at_a_time(
+                    origin, self.token, self.revision, applications, poller
+                )
+            else:
+                elapsed, latencies, admissions = many_at_once(
+                    origin,
+                    self.token,
+                    self.revision,
+                    applications,
+                    poller,
+                    concurrency,
+                    self.arguments.timeout,
+                )
+            cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+            cpu["client"] = time.process_time() - client_before
+            cpu["postgres"] = postgres_cpu_seconds() - postgres_before
+        finally:
+            poller.close()
+            self.processes.stop(list(started.values()))
+        for name, process in started.items():
+            if process.returncode not in (0, -signal.SIGTERM):
+                raise BenchError(f"{name} exited {process.returncode}: {self.processes.log(name)}")
+        wait_sessions_gone(self.admin_url, database)
+        after = read_counters(self.admin_url, database)
+        return Sample(
+            runs=len(latencies),
+            elapsed=elapsed,
+            latencies=latencies,
+            cpu=cpu,
+            write_transactions=after.next_xid - before.next_xid,
+            wal_flushes=after.wal_sync - before.wal_sync,
+            transactions=after.transactions - before.transactions - poller.statements,
+            other_transactions=after.others_since(before),
+            admission_latencies=admissions,
+        )
+
+    def bound(self, connections: int) -> Sample:
+        """The raw commit rate on `connections` connections, with the same counters."""
+        with psycopg.connect(self.url, autocommit=True) as connection:
+            connection.execute("CREATE TABLE bench_commit (id bigint PRIMARY KEY, body text)")
+        wait_sessions_gone(self.admin_url, self.database)
+        before = read_counters(self.admin_url, self.database)
+        client_before, postgres_before = time.process_time(), postgres_cpu_seconds()
+        elapsed = postgres_commits(self.url, COMMIT_ROWS, connections)
+        cpu = {
+            "client": time.process_time() - client_before,
+            "postgres": postgres_cpu_seconds() - postgres_before,
+        }
+        wait_sessions_gone(self.admin_url, self.database)
+        after = read_counters(self.admin_url, self.database)
+        with psycopg.connect(self.url, autocommit=True) as connection:
+            connection.execute("DROP TABLE bench_commit")
+        rows = COMMIT_ROWS // connections * connections
+        return Sample(
+            runs=rows,
+            elapsed=elapsed,
+            latencies=[],
+            cpu=cpu,
+            write_transactions=after.next_xid - before.next_xid,
+            wal_flushes=after.wal_sync - before.wal_sync,
+            transactions=after.transactions - before.transactions,
+            other_transactions=after.others_since(before),
+        )
 
 
-def percentile(samples: Sequence[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
-    return ordered[index]
+# -- rounds ---------------------------------------------------------------------------------
 
 
-def bench(admin_url: str, arguments: argparse.Namespace) -> dict[str, float]:
-    name = f"coordinator_bench_{secrets.token_hex(6)}"
-    role = f"coordinator_bench_rt_{secrets.token_hex(5)}"
+def prepare(bench: Bench, directory: Path, role: str) -> None:
+    """The project, the sandbox, the store, the seeded records, the caller's token."""
+    arguments = bench.arguments
+    env = dict(os.environ)
+    env["BENCH_RUNTIME_URL"] = with_database(bench.url, bench.database, user=role)
+    env["BENCH_MIGRATION_URL"] = bench.url
+    bench.env = env
+    root = directory / "project"
+    write_project(root, env)
+    port = free_port()
+    bench.origin = f"http://127.0.0.1:{port}"
+    state = root / ".coordinator" / "sandbox"
+    endpoints = start_sandbox(bench.processes, state, bench.origin)
+    bench.sandbox_pid = bench.processes.started[-1].pid
+    bench.namespace = f"coordinator_bench_{secrets.token_hex(4)}"
+    bench.revision = write_runtime(
+        root,
+        env,
+        endpoints,
+        namespace=bench.namespace,
+        role=role,
+        port=port,
+        concurrency=arguments.worker_concurrency,
+        poll_ms=arguments.poll_ms,
+    )
+    bench.runtime = str(root / "runtime.yaml")
+    ctl(env, "--runtime-config", bench.runtime, "migrate")
+    ctl(env, "--runtime-config", bench.runtime, "apply", "--reference", "BENCH-1")
+    bench.applications = [str(uuid.uuid4()) for _ in range(arguments.runs)]
+    seed(endpoints, bench.applications)  # every window reads the same records
+    bench.token = run_tool(
+        ["-m", "coordinator_sandbox", "caller-token", "--state-dir", str(state),
+         "--expires-in", "3600"]
+    ).strip()  # fmt: skip
+    if "dbos" in arguments.configurations:
+        peer_port = free_port()
+        bench.peer_origin = f"http://127.0.0.1:{peer_port}"
+        bench.peer_config = directory / "peer.json"
+        write_peer_config(
+            bench.peer_config,
+            Path(bench.runtime),
+            endpoints,
+            port=peer_port,
+            url=bench.peer_url,
+            start=arguments.peer_start,
+            concurrency=arguments.peer_concurrency or arguments.worker_concurrency,
+            poll_ms=arguments.poll_ms,
+        )
+
+
+Results = dict[str, dict[int, list[Sample]]]
+
+
+def run_rounds(bench: Bench) -> Results:
+    arguments = bench.arguments
+    selected = [name for name in CONFIGURATIONS if name in arguments.configurations]
+    # Not measured: DBOS creates its system tables at its first launch; both sides pay their
+    # first-use costs (imports from a cold cache, the sandbox's first tokens) here.
+    for configuration in selected:
+        if configuration in ("serve", "dbos"):
+            bench.window(configuration, 1, bench.applications[:5])
+    results: Results = {name: {} for name in selected}
+    began = time.monotonic()
+    for round_index in range(arguments.rounds):
+        for configuration in selected:
+            for concurrency in CONCURRENCIES:
+                if configuration == "bound":
+                    sample = bench.bound(concurrency)
+                else:
+                    sample = bench.window(configuration, concurrency, bench.applications)
+                results[configuration].setdefault(concurrency, []).append(sample)
+        print(
+            f"bench_service: round {round_index + 1}/{arguments.rounds} done after "
+            f"{time.monotonic() - began:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    return results
+
+
+def bench(admin_url: str, arguments: argparse.Namespace) -> Results:
+    tag = secrets.token_hex(5)
+    name, peer_name = f"coordinator_bench_{tag}", f"coordinator_bench_dbos_{tag}"
+    role = f"coordinator_bench_rt_{tag}"
+    created: list[str] = []
     try:
         with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
+            for database in (name, peer_name):
+                admin.execute(f'CREATE DATABASE "{database}"')
+                created.append(database)
+            admin.execute(f'CREATE ROLE "{role}" LOGIN')
     except psycopg.Error as error:
         raise BenchError(f"PostgreSQL is unavailable at {admin_url}: {error}") from error
-    url = with_database(admin_url, name)
-    figures: dict[str, float] = {}
     try:
-        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as admin:
-            admin.execute(f'CREATE ROLE "{role}" LOGIN')
         with tempfile.TemporaryDirectory(prefix="bench-service-") as scratch:
             directory = Path(scratch)
             processes = Processes(directory)
+            state = Bench(
+                arguments,
+                admin_url,
+                processes,
+                url=with_database(admin_url, name),
+                database=name,
+                peer_url=with_database(admin_url, peer_name),
+                peer_database=peer_name,
+            )
             try:
-                figures = run_service(directory, processes, url, role, arguments)
+                prepare(state, directory, role)
+                return run_rounds(state)
             except BenchError:
-                for log in ("serve", "worker-0", "sandbox"):
+                for log in ("serve", "worker", "peer", "sandbox"):
                     tail = processes.log(log, tail=1500)
                     if tail:
                         sys.stderr.write(f"--- {log} (tail) ---\n{tail}\n")
                 raise
             finally:
                 processes.stop_all()
-        figures["commits"] = postgres_commits_per_second(url, COMMIT_ROWS)
     finally:
         with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            for database in created:
+                admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
             admin.execute(f'DROP ROLE IF EXISTS "{role}"')
-    return figures
 
 
-def run_service(
-    directory: Path, processes: Processes, url: str, role: str, arguments: argparse.Namespace
-) -> dict[str, float]:
-    env = dict(os.environ)
-    env["BENCH_RUNTIME_URL"] = with_database(url, url.rpartition("/")[2], user=role)
-    env["BENCH_MIGRATION_URL"] = url
-    root = directory / "project"
-    write_project(root, env)
-    port = free_port()
-    origin = f"http://127.0.0.1:{port}"
-    state = root / ".coordinator" / "sandbox"
-    endpoints = start_sandbox(processes, state, origin)
-    namespace = f"coordinator_bench_{secrets.token_hex(4)}"
-    revision = write_runtime(
-        root,
-        env,
-        endpoints,
-        namespace=namespace,
-        role=role,
-        port=port,
-        concurrency=arguments.worker_concurrency,
-        poll_ms=arguments.poll_ms,
+# -- report ---------------------------------------------------------------------------------
+
+
+PROCESSES = ("serve", "worker", "peer", "sandbox", "client", "postgres")
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+@dataclass
+class Row:
+    configuration: str
+    concurrency: int
+    figures: dict[str, float]
+
+
+def summarise(results: Results) -> list[Row]:
+    """Medians over the rounds; ratios within each round, then their median."""
+    rows = []
+    for configuration, by_concurrency in results.items():
+        for concurrency, samples in sorted(by_concurrency.items()):
+            figures: dict[str, float] = {
+                "runs_per_second": median([s.rate for s in samples]),
+                "p50_ms": median([1000 * median(s.latencies) for s in samples if s.latencies]),
+                "p99_ms": median(
+                    [1000 * percentile(s.latencies, 0.99) for s in samples if s.latencies]
+                ),
+                "admission_p50_ms": median(
+                    [1000 * median(s.admission_latencies) for s in samples if s.latencies]
+                ),
+                "admission_p99_ms": median(
+                    [1000 * percentile(s.admission_latencies, 0.99) for s in samples if s.latencies]
+                ),
+                "write_transactions": median([s.per_run(s.write_transactions) for s in samples]),
+                "wal_flushes": median([s.per_run(s.wal_flushes) for s in samples]),
+                "transactions": median([s.per_run(s.transactions) for s in samples]),
+            }
+            for process in PROCESSES:
+                if all(process in s.cpu for s in samples):
+                    figures["cpu." + process] = median(
+                        [1000 * s.per_run(s.cpu[process]) for s in samples]
+                    )
+            for other, key in (("dbos", "ratio_to_peer"), ("bound", "ratio_to_bound")):
+                if configuration in OURS and concurrency in results.get(other, {}):
+                    theirs = results[other][concurrency]
+                    figures[key] = median(
+                        [s.rate / t.rate for s, t in zip(samples, theirs, strict=True)]
+                    )
+            rows.append(Row(configuration, concurrency, figures))
+    return rows
+
+
+COLUMNS = (
+    ("runs/s", "runs_per_second", "{:.1f}"),
+    ("p50 ms", "p50_ms", "{:.1f}"),
+    ("p99 ms", "p99_ms", "{:.1f}"),
+    ("serve", "cpu.serve", "{:.1f}"),
+    ("worker", "cpu.worker", "{:.1f}"),
+    ("peer", "cpu.peer", "{:.1f}"),
+    ("sandbox", "cpu.sandbox", "{:.1f}"),
+    ("client", "cpu.client", "{:.1f}"),
+    ("pg*", "cpu.postgres", "{:.1f}"),
+    ("wxact*", "write_transactions", "{:.2f}"),
+    ("walsync*", "wal_flushes", "{:.2f}"),
+    ("xact", "transactions", "{:.1f}"),
+    ("ours/peer", "ratio_to_peer", "{:.3f}"),
+    ("ours/bound", "ratio_to_bound", "{:.4f}"),
+)
+LABELS = {
+    "serve": "ours: serve",
+    "serve+worker": "ours: serve + 1 worker",
+    "dbos": "peer: DBOS 3.4.0",
+    "bound": "bound: INSERT+COMMIT",
+}
+
+
+def table(rows: Sequence[Row]) -> str:
+    header = ["configuration", "c", *(title for title, _, _ in COLUMNS)]
+    lines = [header]
+    for row in rows:
+        cells = [LABELS[row.configuration], str(row.concurrency)]
+        for _, key, form in COLUMNS:
+            value = row.figures.get(key)
+            cells.append("-" if value is None or math.isnan(value) else form.format(value))
+        lines.append(cells)
+    widths = [max(len(line[index]) for line in lines) for index in range(len(header))]
+    text = []
+    for line in lines:
+        first = line[0].ljust(widths[0])
+        rest = [cell.rjust(width) for cell, width in zip(line[1:], widths[1:], strict=True)]
+        text.append("  ".join([first, *rest]))
+    return "\n".join(text)
+
+
+def plain_lines(rows: Sequence[Row], runs: int) -> list[str]:
+    lines = []
+    for row in rows:
+        prefix = f"service.{row.configuration.replace('+', '_')}.c{row.concurrency}"
+        for key, value in row.figures.items():
+            name = key
+            if row.configuration == "bound" and key == "runs_per_second":
+                name = "commits_per_second"
+            elif key in ("p50_ms", "p99_ms"):
+                name = "finished_" + key
+            elif key.startswith("cpu."):
+                name = "cpu_ms_per_run." + key[4:]
+            elif key in ("write_transactions", "wal_flushes", "transactions"):
+                name = key + "_per_run"
+            if math.isnan(value):  # no such figure for this configuration
+                continue
+            shown = f"{value:.1f}" if abs(value) >= 10 else f"{value:.4g}"
+            lines.append(f"{prefix}.{name} {shown}")
+    by_key = {(row.configuration, row.concurrency): row.figures for row in rows}
+    main = by_key.get((MAIN, 8)) or next(
+        (by_key[(name, 8)] for name in OURS if (name, 8) in by_key), None
     )
-    runtime = str(root / "runtime.yaml")
-    ctl(env, "--runtime-config", runtime, "migrate")
-    ctl(env, "--runtime-config", runtime, "apply", "--reference", "BENCH-1")
+    if main is not None:
+        # The names the earlier script printed, for the main configuration (serve + 1 worker,
+        # eight admissions in flight); the ratio is against one connection's commits, as before.
+        lines.append(f"service.runs {runs}")
+        lines.append(f"service.finished_runs_per_second {main['runs_per_second']:.1f}")
+        lines.append(f"service.admission_p50_ms {main['admission_p50_ms']:.1f}")
+        lines.append(f"service.admission_p99_ms {main['admission_p99_ms']:.1f}")
+        lines.append(f"service.finished_p50_ms {main['p50_ms']:.1f}")
+        lines.append(f"service.finished_p99_ms {main['p99_ms']:.1f}")
+    bound = by_key.get(("bound", 1))
+    if bound is not None:
+        lines.append(f"service.postgres_commits_per_second {bound['runs_per_second']:.0f}")
+        if main is not None:
+            ratio = main["runs_per_second"] / bound["runs_per_second"]
+            lines.append(f"service.ratio_runs_to_commits {ratio:.4f}")
+    return lines
 
-    applications = [str(uuid.uuid4()) for _ in range(arguments.runs)]
-    seed(endpoints, applications)
-    serve = processes.start(
-        "serve",
-        ["-m", "coordinator_api.serve", "serve", "--runtime-config", runtime],
-        env=env,
-    )
-    for index in range(arguments.workers):
-        processes.start(
-            f"worker-{index}",
-            ["-m", "coordinator_api.serve", "worker", "--runtime-config", runtime],
-            env=env,
-        )
 
-    def healthy() -> bool:
-        if serve.poll() is not None:
-            raise BenchError("coordinator serve exited: " + processes.log("serve"))
-        try:
-            return httpx.get(origin + "/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
+LEGEND = """\
+c: concurrency (1: admit, wait until finished, admit the next; 8: eight admissions in flight).
+runs/s: finished runs per second (bound: commits per second on c connections); p50/p99:
+admission request start -> the client's poll sees the run finished. serve … pg*: CPU ms per
+finished run of each process (client: this script, pg*: the whole PostgreSQL server).
+wxact*: write transactions (transaction ids consumed), walsync*: WAL flushes, xact:
+transactions of the configuration's database less the client's polls, all per finished run
+(per commit for the bound). * server-wide: whatever else the server runs counts too.
+ours/peer, ours/bound: runs/s over the peer's runs/s and over the bound's commits/s at the same c."""
 
-    wait_for(healthy, READY_TIMEOUT, "coordinator serve to answer /health", 0.2)
-    token = run_tool(
-        ["-m", "coordinator_sandbox", "caller-token", "--state-dir", str(state),
-         "--expires-in", "3600"]
-    ).strip()  # fmt: skip
 
-    if arguments.one_at_a_time:
-        return one_at_a_time(origin, token, revision, applications, url, namespace)
-    started, latencies, run_ids = admit_all(
-        origin, token, revision, applications, arguments.concurrency
-    )
-    if len(set(run_ids)) != arguments.runs:
-        raise BenchError("admissions answered fewer distinct runs than were admitted")
-    finished = wait_finished(url, namespace, arguments.runs, arguments.timeout)
-    # Spot-check through the API that the store's view is the service's.
-    answer = httpx.get(
-        f"{origin}/v1/runs/{run_ids[-1]}",
-        headers={"Authorization": "Bearer " + token},
-        timeout=10,
-    )
-    answer.raise_for_status()
-    if answer.json()["status"] != "finished":
-        raise BenchError(f"the API reports the last run as {answer.json()['status']}")
-    return {
-        "runs_per_second": arguments.runs / (finished - started),
-        "p50": statistics.median(latencies),
-        "p99": percentile(latencies, 0.99),
-    }
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # so that every `finally` stops processes and drops databases
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--runs", type=int, default=200, help="runs to admit (default 200)")
-    parser.add_argument("--concurrency", type=int, default=8, help="admissions in flight")
-    parser.add_argument("--workers", type=int, default=1, help="extra `coordinator worker`s")
+    parser.add_argument("--runs", type=int, default=150, help="runs per window (default 150)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
     parser.add_argument(
-        "--worker-concurrency", type=int, default=4, help="deployment.worker.concurrency"
-    )
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds to finish all runs")
-    parser.add_argument(
-        "--poll-ms", type=int, default=20, help="deployment.worker.pollMilliseconds (default 20)"
+        "--configurations",
+        default=",".join(CONFIGURATIONS),
+        help=f"comma-separated subset of {','.join(CONFIGURATIONS)} (default all)",
     )
     parser.add_argument(
-        "--one-at-a-time",
-        action="store_true",
-        help="admit each run only after the previous one finished; p50/p99 are then "
-        "admission -> finished",
+        "--poll-ms",
+        type=int,
+        default=20,
+        help="deployment.worker.pollMilliseconds, and the peer queue's poll (default 20)",
+    )
+    parser.add_argument(
+        "--worker-concurrency",
+        type=int,
+        default=4,
+        help="deployment.worker.concurrency: loops per process (default 4)",
+    )
+    parser.add_argument(
+        "--peer-python",
+        default=str(DEFAULT_PEER_PYTHON),
+        help="the Python of the peer's environment (default .nox/bench_peer/bin/python)",
+    )
+    parser.add_argument(
+        "--peer-start",
+        choices=("direct", "queue"),
+        default="direct",
+        help="how the peer starts a run: DBOS.start_workflow at once (default) or a DBOS "
+        "queue (scripts/bench_peer/dbos_app.py says why)",
+    )
+    parser.add_argument(
+        "--peer-concurrency",
+        type=int,
+        default=0,
+        help="with --peer-start queue: the queue's worker_concurrency "
+        "(default: --worker-concurrency)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds for the runs of one window"
     )
     arguments = parser.parse_args(argv)
-    if arguments.runs < 1:
-        parser.error("--runs must be at least 1")
+    if arguments.runs < 1 or arguments.rounds < 1:
+        parser.error("--runs and --rounds must be at least 1")
+    arguments.configurations = [part.strip() for part in arguments.configurations.split(",")]
+    unknown = set(arguments.configurations) - set(CONFIGURATIONS)
+    if unknown or not arguments.configurations:
+        parser.error(f"--configurations takes names of {', '.join(CONFIGURATIONS)}")
+    if "dbos" in arguments.configurations and not Path(arguments.peer_python).exists():
+        parser.error(f"no peer environment at {arguments.peer_python} (nox -s bench -- service)")
     admin_url = os.environ.get(ADMIN_URL_VARIABLE, DEFAULT_ADMIN_URL)
+    signal.signal(signal.SIGTERM, _stop)
+    began = time.monotonic()
     try:
-        figures = bench(admin_url, arguments)
+        results = bench(admin_url, arguments)
     except BenchError as error:
         print(f"bench_service: {error}", file=sys.stderr)
         return 1
-    runs_per_second, commits = figures["runs_per_second"], figures["commits"]
-    print(f"service.runs {arguments.runs}")
-    print(f"service.finished_runs_per_second {runs_per_second:.1f}")
-    latency = "finished" if arguments.one_at_a_time else "admission"
-    print(f"service.{latency}_p50_ms {figures['p50'] * 1000:.1f}")
-    print(f"service.{latency}_p99_ms {figures['p99'] * 1000:.1f}")
-    print(f"service.postgres_commits_per_second {commits:.0f}")
-    print(f"service.ratio_runs_to_commits {runs_per_second / commits:.4f}")
+    except KeyboardInterrupt:
+        print("bench_service: interrupted; processes stopped, databases dropped", file=sys.stderr)
+        return 130
+    rows = summarise(results)
     print(
-        "# one run costs several commits (admission; each step's claim, freeze, mark; the "
-        "finish), so the ratio sits well below 1 even with no overhead"
+        f"# {arguments.runs} runs per window, {arguments.rounds} rounds, medians over the "
+        f"rounds; worker concurrency {arguments.worker_concurrency}, poll "
+        f"{arguments.poll_ms} ms; peer start {arguments.peer_start}"
     )
+    print(table(rows))
+    print("\n".join("# " + line for line in LEGEND.splitlines()))
+    other = sum(s.other_transactions for by in results.values() for ss in by.values() for s in ss)
+    print(
+        f"# other databases of the server committed {other} transactions during the windows; "
+        f"the whole benchmark took {time.monotonic() - began:.0f} s"
+    )
+    print("\n".join(plain_lines(rows, arguments.runs)))
     return 0
 
 
