@@ -1,11 +1,21 @@
 """The one HTTP client policy every product adapter and the token exchange use (contract 08 §2.1).
 
-One request = one fresh connection through a private transport: the destination is checked
-(https anywhere; plain http only to a numeric loopback address; cloud metadata addresses
-never), the host is resolved once and the socket is connected to exactly that address (TLS
-still verifies the certificate against the host name), every socket operation is clipped to
-the request's deadline (connect 1 s, total 2 s, never beyond the attempt budget), redirects are
-never followed, nothing is retried, and at most 65,536 body bytes are read.
+Every request is checked and pinned on its own: the destination is checked (https anywhere;
+plain http only to a numeric loopback address; cloud metadata addresses never), the host is
+resolved once and the socket is connected to exactly that address (TLS still verifies the
+certificate against the host name), every socket operation is clipped to the request's deadline
+(connect 1 s, total 2 s, never beyond the attempt budget), redirects are never followed, nothing
+is retried, and at most 65,536 body bytes are read.
+
+Connections are pooled per checked destination: one process-wide keep-alive pool per (scheme,
+host, port, resolved address, TLS context), so a host that now resolves elsewhere gets another
+connection and a refused destination never reaches a pool. A pooled socket is clipped to the
+deadline of the request using it now, not of the one that opened it. At most 8 idle connections
+are kept per destination, none idle longer than 30 s; a connection goes back only after its
+answer was read to the end (an oversize, undecodable or broken answer discards it). A reused
+connection found closed by the server before any byte of the request was written is replaced
+by a fresh one once (nothing was sent, so this is no retry); once a byte may have left, the
+failure is reported as it is. `close_pools()` closes them all (also at process exit).
 
 Failures leave this module as two exception types only, `DestinationRefused` and
 `TransportFailure`, carrying facts (was anything sent? did the attempt budget run out?) and
@@ -14,7 +24,10 @@ fixed messages; the adapters turn them into outcomes.
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
+import itertools
+import os
 import socket
 import ssl
 import threading
@@ -22,6 +35,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Final, Literal
@@ -43,12 +58,15 @@ __all__ = [
     "CONNECT_TIMEOUT_SECONDS",
     "MAX_BODY_BYTES",
     "METADATA_ADDRESSES",
+    "POOL_IDLE_CONNECTIONS",
+    "POOL_IDLE_SECONDS",
     "TOTAL_TIMEOUT_SECONDS",
     "Answer",
     "DestinationRefused",
     "HttpSettings",
     "Problem",
     "TransportFailure",
+    "close_pools",
     "exchange",
     "json_body",
     "path_segment",
@@ -273,11 +291,20 @@ def _destination(url: httpx.URL, settings: HttpSettings, timeout: float, clock: 
 
 # -- the pinned, deadline-clipped transport --------------------------------------------------------
 
+# How long a pooled connection may sit idle, and how many idle ones a destination keeps.
+POOL_IDLE_SECONDS: Final = 30.0
+POOL_IDLE_CONNECTIONS: Final = 8
+# Destinations (pools) kept at once; an unused one goes once its connections have expired.
+_POOL_DESTINATIONS: Final = 64
+
+_serials = itertools.count(1)
+
 
 class _Clock:
     """The request's deadline and what happened so far; shared by the backend and streams."""
 
     def __init__(self, deadline: float, attempt_deadline: float, now: Callable[[], float]):
+        self.serial = next(_serials)
         self.deadline = deadline
         self.attempt_deadline = attempt_deadline
         self.now = now
@@ -295,18 +322,46 @@ class _Clock:
         return self.now() >= self.attempt_deadline - _BUDGET_SLACK
 
 
+# The clock of the request this thread is sending now: a pooled socket outlives the request
+# that opened it, so every operation asks for the current one.
+_active_clock: ContextVar[_Clock | None] = ContextVar("coordinator_http_clock", default=None)
+
+
+def _clock(expired: type[Exception]) -> _Clock:
+    clock = _active_clock.get()
+    if clock is None:  # a socket is only ever used inside exchange()
+        raise expired("No request is active.")
+    return clock
+
+
+class _StaleConnection(httpcore.ConnectError):
+    """A reused connection was closed by the server while idle; nothing of the request left.
+
+    A ConnectError, never a WriteError: httpcore swallows write errors to read an early answer.
+    """
+
+
 class _Stream(httpcore.NetworkStream):
-    def __init__(self, inner: httpcore.NetworkStream, clock: _Clock) -> None:
+    def __init__(self, inner: httpcore.NetworkStream, opened_for: int) -> None:
         self._inner = inner
-        self._clock = clock
+        self._opened_for = opened_for  # the serial of the request that opened the socket
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._clock.clip(timeout, httpcore.ReadTimeout))
+        wait = _clock(httpcore.ReadTimeout).clip(timeout, httpcore.ReadTimeout)
+        return self._inner.read(max_bytes, wait)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        wait = self._clock.clip(timeout, httpcore.WriteTimeout)
+        clock = _clock(httpcore.WriteTimeout)
+        wait = clock.clip(timeout, httpcore.WriteTimeout)
         if buffer:
-            self._clock.sending = True  # from here on the request may have left
+            if (
+                not clock.sending
+                and clock.serial != self._opened_for
+                and self._inner.get_extra_info("is_readable")
+            ):
+                # An idle connection has nothing to read but its end: the server closed it.
+                raise _StaleConnection("The pooled connection was closed.")
+            clock.sending = True  # from here on the request may have left
         self._inner.write(buffer, wait)
 
     def close(self) -> None:
@@ -318,19 +373,19 @@ class _Stream(httpcore.NetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
-        wait = self._clock.clip(timeout, httpcore.ConnectTimeout)
-        return _Stream(self._inner.start_tls(ssl_context, server_hostname, wait), self._clock)
+        clock = _clock(httpcore.ConnectTimeout)
+        wait = clock.clip(timeout, httpcore.ConnectTimeout)
+        return _Stream(self._inner.start_tls(ssl_context, server_hostname, wait), clock.serial)
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
 
 
 class _PinnedBackend(httpcore.NetworkBackend):
-    """Connects every TCP connection to the one address resolved for this request."""
+    """Connects every TCP connection to the one checked address of its destination."""
 
-    def __init__(self, address: str, clock: _Clock) -> None:
+    def __init__(self, address: str) -> None:
         self._address = address
-        self._clock = clock
         self._inner = httpcore.SyncBackend()
 
     def connect_tcp(
@@ -341,11 +396,12 @@ class _PinnedBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
-        wait = self._clock.clip(timeout, httpcore.ConnectTimeout)
+        clock = _clock(httpcore.ConnectTimeout)
+        wait = clock.clip(timeout, httpcore.ConnectTimeout)
         stream = self._inner.connect_tcp(
             self._address, port, wait, local_address=local_address, socket_options=socket_options
         )
-        return _Stream(stream, self._clock)
+        return _Stream(stream, clock.serial)
 
     def connect_unix_socket(
         self,
@@ -357,6 +413,102 @@ class _PinnedBackend(httpcore.NetworkBackend):
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+
+_Key = tuple[str, str, int, str, int | None]
+
+
+class _Destination:
+    """One checked destination: its keep-alive pool and the pinned backend under it."""
+
+    def __init__(self, address: str, ssl_context: ssl.SSLContext) -> None:
+        self.ssl_context = ssl_context  # kept alive: its identity is part of the key
+        self.backend = _PinnedBackend(address)
+        self.pool = httpcore.ConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=None,  # as many at once as there are callers
+            max_keepalive_connections=POOL_IDLE_CONNECTIONS,
+            keepalive_expiry=POOL_IDLE_SECONDS,
+            http1=True,
+            http2=False,
+            retries=0,  # the worker owns retries (08 §2.1)
+            network_backend=self.backend,
+        )
+        self.active = 0
+        self.last_used = time.monotonic()
+
+    def fresh(self) -> httpcore.ConnectionPool:
+        """A one-connection pool that keeps nothing: a guaranteed new connection."""
+        return httpcore.ConnectionPool(
+            ssl_context=self.ssl_context,
+            max_connections=1,
+            max_keepalive_connections=0,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=self.backend,
+        )
+
+
+class _Pools:
+    """The process-wide destinations, thread-safe; unused ones are closed after the idle time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._destinations: dict[_Key, _Destination] = {}
+
+    @contextmanager
+    def checkout(self, key: _Key, ssl_context: ssl.SSLContext) -> Iterator[_Destination]:
+        closing: list[_Destination] = []
+        with self._lock:
+            now = time.monotonic()
+            for other_key, other in list(self._destinations.items()):
+                if other.active == 0 and now - other.last_used > POOL_IDLE_SECONDS:
+                    closing.append(self._destinations.pop(other_key))
+            destination = self._destinations.get(key)
+            if destination is None:
+                if len(self._destinations) >= _POOL_DESTINATIONS:
+                    unused = [
+                        (d.last_used, k) for k, d in self._destinations.items() if not d.active
+                    ]
+                    if unused:
+                        closing.append(self._destinations.pop(min(unused)[1]))
+                destination = _Destination(key[3], ssl_context)
+                self._destinations[key] = destination
+            destination.active += 1
+        for old in closing:
+            old.pool.close()
+        try:
+            yield destination
+        finally:
+            with self._lock:
+                destination.active -= 1
+                destination.last_used = time.monotonic()
+
+    def close(self) -> None:
+        with self._lock:
+            closing = list(self._destinations.values())
+            self._destinations.clear()
+        for destination in closing:
+            destination.pool.close()
+
+    def forget(self) -> None:
+        """After fork: the child must not share the parent's sockets or locks."""
+        self._lock = threading.Lock()
+        self._destinations = {}
+
+
+_pools = _Pools()
+
+
+def close_pools() -> None:
+    """Close every pooled connection (tests and shutdown; also run at process exit)."""
+    _pools.close()
+
+
+atexit.register(close_pools)
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_pools.forget)
 
 
 _EXCEPTIONS: Final[tuple[tuple[type[Exception], type[httpx.HTTPError]], ...]] = (
@@ -404,18 +556,10 @@ class _ResponseStream(httpx.SyncByteStream):
 
 
 class _PinnedTransport(httpx.BaseTransport):
-    """An httpx transport over one httpcore pool whose backend is pinned and clipped."""
+    """An httpx transport over the pooled connections of one checked destination."""
 
-    def __init__(self, ssl_context: ssl.SSLContext, backend: httpcore.NetworkBackend) -> None:
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=1,
-            max_keepalive_connections=0,
-            http1=True,
-            http2=False,
-            retries=0,  # the worker owns retries (08 §2.1)
-            network_backend=backend,
-        )
+    def __init__(self, destination: _Destination) -> None:
+        self._destination = destination
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         assert isinstance(request.stream, httpx.SyncByteStream)
@@ -432,7 +576,12 @@ class _PinnedTransport(httpx.BaseTransport):
             extensions=request.extensions,
         )
         try:
-            response = self._pool.handle_request(core_request)
+            try:
+                response = self._destination.pool.handle_request(core_request)
+            except _StaleConnection:
+                # The server had closed the reused connection and no byte of this request was
+                # written: once more on a new connection (a transport detail, not a retry).
+                response = self._destination.fresh().handle_request(core_request)
         except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
             raise _as_httpx(exc) from exc
         assert isinstance(response.stream, Iterable)
@@ -444,7 +593,7 @@ class _PinnedTransport(httpx.BaseTransport):
         )
 
     def close(self) -> None:
-        self._pool.close()
+        """The pool outlives the client built for one request."""
 
 
 @lru_cache(maxsize=1)
@@ -485,8 +634,15 @@ def exchange(
     if clock.deadline - settings.clock() <= 0:
         raise TransportFailure(sent=False, budget=clock.budget_spent(), timeout=True)
 
-    transport = _PinnedTransport(
-        settings.ssl_context or _default_ssl_context(), _PinnedBackend(address, clock)
+    ssl_context = settings.ssl_context or _default_ssl_context()
+    secure = target.scheme == "https"
+    port = target.port or (443 if secure else 80)
+    key: _Key = (
+        target.scheme,
+        target.raw_host.decode("ascii"),
+        port,
+        address,
+        id(ssl_context) if secure else None,
     )
     remaining = max(deadline - settings.clock(), _MINIMUM_WAIT)
     timeout = httpx.Timeout(
@@ -502,9 +658,16 @@ def exchange(
         "Accept-Encoding": "identity",
         **headers,
     }
-    with httpx.Client(
-        transport=transport, follow_redirects=False, trust_env=False, timeout=timeout
-    ) as client:
+    with (
+        _pools.checkout(key, ssl_context) as destination,
+        _serving(clock),
+        httpx.Client(
+            transport=_PinnedTransport(destination),
+            follow_redirects=False,
+            trust_env=False,
+            timeout=timeout,
+        ) as client,
+    ):
         try:
             request = client.build_request(method, target, headers=request_headers, content=body)
             response = client.send(request, stream=True)
@@ -512,10 +675,30 @@ def exchange(
             raise DestinationRefused() from exc
         except (httpx.TransportError, OSError) as exc:
             raise _failure(exc, clock) from exc
+        answer: Answer | None = None
         try:
-            return _read_answer(response, clock, settings.max_body_bytes)
+            answer = _read_answer(response, clock, settings.max_body_bytes)
+            return answer
         finally:
+            if answer is None or answer.body_problem is not None:
+                _discard(response)  # only a connection read to its clean end goes back
             response.close()
+
+
+@contextmanager
+def _serving(clock: _Clock) -> Iterator[None]:
+    """Make `clock` the one every socket operation of this thread is clipped to."""
+    token = _active_clock.set(clock)
+    try:
+        yield
+    finally:
+        _active_clock.reset(token)
+
+
+def _discard(response: httpx.Response) -> None:
+    stream = response.extensions.get("network_stream")
+    if isinstance(stream, httpcore.NetworkStream):
+        stream.close()  # the pool then sees it closed and drops it
 
 
 def _failure(exc: BaseException, clock: _Clock) -> TransportFailure:
