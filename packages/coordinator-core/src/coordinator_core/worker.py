@@ -111,7 +111,10 @@ BindingCheck = Callable[[RunRow, Snapshot], bool]
 step 4); False → `binding-conflict`."""
 
 SWEEP_INTERVAL: Final = timedelta(seconds=1)
-"""How often (in store time) one worker loop sweeps lapsed leases and overdue records."""
+"""How often (in store time) a process sweeps lapsed leases and overdue records."""
+FOLLOWER_WAIT_SECONDS: Final = 5.0
+"""How long an idle loop that is not its process's poller waits for a ring before it looks
+for work itself (a safety net: every announced change rings)."""
 
 _DURABLE: Final = (FreezeCommand, FreezePreparation, MarkMaySend)
 _Mode = Literal["memory", "progress", "finish"]
@@ -127,18 +130,26 @@ class WorkerAudit:
 
 
 class Wakeup:
-    """In-process wake-ups (07 §7.7 item 4): whatever makes a record claimable now (an
-    admission, a retry-same, a settled reconcile, a cancel, the stop of the process) rings it,
-    and an idle worker loop waits on it rather than sleeping out its whole poll interval.
+    """What the worker loops of one process share (07 §7.1, §7.7 item 4).
 
-    A loop reads `generation` before its tick and waits with it, so a ring that came while
-    the tick was looking (and found nothing) is not lost. Polling stays the fallback: other
-    processes, and records that fall due later, are found by the next poll.
+    * **Wake-ups.** Whatever makes a record claimable now (an admission, a retry-same, a
+      settled reconcile, a cancel, a notification from another process, the stop of the
+      process) rings it, and idle loops wait on it rather than sleeping out a poll interval. A
+      loop reads `generation` before its tick and waits with it, so a ring that came while the
+      tick was looking (and found nothing) is not lost.
+    * **One poller.** Polling stays the fallback for what nobody announces (waits and retries
+      falling due, leases lapsing), but one idle loop of the process polls: the first to go
+      idle waits `poll` seconds, the others wait for a ring. A loop that finds work after an
+      idle wait rings, so the others join in (`found_work`).
+    * **One sweep schedule.** Lapsed leases and overdue records are swept at most once a
+      second of store time by the whole process (`sweep_due`).
     """
 
     def __init__(self) -> None:
         self._condition = threading.Condition()
         self._generation = 0
+        self._polling = False
+        self._swept_at: datetime | None = None
 
     @property
     def generation(self) -> int:
@@ -153,6 +164,35 @@ class Wakeup:
         """Wait until a ring after `seen`, or `timeout` seconds; True when rung."""
         with self._condition:
             return self._condition.wait_for(lambda: self._generation != seen, timeout)
+
+    def idle(self, seen: int, poll: float) -> bool:
+        """An idle loop's wait: `poll` seconds for the process's one poller, up to
+        `FOLLOWER_WAIT_SECONDS` for the others; True when rung."""
+        with self._condition:
+            polling = not self._polling
+            self._polling = self._polling or polling
+            try:
+                return self._condition.wait_for(
+                    lambda: self._generation != seen,
+                    poll if polling else max(poll, FOLLOWER_WAIT_SECONDS),
+                )
+            finally:
+                if polling:
+                    self._polling = False
+
+    def found_work(self) -> None:
+        """A loop found work after an idle wait: the other idle loops look too."""
+        self.ring()
+
+    def sweep_due(self, now: datetime) -> bool:
+        """Whether this process sweeps now (at most once per `SWEEP_INTERVAL` of store time;
+        a clock that went back sweeps at once)."""
+        with self._condition:
+            last = self._swept_at
+            if last is not None and last <= now < last + SWEEP_INTERVAL:
+                return False
+            self._swept_at = now
+            return True
 
 
 class _Discard(Exception):
@@ -224,16 +264,16 @@ class Worker:
         self._lease_seconds = lease_seconds
         self._budget = attempt_budget_seconds
         self.wakeup = wakeup or Wakeup()
-        self._swept_at: datetime | None = None
 
     # -- the loop -----------------------------------------------------------------------------
 
     def run_loop(self, stop: threading.Event, poll_ms: int = 100) -> None:
-        """07 §7.1: tick; when a tick found no work, wait for a wake-up or `poll_ms`. Returns
-        once `stop` is set (the in-flight tick finishes first; ring `wakeup` to end the wait).
-        An unexpected error is logged by type only and the loop goes on after a pause (the
-        record it was working on is left to its lease)."""
+        """07 §7.1: tick; when a tick found no work, wait for a wake-up (or, as the process's
+        poller, `poll_ms`). Returns once `stop` is set (the in-flight tick finishes first; ring
+        `wakeup` to end the wait). An unexpected error is logged by type only and the loop
+        goes on (the record it was working on is left to its lease)."""
         pause = max(10, min(poll_ms, 10_000)) / 1000
+        idle = False
         while not stop.is_set():
             seen = self.wakeup.generation
             try:
@@ -244,8 +284,11 @@ class Worker:
             except Exception as error:  # the loop must survive one bad tick
                 logger.error("worker tick failed: %s", type(error).__name__)
                 worked = False
-            if not worked and not stop.is_set():
-                self.wakeup.wait(seen, pause)
+            if worked and idle:
+                self.wakeup.found_work()
+            idle = not worked
+            if idle and not stop.is_set():
+                self.wakeup.idle(seen, pause)
 
     def tick(self, now: datetime | None = None) -> bool:
         """Process one claimed step record — and, where 07 §7.7 lets the run go on at once,
@@ -290,10 +333,8 @@ class Worker:
     # -- sweeps (07 §7.2 steps 2–3), off the claim path -----------------------------------------
 
     def _sweep(self, now: datetime) -> None:
-        last = self._swept_at
-        if last is not None and last <= now < last + SWEEP_INTERVAL:
+        if not self.wakeup.sweep_due(now):
             return
-        self._swept_at = now
         correlation = str(uuid.uuid4())
         self._store.sweep(
             self.worker_id,

@@ -392,13 +392,15 @@ def recheck_loop(store: Any, shutdown: Shutdown, log: ServiceLog) -> None:
 
 
 def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceLog) -> None:
-    """07 §7.1 with 09 §5 step 7: tick; when idle wait `poll_ms` or until this process admits
-    or re-arms a run (the service rings the worker's wake-up); stop claiming once the
+    """07 §7.1 with 09 §5 step 7: tick; when idle wait for a wake-up (an admission or re-arm
+    in this process, a notification from another) or, as the process's one poller,
+    `poll_ms`; stop claiming once the
     process is stopping (the in-flight tick finishes first). Three consecutive ticks that
     cannot reach the store stop the process (`worker-unavailable`, exit 3); any other failed
     tick is logged by code and the loop goes on (its record is left to its lease)."""
     pause = poll_ms / 1000
     failures = 0
+    idle = False
     shutdown.on_stop.append(worker.wakeup.ring)
     while not shutdown.stop.is_set():
         seen = worker.wakeup.generation
@@ -417,8 +419,12 @@ def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceL
         except Exception:
             worked = False
             log.emit("error", _WORKER_UNAVAILABLE, "A worker tick failed unexpectedly.")
-        if not worked and not shutdown.stop.is_set():
-            worker.wakeup.wait(seen, pause)  # an admission in this process ends the wait
+        if worked and idle:
+            worker.wakeup.found_work()  # the other idle loops look too
+        idle = not worked
+        if idle and not shutdown.stop.is_set():
+            # the process's one poller waits `poll_ms`, the other loops for a ring
+            worker.wakeup.idle(seen, pause)
 
 
 def start_workers(process: Started) -> list[threading.Thread]:

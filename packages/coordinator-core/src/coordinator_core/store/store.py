@@ -847,13 +847,13 @@ class Store:
     ) -> Written | None:
         """One claim transaction (07 §7.2), answering what it wrote, or None (idle):
 
-        1. verify the store; claim nothing while the active package is not the one this process
-           serves or a restore hold is set;
-        2. select the first claimable record by (dueAt, runId, step) — `pending`, due, run
+        1. select the first claimable record by (dueAt, runId, step) — `pending`, due, run
            `running`/`cancel-requested`, not under restore review, payload not erased, cancel
            mode not `stopping` (except an `uncertain` call re-armed by `retry-same`), not
            overdue unless pure — locking it `FOR UPDATE SKIP LOCKED` (SQLite: the writer lock
-           of `BEGIN IMMEDIATE`), then lock the run and read it whole;
+           of `BEGIN IMMEDIATE`); none → idle, and the transaction wrote nothing;
+        2. verify the store; claim nothing while the active package is not the one this process
+           serves or a restore hold is set; lock the run and read it whole;
         3. `decide(snapshot)` is the engine: `StepDue` leases the record (T2) or expires it
            (T26), and may carry on as 07 §7.7 allows (the call's request frozen with the claim,
            pure records applied), journaling inside; None claims nothing;
@@ -866,11 +866,11 @@ class Store:
         lease = _Lease(worker_id, moment + timedelta(seconds=lease_seconds))
 
         def work(conn: Connection) -> Written | None:
-            control = self._verify_txn(conn)
-            if not self.may_claim(control):
-                return None
             due = conn.execute(_DUE, {"now": moment}).first()
             if due is None:
+                return None  # nothing claimed, so no gate applies (an idle poll is one query)
+            control = self._verify_txn(conn)
+            if not self.may_claim(control):
                 return None
             snapshot = self._snapshot_txn(conn, control, due[0], lock_run=True)
             assert snapshot is not None
