@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
@@ -430,7 +430,7 @@ class Store:
                 values = {f"v_{name}": getattr(record, name) for name in _STEP_MUTABLE}
                 conn.execute(_UPDATE_STEP, values | {"k_run": run.run_id, "k_step": record.step})
         if inserts:
-            conn.execute(insert(STEPS), inserts)
+            conn.execute(_INSERT_STEP, inserts)
         ordered = tuple(sorted(steps.values(), key=lambda row: (row.entered_at, row.step)))
         after = RunSnapshot(before.control, run, ordered)
         if leased is not None:
@@ -776,7 +776,7 @@ class Store:
             pair = (admission.definition_digest, admission.binding_digest)
             if pair not in pairs:
                 conn.execute(
-                    insert_ignoring(LIVE_BINDINGS, self._location.kind),
+                    _INSERT_LIVE_PAIR[self._location.kind],
                     {
                         "definition_digest": pair[0],
                         "binding_digest": pair[1],
@@ -785,7 +785,7 @@ class Store:
                 )
             if admission.snapshot is not None:
                 conn.execute(
-                    insert_ignoring(DEFINITIONS, self._location.kind),
+                    _INSERT_DEFINITION[self._location.kind],
                     {
                         "definition_digest": admission.definition_digest,
                         "run_id": admission.run_id,
@@ -822,9 +822,9 @@ class Store:
                 payload_erased_at=None,
                 updated_at=moment,
             )
-            conn.execute(insert(RUNS), asdict(run))
+            conn.execute(_INSERT_RUN, {name: getattr(run, name) for name in _RUN_FIELDS})
             step = replace(first, lease_token=None, lease_owner=None, lease_expires_at=None)
-            conn.execute(insert(STEPS), asdict(step))
+            conn.execute(_INSERT_STEP, {name: getattr(step, name) for name in _STEP_FIELDS})
             self._notify_txn(conn)
             return AdmissionResult(run, created=True, steps=(step,), control=control)
 
@@ -1292,6 +1292,14 @@ _RUN_BY_START: Final = select(RUNS).where(RUNS.c.start_identity == bindparam("st
 _DEFINITION: Final = select(DEFINITIONS.c.run_id, DEFINITIONS.c.snapshot).where(
     DEFINITIONS.c.definition_digest == bindparam("digest")
 )
+_INSERT_RUN: Final = insert(RUNS)
+_INSERT_STEP: Final = insert(STEPS)
+_INSERT_LIVE_PAIR: Final = {
+    kind: insert_ignoring(LIVE_BINDINGS, kind) for kind in ("postgresql", "sqlite")
+}
+_INSERT_DEFINITION: Final = {
+    kind: insert_ignoring(DEFINITIONS, kind) for kind in ("postgresql", "sqlite")
+}
 _LIVE_PAIRS: Final = select(LIVE_BINDINGS.c.definition_digest, LIVE_BINDINGS.c.binding_digest)
 _CONTROL_EXCLUSIVE: Final = select(CONTROL.c.id).with_for_update()
 _RUN_READ: Final = select(RUNS).where(RUNS.c.run_id == bindparam("run_id"))
