@@ -276,7 +276,7 @@ def test_an_admission_wakes_an_idle_worker_loop_of_its_process(sqlite_deployed: 
             time.sleep(0.05)
     finally:
         stop.set()
-        worker.wakeup.ring()  # ends the wait at once
+        worker.wakeup.ring_all()  # ends the wait at once
         loop.join(timeout=20)
     assert not loop.is_alive()
     assert status is not None and status.status == "finished", status

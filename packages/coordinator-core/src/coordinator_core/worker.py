@@ -133,8 +133,9 @@ class Wakeup:
     """What the worker loops of one process share (07 §7.1, §7.7 item 4).
 
     * **Wake-ups.** Whatever makes a record claimable now (an admission, a retry-same, a
-      settled reconcile, a cancel, a notification from another process, the stop of the
-      process) rings it, and idle loops wait on it rather than sleeping out a poll interval. A
+      settled reconcile, a cancel, a notification from another process) rings it and one
+      idle loop wakes, rather than sleeping out a poll interval; the stop of the process
+      wakes them all (`ring_all`). A
       loop reads `generation` before its tick and waits with it, so a ring that came while the
       tick was looking (and found nothing) is not lost.
     * **One poller.** Polling stays the fallback for what nobody announces (waits and retries
@@ -156,6 +157,14 @@ class Wakeup:
         return self._generation
 
     def ring(self) -> None:
+        """One record became claimable: wake one idle loop (it wakes the next when it finds
+        work, so a burst is taken up loop by loop and a single run costs one claim)."""
+        with self._condition:
+            self._generation += 1
+            self._condition.notify(1)
+
+    def ring_all(self) -> None:
+        """Wake every idle loop (the process stops)."""
         with self._condition:
             self._generation += 1
             self._condition.notify_all()
@@ -181,7 +190,7 @@ class Wakeup:
                     self._polling = False
 
     def found_work(self) -> None:
-        """A loop found work after an idle wait: the other idle loops look too."""
+        """A loop found work after an idle wait: one more idle loop looks too."""
         self.ring()
 
     def sweep_due(self, now: datetime) -> bool:

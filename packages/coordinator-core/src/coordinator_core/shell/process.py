@@ -401,7 +401,7 @@ def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceL
     pause = poll_ms / 1000
     failures = 0
     idle = False
-    shutdown.on_stop.append(worker.wakeup.ring)
+    shutdown.on_stop.append(worker.wakeup.ring_all)
     while not shutdown.stop.is_set():
         seen = worker.wakeup.generation
         try:
