@@ -445,3 +445,26 @@ def test_a_finish_under_a_restore_hold_never_leases(store: Store) -> None:
 
     with pytest.raises(StoreInvariantError):
         store.complete_step(leased, T0, carried)
+
+
+def test_a_pooled_connection_the_server_dropped_is_replaced_without_a_refusal(
+    postgresql_backend: Backend,
+) -> None:
+    """No pre-ping per transaction: a pooled connection that died while idle fails on its
+    first statement, before anything was sent to commit, and the store runs the transaction
+    again on a new connection (07 §14.2: transactions are short; a lost commit would still be
+    `store-unavailable`)."""
+    postgresql_backend.migrate()
+    postgresql_backend.apply()
+    with postgresql_backend.open() as store:
+        run = admit(store, "k1")
+        assert store.get_run(run.run_id) is not None  # the pool now holds idle connections
+        killed = postgresql_backend.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND application_name = 'registry-coordinator'"
+        )
+        assert killed and all(row[0] for row in killed)
+        assert store.get_run(run.run_id) is not None
+        leased = claim(store, T0)
+        assert leased is not None and leased.run_id == run.run_id

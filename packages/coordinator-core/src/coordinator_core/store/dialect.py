@@ -218,7 +218,8 @@ def create_store_engine(
             location.url,
             pool_size=pool_size,
             max_overflow=pool_size,
-            pool_pre_ping=True,
+            # No pre-ping per checkout: a connection found dead before the commit is retried by
+            # the store's transaction runner (Store._transact), which is all a ping would buy.
             connect_args={"options": options, "application_name": "registry-coordinator"},
         )
 
