@@ -1,0 +1,156 @@
+"""End to end: a real `coordinator worker` process on PostgreSQL is SIGKILLed at a fused
+transaction boundary (07 §7.7, issue 9), and a restarted worker finishes the run.
+
+The boundary is the read's finish transaction, which carries the run through the choice to the
+lease of the notice and the freeze of its request. The kill comes just after that commit and
+before the notice's pre-send fence: the worker is then waiting for the notice's credential,
+which the sandbox's identity provider holds back (a `delay` fault on its second token
+request; the first, the read's credential, goes through). The notice was never
+marked `dispatched`, so when its lease lapses the restarted worker retries it (T29) and sends
+the frozen command once; the run finishes with exactly one message.
+"""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import psycopg
+from e2e_support import Project, Sandbox, wait_for
+
+from coordinator_core.audit import verify_directory
+
+READ = "breg.read-record/v1"
+TOKEN = "identity.token"
+MESSAGING = "messaging.submit-message/v1"
+TIMEOUT = 45.0  # the lease (15 s) must lapse before the restarted worker takes over
+
+
+def _as_user(url: str, user: str) -> str:
+    """`url` connecting as `user` (trust authentication in the test cluster)."""
+    parts = urlsplit(url)
+    netloc = user + "@" + parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def _postgres_runtime(
+    project: Project, sandbox: Sandbox, postgres_url: str, postgres_role: Callable[[], str]
+) -> str:
+    """The runtime file on a fresh PostgreSQL namespace, one worker loop; the namespace."""
+    role = postgres_role()
+    namespace = f"coordinator_e2e_{uuid.uuid4().hex[:8]}"
+    project.env["E2E_RUNTIME_URL"] = _as_user(postgres_url, role)
+    project.env["E2E_MIGRATION_URL"] = postgres_url
+    project.write_runtime(
+        sandbox,
+        database=(
+            "database:\n  postgresql:\n"
+            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
+            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
+            f"    namespace: {namespace}\n"
+        ),
+        runtime_role=role,
+        concurrency=1,
+    )
+    return namespace
+
+
+def _records(postgres_url: str, namespace: str, run_id: str) -> dict[str, dict[str, Any]]:
+    """The run's step records as stored, read directly (the store is the evidence)."""
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        cursor = connection.execute(
+            f"SELECT step, state, generation, attempt, command_prepared, dispatched, sent, "
+            f'uncertain FROM "{namespace}".steps WHERE run_id = %s',
+            (uuid.UUID(run_id),),
+        )
+        names = [column.name for column in cursor.description or ()]
+        return {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
+
+
+def _run_status(postgres_url: str, namespace: str, run_id: str) -> str:
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        row = connection.execute(
+            f'SELECT status FROM "{namespace}".runs WHERE run_id = %s', (uuid.UUID(run_id),)
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_a_worker_killed_after_the_read_finish_commit_is_taken_over_and_sends_the_notice_once(
+    project: Project, postgres_url: str, postgres_role: Callable[[], str]
+) -> None:
+    sandbox = project.start_sandbox()
+    namespace = _postgres_runtime(project, sandbox, postgres_url, postgres_role)
+    assert project.deploy_ctl("migrate")["status"] == "migrated"
+    assert project.deploy_ctl("apply", "--reference", "E2E-KILL")["status"] == "applied"
+
+    # Admit through `coordinator serve`, due in a few seconds, then stop it: only the
+    # `coordinator worker` processes below work the run.
+    service = project.start_service()
+    project.wait_healthy(service)
+    token = project.token_file()
+    application = str(uuid.uuid4())
+    sandbox.seed_application(application)
+    created, body = project.api_start(
+        token, application, uuid.uuid4().hex, datetime.now(UTC) + timedelta(seconds=2)
+    )
+    assert created == 201, body
+    run_id = body["runId"]
+    assert project.processes.stop(service) == 0
+
+    # The worker asks for two credentials: the read's, then (once the read's finish has
+    # committed) the notice's. The first goes through, the second is held back.
+    assert sandbox.requests(TOKEN) == []
+    sandbox.fault({"operation": TOKEN, "kind": "delay", "delaySeconds": 0})
+    sandbox.fault({"operation": TOKEN, "kind": "delay", "delaySeconds": 30})
+    worker = project.start_worker("worker")
+    wait_for(
+        lambda: len(sandbox.requests(TOKEN)) >= 2 or worker.poll() is not None,
+        TIMEOUT,
+        "the notice's credential to be asked for",
+        0.02,
+    )
+    assert worker.poll() is None, project.processes.log("worker")
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(10)
+
+    # Killed after the fused commit: the read and the choice are delivered, the notice is
+    # leased with its request frozen, never marked dispatched, and nothing was sent.
+    records = _records(postgres_url, namespace, run_id)
+    assert records["read-application"]["state"] == "delivered"
+    assert records["permission"]["state"] == "delivered"
+    notify = records["notify"]
+    assert (notify["state"], notify["attempt"], notify["command_prepared"]) == ("leased", 1, True)
+    assert (notify["dispatched"], notify["sent"]) == (False, False)
+    assert len(sandbox.requests(READ)) == 1
+    assert sandbox.requests(MESSAGING) == []
+
+    httpx.delete(sandbox.url("identity") + "/sandbox/faults", timeout=5).raise_for_status()
+    restarted = project.start_worker("worker-restarted")
+    wait_for(
+        lambda: _run_status(postgres_url, namespace, run_id) != "running",
+        TIMEOUT,
+        "the restarted worker to finish the run",
+        0.25,
+    )
+    assert project.processes.stop(restarted) == 0, project.processes.log("worker-restarted")
+    assert _run_status(postgres_url, namespace, run_id) == "finished"
+    notify = _records(postgres_url, namespace, run_id)["notify"]
+    # The lapsed attempt was retryable (T29, it never passed its pre-send fence).
+    assert (notify["state"], notify["attempt"], notify["uncertain"]) == ("delivered", 2, False)
+    assert len(sandbox.requests(MESSAGING)) == 1
+    assert len(sandbox.messages()) == 1
+    # Both workers' journals verify; the killed one never journaled a dispatch.
+    audit = project.root / ".coordinator" / "audit"
+    verified = verify_directory(audit)
+    assert verified.files >= 2
+    dispatches = sum(
+        text.count('"action":"dispatch"')
+        for text in (path.read_text() for path in sorted(audit.glob("worker-*.jsonl")))
+    )
+    assert dispatches == 1

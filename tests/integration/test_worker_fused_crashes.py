@@ -1,0 +1,484 @@
+"""A crash at each fused transaction boundary of the worker (07 §7.7, issue 9), on each backend.
+
+The integration project (`examples/delayed-follow-up`, due at once: wait-until → read BReg →
+choose → send Messaging → finish) takes four worker transactions when nothing fails:
+
+1. **claim**: the claim of `due` carried on through its instant to the lease of the read and
+   the freeze of the read's request (07 §7.7 items 1–2; the read's pre-send checks are made
+   here, item 3);
+2. **read-finish**: the read's finish carried on through the choice to the lease of the notice
+   and the freeze of its request;
+3. **pre-send**: the notice's `dispatched` mark, committed before the request leaves (§7.2);
+4. **notice-finish**: the notice's finish carried on through the finish step (run finished).
+
+For each, the worker process dies (a) just before the transaction commits — its writes are
+issued and its journal entries appended, then `Store._apply_txn` raises inside the store
+transaction — and (b) just after the commit, before the worker does anything else (the store
+call returns, then the process dies). `ProcessDied` is a `BaseException`, so nothing in the
+worker catches it: the tick stops where a SIGKILL would have stopped it. A fresh worker then
+takes over (at a later `now`, after the lease lapsed) and the tests check 07 §1:
+
+* the run ends as it must (finished, or `attention` when the notice may have been sent without
+  a recorded outcome: guarantees 5 and 6), and the notice is sent at most once — twice only by
+  an operator's `retry-same` of a command marked `dispatched`, with the same bytes and key;
+* the command frozen before the crash is the command sent after it (guarantee 4);
+* the audit journal verifies, and the entries appended by a transaction that rolled back are
+  either intents or are restated (or corrected) by a later committed entry on the same record
+  attempt; the journal's last word on every record attempt agrees with the store (§11).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import pytest
+from integration_support import CALLER, Deployed, run_input
+
+from coordinator_core.audit import verify_directory
+from coordinator_core.shell.service import Admitted
+from coordinator_core.store import LEASE_SECONDS, RunSnapshot, StepRow
+
+NOTIFY = "notify"
+READ = "read-application"
+
+
+class ProcessDied(BaseException):
+    """The worker process dies here: no handler of the worker or the store may outlive it
+    (the store transaction rolls back, as the server would roll back a dead session)."""
+
+
+Moment = Literal["before-commit", "after-commit"]
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """A fused transaction: the store method that runs it and which call of that method in
+    one run's tick it is."""
+
+    name: str
+    method: Literal["claim_due_step", "complete_step", "record_step_progress"]
+    call: int
+
+
+CLAIM = Boundary("claim", "claim_due_step", 1)
+READ_FINISH = Boundary("read-finish", "complete_step", 1)
+PRE_SEND = Boundary("pre-send", "record_step_progress", 1)
+NOTICE_FINISH = Boundary("notice-finish", "complete_step", 2)
+
+
+@dataclass
+class Crash:
+    """What the armed crash saw: the journal sequence before and after the transaction that
+    died (the entries it appended are `(before, after]`), and the run as stored after it."""
+
+    journal_before: int = 0
+    journal_after: int = 0
+    happened: bool = False
+
+
+def arm(
+    monkeypatch: pytest.MonkeyPatch, deployed: Deployed, boundary: Boundary, moment: Moment
+) -> Crash:
+    """Make the worker process die at `boundary`, `moment`; answers what it saw."""
+    store = deployed.store
+    real_method = getattr(store, boundary.method)
+    real_apply = store._apply_txn
+    crash = Crash()
+    calls = 0
+    armed = False
+
+    def apply(*arguments: Any, **options: Any) -> Any:
+        written = real_apply(*arguments, **options)
+        if armed:  # the transaction's writes are issued and its entries journaled
+            crash.journal_after = deployed.audit.sequence
+            crash.happened = True
+            raise ProcessDied("before the commit")
+        return written
+
+    def method(*arguments: Any, **options: Any) -> Any:
+        nonlocal calls, armed
+        calls += 1
+        if calls != boundary.call:
+            return real_method(*arguments, **options)
+        crash.journal_before = deployed.audit.sequence
+        if moment == "before-commit":
+            armed = True
+            try:
+                return real_method(*arguments, **options)
+            finally:
+                armed = False
+        real_method(*arguments, **options)  # committed
+        crash.journal_after = deployed.audit.sequence
+        crash.happened = True
+        raise ProcessDied("after the commit")
+
+    monkeypatch.setattr(store, boundary.method, method)
+    monkeypatch.setattr(store, "_apply_txn", apply)
+    return crash
+
+
+def crash_at(
+    monkeypatch: pytest.MonkeyPatch, deployed: Deployed, boundary: Boundary, moment: Moment
+) -> tuple[Admitted, Crash]:
+    """Admit a run, tick it with a worker that dies at `boundary`, `moment`; the crash hooks
+    are removed afterwards (the fresh worker runs the real store)."""
+    admitted = deployed.admit(run_input())
+    crash = arm(monkeypatch, deployed, boundary, moment)
+    with pytest.raises(ProcessDied):
+        deployed.worker("crashed").tick()
+    monkeypatch.undo()
+    assert crash.happened
+    return admitted, crash
+
+
+def stored(deployed: Deployed, admitted: Admitted) -> RunSnapshot:
+    snapshot = deployed.store.get_run_snapshot(admitted.run.run_id)
+    assert snapshot is not None
+    return snapshot
+
+
+def record(snapshot: RunSnapshot, step: str) -> StepRow:
+    found = snapshot.step(step)
+    assert found is not None, step
+    return found
+
+
+def states(snapshot: RunSnapshot) -> dict[str, tuple[str, int, int]]:
+    return {row.step: (row.state, row.generation, row.attempt) for row in snapshot.steps}
+
+
+def later_instants() -> Iterator[datetime]:
+    """Instants for a fresh worker: past every lease taken so far, one second apart."""
+    start = datetime.now(UTC) + timedelta(seconds=LEASE_SECONDS + 1)
+    return (start + timedelta(seconds=index) for index in range(60))
+
+
+def take_over(
+    deployed: Deployed, admitted: Admitted, until: Callable[[str], bool], *, name: str = "fresh"
+) -> str:
+    """A fresh worker ticks at later instants until the run's status satisfies `until`;
+    answers the status."""
+    worker = deployed.worker(name)
+    for now in later_instants():
+        worker.tick(now)
+        status = deployed.status(admitted.run.run_id)
+        assert status is not None
+        if until(status.status):
+            return status.status
+    raise AssertionError("the run did not get on")
+
+
+def finished_once(deployed: Deployed, admitted: Admitted, *, sends: int = 1) -> None:
+    """The run finished with the notice's receipt; Messaging received `sends` submissions of
+    the one frozen command (same body, same key), and accepted at most one message."""
+    status = deployed.status(admitted.run.run_id)
+    assert status is not None
+    assert (status.status, status.outcome) == ("finished", "message-accepted"), status
+    assert isinstance(status.output, dict) and set(status.output) == {"messageId"}
+    submissions = deployed.products.submissions(deployed.command_key(admitted))
+    assert len(submissions) == sends
+    assert len({json.dumps(entry["body"], sort_keys=True) for entry in submissions}) == 1
+    assert sum(1 for entry in submissions if entry.get("committed")) >= 1
+
+
+# -- the journal ----------------------------------------------------------------------------
+
+
+def _journal(deployed: Deployed) -> list[dict[str, Any]]:
+    directory = deployed.audit.path.parent
+    lines: list[dict[str, Any]] = []
+    for path in sorted(directory.glob("*.jsonl")):
+        lines.extend(json.loads(line) for line in path.read_text().splitlines())
+    return lines
+
+
+def _worker_entries(deployed: Deployed, admitted: Admitted) -> list[dict[str, Any]]:
+    run_ref = deployed.secrets.audit_references.run(str(admitted.run.run_id))
+    return [
+        line
+        for line in _journal(deployed)
+        if line["phase"] == "record" and line["record"].get("runRef") == run_ref
+    ]
+
+
+def _attempt_of(line: dict[str, Any]) -> tuple[str, int, int]:
+    entry = line["record"]
+    return entry["stepRef"], entry["generation"], entry["attempt"]
+
+
+def journaled_by_the_crashed_transaction(
+    deployed: Deployed, admitted: Admitted, crash: Crash
+) -> list[tuple[str, str, str]]:
+    """The entries appended by the transaction at the crash (rolled back before its commit,
+    or committed just before the process died), as (step, action, outcome); "?" names a
+    record that the store does not hold."""
+    names = {
+        deployed.secrets.audit_references.step(str(admitted.run.run_id), row.step): row.step
+        for row in stored(deployed, admitted).steps
+    }
+    found = []
+    for line in _worker_entries(deployed, admitted):
+        if crash.journal_before < line["sequence"] <= crash.journal_after:
+            entry = line["record"]
+            found.append((names.get(entry["stepRef"], "?"), entry["action"], entry["outcome"]))
+    return found
+
+
+_LAST_WORD = {"delivered": {"delivered"}, "unknown": {"unknown", "lease-lapsed"}}
+"""The worker outcomes that may end a record attempt the store holds in a final state."""
+
+
+def assert_journal_agrees(
+    deployed: Deployed, admitted: Admitted, crash: Crash, moment: Moment
+) -> None:
+    """07 §11 after a crash: the journal verifies; no entry claims an effect that did not
+    commit unless a later committed entry restates or corrects it; the last word on every
+    record attempt agrees with the store; every send of the notice had its dispatch intent."""
+    result = verify_directory(deployed.audit.path.parent)
+    assert result.entries == len(_journal(deployed))
+    entries = _worker_entries(deployed, admitted)
+    window = [e for e in entries if crash.journal_before < e["sequence"] <= crash.journal_after]
+    assert window, "the transaction that died journaled nothing"
+    if moment == "before-commit":
+        later = [e for e in entries if e["sequence"] > crash.journal_after]
+        for line in window:
+            if line["record"]["outcome"] == "intent":
+                continue
+            assert any(_attempt_of(other) == _attempt_of(line) for other in later), line
+    references = deployed.secrets.audit_references
+    run_id = str(admitted.run.run_id)
+    for row in stored(deployed, admitted).steps:
+        step_ref = references.step(run_id, row.step)
+        endings = [
+            e
+            for e in entries
+            if e["record"]["stepRef"] == step_ref and e["record"]["outcome"] != "intent"
+        ]
+        for attempt in {_attempt_of(e) for e in endings}:
+            last = [e for e in endings if _attempt_of(e) == attempt][-1]["record"]["outcome"]
+            if attempt[1:] != (row.generation, row.attempt):
+                assert last != "delivered", (row.step, attempt, last)  # an earlier attempt
+            elif row.settled_by != "reconcile":  # a reconcile is the API's entry, not ours
+                assert last in _LAST_WORD.get(row.state, {last}), (row.step, attempt, last)
+    notify_ref = references.step(run_id, NOTIFY)
+    dispatches = [
+        e
+        for e in entries
+        if e["record"]["stepRef"] == notify_ref and e["record"]["action"] == "dispatch"
+    ]
+    committed_dispatches = [e for e in dispatches if e not in window or moment == "after-commit"]
+    submissions = deployed.products.submissions(deployed.command_key(admitted))
+    assert len(submissions) <= len(committed_dispatches)
+
+
+# -- 1. the claim with the freeze of the read's request -------------------------------------
+
+
+def test_a_claim_that_dies_before_its_commit_leaves_the_run_as_admitted_and_it_finishes_once(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admitted, crash = crash_at(monkeypatch, deployed, CLAIM, "before-commit")
+    snapshot = stored(deployed, admitted)
+    # Nothing of the claim committed: `due` is pending and unleased, no read record exists.
+    assert states(snapshot) == {"due": ("pending", 1, 0)}
+    assert record(snapshot, "due").lease_token is None
+    assert journaled_by_the_crashed_transaction(deployed, admitted, crash) == [
+        ("due", "attempt", "intent"),
+        ("due", "transition", "pending"),
+        ("due", "attempt", "intent"),
+        ("due", "transition", "delivered"),
+        ("?", "attempt", "intent"),  # the read, whose record never committed
+    ]
+    take_over(deployed, admitted, lambda status: status != "running")
+    finished_once(deployed, admitted)
+    assert_journal_agrees(deployed, admitted, crash, "before-commit")
+
+
+def test_a_claim_that_dies_after_its_commit_retries_the_read_it_froze_and_finishes_once(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admitted, crash = crash_at(monkeypatch, deployed, CLAIM, "after-commit")
+    snapshot = stored(deployed, admitted)
+    read = record(snapshot, READ)
+    assert (read.state, read.attempt, read.command_prepared) == ("leased", 1, True)
+    frozen = read.command
+    take_over(deployed, admitted, lambda status: status != "running")
+    finished_once(deployed, admitted)
+    after = stored(deployed, admitted)
+    read = record(after, READ)
+    # The lapsed lease was a retryable attempt-timeout (T29); the retry used the frozen request.
+    assert (read.state, read.generation, read.attempt) == ("delivered", 1, 2)
+    assert read.command == frozen
+    assert_journal_agrees(deployed, admitted, crash, "after-commit")
+
+
+# -- 2. the read's finish carried on to the lease and freeze of the notice ------------------
+
+
+def test_a_read_finish_that_dies_before_its_commit_leaves_no_notice_and_the_read_is_retried(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admitted, crash = crash_at(monkeypatch, deployed, READ_FINISH, "before-commit")
+    snapshot = stored(deployed, admitted)
+    # The read stays leased at its first attempt; neither the choice nor the notice exists.
+    assert states(snapshot) == {"due": ("delivered", 1, 1), READ: ("leased", 1, 1)}
+    assert journaled_by_the_crashed_transaction(deployed, admitted, crash) == [
+        (READ, "transition", "delivered"),
+        ("?", "attempt", "intent"),
+        ("?", "transition", "delivered"),  # the choice, whose record never committed
+        ("?", "attempt", "intent"),  # the notice, idem
+    ]
+    take_over(deployed, admitted, lambda status: status != "running")
+    finished_once(deployed, admitted)
+    read = record(stored(deployed, admitted), READ)
+    assert (read.state, read.attempt) == ("delivered", 2)
+    assert_journal_agrees(deployed, admitted, crash, "before-commit")
+
+
+def test_a_notice_leased_by_a_read_finish_whose_worker_died_is_retried_and_sent_once(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admitted, crash = crash_at(monkeypatch, deployed, READ_FINISH, "after-commit")
+    snapshot = stored(deployed, admitted)
+    notify = record(snapshot, NOTIFY)
+    assert states(snapshot)["permission"] == ("delivered", 1, 1)
+    assert (notify.state, notify.attempt, notify.command_prepared) == ("leased", 1, True)
+    assert (notify.dispatched, notify.sent) == (False, False)
+    frozen = notify.command
+    take_over(deployed, admitted, lambda status: status != "running")
+    finished_once(deployed, admitted)
+    notify = record(stored(deployed, admitted), NOTIFY)
+    # Never past its pre-send fence, the lapsed attempt was retryable (T29), not uncertain.
+    assert (notify.state, notify.generation, notify.attempt) == ("delivered", 1, 2)
+    assert (notify.command, notify.uncertain) == (frozen, False)
+    assert_journal_agrees(deployed, admitted, crash, "after-commit")
+
+
+# -- 3. the notice's pre-send fence -----------------------------------------------------------
+
+
+def test_a_pre_send_fence_that_dies_before_its_commit_never_sends_and_the_retry_sends_once(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admitted, crash = crash_at(monkeypatch, deployed, PRE_SEND, "before-commit")
+    notify = record(stored(deployed, admitted), NOTIFY)
+    assert (notify.state, notify.dispatched, notify.sent) == ("leased", False, False)
+    assert deployed.products.submissions(deployed.command_key(admitted)) == []
+    assert journaled_by_the_crashed_transaction(deployed, admitted, crash) == [
+        (NOTIFY, "dispatch", "intent")
+    ]
+    take_over(deployed, admitted, lambda status: status != "running")
+    finished_once(deployed, admitted)
+    notify = record(stored(deployed, admitted), NOTIFY)
+    assert (notify.state, notify.attempt, notify.uncertain) == ("delivered", 2, False)
+    assert_journal_agrees(deployed, admitted, crash, "before-commit")
+
+
+def test_a_notice_marked_dispatched_whose_worker_died_is_unknown_and_only_retry_same_sends_it(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admitted, crash = crash_at(monkeypatch, deployed, PRE_SEND, "after-commit")
+    notify = record(stored(deployed, admitted), NOTIFY)
+    assert (notify.state, notify.dispatched, notify.sent) == ("leased", True, True)
+    assert journaled_by_the_crashed_transaction(deployed, admitted, crash) == [
+        (NOTIFY, "dispatch", "intent")
+    ]
+    key = deployed.command_key(admitted)
+    assert deployed.products.submissions(key) == []  # it died before the request left
+    # The lapsed lease after the mark is `unknown` (T28): attention, never resent by a worker.
+    status = take_over(deployed, admitted, lambda status: status != "running")
+    assert status == "attention"
+    run = deployed.status(admitted.run.run_id)
+    assert run is not None and (run.failure_code, run.uncertain) == ("transport-uncertain", True)
+    notify = record(stored(deployed, admitted), NOTIFY)
+    assert (notify.state, notify.uncertain) == ("unknown", True)
+    worker = deployed.worker("fresh")
+    assert not any(worker.tick(now) for now in list(later_instants())[-3:])
+    assert deployed.products.submissions(key) == []
+    assert_journal_agrees(deployed, admitted, crash, "after-commit")
+    # Only the operator's retry-same sends it: the same frozen command, the same key.
+    retried = deployed.run(deployed.service.retry_same(CALLER, admitted.run.run_id, "case-91"))
+    assert retried.status == "running"
+    take_over(deployed, admitted, lambda status: status != "running", name="after-retry")
+    finished_once(deployed, admitted)
+    notify = record(stored(deployed, admitted), NOTIFY)
+    assert (notify.generation, notify.settled_by) == (2, "retry-same")
+    assert_journal_agrees(deployed, admitted, crash, "after-commit")
+
+
+# -- 4. the notice's finish carried on through the finish step ------------------------------
+
+
+def test_a_notice_finish_that_dies_before_its_commit_is_unknown_and_reconcile_ends_it_unsent(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admitted, crash = crash_at(monkeypatch, deployed, NOTICE_FINISH, "before-commit")
+    snapshot = stored(deployed, admitted)
+    notify = record(snapshot, NOTIFY)
+    # The message was accepted, but its outcome did not commit: the mark did.
+    assert (notify.state, notify.dispatched, notify.sent) == ("leased", True, True)
+    assert snapshot.run.status == "running" and snapshot.step("accepted") is None
+    key = deployed.command_key(admitted)
+    assert [entry["status"] for entry in deployed.products.submissions(key)] == [202]
+    assert journaled_by_the_crashed_transaction(deployed, admitted, crash) == [
+        (NOTIFY, "transition", "delivered"),
+        ("?", "attempt", "intent"),
+        ("?", "transition", "delivered"),  # the finish step, whose record never committed
+    ]
+    status = take_over(deployed, admitted, lambda status: status != "running")
+    assert status == "attention"
+    notify = record(stored(deployed, admitted), NOTIFY)
+    assert (notify.state, notify.uncertain) == ("unknown", True)
+    assert len(deployed.products.submissions(key)) == 1  # never resent automatically
+    # The product's receipt settles it without sending again (T31).
+    settled = deployed.run(deployed.service.reconcile(CALLER, admitted.run.run_id, "case-92"))
+    assert settled.result == "settled"
+    take_over(deployed, admitted, lambda status: status != "running", name="after-reconcile")
+    finished_once(deployed, admitted)
+    assert record(stored(deployed, admitted), NOTIFY).settled_by == "reconcile"
+    assert_journal_agrees(deployed, admitted, crash, "before-commit")
+
+
+def test_a_worker_that_dies_after_the_final_commit_leaves_the_run_finished_with_one_message(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admitted, crash = crash_at(monkeypatch, deployed, NOTICE_FINISH, "after-commit")
+    snapshot = stored(deployed, admitted)
+    assert snapshot.run.status == "finished"
+    assert all(row.lease_token is None for row in snapshot.steps)
+    assert journaled_by_the_crashed_transaction(deployed, admitted, crash) == [
+        (NOTIFY, "transition", "delivered"),
+        ("accepted", "attempt", "intent"),
+        ("accepted", "transition", "delivered"),
+    ]
+    worker = deployed.worker("fresh")
+    assert not any(worker.tick(now) for now in list(later_instants())[:3])
+    finished_once(deployed, admitted)
+    assert_journal_agrees(deployed, admitted, crash, "after-commit")
+
+
+def test_every_fused_boundary_is_reached_in_one_tick_in_this_order(
+    sqlite_deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The boundaries above are the run's four worker transactions, in this order (a guard:
+    if the worker fused or split them differently, the crash points would move)."""
+    deployed = sqlite_deployed
+    store = deployed.store
+    seen: list[str] = []
+    for name in ("claim_due_step", "complete_step", "record_step_progress"):
+        real = getattr(store, name)
+
+        def traced(*arguments: Any, _real: Any = real, _name: str = name, **options: Any) -> Any:
+            seen.append(_name)
+            return _real(*arguments, **options)
+
+        monkeypatch.setattr(store, name, traced)
+    admitted = deployed.admit(run_input())
+    assert deployed.worker().tick()
+    monkeypatch.undo()
+    assert seen == ["claim_due_step", "complete_step", "record_step_progress", "complete_step"]
+    finished_once(deployed, admitted)
