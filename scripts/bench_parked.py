@@ -60,7 +60,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -99,6 +99,7 @@ CONCURRENCY = 8  # admissions in flight
 TOKEN_REFRESH_SECONDS = 2400.0  # caller tokens live at most an hour (coordinator_api.access)
 PARK_AHEAD = timedelta(days=1)
 EXPLAIN_REPEATS = 3
+FIRE_EXPLAIN_AFTER = 0.3  # seconds after T
 
 WORKFLOW_YAML = """\
 apiVersion: id.registrystack.org/formats/coordinator/project/v1alpha1
@@ -330,6 +331,7 @@ class Parked:
     pids: dict[str, int] = field(default_factory=dict)
     figures: dict[str, float] = field(default_factory=dict)
     report: list[str] = field(default_factory=list)
+    autovacuum: str = ""
 
     def say(self, line: str = "") -> None:
         self.report.append(line)
@@ -410,6 +412,11 @@ class Parked:
         ctl(env, "--runtime-config", self.runtime, "apply", "--reference", "BENCH-PARKED-1")
         self.token = Token(state)
         self.token.current()
+        with self.connect() as connection:
+            row = connection.execute("SHOW autovacuum").fetchone()
+        # Without autovacuum nothing analyzes the store's tables while they fill, so the
+        # planner keeps the estimates of near-empty tables until the VACUUM (ANALYZE) below.
+        self.autovacuum = str(row[0]) if row else "?"
 
     def start_sandbox(self, state: Path) -> dict[str, str]:
         process = self.processes.start(
@@ -538,20 +545,49 @@ class Parked:
 
         def parked() -> bool:
             self.check_alive()
-            shape = self.shape()
-            settled = {key: n for key, n in shape.items() if key[0] != "running"}
-            if settled:
-                raise BenchError(f"runs left the wait: {settled}")
-            waiting = sum(
-                n
-                for (_, kind, state, has_instant, _), n in shape.items()
-                if state == "pending"
-                and (kind == "wait-for" or (kind == "wait-until" and has_instant))
-            )
-            return waiting >= expected
+            return self.parked_count() >= expected
 
         wait_for(parked, timeout, f"{expected} runs to be parked", 1.0)
         return time.monotonic() - began
+
+    def parked_count(self) -> int:
+        """The runs whose current record is a pending wait-until with its instant computed or a
+        pending wait-for; fails on a run that settled."""
+        shape = self.shape()
+        settled = {key: n for key, n in shape.items() if key[0] != "running"}
+        if settled:
+            raise BenchError(f"runs left the wait: {settled}")
+        return sum(
+            n
+            for (_, kind, state, has_instant, _), n in shape.items()
+            if state == "pending" and (kind == "wait-for" or (kind == "wait-until" and has_instant))
+        )
+
+    def analyzer(self, every: float) -> Callable[[], int]:
+        """With `every` > 0, ANALYZE the runs and steps tables every `every` seconds (what
+        autovacuum would do on a server that runs it) until the answered `stop` is called; it
+        answers how many times it ran."""
+        stopped = threading.Event()
+        count = [0]
+
+        def loop() -> None:
+            with self.connect() as connection:
+                while not stopped.wait(every):
+                    connection.execute("ANALYZE runs")
+                    connection.execute("ANALYZE steps")
+                    count[0] += 1
+
+        thread = threading.Thread(target=loop, daemon=True)
+        if every > 0:
+            thread.start()
+
+        def stop() -> int:
+            stopped.set()
+            if thread.is_alive():
+                thread.join(60)
+            return count[0]
+
+        return stop
 
     # -- the measurements ------------------------------------------------------------------
 
@@ -568,7 +604,13 @@ class Parked:
             for index in range(runs)
         ]
         self.say(f"admitting {runs} runs ({len(review_at)} wait-for), {CONCURRENCY} in flight …")
-        batch = self.admit(inputs, arguments.timeout)
+        stop_analyzer = self.analyzer(arguments.analyze_every)
+        try:
+            batch = self.admit(inputs, arguments.timeout)
+            behind = runs - self.parked_count()
+            settle = self.wait_parked(runs, arguments.timeout)
+        finally:
+            analyzed = stop_analyzer()
         tenths = batch.tenth_rates()
         first, last = tenths[0], tenths[-1]
         self.figures.update(
@@ -584,12 +626,14 @@ class Parked:
         )
         for name, seconds in batch.cpu.items():
             self.figures[f"admission_cpu_ms_per_run.{name}"] = 1000 * seconds / runs
-        settle = self.wait_parked(runs, arguments.timeout)
+        self.figures["unparked_at_last_admission"] = behind
         self.figures["parked_after_admissions_seconds"] = settle
         self.say(
             f"admitted in {batch.elapsed:.1f} s: {batch.rate:.1f}/s; per tenth "
             + " ".join(f"{rate:.1f}" for rate in tenths)
-            + f"; last/first {last / first:.3f}; all parked {settle:.1f} s after the last"
+            + f"; last/first {last / first:.3f}; at the last admission {behind} runs were not "
+            f"parked yet, all were {settle:.1f} s later"
+            + (f" (ANALYZE ran {analyzed} times meanwhile)" if arguments.analyze_every else "")
         )
         self.say(
             "CPU ms per admitted run during admission: "
@@ -655,14 +699,6 @@ class Parked:
         )
 
     def explain(self) -> None:
-        dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
-        moment = truncate_ms(datetime.now(UTC))
-        values = {
-            "now": moment,
-            "expires": moment + timedelta(seconds=15),
-            "owner": "bench-parked-explain",
-            "token": secrets.token_hex(16),
-        }
         statements = (
             ("claim", store_module._DUE),
             ("lapsed_sweep", store_module._TAKE_LAPSED),
@@ -670,32 +706,46 @@ class Parked:
         )
         with self.connect() as connection:
             for name, statement in statements:
-                compiled = statement.compile(dialect=dialect)
-                parameters = {key: values.get(key, value) for key, value in compiled.params.items()}
-                times, plan = [], ""
-                for _ in range(EXPLAIN_REPEATS):
-                    with connection.transaction(force_rollback=True):
-                        rows = connection.execute(
-                            "EXPLAIN (ANALYZE, BUFFERS) " + compiled.string, parameters
-                        ).fetchall()
-                    plan = "\n".join(str(row[0]) for row in rows)
-                    found = _EXECUTION.search(plan)
-                    if found is None:
-                        raise BenchError(f"no execution time in the plan of {name}:\n{plan}")
-                    times.append(float(found.group(1)))
-                scans = _SCAN.findall(plan)
-                sequential = sum(1 for scan in scans if scan.startswith(("Seq", "Parallel Seq")))
-                planning = _PLANNING.search(plan)
-                self.figures[f"explain.{name}.execution_ms"] = statistics.median(times)
-                if planning is not None:
-                    self.figures[f"explain.{name}.planning_ms"] = float(planning.group(1))
-                self.figures[f"explain.{name}.seq_scans"] = sequential
-                self.say(
-                    f"EXPLAIN (ANALYZE, BUFFERS) {name}: execution "
-                    + ", ".join(f"{t:.3f}" for t in times)
-                    + f" ms; scans: {'; '.join(scans) or 'none'}"
-                )
-                self.say("    " + plan.replace("\n", "\n    "))
+                self.explain_one(connection, name, statement, EXPLAIN_REPEATS)
+
+    def explain_one(
+        self, connection: psycopg.Connection[Any], name: str, statement: Any, repeats: int
+    ) -> None:
+        """`EXPLAIN (ANALYZE, BUFFERS)` of one store statement, `repeats` times, each in a
+        transaction rolled back: the figures, and the plan of the last in the report."""
+        compiled = statement.compile(dialect=postgresql.dialect())  # type: ignore[no-untyped-call]
+        times, plan = [], ""
+        for _ in range(repeats):
+            moment = truncate_ms(datetime.now(UTC))
+            values = {
+                "now": moment,
+                "expires": moment + timedelta(seconds=15),
+                "owner": "bench-parked-explain",
+                "token": secrets.token_hex(16),
+            }
+            parameters = {key: values.get(key, value) for key, value in compiled.params.items()}
+            with connection.transaction(force_rollback=True):
+                rows = connection.execute(
+                    "EXPLAIN (ANALYZE, BUFFERS) " + compiled.string, parameters
+                ).fetchall()
+            plan = "\n".join(str(row[0]) for row in rows)
+            found = _EXECUTION.search(plan)
+            if found is None:
+                raise BenchError(f"no execution time in the plan of {name}:\n{plan}")
+            times.append(float(found.group(1)))
+        scans = _SCAN.findall(plan)
+        sequential = sum(1 for scan in scans if scan.startswith(("Seq", "Parallel Seq")))
+        planning = _PLANNING.search(plan)
+        self.figures[f"explain.{name}.execution_ms"] = statistics.median(times)
+        if planning is not None:
+            self.figures[f"explain.{name}.planning_ms"] = float(planning.group(1))
+        self.figures[f"explain.{name}.seq_scans"] = sequential
+        self.say(
+            f"EXPLAIN (ANALYZE, BUFFERS) {name}: execution "
+            + ", ".join(f"{t:.3f}" for t in times)
+            + f" ms; scans: {'; '.join(scans) or 'none'}"
+        )
+        self.say("    " + plan.replace("\n", "\n    "))
 
     def fire(self) -> None:
         """`--due` runs parked until one instant T; the lag of each wait-until past T."""
@@ -722,7 +772,11 @@ class Parked:
                 f"the {count} runs were not all parked before T (margin {margin:.0f} s)"
             )
         self.say(f"admitted in {batch.elapsed:.1f} s, all parked {early:.1f} s before T")
-        time.sleep(early)
+        time.sleep(early + FIRE_EXPLAIN_AFTER)
+        # The claim once while the due runs are being claimed: the plan the service gets when
+        # records are due that the statistics (taken with none due) know nothing of.
+        with self.connect() as connection:
+            self.explain_one(connection, "claim_during_fire", store_module._DUE, 1)
         deadline = time.monotonic() + arguments.timeout
         while True:
             self.check_alive()
@@ -852,6 +906,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--idle-seconds", type=float, default=60.0, help="the idle window (default 60)"
     )
     parser.add_argument(
+        "--analyze-every",
+        type=float,
+        default=0.0,
+        help="ANALYZE the runs and steps tables every this many seconds while the runs are "
+        "being parked, as autovacuum would (default 0: never; left to the server)",
+    )
+    parser.add_argument(
         "--worker", action="store_true", help="run one `coordinator worker` beside serve"
     )
     parser.add_argument(
@@ -894,8 +955,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"# {arguments.runs} parked runs ({arguments.wait_for} wait-for), "
         f"{'serve + 1 worker' if arguments.worker else 'serve'}, worker concurrency "
-        f"{arguments.worker_concurrency}, poll {arguments.poll_ms} ms; "
-        f"the whole benchmark took {state.figures['total_seconds']:.0f} s"
+        f"{arguments.worker_concurrency}, poll {arguments.poll_ms} ms; PostgreSQL autovacuum "
+        f"{state.autovacuum}; the whole benchmark took {state.figures['total_seconds']:.0f} s"
     )
     print("\n".join(state.report))
     print("# arguments: " + json.dumps(vars(arguments)))
