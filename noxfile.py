@@ -26,6 +26,9 @@ TEST_TOOLS = (
     "openapi-spec-validator",
 )
 
+# Benchmark targets whose script takes the arguments that follow them.
+ARGUMENTED = ("service", "parked")
+
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["generate_check", "lint", "typecheck", "tests"]
@@ -120,22 +123,24 @@ def peer_python(session: nox.Session) -> str:
 def bench(session: nox.Session) -> None:
     """Benchmarks that print ratios against a baseline measured in the same run.
 
-    `nox -s bench -- functions`, `-- check`, `-- sealing` or `-- service`; no argument runs the
-    first three (`service`, our service beside DBOS Transact and PostgreSQL's commit rate, takes
-    minutes). Arguments after a `service` target go to its script:
-    `nox -s bench -- service --runs 40 --rounds 1`.
+    `nox -s bench -- functions`, `-- check`, `-- sealing`, `-- service` or `-- parked`; no
+    argument runs the first three (`service`, our service beside DBOS Transact and PostgreSQL's
+    commit rate, and `parked`, many runs parked in waits, take minutes). Arguments after a
+    `service` or `parked` target go to its script: `nox -s bench -- service --runs 40
+    --rounds 1`, `nox -s bench -- parked --runs 20000`.
     """
     install_workspace(session)
     targets = session.posargs or ["functions", "check", "sealing"]
-    if "service" in targets:
-        index = targets.index("service")
-        targets, service_arguments = targets[:index], targets[index + 1 :]
-        for target in targets:
-            session.run("python", f"scripts/bench_{target}.py")
-        python = peer_python(session)
-        session.run(
-            "python", "scripts/bench_service.py", "--peer-python", python, *service_arguments
-        )
-        return
+    with_arguments = [index for index, target in enumerate(targets) if target in ARGUMENTED]
+    arguments: list[str] = []
+    if with_arguments:
+        index = with_arguments[0]
+        targets, arguments = targets[: index + 1], targets[index + 1 :]
     for target in targets:
-        session.run("python", f"scripts/bench_{target}.py")
+        if target == "service":
+            python = peer_python(session)
+            session.run("python", "scripts/bench_service.py", "--peer-python", python, *arguments)
+        elif target == "parked":
+            session.run("python", "scripts/bench_parked.py", *arguments)
+        else:
+            session.run("python", f"scripts/bench_{target}.py")
