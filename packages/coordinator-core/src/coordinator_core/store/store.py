@@ -1139,7 +1139,7 @@ class Store:
         moment = truncate_ms(now)
 
         def work(conn: Connection) -> HoldState:
-            self._admission_lock_txn(conn)
+            self._control_lock_txn(conn)
             self._verify_txn(conn)
             conn.execute(
                 update(CONTROL).values(
@@ -1194,7 +1194,7 @@ class Store:
         reference."""
 
         def work(conn: Connection) -> HoldState:
-            self._admission_lock_txn(conn)
+            self._control_lock_txn(conn)
             control = self._verify_txn(conn)
             if not (admission_history_complete and prior_deployment_fenced):
                 raise refuse("coordinator.command.attestation-required")
