@@ -322,14 +322,6 @@ class Store:
         row = conn.execute(statement).mappings().first()
         return check_identity(None if row is None else control_from(row), self._identity)
 
-    def _admission_lock_txn(self, conn: Connection) -> None:
-        """The admission lock (07 §6.1 step 2) without serialising admissions: PostgreSQL
-        `SELECT … FOR SHARE` on the control row, so admissions run side by side while every
-        writer of the control row (holds, activation) excludes them and waits for them;
-        SQLite: the transaction's `BEGIN IMMEDIATE` already is the lock."""
-        if self._location.kind == "postgresql":
-            conn.execute(_CONTROL_SHARE)
-
     def _control_lock_txn(self, conn: Connection) -> None:
         """The exclusive side of the admission lock: the holds and releases take the control
         row `FOR UPDATE` (PostgreSQL), after every admission in flight has committed."""
@@ -1070,9 +1062,9 @@ class Store:
         moment = truncate_ms(now)
 
         def work(conn: Connection) -> RunSnapshot | None:
-            if admission_lock:
-                self._admission_lock_txn(conn)
-            control = self._verify_txn(conn)
+            control = (
+                self._admission_control_txn(conn) if admission_lock else self._verify_txn(conn)
+            )
             snapshot = self._lock_run_txn(conn, control, run_id)
             if snapshot is None:
                 return None
@@ -1286,7 +1278,6 @@ cancel, a restore review): every fence reads them fresh; the rest of the run is 
 
 _CONTROL: Final = select(CONTROL)
 _NOTIFY: Final = text("SELECT pg_notify(:channel, '')")
-_CONTROL_SHARE: Final = select(CONTROL.c.id).with_for_update(read=True)
 _CONTROL_SHARED: Final = select(CONTROL).with_for_update(read=True)
 _RUN_BY_START: Final = select(RUNS).where(RUNS.c.start_identity == bindparam("start_identity"))
 _DEFINITION: Final = select(DEFINITIONS.c.run_id, DEFINITIONS.c.snapshot).where(
