@@ -700,9 +700,9 @@ class Parked:
 
     def explain(self) -> None:
         statements = (
-            ("claim", store_module._DUE),
-            ("lapsed_sweep", store_module._TAKE_LAPSED),
-            ("overdue_sweep", store_module._TOUCH_OVERDUE),
+            ("claim", store_module._DUE.statement),
+            ("lapsed_sweep", store_module._TAKE_LAPSED.statement),
+            ("overdue_sweep", store_module._TOUCH_OVERDUE.statement),
         )
         with self.connect() as connection:
             for name, statement in statements:
@@ -776,7 +776,7 @@ class Parked:
         # The claim once while the due runs are being claimed: the plan the service gets when
         # records are due that the statistics (taken with none due) know nothing of.
         with self.connect() as connection:
-            self.explain_one(connection, "claim_during_fire", store_module._DUE, 1)
+            self.explain_one(connection, "claim_during_fire", store_module._DUE.statement, 1)
         deadline = time.monotonic() + arguments.timeout
         while True:
             self.check_alive()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -34,6 +34,7 @@ from coordinator_core.errors import CoordinatorError, Diagnostic
 __all__ = [
     "NAMESPACE_MARKER",
     "JsonDocument",
+    "Prepared",
     "StoreKind",
     "StoreLocation",
     "UTCDateTime",
@@ -304,12 +305,189 @@ def insert_ignoring(table: Table, kind: StoreKind) -> Any:
     return sqlite_insert(table).on_conflict_do_nothing()
 
 
-def lock_rows(statement: Select[Any], of: FromClause | None = None) -> Select[Any]:
+def lock_rows(
+    statement: Select[Any], of: FromClause | tuple[FromClause, ...] | None = None
+) -> Select[Any]:
     """Lock the selected rows, waiting for other holders (PostgreSQL `FOR UPDATE`).
 
     On SQLite the enclosing `BEGIN IMMEDIATE` transaction already excludes every other writer.
     """
     return statement.with_for_update(of=of) if of is not None else statement.with_for_update()
+
+
+# -- statements on the hot path -----------------------------------------------------------------
+
+
+class Prepared:
+    """A statement compiled once per backend and run straight on the driver connection of the
+    caller's transaction: the SQL text, the order of its parameters, the literal values the
+    statement carries, and the type conversions of its parameters and result columns are
+    worked out at the first use, so an execution costs the driver's call and the conversions,
+    not SQLAlchemy's per-execution set-up (issue 9: it was most of the store's CPU).
+
+    The statement must have no expanding (`IN` list) parameters. Rows come back as dicts keyed
+    by the statement's column keys (labels included). Driver errors are raised as SQLAlchemy's
+    `DBAPIError` classes, and a lost connection is invalidated, exactly as SQLAlchemy would, so
+    the store's retry rules (`is_transient`, `connection_invalidated`) see no difference.
+    """
+
+    __slots__ = ("_column_keys", "_plans", "_statement")
+
+    def __init__(self, statement: Any, *, column_keys: Sequence[str] | None = None) -> None:
+        self._statement = statement
+        self._column_keys = list(column_keys) if column_keys is not None else None
+        self._plans: dict[str, _Plan] = {}
+
+    @property
+    def statement(self) -> Any:
+        """The SQLAlchemy statement (for EXPLAIN and for callers that need the expression)."""
+        return self._statement
+
+    def _plan(self, dialect: Dialect) -> _Plan:
+        plan = self._plans.get(dialect.name)
+        if plan is None:
+            plan = _Plan.build(self._statement, dialect, self._column_keys)
+            self._plans[dialect.name] = plan
+        return plan
+
+    def rows(
+        self, conn: Connection, params: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """Every row, as dicts."""
+        plan = self._plan(conn.dialect)
+        cursor = plan.execute(conn, params or {})
+        try:
+            return plan.read(cursor.fetchall())
+        finally:
+            cursor.close()
+
+    def first(
+        self, conn: Connection, params: Mapping[str, Any] | None = None
+    ) -> dict[str, Any] | None:
+        """The first row as a dict, or None."""
+        plan = self._plan(conn.dialect)
+        cursor = plan.execute(conn, params or {})
+        try:
+            row = cursor.fetchone()
+        finally:
+            cursor.close()
+        return None if row is None else plan.read((row,))[0]
+
+    def run(
+        self, conn: Connection, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] = ()
+    ) -> None:
+        """Execute for its effect: once with a mapping, once per mapping with a sequence."""
+        plan = self._plan(conn.dialect)
+        if isinstance(params, Mapping):
+            plan.execute(conn, params).close()
+        elif len(params) == 1:  # the driver's batch protocol costs more than one statement
+            plan.execute(conn, params[0]).close()
+        elif params:
+            plan.execute_many(conn, params)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    sql: str
+    names: tuple[str, ...]
+    defaults: Mapping[str, Any]
+    binds: tuple[tuple[str, Callable[[Any], Any]], ...]
+    keys: tuple[str, ...]
+    results: tuple[tuple[int, Callable[[Any], Any]], ...]
+    positional: bool
+    dbapi_error: type[Exception]
+
+    @classmethod
+    def build(cls, statement: Any, dialect: Dialect, column_keys: list[str] | None) -> _Plan:
+        compiled = statement.compile(dialect=dialect, column_keys=column_keys)
+        sql = compiled.string
+        if "POSTCOMPILE" in sql:
+            raise ValueError("A prepared statement cannot have expanding parameters.")
+        types = {name: bind.type for bind, name in compiled.bind_names.items()}
+        binds = []
+        for name, type_ in types.items():
+            processor = type_.dialect_impl(dialect).bind_processor(dialect)
+            if processor is not None:
+                binds.append((name, processor))
+        columns = list(getattr(statement, "exported_columns", ()))
+        results = []
+        for index, column in enumerate(columns):
+            processor = column.type.dialect_impl(dialect).result_processor(dialect, None)
+            if processor is not None:
+                results.append((index, processor))
+        positional = bool(compiled.positional)
+        return cls(
+            sql=sql,
+            names=tuple(compiled.positiontup or ()) if positional else tuple(types),
+            defaults={k: v for k, v in compiled.params.items() if v is not None},
+            binds=tuple(binds),
+            keys=tuple(getattr(statement, "exported_columns", {}).keys()) if columns else (),
+            results=tuple(results),
+            positional=positional,
+            dbapi_error=dialect.loaded_dbapi.Error,
+        )
+
+    def _parameters(self, params: Mapping[str, Any]) -> Any:
+        values = dict(self.defaults)
+        values.update(params)
+        for name, processor in self.binds:
+            value = values.get(name)
+            if value is not None:
+                values[name] = processor(value)
+        if self.positional:
+            return tuple(values.get(name) for name in self.names)
+        return values
+
+    def execute(self, conn: Connection, params: Mapping[str, Any]) -> Any:
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        cursor = driver.cursor()
+        parameters = self._parameters(params)
+        try:
+            cursor.execute(self.sql, parameters)
+        except self.dbapi_error as error:
+            raise self._raise(conn, driver, cursor, error, parameters) from error
+        return cursor
+
+    def execute_many(self, conn: Connection, params: Sequence[Mapping[str, Any]]) -> None:
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        cursor = driver.cursor()
+        parameters = [self._parameters(one) for one in params]
+        try:
+            cursor.executemany(self.sql, parameters)
+        except self.dbapi_error as error:
+            raise self._raise(conn, driver, cursor, error, parameters) from error
+        finally:
+            cursor.close()
+
+    def _raise(
+        self, conn: Connection, driver: Any, cursor: Any, error: Exception, parameters: Any
+    ) -> exc.DBAPIError:
+        invalidated = bool(conn.dialect.is_disconnect(error, driver, cursor))  # type: ignore[arg-type]
+        if invalidated:
+            conn.invalidate(error)
+        return exc.DBAPIError.instance(  # type: ignore[return-value]
+            self.sql,
+            parameters,
+            error,
+            self.dbapi_error,
+            hide_parameters=True,
+            connection_invalidated=invalidated,
+            dialect=conn.dialect,
+        )
+
+    def read(self, rows: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+        keys, results = self.keys, self.results
+        if not keys:
+            raise ValueError("Only a statement with named columns answers rows.")
+        out = []
+        for raw in rows:
+            values = list(raw)
+            for index, processor in results:
+                values[index] = processor(values[index])
+            out.append(dict(zip(keys, values, strict=True)))
+        return out
 
 
 # -- errors -------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from sqlalchemy import inspect, select, text
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.engine import Connection
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.store.dialect import NAMESPACE_MARKER, StoreLocation
@@ -125,7 +125,7 @@ def check_ledger(applied: Mapping[int, str] | None, *, pending_code: str) -> Non
 # -- the control row ----------------------------------------------------------------------------
 
 
-def control_from(row: RowMapping) -> ControlRow:
+def control_from(row: Mapping[Any, Any]) -> ControlRow:
     markers: Any = row["state_key_commitments"] or {}
     return ControlRow(
         database_id=row["database_id"],

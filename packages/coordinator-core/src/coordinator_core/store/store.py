@@ -20,7 +20,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
@@ -40,9 +40,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Connection, Engine, RowMapping
+from sqlalchemy.engine import Connection, Engine
 
 from coordinator_core.store.dialect import (
+    Prepared,
     StoreKind,
     StoreLocation,
     UTCDateTime,
@@ -163,13 +164,13 @@ class _Retract(Exception):
     pass
 
 
-def _run_from(row: RowMapping) -> RunRow:
+def _run_from(row: Mapping[Any, Any]) -> RunRow:
     values = {name: row[name] for name in _RUN_FIELDS}
     values["policy"] = dict(values["policy"] or {})
     return RunRow(**values)
 
 
-def _step_from(row: RowMapping) -> StepRow:
+def _step_from(row: Mapping[Any, Any]) -> StepRow:
     return StepRow(**{name: row[name] for name in _STEP_FIELDS})
 
 
@@ -301,7 +302,7 @@ class Store:
         """07 §6.1 step 1 / §7.1: databaseId, schema version and key custody, checked in every
         verifying transaction (the PostgreSQL database name is checked on every connection,
         see dialect.create_store_engine)."""
-        row = conn.execute(_CONTROL).mappings().first()
+        row = _CONTROL.first(conn)
         return check_identity(None if row is None else control_from(row), self._identity)
 
     def may_claim(self, control: ControlRow) -> bool:
@@ -319,26 +320,22 @@ class Store:
         control row (holds, activation) waits for them and excludes them; on SQLite the
         transaction's `BEGIN IMMEDIATE` already is the lock."""
         statement = _CONTROL_SHARED if self._location.kind == "postgresql" else _CONTROL
-        row = conn.execute(statement).mappings().first()
+        row = statement.first(conn)
         return check_identity(None if row is None else control_from(row), self._identity)
 
     def _control_lock_txn(self, conn: Connection) -> None:
         """The exclusive side of the admission lock: the holds and releases take the control
         row `FOR UPDATE` (PostgreSQL), after every admission in flight has committed."""
         if self._location.kind == "postgresql":
-            conn.execute(_CONTROL_EXCLUSIVE)
+            _CONTROL_EXCLUSIVE.run(conn, {})
 
     def _snapshot_txn(
         self, conn: Connection, control: ControlRow, run_id: uuid.UUID, *, lock_run: bool
     ) -> RunSnapshot | None:
-        run = (
-            conn.execute(_RUN_LOCKED if lock_run else _RUN_READ, {"run_id": run_id})
-            .mappings()
-            .first()
-        )
+        run = (_RUN_LOCKED if lock_run else _RUN_READ).first(conn, {"run_id": run_id})
         if run is None:
             return None
-        steps = conn.execute(_STEPS_OF, {"run_id": run_id}).mappings()
+        steps = _STEPS_OF.rows(conn, {"run_id": run_id})
         return RunSnapshot(control, _run_from(run), tuple(_step_from(step) for step in steps))
 
     def _lock_run_txn(
@@ -382,7 +379,7 @@ class Store:
         if write.run != before.run:
             run = replace(write.run, updated_at=now)
             values = {f"v_{name}": getattr(run, name) for name in _RUN_MUTABLE}
-            conn.execute(_UPDATE_RUN, values | {"k_run": run.run_id})
+            _UPDATE_RUN.run(conn, values | {"k_run": run.run_id})
         steps = {record.step: record for record in before.steps}
         leased: str | None = None
         inserts: list[dict[str, Any]] = []
@@ -420,9 +417,9 @@ class Store:
                 inserts.append({name: getattr(record, name) for name in _STEP_FIELDS})
             else:
                 values = {f"v_{name}": getattr(record, name) for name in _STEP_MUTABLE}
-                conn.execute(_UPDATE_STEP, values | {"k_run": run.run_id, "k_step": record.step})
+                _UPDATE_STEP.run(conn, values | {"k_run": run.run_id, "k_step": record.step})
         if inserts:
-            conn.execute(_INSERT_STEP, inserts)
+            _INSERT_STEP.run(conn, inserts)
         ordered = tuple(sorted(steps.values(), key=lambda row: (row.entered_at, row.step)))
         after = RunSnapshot(before.control, run, ordered)
         if leased is not None:
@@ -458,7 +455,7 @@ class Store:
         """`NOTIFY` the store's channel; delivered when (and only if) the transaction commits."""
         channel = self.wake_channel
         if channel is not None:
-            conn.execute(_NOTIFY, {"channel": channel})
+            _NOTIFY.run(conn, {"channel": channel})
 
     def listen(self, ring: Callable[[], None], stop: threading.Event) -> threading.Thread | None:
         """PostgreSQL: a daemon thread that `LISTEN`s on the store's channel on a connection of
@@ -644,7 +641,8 @@ class Store:
         2) some run's own copy whose payload is not erased; None when there is none."""
 
         def work(conn: Connection) -> tuple[uuid.UUID, bytes] | None:
-            row = conn.execute(_DEFINITION, {"digest": definition_digest}).first()
+            found = _DEFINITION.first(conn, {"digest": definition_digest})
+            row = None if found is None else (found["run_id"], found["snapshot"])
             if row is None:
                 row = conn.execute(
                     select(RUNS.c.run_id, RUNS.c.snapshot)
@@ -741,11 +739,7 @@ class Store:
                 raise refuse("coordinator.command.restore-admissions-held")
             if control.restore_hold:
                 raise refuse("coordinator.command.restore-hold")
-            existing = (
-                conn.execute(_RUN_BY_START, {"start_identity": admission.start_identity})
-                .mappings()
-                .first()
-            )
+            existing = _RUN_BY_START.first(conn, {"start_identity": admission.start_identity})
             if existing is not None:
                 run = _run_from(existing)
                 if run.input_digest != admission.input_digest:
@@ -760,15 +754,18 @@ class Store:
                 raise refuse("coordinator.command.activation-changed")
             if admission.input_problem is not None:
                 raise admission.input_problem
-            pairs = frozenset((str(d), str(b)) for d, b in conn.execute(_LIVE_PAIRS))
+            pairs = frozenset(
+                (str(row["definition_digest"]), str(row["binding_digest"]))
+                for row in _LIVE_PAIRS.rows(conn)
+            )
             if not admission.bindings_ok(pairs) and not admission.bindings_ok(
                 _unsettled_txn(conn, moment)
             ):
                 raise refuse("coordinator.command.live-binding-conflict")
             pair = (admission.definition_digest, admission.binding_digest)
             if pair not in pairs:
-                conn.execute(
-                    _INSERT_LIVE_PAIR[self._location.kind],
+                _INSERT_LIVE_PAIR[self._location.kind].run(
+                    conn,
                     {
                         "definition_digest": pair[0],
                         "binding_digest": pair[1],
@@ -776,8 +773,8 @@ class Store:
                     },
                 )
             if admission.snapshot is not None:
-                conn.execute(
-                    _INSERT_DEFINITION[self._location.kind],
+                _INSERT_DEFINITION[self._location.kind].run(
+                    conn,
                     {
                         "definition_digest": admission.definition_digest,
                         "run_id": admission.run_id,
@@ -814,9 +811,9 @@ class Store:
                 payload_erased_at=None,
                 updated_at=moment,
             )
-            conn.execute(_INSERT_RUN, {name: getattr(run, name) for name in _RUN_FIELDS})
+            _INSERT_RUN.run(conn, {name: getattr(run, name) for name in _RUN_FIELDS})
             step = replace(first, lease_token=None, lease_owner=None, lease_expires_at=None)
-            conn.execute(_INSERT_STEP, {name: getattr(step, name) for name in _STEP_FIELDS})
+            _INSERT_STEP.run(conn, {name: getattr(step, name) for name in _STEP_FIELDS})
             self._notify_txn(conn)
             return AdmissionResult(run, created=True, steps=(step,), control=control)
 
@@ -842,10 +839,11 @@ class Store:
         1. select the first claimable record by (dueAt, runId, step) — `pending`, due, run
            `running`/`cancel-requested`, not under restore review, payload not erased, cancel
            mode not `stopping` (except an `uncertain` call re-armed by `retry-same`), not
-           overdue unless pure — locking it `FOR UPDATE SKIP LOCKED` (SQLite: the writer lock
-           of `BEGIN IMMEDIATE`); none → idle, and the transaction wrote nothing;
+           overdue unless pure — locking it and its run `FOR UPDATE SKIP LOCKED` (SQLite: the
+           writer lock of `BEGIN IMMEDIATE`) and reading the run whole and the control row in
+           the same statement; none → idle, and the transaction wrote nothing;
         2. verify the store; claim nothing while the active package is not the one this process
-           serves or a restore hold is set; lock the run and read it whole;
+           serves or a restore hold is set; read the run's records;
         3. `decide(snapshot)` is the engine: `StepDue` leases the record (T2) or expires it
            (T26), and may carry on as 07 §7.7 allows (the call's request frozen with the claim,
            pure records applied), journaling inside; None claims nothing;
@@ -858,14 +856,15 @@ class Store:
         lease = _Lease(worker_id, moment + timedelta(seconds=lease_seconds))
 
         def work(conn: Connection) -> Written | None:
-            due = conn.execute(_DUE, {"now": moment}).first()
+            due = _DUE.first(conn, {"now": moment})
             if due is None:
                 return None  # nothing claimed, so no gate applies (an idle poll is one query)
-            control = self._verify_txn(conn)
+            control = check_identity(_control_of(due), self._identity)
             if not self.may_claim(control):
                 return None
-            snapshot = self._snapshot_txn(conn, control, due[0], lock_run=True)
-            assert snapshot is not None
+            run = _run_from(due)
+            steps = _STEPS_OF.rows(conn, {"run_id": run.run_id})
+            snapshot = RunSnapshot(control, run, tuple(_step_from(step) for step in steps))
             write = decide(snapshot)
             if write is None:
                 return None
@@ -919,15 +918,14 @@ class Store:
         if not self._serves_active_package(control) or control.restore_hold:
             return False
         if kind == "lease-lapsed":
-            taken = conn.execute(
-                _TAKE_LAPSED,
-                {"now": now, "expires": expires, "owner": worker_id, "token": _new_token()},
-            ).first()
+            taken = _TAKE_LAPSED.first(
+                conn, {"now": now, "expires": expires, "owner": worker_id, "token": _new_token()}
+            )
         else:
-            taken = conn.execute(_TOUCH_OVERDUE, {"now": now}).first()
+            taken = _TOUCH_OVERDUE.first(conn, {"now": now})
         if taken is None:
             return False
-        snapshot = self._snapshot_txn(conn, control, taken[0], lock_run=True)
+        snapshot = self._snapshot_txn(conn, control, taken["run_id"], lock_run=True)
         if snapshot is None:  # pragma: no cover - records belong to runs (foreign key)
             return False
         # A lapsed record the engine does not recover stays taken over until its new lease
@@ -938,8 +936,9 @@ class Store:
     def _fence_txn(
         self, conn: Connection, claim: Claim, now: datetime, *, live: bool
     ) -> RunSnapshot:
-        """Lock the claimed record only if the claim still holds it (reading it whole), then
-        the run, with the control row in the same statement; the snapshot is the claim's own
+        """Lock the claimed record only if the claim still holds it (reading it whole) and the
+        run, with the control row, in one statement (PostgreSQL locks the rows in the order of
+        the FROM list: the record, then the run, 07 §6.1); the snapshot is the claim's own
         with the leased record and the run's columns that others may change (a cancel, a
         restore review) read fresh, so the store's invariants are checked against what is
         stored even for a caller holding an older copy of its claim."""
@@ -950,21 +949,15 @@ class Store:
             "attempt": claim.attempt,
             "token": claim.lease_token,
         }
-        if live:
-            held = conn.execute(_FENCE_LIVE, fence | {"now": now}).mappings().first()
-        else:
-            held = conn.execute(_FENCE, fence).mappings().first()
-        if held is None:
-            raise StaleLease("The claim no longer holds its record.")
-        row = conn.execute(_RUN_AND_CONTROL, {"run_id": claim.run_id}).mappings().first()
-        if row is None:  # pragma: no cover - records belong to runs (foreign key)
+        row = _FENCE_LIVE.first(conn, fence | {"now": now}) if live else _FENCE.first(conn, fence)
+        if row is None:
             raise StaleLease("The claim no longer holds its record.")
         control = check_identity(_control_of(row), self._identity)
         if live and (control.restore_hold or not self._serves_active_package(control)):
             raise StaleLease("The store refuses mid-attempt fences now.")
         cached = claim.snapshot
         fresh = {name: row[f"r_{name}"] for name in _RUN_FRESH}
-        record = _step_from(held)
+        record = _step_from(row)
         steps = tuple(record if step.step == record.step else step for step in cached.steps)
         return RunSnapshot(control, replace(cached.run, **fresh), steps)
 
@@ -1276,45 +1269,51 @@ _RUN_FRESH: Final = (
 """The run columns that another transaction may change while a worker holds a lease (a
 cancel, a restore review): every fence reads them fresh; the rest of the run is the claim's."""
 
-_CONTROL: Final = select(CONTROL)
-_NOTIFY: Final = text("SELECT pg_notify(:channel, '')")
-_CONTROL_SHARED: Final = select(CONTROL).with_for_update(read=True)
-_RUN_BY_START: Final = select(RUNS).where(RUNS.c.start_identity == bindparam("start_identity"))
-_DEFINITION: Final = select(DEFINITIONS.c.run_id, DEFINITIONS.c.snapshot).where(
-    DEFINITIONS.c.definition_digest == bindparam("digest")
+_CONTROL: Final = Prepared(select(CONTROL))
+_NOTIFY: Final = Prepared(text("SELECT pg_notify(:channel, '')"))
+_CONTROL_SHARED: Final = Prepared(select(CONTROL).with_for_update(read=True))
+_RUN_BY_START: Final = Prepared(
+    select(RUNS).where(RUNS.c.start_identity == bindparam("start_identity"))
 )
-_INSERT_RUN: Final = insert(RUNS)
-_INSERT_STEP: Final = insert(STEPS)
+_DEFINITION: Final = Prepared(
+    select(DEFINITIONS.c.run_id, DEFINITIONS.c.snapshot).where(
+        DEFINITIONS.c.definition_digest == bindparam("digest")
+    )
+)
+_INSERT_RUN: Final = Prepared(insert(RUNS), column_keys=_RUN_FIELDS)
+_INSERT_STEP: Final = Prepared(insert(STEPS), column_keys=_STEP_FIELDS)
 _INSERT_LIVE_PAIR: Final = {
-    kind: insert_ignoring(LIVE_BINDINGS, kind) for kind in ("postgresql", "sqlite")
+    kind: Prepared(
+        insert_ignoring(LIVE_BINDINGS, kind),
+        column_keys=("definition_digest", "binding_digest", "first_admitted_at"),
+    )
+    for kind in ("postgresql", "sqlite")
 }
 _INSERT_DEFINITION: Final = {
-    kind: insert_ignoring(DEFINITIONS, kind) for kind in ("postgresql", "sqlite")
+    kind: Prepared(
+        insert_ignoring(DEFINITIONS, kind),
+        column_keys=("definition_digest", "run_id", "snapshot", "stored_at"),
+    )
+    for kind in ("postgresql", "sqlite")
 }
-_LIVE_PAIRS: Final = select(LIVE_BINDINGS.c.definition_digest, LIVE_BINDINGS.c.binding_digest)
-_CONTROL_EXCLUSIVE: Final = select(CONTROL.c.id).with_for_update()
-_RUN_READ: Final = select(RUNS).where(RUNS.c.run_id == bindparam("run_id"))
-_RUN_LOCKED: Final = lock_rows(_RUN_READ)
-_STEPS_OF: Final = (
+_LIVE_PAIRS: Final = Prepared(
+    select(LIVE_BINDINGS.c.definition_digest, LIVE_BINDINGS.c.binding_digest)
+)
+_CONTROL_EXCLUSIVE: Final = Prepared(select(CONTROL.c.id).with_for_update())
+_RUN_SELECT: Final = select(RUNS).where(RUNS.c.run_id == bindparam("run_id"))
+_RUN_READ: Final = Prepared(_RUN_SELECT)
+_RUN_LOCKED: Final = Prepared(lock_rows(_RUN_SELECT))
+_STEPS_OF: Final = Prepared(
     select(STEPS)
     .where(STEPS.c.run_id == bindparam("run_id"))
     .order_by(STEPS.c.entered_at, STEPS.c.step)
 )
-_RUN_AND_CONTROL: Final = lock_rows(
-    select(
-        *(column.label(f"c_{column.name}") for column in CONTROL.c),
-        *(RUNS.c[name].label(f"r_{name}") for name in _RUN_FRESH),
-    )
-    .select_from(RUNS.join(CONTROL, true()))
-    .where(RUNS.c.run_id == bindparam("run_id")),
-    of=RUNS,
-)
-_UPDATE_RUN: Final = (
+_UPDATE_RUN: Final = Prepared(
     update(RUNS)
     .where(RUNS.c.run_id == bindparam("k_run"))
     .values({name: bindparam(f"v_{name}", type_=RUNS.c[name].type) for name in _RUN_MUTABLE})
 )
-_UPDATE_STEP: Final = (
+_UPDATE_STEP: Final = Prepared(
     update(STEPS)
     .where(STEPS.c.run_id == bindparam("k_run"), STEPS.c.step == bindparam("k_step"))
     .values({name: bindparam(f"v_{name}", type_=STEPS.c[name].type) for name in _STEP_MUTABLE})
@@ -1327,8 +1326,21 @@ _FENCE_WHERE: Final = (
     STEPS.c.lease_token == bindparam("token"),
     STEPS.c.state == "leased",
 )
-_FENCE: Final = lock_rows(select(STEPS).where(*_FENCE_WHERE))
-_FENCE_LIVE: Final = lock_rows(select(STEPS).where(*_FENCE_WHERE, STEPS.c.lease_expires_at > _NOW))
+_FENCE_SELECT: Final = (
+    select(
+        *STEPS.c,
+        *(column.label(f"c_{column.name}") for column in CONTROL.c),
+        *(RUNS.c[name].label(f"r_{name}") for name in _RUN_FRESH),
+    )
+    .select_from(STEPS.join(RUNS, RUNS.c.run_id == STEPS.c.run_id).join(CONTROL, true()))
+    .where(*_FENCE_WHERE)
+)
+_FENCE: Final = Prepared(lock_rows(_FENCE_SELECT, of=(STEPS, RUNS)))
+_FENCE_LIVE: Final = Prepared(
+    lock_rows(_FENCE_SELECT.where(STEPS.c.lease_expires_at > _NOW), of=(STEPS, RUNS))
+)
+"""The fence: the claimed record (whole) only while the claim holds it, the run's columns
+that others change, and the control row; the record and the run are locked."""
 
 
 def _fixed(text_value: str) -> Any:
@@ -1356,18 +1368,21 @@ def _claimable(now: Any) -> tuple[Any, ...]:
     )
 
 
-_DUE: Final = (
-    select(STEPS.c.run_id, STEPS.c.step)
-    .join(RUNS, RUNS.c.run_id == STEPS.c.run_id)
+_DUE: Final = Prepared(
+    select(*RUNS.c, *(column.label(f"c_{column.name}") for column in CONTROL.c))
+    .select_from(STEPS.join(RUNS, RUNS.c.run_id == STEPS.c.run_id).join(CONTROL, true()))
     .where(*_claimable(_NOW))
     .order_by(STEPS.c.due_at, STEPS.c.run_id, STEPS.c.step)
     .limit(1)
-    .with_for_update(skip_locked=True, of=STEPS)
+    .with_for_update(skip_locked=True, of=(STEPS, RUNS))
 )
-"""07 §7.2 step 4. A bare `SELECT … FOR UPDATE SKIP LOCKED` is safe here on both backends:
-PostgreSQL skips rows another claim holds, and on SQLite every write transaction is `BEGIN
-IMMEDIATE`, so one claim runs at a time (the clause is dropped there)."""
-_TAKE_LAPSED: Final = (
+"""07 §7.2 step 4: the first claimable record, locked with its run (in that order, 07 §6.1),
+answering the run whole and the control row, so a claim reads what it decides on in two
+statements (this one and the run's records). A bare `SELECT … FOR UPDATE SKIP LOCKED` is safe
+here on both backends: PostgreSQL skips records (or runs) another transaction holds, and on
+SQLite every write transaction is `BEGIN IMMEDIATE`, so one claim runs at a time (the clause
+is dropped there)."""
+_TAKE_LAPSED: Final = Prepared(
     update(STEPS)
     .where(
         tuple_(STEPS.c.run_id, STEPS.c.step).in_(
@@ -1388,7 +1403,7 @@ _TAKE_LAPSED: Final = (
     )
     .returning(STEPS.c.run_id, STEPS.c.step)
 )
-_TOUCH_OVERDUE: Final = (
+_TOUCH_OVERDUE: Final = Prepared(
     update(STEPS)
     .where(
         tuple_(STEPS.c.run_id, STEPS.c.step).in_(
@@ -1421,8 +1436,8 @@ class _Lease:
     expires: datetime
 
 
-def _control_of(row: RowMapping) -> ControlRow:
-    return control_from({column.name: row[f"c_{column.name}"] for column in CONTROL.c})  # type: ignore[arg-type]
+def _control_of(row: Mapping[Any, Any]) -> ControlRow:
+    return control_from({column.name: row[f"c_{column.name}"] for column in CONTROL.c})
 
 
 def _claim_of(record: StepRow, snapshot: RunSnapshot) -> Claim:
