@@ -1,9 +1,11 @@
 """Fakes for the adapter tests: a scripted product and token endpoint served by uvicorn on
-127.0.0.1, a raw TCP server for transport faults, keys, certificates and connections."""
+127.0.0.1, a raw TCP server for transport faults, keys, certificates and connections; the
+engine's commands an adapter carries out and the exact engine events it must answer."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import datetime
 import json
@@ -16,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jwt
 import uvicorn
@@ -26,11 +28,27 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from coordinator_core.adapters import ClientCredentials, PreparedCommand, ProductConnection
+from coordinator_core.adapters import Adapter, ClientCredentials, PreparedCommand, ProductConnection
+from coordinator_core.engine.commands import (
+    Dispatch,
+    LookupReceipt,
+    Observe,
+    ObtainCredential,
+    Prepare,
+)
+from coordinator_core.engine.events import (
+    CallOutcome,
+    ObservationOutcome,
+    PreparationDone,
+    ReceiptAnswer,
+    to_canonical,
+)
 from coordinator_core.engine.keys import commitment
 
 TOKEN_PATH = "/oauth/token"
 CANARY = "canary-7f3a9c-SECRET"
+STEP = "step"
+"""The step of every engine command the adapter tests hand an adapter."""
 
 
 def deadline(seconds: float = 10.0) -> float:
@@ -479,3 +497,132 @@ def command(
         action=action,
         preparation=preparation,
     )
+
+
+# -- the engine's commands, and the adapter calls that carry them out ------------------------------
+
+
+def _sealed(frozen: PreparedCommand) -> str:
+    sealed = {"operation": frozen.operation, "connection": frozen.connection, "input": frozen.input}
+    if frozen.idempotency_key is not None:
+        sealed["idempotencyKey"] = frozen.idempotency_key
+    return to_canonical(sealed)
+
+
+def dispatch_of(frozen: PreparedCommand, *, step: str = STEP) -> Dispatch:
+    preparation = frozen.preparation
+    return Dispatch(
+        step,
+        frozen.operation,
+        frozen.connection,
+        _sealed(frozen),
+        frozen.idempotency_key,
+        None if preparation is None else base64.b64encode(preparation).decode("ascii"),
+        1,
+        1,
+    )
+
+
+def prepare_of(frozen: PreparedCommand, *, step: str = STEP) -> Prepare:
+    return Prepare(step, frozen.operation, frozen.connection, _sealed(frozen))
+
+
+def observe_of(
+    operation: str, reference: Any, *, connection_name: str = "conn", step: str = STEP
+) -> Observe:
+    return Observe(step, operation, connection_name, to_canonical(reference))
+
+
+def lookup_of(frozen: PreparedCommand, *, step: str = STEP, generation: int = 1) -> LookupReceipt:
+    return LookupReceipt(
+        step,
+        frozen.operation,
+        frozen.connection,
+        _sealed(frozen),
+        frozen.idempotency_key,
+        generation,
+    )
+
+
+def credential_of(connection_name: str = "conn", *, step: str = STEP) -> ObtainCredential:
+    return ObtainCredential(step, connection_name)
+
+
+def call(adapter: Adapter, bound: Any, frozen: PreparedCommand, **options: Any) -> CallOutcome:
+    """`adapter.dispatch` of the engine's `Dispatch` of `frozen`."""
+    return adapter.dispatch(bound, dispatch_of(frozen), frozen, **options)
+
+
+def prepare_with(
+    adapter: Adapter, bound: Any, frozen: PreparedCommand, **options: Any
+) -> PreparationDone | CallOutcome:
+    """`adapter.prepare` of the engine's `Prepare` of `frozen`."""
+    return adapter.prepare(bound, prepare_of(frozen), frozen, **options)
+
+
+def observe(
+    adapter: Adapter, bound: Any, operation: str, reference: Any, **options: Any
+) -> ObservationOutcome:
+    """`adapter.observe` of the engine's `Observe` of `operation` on `reference`."""
+    return adapter.observe(bound, observe_of(operation, reference), **options)
+
+
+def lookup(adapter: Adapter, bound: Any, frozen: PreparedCommand, **options: Any) -> ReceiptAnswer:
+    """`adapter.lookup_receipt` of the engine's `LookupReceipt` of `frozen`."""
+    return adapter.lookup_receipt(bound, lookup_of(frozen), frozen, **options)
+
+
+def preparation_bytes(outcome: PreparationDone | CallOutcome) -> bytes:
+    """The frozen preparation of a `PreparationDone` (the engine keeps it as base64 text)."""
+    assert isinstance(outcome, PreparationDone), outcome
+    return base64.b64decode(outcome.preparation, validate=True)
+
+
+# -- the exact engine events an adapter answers for STEP ----------------------------------------------
+
+
+def success(output: Any) -> CallOutcome:
+    return CallOutcome.success(STEP, output)
+
+
+def declared_refusal(refusal_code: str) -> CallOutcome:
+    return CallOutcome(STEP, "declared-refusal", refusal_code=refusal_code)
+
+
+def refused(code: str) -> CallOutcome:
+    return CallOutcome(STEP, "refused", code=code)
+
+
+def retryable(code: str) -> CallOutcome:
+    return CallOutcome(STEP, "retryable", code=code)
+
+
+def uncertain(code: str) -> CallOutcome:
+    return CallOutcome(STEP, "uncertain", code=code)
+
+
+def receipt_expired() -> CallOutcome:
+    return CallOutcome(STEP, "receipt-expired", code="receipt-expired")
+
+
+def complete(output: Any) -> ObservationOutcome:
+    return ObservationOutcome.complete(STEP, output)
+
+
+def pending() -> ObservationOutcome:
+    return ObservationOutcome(STEP, "pending")
+
+
+def observed(kind: Literal["refused", "retryable"], code: str) -> ObservationOutcome:
+    return ObservationOutcome(STEP, kind, code=code)
+
+
+def confirmed(receipt: Any) -> ReceiptAnswer:
+    return ReceiptAnswer.confirmed(STEP, 1, receipt)
+
+
+def answered(
+    answer: Literal["unresolved", "key-reused", "expired", "unavailable"],
+) -> ReceiptAnswer:
+    """A receipt lookup's answer other than `confirmed` (generation 1, as `lookup_of`)."""
+    return ReceiptAnswer(STEP, 1, answer)

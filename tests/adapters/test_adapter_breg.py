@@ -6,17 +6,23 @@ import json
 from typing import Any
 
 import pytest
-from adapter_support import Reply, command, command_key, deadline, problem
-
-from coordinator_core.adapters import (
-    DeclaredRefusal,
-    Prepared,
-    ReceiptExpired,
-    Refused,
-    Retryable,
-    Success,
-    Uncertain,
+from adapter_support import (
+    Reply,
+    call,
+    command,
+    command_key,
+    deadline,
+    declared_refusal,
+    preparation_bytes,
+    prepare_with,
+    problem,
+    receipt_expired,
+    refused,
+    retryable,
+    success,
+    uncertain,
 )
+
 from coordinator_core.adapters.breg import BregAdapter
 from coordinator_core.values import canonical_json
 
@@ -90,7 +96,7 @@ def invoke_command(preparation: bytes | None = None, value: Any = None, key: str
 
 
 def prepare(bound, cmd=None):
-    return BregAdapter().prepare(bound, cmd or invoke_command(), attempt_deadline=deadline())
+    return prepare_with(BregAdapter(), bound, cmd or invoke_command(), attempt_deadline=deadline())
 
 
 # -- read-record -------------------------------------------------------------------------------
@@ -98,12 +104,13 @@ def prepare(bound, cmd=None):
 
 def test_read_record_returns_the_body_unchanged(fake, bound):
     fake.route("GET", "/v1/records/people/r-1", Reply(200, RECORD))
-    outcome = BregAdapter().call(
+    outcome = call(
+        BregAdapter(),
         bound,
         command(READ, {"collection": "people", "recordId": "r-1"}),
         attempt_deadline=deadline(),
     )
-    assert outcome == Success(RECORD)
+    assert outcome == success(RECORD)
     assert fake.requests()[-1].headers["registry-access-profile"] == "coordinator-writer"
 
 
@@ -120,20 +127,21 @@ def test_read_record_returns_the_body_unchanged(fake, bound):
     ],
 )
 def test_read_record_refuses_an_invalid_command_before_sending(fake, bound, value):
-    outcome = BregAdapter().call(bound, command(READ, value), attempt_deadline=deadline())
-    assert outcome == Refused("invalid-command")
+    outcome = call(BregAdapter(), bound, command(READ, value), attempt_deadline=deadline())
+    assert outcome == refused("invalid-command")
     assert not fake.seen  # not even a token was requested
 
 
 @pytest.mark.parametrize("body", [{"meta": {}}, {"data": []}, [RECORD]])
 def test_read_record_requires_an_object_with_a_data_object(fake, bound, body):
     fake.route("GET", "/v1/records/people/r-1", Reply(200, body))
-    outcome = BregAdapter().call(
+    outcome = call(
+        BregAdapter(),
         bound,
         command(READ, {"collection": "people", "recordId": "r-1"}),
         attempt_deadline=deadline(),
     )
-    assert outcome == Refused("invalid-response")
+    assert outcome == refused("invalid-response")
 
 
 # -- invoke-action: preparation -------------------------------------------------------------------
@@ -141,10 +149,9 @@ def test_read_record_requires_an_object_with_a_data_object(fake, bound, body):
 
 def test_preparation_freezes_body_binding_and_key(breg, bound):
     key = command_key()
-    outcome = prepare(bound, invoke_command(key=key))
-    assert isinstance(outcome, Prepared)
+    preparation = preparation_bytes(prepare(bound, invoke_command(key=key)))
     body = canonical_json({"input": ACTION_INPUT, **PRECONDITIONS}).decode()
-    assert outcome.preparation == canonical_json(
+    assert preparation == canonical_json(
         {
             "version": 1,
             "binding": {
@@ -167,28 +174,27 @@ def test_preparation_freezes_body_binding_and_key(breg, bound):
 
 def test_preparation_without_condition_inputs_omits_preconditions(breg, bound):
     breg.route("GET", f"/v1/actions/{ACTION}", Reply(200, describe(conditionInputs=[])))
-    outcome = prepare(bound)
-    assert isinstance(outcome, Prepared)
-    assert json.loads(json.loads(outcome.preparation)["body"]) == {"input": ACTION_INPUT}
+    preparation = preparation_bytes(prepare(bound))
+    assert json.loads(json.loads(preparation)["body"]) == {"input": ACTION_INPUT}
     assert not breg.requests(f"/v1/actions/{ACTION}/target-conditions")
 
 
 @pytest.mark.parametrize(
     ("reply", "expected"),
     [
-        (Reply(404), Refused("action-unavailable")),
-        (Reply(200, describe(kind="proposal")), Refused("action-unavailable")),
-        (Reply(200, describe(kind="other")), Refused("invalid-response")),
-        (Reply(200, describe(action="another")), Refused("invalid-response")),
-        (Reply(200, describe(contractFingerprint="md5:1")), Refused("invalid-response")),
+        (Reply(404), refused("action-unavailable")),
+        (Reply(200, describe(kind="proposal")), refused("action-unavailable")),
+        (Reply(200, describe(kind="other")), refused("invalid-response")),
+        (Reply(200, describe(action="another")), refused("invalid-response")),
+        (Reply(200, describe(contractFingerprint="md5:1")), refused("invalid-response")),
         (
             Reply(200, describe(inputSchema={"type": "object", "definitions": {}})),
-            Refused("invalid-response"),
+            refused("invalid-response"),
         ),
-        (Reply(408), Retryable("transport-unavailable")),
-        (Reply(503), Retryable("transport-unavailable")),
-        (Reply(500), Retryable("transport-unavailable")),
-        (Reply(403), Refused("product-forbidden")),
+        (Reply(408), retryable("transport-unavailable")),
+        (Reply(503), retryable("transport-unavailable")),
+        (Reply(500), retryable("transport-unavailable")),
+        (Reply(403), refused("product-forbidden")),
     ],
 )
 def test_preparation_describe_outcomes(breg, bound, reply, expected):
@@ -199,13 +205,13 @@ def test_preparation_describe_outcomes(breg, bound, reply, expected):
 @pytest.mark.parametrize(
     ("reply", "expected"),
     [
-        (Reply(503), Retryable("transport-unavailable")),
-        (Reply(408), Retryable("transport-unavailable")),
+        (Reply(503), retryable("transport-unavailable")),
+        (Reply(408), retryable("transport-unavailable")),
         (
             Reply(200, {"preconditions": {"a": {"ifMatch": "unquoted"}}}),
-            Refused("invalid-response"),
+            refused("invalid-response"),
         ),
-        (Reply(200, {}), Refused("invalid-response")),
+        (Reply(200, {}), refused("invalid-response")),
     ],
 )
 def test_preparation_condition_outcomes(breg, bound, reply, expected):
@@ -221,32 +227,33 @@ def test_preparation_condition_outcomes(breg, bound, reply, expected):
     ],
 )
 def test_preparation_validates_the_input_against_the_action_schema(breg, bound, value):
-    assert prepare(bound, invoke_command(value=value)) == Refused("invalid-command")
+    assert prepare(bound, invoke_command(value=value)) == refused("invalid-command")
 
 
 @pytest.mark.parametrize("value", [{"input": []}, {"input": {}, "extra": 1}, {}])
 def test_preparation_refuses_a_malformed_command_before_sending(breg, bound, value):
-    assert prepare(bound, invoke_command(value=value)) == Refused("invalid-command")
+    assert prepare(bound, invoke_command(value=value)) == refused("invalid-command")
     assert not breg.seen
 
 
 def test_preparation_refuses_a_body_above_the_action_maximum(breg, bound):
     breg.route("GET", f"/v1/actions/{ACTION}", Reply(200, describe(maximumBodyBytes=20)))
-    assert prepare(bound) == Refused("invalid-command")
+    assert prepare(bound) == refused("invalid-command")
 
 
 # -- invoke-action: send ---------------------------------------------------------------------------
 
 
 def prepared(bound, key: str) -> bytes:
-    outcome = prepare(bound, invoke_command(key=key))
-    assert isinstance(outcome, Prepared)
-    return outcome.preparation
+    return preparation_bytes(prepare(bound, invoke_command(key=key)))
 
 
 def send(bound, preparation: bytes | None, key: str, **kw: Any):
-    return BregAdapter().call(
-        bound, invoke_command(preparation, key=key, **kw), attempt_deadline=deadline()
+    return call(
+        BregAdapter(),
+        bound,
+        invoke_command(preparation, key=key, **kw),
+        attempt_deadline=deadline(),
     )
 
 
@@ -256,7 +263,7 @@ def test_send_posts_exactly_the_prepared_bytes_with_the_key(breg, bound):
     breg.route(
         "POST", f"/v1/actions/{ACTION}/target-conditions", Reply(200, {"preconditions": {}})
     )  # conditions are never refreshed at send
-    assert send(bound, preparation, key) == Success(RESULT)
+    assert send(bound, preparation, key) == success(RESULT)
     posted = [
         s for s in breg.requests() if s.method == "POST" and s.path == f"/v1/actions/{ACTION}"
     ]
@@ -272,23 +279,23 @@ def test_a_changed_binding_is_a_mismatch_and_nothing_is_posted(breg, bound, conn
     key = command_key()
     preparation = prepared(bound, key)
     breg.route("GET", f"/v1/actions/{ACTION}", Reply(200, describe(registryRevision="rev-8")))
-    assert send(bound, preparation, key) == Refused("prepared-command-mismatch")
+    assert send(bound, preparation, key) == refused("prepared-command-mismatch")
     breg.route(
         "GET",
         f"/v1/actions/{ACTION}",
         Reply(200, describe(contractFingerprint="sha256:" + "cd" * 32)),
     )
-    assert send(bound, preparation, key) == Refused("prepared-command-mismatch")
+    assert send(bound, preparation, key) == refused("prepared-command-mismatch")
     breg.route("GET", f"/v1/actions/{ACTION}", Reply(200, describe()))
     other_profile = connect("breg", profile="coordinator-other")
-    assert send(other_profile, preparation, key) == Refused("prepared-command-mismatch")
-    assert send(bound, preparation, command_key("another-step")) == Refused(
+    assert send(other_profile, preparation, key) == refused("prepared-command-mismatch")
+    assert send(bound, preparation, command_key("another-step")) == refused(
         "prepared-command-mismatch"
     )
     changed = {"input": {**ACTION_INPUT, "decision": "reject"}}
-    assert send(bound, preparation, key, value=changed) == Refused("prepared-command-mismatch")
-    assert send(bound, b"{}", key) == Refused("prepared-command-mismatch")
-    assert send(bound, None, key) == Refused("prepared-command-mismatch")
+    assert send(bound, preparation, key, value=changed) == refused("prepared-command-mismatch")
+    assert send(bound, b"{}", key) == refused("prepared-command-mismatch")
+    assert send(bound, None, key) == refused("prepared-command-mismatch")
     assert not [
         s for s in breg.requests() if s.method == "POST" and s.path == f"/v1/actions/{ACTION}"
     ]
@@ -298,27 +305,27 @@ def test_the_action_withdrawn_before_send_is_unavailable(breg, bound):
     key = command_key()
     preparation = prepared(bound, key)
     breg.route("GET", f"/v1/actions/{ACTION}", Reply(404))
-    assert send(bound, preparation, key) == Refused("action-unavailable")
+    assert send(bound, preparation, key) == refused("action-unavailable")
 
 
 @pytest.mark.parametrize(
     ("reply", "expected"),
     [
-        (Reply(200, RESULT), Success(RESULT)),
+        (Reply(200, RESULT), success(RESULT)),
         (
             problem(422, "action.refused", refusalCode="application-withdrawn"),
-            DeclaredRefusal("application-withdrawn"),
+            declared_refusal("application-withdrawn"),
         ),
-        (problem(422, "action.refused", refusalCode="Not A Code"), Refused("product-refused")),
-        (problem(422, "action.refused"), Refused("product-refused")),
+        (problem(422, "action.refused", refusalCode="Not A Code"), refused("product-refused")),
+        (problem(422, "action.refused"), refused("product-refused")),
         (
             Reply(422, {"status": 400, "code": "action.refused", "refusalCode": "x"}),
-            Refused("product-refused"),
+            refused("product-refused"),
         ),
-        (problem(409, "idempotency.key-reused"), Refused("product-refused")),
-        (problem(410, "idempotency.expired"), ReceiptExpired()),
-        (Reply(500), Uncertain("transport-uncertain")),
-        (Reply(201, {"action": ACTION}), Uncertain("invalid-response")),
+        (problem(409, "idempotency.key-reused"), refused("product-refused")),
+        (problem(410, "idempotency.expired"), receipt_expired()),
+        (Reply(500), uncertain("transport-uncertain")),
+        (Reply(201, {"action": ACTION}), uncertain("invalid-response")),
     ],
 )
 def test_send_outcomes(breg, bound, reply, expected):
@@ -332,13 +339,14 @@ def test_a_describe_failure_at_send_is_retryable_within_a_mutation(breg, bound):
     key = command_key()
     preparation = prepared(bound, key)
     breg.route("GET", f"/v1/actions/{ACTION}", Reply(503))
-    assert send(bound, preparation, key) == Retryable("transport-unavailable")
+    assert send(bound, preparation, key) == retryable("transport-unavailable")
 
 
 def test_a_breg_connection_without_a_profile_is_unbound(breg, connect):
-    outcome = BregAdapter().call(
+    outcome = call(
+        BregAdapter(),
         connect("breg"),
         command(READ, {"collection": "people", "recordId": "r-1"}),
         attempt_deadline=deadline(),
     )
-    assert outcome == Refused("operation-unbound")
+    assert outcome == refused("operation-unbound")

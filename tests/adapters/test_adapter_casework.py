@@ -5,17 +5,24 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import adapter_support as support
 import pytest
-from adapter_support import Reply, command, command_key, deadline, problem
-
-from coordinator_core.adapters import (
-    Pending,
-    ReceiptExpired,
-    Refused,
-    Retryable,
-    Success,
-    Uncertain,
+from adapter_support import (
+    Reply,
+    command,
+    command_key,
+    complete,
+    deadline,
+    observed,
+    pending,
+    problem,
+    receipt_expired,
+    refused,
+    retryable,
+    success,
+    uncertain,
 )
+
 from coordinator_core.adapters.casework import CaseworkAdapter
 from coordinator_core.values import canonical_json
 
@@ -65,13 +72,12 @@ def bound(connect):
 
 
 def call(bound, operation: str, value: Any, key: str | None = None):
-    return CaseworkAdapter().call(
-        bound, command(operation, value, key=key), attempt_deadline=deadline()
-    )
+    frozen = command(operation, value, key=key)
+    return support.call(CaseworkAdapter(), bound, frozen, attempt_deadline=deadline())
 
 
 def observe(bound, reference: Any):
-    return CaseworkAdapter().observe(bound, READ, reference, attempt_deadline=deadline())
+    return support.observe(CaseworkAdapter(), bound, READ, reference, attempt_deadline=deadline())
 
 
 # -- submit --------------------------------------------------------------------------------------
@@ -81,7 +87,7 @@ def observe(bound, reference: Any):
 def test_submit_returns_the_acceptance(fake, bound, status):
     fake.route("POST", "/v1/review-requests", Reply(status, ACCEPTED))
     key = command_key()
-    assert call(bound, SUBMIT, REVIEW, key) == Success(ACCEPTED)
+    assert call(bound, SUBMIT, REVIEW, key) == success(ACCEPTED)
     seen = fake.requests()[-1]
     assert seen.body == canonical_json(REVIEW)
     assert seen.headers["idempotency-key"] == key
@@ -121,7 +127,7 @@ def _with(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     ],
 )
 def test_submit_refuses_an_invalid_request_before_sending(fake, bound, value):
-    assert call(bound, SUBMIT, value, command_key()) == Refused("invalid-command")
+    assert call(bound, SUBMIT, value, command_key()) == refused("invalid-command")
     assert not fake.seen
 
 
@@ -129,18 +135,18 @@ def test_submit_refuses_a_body_over_98304_bytes(fake, bound):
     snapshot = {f"k{i}": "x" * 16_000 for i in range(4)}  # ≤ 65,536 on its own
     value = _with(("context", "snapshot"), snapshot)
     value["resultConstraints"] = {f"c{i}": "y" * 16_000 for i in range(3)}
-    assert call(bound, SUBMIT, value, command_key()) == Refused("invalid-command")
+    assert call(bound, SUBMIT, value, command_key()) == refused("invalid-command")
     assert not fake.seen
 
 
 @pytest.mark.parametrize(
     ("reply", "expected"),
     [
-        (problem(409, "idempotency.key-reused"), Refused("product-refused")),
-        (problem(410, "idempotency.expired"), ReceiptExpired()),
-        (Reply(201, {**ACCEPTED, "requestId": "nope"}), Uncertain("invalid-response")),
-        (Reply(202, ACCEPTED), Uncertain("invalid-response")),
-        (Reply(504), Uncertain("transport-uncertain")),
+        (problem(409, "idempotency.key-reused"), refused("product-refused")),
+        (problem(410, "idempotency.expired"), receipt_expired()),
+        (Reply(201, {**ACCEPTED, "requestId": "nope"}), uncertain("invalid-response")),
+        (Reply(202, ACCEPTED), uncertain("invalid-response")),
+        (Reply(504), uncertain("transport-uncertain")),
     ],
 )
 def test_submit_outcomes(fake, bound, reply, expected):
@@ -154,27 +160,31 @@ def test_submit_outcomes(fake, bound, reply, expected):
 @pytest.mark.parametrize(
     ("reply", "as_call", "as_observation"),
     [
-        (Reply(200, RESULT), Success({"state": "complete", "result": RESULT}), Success(RESULT)),
-        (Reply(202, {"ignored": True}), Success({"state": "pending"}), Pending()),
-        (Reply(202, raw=b"not json"), Success({"state": "pending"}), Pending()),
+        (Reply(200, RESULT), success({"state": "complete", "result": RESULT}), complete(RESULT)),
+        (Reply(202, {"ignored": True}), success({"state": "pending"}), pending()),
+        (Reply(202, raw=b"not json"), success({"state": "pending"}), pending()),
         (
             problem(404, "review.not-found"),
-            Refused("product-not-found"),
-            Refused("product-not-found"),
+            refused("product-not-found"),
+            observed("refused", "product-not-found"),
         ),
-        (Reply(410), Refused("completion-expired"), Refused("completion-expired")),
-        (Reply(503), Retryable("transport-unavailable"), Retryable("transport-unavailable")),
-        (Reply(429), Retryable("rate-limited"), Retryable("rate-limited")),
-        (Reply(401), Refused("product-forbidden"), Refused("product-forbidden")),
+        (Reply(410), refused("completion-expired"), observed("refused", "completion-expired")),
+        (
+            Reply(503),
+            retryable("transport-unavailable"),
+            observed("retryable", "transport-unavailable"),
+        ),
+        (Reply(429), retryable("rate-limited"), observed("retryable", "rate-limited")),
+        (Reply(401), refused("product-forbidden"), observed("refused", "product-forbidden")),
         (
             Reply(200, {**RESULT, "status": "pending"}),
-            Refused("invalid-response"),
-            Refused("invalid-response"),
+            refused("invalid-response"),
+            observed("refused", "invalid-response"),
         ),
         (
             Reply(200, {**RESULT, "completedAt": "yesterday"}),
-            Refused("invalid-response"),
-            Refused("invalid-response"),
+            refused("invalid-response"),
+            observed("refused", "invalid-response"),
         ),
     ],
 )
@@ -188,13 +198,13 @@ def test_read_result_as_a_call_and_as_an_observation(fake, bound, reply, as_call
     "value", [{"requestId": "not-a-uuid"}, {}, {"requestId": REQUEST_ID, "x": 1}]
 )
 def test_read_result_refuses_an_invalid_command(fake, bound, value):
-    assert call(bound, READ, value) == Refused("invalid-command")
+    assert call(bound, READ, value) == refused("invalid-command")
     assert not fake.seen
 
 
 @pytest.mark.parametrize("reference", ["not-a-uuid", 7, None, {"requestId": REQUEST_ID}])
 def test_an_observation_of_an_invalid_reference_is_refused(fake, bound, reference):
-    assert observe(bound, reference) == Refused("invalid-command")
+    assert observe(bound, reference) == observed("refused", "invalid-command")
     assert not fake.seen
 
 
@@ -206,7 +216,7 @@ def test_withdraw_posts_subject_and_reason(fake, bound):
     fake.route("POST", f"/v1/review-requests/{REQUEST_ID}/cancel", Reply(200, answer))
     key = command_key()
     value = {"requestId": REQUEST_ID, "subject": SUBJECT, "reason": "run cancelled"}
-    assert call(bound, WITHDRAW, value, key) == Success(answer)
+    assert call(bound, WITHDRAW, value, key) == success(answer)
     seen = fake.requests()[-1]
     assert seen.json() == {"subject": SUBJECT, "reason": "run cancelled"}
     assert seen.headers["idempotency-key"] == key
@@ -222,7 +232,7 @@ def test_withdraw_posts_subject_and_reason(fake, bound):
     ],
 )
 def test_withdraw_refuses_an_invalid_command(fake, bound, value):
-    assert call(bound, WITHDRAW, value, command_key()) == Refused("invalid-command")
+    assert call(bound, WITHDRAW, value, command_key()) == refused("invalid-command")
     assert not fake.seen
 
 
@@ -233,9 +243,9 @@ def test_withdraw_with_an_unknown_outcome_is_an_invalid_response(fake, bound):
         Reply(200, {"outcome": "gone", "result": RESULT}),
     )
     value = {"requestId": REQUEST_ID, "subject": SUBJECT, "reason": "r"}
-    assert call(bound, WITHDRAW, value, command_key()) == Uncertain("invalid-response")
+    assert call(bound, WITHDRAW, value, command_key()) == uncertain("invalid-response")
 
 
 def test_a_keyed_command_without_its_key_is_refused(fake, bound):
-    assert call(bound, SUBMIT, REVIEW, None) == Refused("invalid-command")
+    assert call(bound, SUBMIT, REVIEW, None) == refused("invalid-command")
     assert not fake.seen

@@ -11,27 +11,26 @@ import pytest
 from adapter_support import (
     RawServer,
     Reply,
+    call,
     command,
     command_key,
+    credential_of,
     deadline,
     free_port,
     problem,
     read_request,
+    receipt_expired,
+    refused,
     reset,
+    retryable,
+    success,
+    uncertain,
 )
 
-from coordinator_core.adapters import (
-    CallOutcome,
-    HttpSettings,
-    ProductConnection,
-    ReceiptExpired,
-    Refused,
-    Retryable,
-    Success,
-    Uncertain,
-)
+from coordinator_core.adapters import AccessToken, HttpSettings, ProductConnection
 from coordinator_core.adapters.messaging import MessagingAdapter
 from coordinator_core.adapters.scheduling import SchedulingAdapter
+from coordinator_core.engine.events import CallOutcome
 
 READ = "scheduling.read-scheduling/v1"
 MUTATION = "messaging.submit-message/v1"
@@ -51,15 +50,19 @@ SCHEDULING = {"schedulingId": "s-1", "policyRevision": "r-1", "policyDigest": "s
 def read(
     connection: ProductConnection, settings: HttpSettings | None = None, **kw: Any
 ) -> CallOutcome:
-    return SchedulingAdapter(settings).call(
-        connection, command(READ, {}), attempt_deadline=kw.get("until", deadline())
+    return call(
+        SchedulingAdapter(settings),
+        connection,
+        command(READ, {}),
+        attempt_deadline=kw.get("until", deadline()),
     )
 
 
 def mutate(
     connection: ProductConnection, settings: HttpSettings | None = None, **kw: Any
 ) -> CallOutcome:
-    return MessagingAdapter(settings).call(
+    return call(
+        MessagingAdapter(settings),
         connection,
         command(MUTATION, MESSAGE, key=command_key()),
         attempt_deadline=kw.get("until", deadline()),
@@ -79,57 +82,57 @@ def writer(connect):
 def test_expected_2xx_with_a_valid_body_is_success(fake, reader, writer):
     fake.route("GET", "/v1/scheduling", Reply(200, SCHEDULING))
     fake.route("POST", "/v1/messages", Reply(202, RECEIPT))
-    assert read(reader) == Success(SCHEDULING)
-    assert mutate(writer) == Success(RECEIPT)
+    assert read(reader) == success(SCHEDULING)
+    assert mutate(writer) == success(RECEIPT)
 
 
 STATUS_ROWS = [
     # (reply, read outcome, mutation outcome)
-    (Reply(408), Retryable("transport-unavailable"), Retryable("transport-unavailable")),
+    (Reply(408), retryable("transport-unavailable"), retryable("transport-unavailable")),
     (
         problem(503, "service.unavailable"),
-        Retryable("transport-unavailable"),
-        Retryable("transport-unavailable"),
+        retryable("transport-unavailable"),
+        retryable("transport-unavailable"),
     ),
-    (Reply(429), Retryable("rate-limited"), Retryable("rate-limited")),
-    (Reply(500), Retryable("transport-unavailable"), Uncertain("transport-uncertain")),
-    (Reply(502), Retryable("transport-unavailable"), Uncertain("transport-uncertain")),
-    (Reply(503), Retryable("transport-unavailable"), Uncertain("transport-uncertain")),
-    (problem(503, "other"), Retryable("transport-unavailable"), Uncertain("transport-uncertain")),
-    (problem(400, "request.invalid"), Refused("invalid-command"), Refused("invalid-command")),
-    (Reply(413), Refused("invalid-command"), Refused("invalid-command")),
+    (Reply(429), retryable("rate-limited"), retryable("rate-limited")),
+    (Reply(500), retryable("transport-unavailable"), uncertain("transport-uncertain")),
+    (Reply(502), retryable("transport-unavailable"), uncertain("transport-uncertain")),
+    (Reply(503), retryable("transport-unavailable"), uncertain("transport-uncertain")),
+    (problem(503, "other"), retryable("transport-unavailable"), uncertain("transport-uncertain")),
+    (problem(400, "request.invalid"), refused("invalid-command"), refused("invalid-command")),
+    (Reply(413), refused("invalid-command"), refused("invalid-command")),
     (
         problem(401, "authentication.refused"),
-        Refused("product-forbidden"),
-        Refused("product-forbidden"),
+        refused("product-forbidden"),
+        refused("product-forbidden"),
     ),
-    (Reply(403), Refused("product-forbidden"), Refused("product-forbidden")),
+    (Reply(403), refused("product-forbidden"), refused("product-forbidden")),
     (
         problem(404, "template.not-found"),
-        Refused("product-not-found"),
-        Refused("product-not-found"),
+        refused("product-not-found"),
+        refused("product-not-found"),
     ),
     (
         problem(409, "idempotency.key-reused"),
-        Refused("product-refused"),
-        Refused("product-refused"),
+        refused("product-refused"),
+        refused("product-refused"),
     ),
-    (problem(410, "idempotency.expired"), Refused("product-refused"), ReceiptExpired()),
-    (Reply(410), Refused("product-refused"), Refused("product-refused")),
-    (problem(422, "content.invalid"), Refused("product-refused"), Refused("product-refused")),
-    (Reply(418), Refused("product-refused"), Refused("product-refused")),
+    (problem(410, "idempotency.expired"), refused("product-refused"), receipt_expired()),
+    (Reply(410), refused("product-refused"), refused("product-refused")),
+    (problem(422, "content.invalid"), refused("product-refused"), refused("product-refused")),
+    (Reply(418), refused("product-refused"), refused("product-refused")),
     (
         Reply(302, headers={"location": "/v1/elsewhere"}),
-        Refused("product-refused"),
-        Uncertain("remote-uncertain"),
+        refused("product-refused"),
+        uncertain("remote-uncertain"),
     ),
     (
         Reply(307, headers={"location": "/v1/elsewhere"}),
-        Refused("product-refused"),
-        Uncertain("remote-uncertain"),
+        refused("product-refused"),
+        uncertain("remote-uncertain"),
     ),
     # A 2xx that is not the operation's expected answer is an invalid response.
-    (Reply(204), Refused("invalid-response"), Uncertain("invalid-response")),
+    (Reply(204), refused("invalid-response"), uncertain("invalid-response")),
 ]
 
 
@@ -143,21 +146,21 @@ def test_status_rows(fake, reader, writer, reply, as_read, as_mutation):
     assert not fake.requests("/v1/elsewhere"), "a redirect was followed"
 
 
-def test_retry_after_is_carried_as_a_hint(fake, reader):
+def test_retry_after_is_not_kept_the_retry_policy_ignores_it(fake, reader):
     fake.route("GET", "/v1/scheduling", Reply(429, headers={"retry-after": "7"}))
-    assert read(reader) == Retryable("rate-limited", 7.0)
+    assert read(reader) == retryable("rate-limited")
 
 
 def test_a_problem_code_counts_only_when_its_status_matches(fake, writer):
     # 410 whose body claims status 409: classified by status alone → not receipt-expired.
     fake.route("POST", "/v1/messages", Reply(410, {"status": 409, "code": "idempotency.expired"}))
-    assert mutate(writer) == Refused("product-refused")
+    assert mutate(writer) == refused("product-refused")
     # 503 whose problem body says 500: other 5xx.
     fake.route("POST", "/v1/messages", Reply(503, {"status": 500, "code": "service.unavailable"}))
-    assert mutate(writer) == Uncertain("transport-uncertain")
+    assert mutate(writer) == uncertain("transport-uncertain")
     # A boolean status never equals a number.
     fake.route("POST", "/v1/messages", Reply(410, {"status": True, "code": "idempotency.expired"}))
-    assert mutate(writer) == Refused("product-refused")
+    assert mutate(writer) == refused("product-refused")
 
 
 @pytest.mark.parametrize(
@@ -175,23 +178,23 @@ def test_a_problem_code_counts_only_when_its_status_matches(fake, writer):
 def test_2xx_with_an_unreadable_body_is_invalid_response(fake, reader, writer, raw):
     fake.route("GET", "/v1/scheduling", Reply(200, raw=raw))
     fake.route("POST", "/v1/messages", Reply(202, raw=raw))
-    assert read(reader) == Refused("invalid-response")
-    assert mutate(writer) == Uncertain("invalid-response")
+    assert read(reader) == refused("invalid-response")
+    assert mutate(writer) == uncertain("invalid-response")
 
 
 def test_2xx_with_the_wrong_shape_is_invalid_response(fake, reader, writer):
     fake.route("GET", "/v1/scheduling", Reply(200, {"schedulingId": 1}))
     fake.route("POST", "/v1/messages", Reply(202, {"id": "not-a-uuid"}))
-    assert read(reader) == Refused("invalid-response")
-    assert mutate(writer) == Uncertain("invalid-response")
+    assert read(reader) == refused("invalid-response")
+    assert mutate(writer) == uncertain("invalid-response")
 
 
 def test_an_oversize_2xx_body_is_invalid_response(fake, reader, writer):
     padding = "x" * 70_000
     fake.route("GET", "/v1/scheduling", Reply(200, {**SCHEDULING, "pad": padding}))
     fake.route("POST", "/v1/messages", Reply(202, {**RECEIPT, "pad": padding}))
-    assert read(reader) == Refused("invalid-response")
-    assert mutate(writer) == Uncertain("invalid-response")
+    assert read(reader) == refused("invalid-response")
+    assert mutate(writer) == uncertain("invalid-response")
 
 
 # -- transport rows ---------------------------------------------------------------------------------
@@ -199,8 +202,8 @@ def test_an_oversize_2xx_body_is_invalid_response(fake, reader, writer):
 
 def test_connection_refused_is_retryable_for_reads_and_mutations(connect):
     origin = f"http://127.0.0.1:{free_port()}"
-    assert read(connect("scheduling", origin)) == Retryable("transport-unavailable")
-    assert mutate(connect("messaging", origin)) == Retryable("transport-unavailable")
+    assert read(connect("scheduling", origin)) == retryable("transport-unavailable")
+    assert mutate(connect("messaging", origin)) == retryable("transport-unavailable")
 
 
 def test_connect_timeout_before_sending_is_retryable_even_for_a_mutation(connect):
@@ -219,7 +222,7 @@ def test_connect_timeout_before_sending_is_retryable_even_for_a_mutation(connect
         quick = HttpSettings(connect_timeout=0.2, total_timeout=1.0)
         began = time.monotonic()
         outcome = mutate(connect("messaging", f"http://127.0.0.1:{port}"), quick)
-        assert outcome == Retryable("transport-unavailable")
+        assert outcome == retryable("transport-unavailable")
         assert time.monotonic() - began < 0.9
     finally:
         for sock in held:
@@ -256,8 +259,8 @@ def _half_answer(conn: socket.socket) -> None:
 def test_failure_after_sending_began(connect, behaviour):
     server = RawServer(behaviour)
     try:
-        assert read(connect("scheduling", server.origin)) == Retryable("transport-unavailable")
-        assert mutate(connect("messaging", server.origin)) == Uncertain("transport-uncertain")
+        assert read(connect("scheduling", server.origin)) == retryable("transport-unavailable")
+        assert mutate(connect("messaging", server.origin)) == uncertain("transport-uncertain")
     finally:
         server.close()
 
@@ -267,10 +270,10 @@ def test_timeout_waiting_for_the_answer(connect):
     quick = HttpSettings(total_timeout=0.3)
     try:
         began = time.monotonic()
-        assert read(connect("scheduling", server.origin), quick) == Retryable(
+        assert read(connect("scheduling", server.origin), quick) == retryable(
             "transport-unavailable"
         )
-        assert mutate(connect("messaging", server.origin), quick) == Uncertain(
+        assert mutate(connect("messaging", server.origin), quick) == uncertain(
             "transport-uncertain"
         )
         assert time.monotonic() - began < 1.5
@@ -283,9 +286,9 @@ def test_attempt_budget_exhausted(connect):
     try:
         began = time.monotonic()
         outcome = read(connect("scheduling", server.origin), until=time.monotonic() + 0.3)
-        assert outcome == Retryable("attempt-timeout")
+        assert outcome == retryable("attempt-timeout")
         outcome = mutate(connect("messaging", server.origin), until=time.monotonic() + 0.3)
-        assert outcome == Uncertain("attempt-timeout")
+        assert outcome == uncertain("attempt-timeout")
         assert time.monotonic() - began < 1.5
     finally:
         server.close()
@@ -296,11 +299,12 @@ def test_no_budget_left_sends_nothing(fake, connect):
     # The worker supplies the credential; no budget remains for the product request.
     adapter = SchedulingAdapter()
     bound = connect("scheduling")
-    token = adapter.obtain_credential(bound, attempt_deadline=deadline())
-    outcome = adapter.call(
-        bound, command(READ, {}), attempt_deadline=time.monotonic() - 1, credential=token
+    token = adapter.obtain_credential(bound, credential_of(), attempt_deadline=deadline())
+    assert isinstance(token, AccessToken)
+    outcome = call(
+        adapter, bound, command(READ, {}), attempt_deadline=time.monotonic() - 1, credential=token
     )
-    assert outcome == Retryable("attempt-timeout")
+    assert outcome == retryable("attempt-timeout")
     assert not fake.requests()
 
 
@@ -313,5 +317,5 @@ def test_a_slow_drip_cannot_outlast_the_total_timeout(fake, reader):
     fake.route("GET", "/v1/scheduling", Reply(200, chunks=chunks, chunk_delay=0.05))
     quick = HttpSettings(total_timeout=0.4)
     began = time.monotonic()
-    assert read(reader, quick) == Retryable("transport-unavailable")
+    assert read(reader, quick) == retryable("transport-unavailable")
     assert time.monotonic() - began < 0.9

@@ -11,14 +11,20 @@ from urllib.parse import parse_qs
 import jwt
 import pytest
 from adapter_support import (
+    STEP,
     TOKEN_PATH,
     KeyPair,
     Reply,
+    call,
     command,
+    credential_of,
     deadline,
     ec_key,
     free_port,
+    refused,
+    retryable,
     rsa_key,
+    success,
 )
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm
@@ -27,9 +33,6 @@ from coordinator_core.adapters import (
     AccessToken,
     CredentialIssuer,
     HttpSettings,
-    Refused,
-    Retryable,
-    Success,
 )
 from coordinator_core.adapters.credentials import (
     CLIENT_ASSERTION_TYPE,
@@ -47,9 +50,8 @@ def test_every_attempt_gets_a_fresh_token_and_a_fresh_assertion(fake, connect):
     bound = connect("scheduling")
     adapter = SchedulingAdapter()
     for _ in range(3):
-        assert adapter.call(bound, command(READ, {}), attempt_deadline=deadline()) == Success(
-            SCHEDULING
-        )
+        outcome = call(adapter, bound, command(READ, {}), attempt_deadline=deadline())
+        assert outcome == success(SCHEDULING)
     assert len(fake.assertions) == 3
     assert len({claims["jti"] for _header, claims in fake.assertions}) == 3
     used = [seen.headers["authorization"] for seen in fake.requests()]
@@ -63,7 +65,7 @@ def test_the_assertion_claims_and_signature(fake, connect, ec_pair, rsa_pair, al
     bound = connect("scheduling", key=key, client_id="coordinator-notices")
     now = int(time.time())
     issuer = CredentialIssuer(wall_clock=lambda: now + 0.5)
-    token = issuer.obtain(bound.authorization, attempt_deadline=deadline())
+    token = issuer.obtain(bound.authorization, step=STEP, attempt_deadline=deadline())
     assert isinstance(token, AccessToken)
     form = parse_qs(fake.requests(TOKEN_PATH)[-1].body.decode("ascii"), strict_parsing=True)
     assert form["grant_type"] == ["client_credentials"]
@@ -94,7 +96,8 @@ def test_the_assertion_claims_and_signature(fake, connect, ec_pair, rsa_pair, al
 def test_an_explicit_assertion_audience_is_used(fake, connect):
     bound = connect("scheduling", audience="https://idp.example/")
     assert isinstance(
-        CredentialIssuer().obtain(bound.authorization, attempt_deadline=deadline()), AccessToken
+        CredentialIssuer().obtain(bound.authorization, step=STEP, attempt_deadline=deadline()),
+        AccessToken,
     )
     assert fake.assertions[-1][1]["aud"] == "https://idp.example/"
 
@@ -103,10 +106,10 @@ def test_a_supplied_credential_is_used_without_a_new_exchange(fake, connect):
     fake.route("GET", "/v1/scheduling", Reply(200, SCHEDULING))
     bound = connect("scheduling")
     adapter = SchedulingAdapter()
-    token = adapter.obtain_credential(bound, attempt_deadline=deadline())
+    token = adapter.obtain_credential(bound, credential_of(), attempt_deadline=deadline())
     assert isinstance(token, AccessToken)
-    outcome = adapter.call(bound, command(READ, {}), attempt_deadline=deadline(), credential=token)
-    assert outcome == Success(SCHEDULING)
+    outcome = call(adapter, bound, command(READ, {}), attempt_deadline=deadline(), credential=token)
+    assert outcome == success(SCHEDULING)
     assert len(fake.requests(TOKEN_PATH)) == 1
 
 
@@ -117,42 +120,42 @@ def _token_reply(reply: Reply):
 @pytest.mark.parametrize(
     ("reply", "expected"),
     [
-        (Reply(408), Retryable("credential-unavailable")),
-        (Reply(429), Retryable("credential-unavailable")),
-        (Reply(500), Retryable("credential-unavailable")),
-        (Reply(503), Retryable("credential-unavailable")),
-        (Reply(400, {"error": "invalid_client"}), Refused("credential-refused")),
-        (Reply(401, {"error": "invalid_client"}), Refused("credential-refused")),
-        (Reply(403), Refused("credential-refused")),
-        (Reply(302, headers={"location": "/elsewhere"}), Refused("credential-refused")),
+        (Reply(408), retryable("credential-unavailable")),
+        (Reply(429), retryable("credential-unavailable")),
+        (Reply(500), retryable("credential-unavailable")),
+        (Reply(503), retryable("credential-unavailable")),
+        (Reply(400, {"error": "invalid_client"}), refused("credential-refused")),
+        (Reply(401, {"error": "invalid_client"}), refused("credential-refused")),
+        (Reply(403), refused("credential-refused")),
+        (Reply(302, headers={"location": "/elsewhere"}), refused("credential-refused")),
         (
             Reply(201, {"access_token": "t", "token_type": "Bearer", "expires_in": 1}),
-            Refused("credential-refused"),
+            refused("credential-refused"),
         ),
-        (Reply(200, raw=b"not json"), Refused("credential-refused")),
-        (Reply(200, {"token_type": "Bearer", "expires_in": 1}), Refused("credential-refused")),
+        (Reply(200, raw=b"not json"), refused("credential-refused")),
+        (Reply(200, {"token_type": "Bearer", "expires_in": 1}), refused("credential-refused")),
         (
             Reply(200, {"access_token": "t", "token_type": "mac", "expires_in": 1}),
-            Refused("credential-refused"),
+            refused("credential-refused"),
         ),
         (
             Reply(200, {"access_token": "t", "token_type": "Bearer", "expires_in": "1"}),
-            Refused("credential-refused"),
+            refused("credential-refused"),
         ),
         (
             Reply(200, {"access_token": "t", "token_type": "Bearer", "expires_in": True}),
-            Refused("credential-refused"),
+            refused("credential-refused"),
         ),
         (
             Reply(200, {"access_token": "a b\r\n", "token_type": "Bearer", "expires_in": 1}),
-            Refused("credential-refused"),
+            refused("credential-refused"),
         ),
         (
             Reply(
                 200,
                 raw=b'{"access_token": "a", "access_token": "b", "token_type": "Bearer", "expires_in": 1}',
             ),
-            Refused("credential-refused"),
+            refused("credential-refused"),
         ),
     ],
 )
@@ -160,9 +163,8 @@ def test_token_endpoint_outcomes(fake, connect, reply, expected):
     fake.route("GET", "/v1/scheduling", Reply(200, SCHEDULING))
     fake.token_reply = _token_reply(reply)
     bound = connect("scheduling")
-    assert (
-        SchedulingAdapter().call(bound, command(READ, {}), attempt_deadline=deadline()) == expected
-    )
+    outcome = call(SchedulingAdapter(), bound, command(READ, {}), attempt_deadline=deadline())
+    assert outcome == expected
     assert not fake.requests(), "the product was called without a credential"
 
 
@@ -171,7 +173,7 @@ def test_a_case_insensitive_bearer_token_type_is_accepted(fake, connect):
         Reply(200, {"access_token": "abc.DEF-_~+/==", "token_type": "bEaReR", "expires_in": 60})
     )
     bound = connect("scheduling")
-    token = CredentialIssuer().obtain(bound.authorization, attempt_deadline=deadline())
+    token = CredentialIssuer().obtain(bound.authorization, step=STEP, attempt_deadline=deadline())
     assert isinstance(token, AccessToken)
     assert token.authorization() == "Bearer abc.DEF-_~+/=="
 
@@ -185,17 +187,17 @@ def test_token_endpoint_transport_failure_is_retryable(connect):
         resource="urn:r",
         scopes=("s",),
     )
-    outcome = CredentialIssuer().obtain(unreachable, attempt_deadline=deadline())
-    assert outcome == Retryable("credential-unavailable")
+    outcome = CredentialIssuer().obtain(unreachable, step=STEP, attempt_deadline=deadline())
+    assert outcome == retryable("credential-unavailable")
 
 
 def test_token_endpoint_timeout_is_retryable(fake, connect):
     fake.token_reply = _token_reply(Reply(200, {}, delay=1.0))
     bound = connect("scheduling")
     outcome = CredentialIssuer(HttpSettings(total_timeout=0.2)).obtain(
-        bound.authorization, attempt_deadline=deadline()
+        bound.authorization, step=STEP, attempt_deadline=deadline()
     )
-    assert outcome == Retryable("credential-unavailable")
+    assert outcome == retryable("credential-unavailable")
 
 
 def _public_only(pair: KeyPair) -> dict[str, object]:
@@ -248,7 +250,7 @@ def test_an_unusable_signing_key_is_credential_configuration(fake, connect, make
     )
     with pytest.raises(SigningKeyError):
         load_signing_key(bad.signing_key)
-    assert CredentialIssuer().obtain(bad, attempt_deadline=deadline()) == Refused(
+    assert CredentialIssuer().obtain(bad, step=STEP, attempt_deadline=deadline()) == refused(
         "credential-configuration"
     )
     assert not fake.requests(TOKEN_PATH)
@@ -263,4 +265,5 @@ def test_the_signing_key_may_be_the_secret_file_text(fake, connect, ec_pair):
         resource="urn:r",
         scopes=("s",),
     )
-    assert isinstance(CredentialIssuer().obtain(as_text, attempt_deadline=deadline()), AccessToken)
+    obtained = CredentialIssuer().obtain(as_text, step=STEP, attempt_deadline=deadline())
+    assert isinstance(obtained, AccessToken)

@@ -2,32 +2,36 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import socket
 from typing import Any
 
 import pytest
 from adapter_support import (
     CANARY,
+    STEP,
     RawServer,
     Reply,
+    call,
     command,
+    credential_of,
     deadline,
     free_port,
+    preparation_bytes,
+    prepare_with,
     problem,
     read_request,
+    refused,
     reset,
+    retryable,
+    success,
+    uncertain,
 )
 
-from coordinator_core.adapters import (
-    AccessToken,
-    EvaluationConnection,
-    Prepared,
-    Refused,
-    Retryable,
-    Success,
-    Uncertain,
-)
+from coordinator_core.adapters import AccessToken, EvaluationConnection
 from coordinator_core.adapters.evaluation import EvaluationAdapter
+from coordinator_core.engine.events import PreparationDone
 from coordinator_core.values import canonical_json
 
 EVALUATE = "evaluation.evaluate/v1"
@@ -81,7 +85,9 @@ def evaluator(
 
 
 def prepare(bound: EvaluationConnection, value: Any = REQUEST) -> Any:
-    return EvaluationAdapter().prepare(bound, command(EVALUATE, value), attempt_deadline=deadline())
+    return prepare_with(
+        EvaluationAdapter(), bound, command(EVALUATE, value), attempt_deadline=deadline()
+    )
 
 
 def evaluate(
@@ -89,12 +95,14 @@ def evaluate(
 ) -> Any:
     adapter = EvaluationAdapter()
     if preparation is None:
-        prepared = adapter.prepare(bound, command(EVALUATE, value), attempt_deadline=deadline())
-        assert isinstance(prepared, Prepared)
-        preparation = prepared.preparation
-    token = adapter.obtain_credential(bound, attempt_deadline=deadline())
+        frozen = command(EVALUATE, value)
+        preparation = preparation_bytes(
+            prepare_with(adapter, bound, frozen, attempt_deadline=deadline())
+        )
+    token = adapter.obtain_credential(bound, credential_of(), attempt_deadline=deadline())
     assert isinstance(token, AccessToken)
-    return adapter.call(
+    return call(
+        adapter,
         bound,
         command(EVALUATE, value, preparation=preparation),
         attempt_deadline=deadline(),
@@ -113,14 +121,15 @@ def local(fake, live):
 
 def test_preparation_freezes_the_canonical_request_with_the_connections_model(fake, local):
     outcome = prepare(local)
-    assert outcome == Prepared(canonical_json({"model": "router-1", **REQUEST}))
+    frozen = canonical_json({"model": "router-1", **REQUEST})
+    assert outcome == PreparationDone(STEP, base64.b64encode(frozen).decode("ascii"))
     assert not fake.requests("/")  # preparing sends nothing
 
 
 def test_the_send_posts_exactly_the_prepared_bytes_without_authorisation_for_local(fake, local):
     fake.route("POST", PATH, json_reply(RESPONSE), public=True)
     outcome = evaluate(local)
-    assert isinstance(outcome, Success)
+    assert outcome.outcome == "success"
     [seen] = fake.requests(PATH)
     assert seen.body == canonical_json({"model": "router-1", **REQUEST})
     assert seen.headers["content-type"] == "application/json"
@@ -130,7 +139,7 @@ def test_the_send_posts_exactly_the_prepared_bytes_without_authorisation_for_loc
 def test_a_bearer_connection_sends_its_configured_secret(fake, live):
     fake.issued.append(BEARER)
     fake.route("POST", PATH, json_reply(RESPONSE))
-    assert isinstance(evaluate(evaluator(live.origin, token=BEARER)), Success)
+    assert evaluate(evaluator(live.origin, token=BEARER)).outcome == "success"
     assert fake.requests(PATH)[0].headers["authorization"] == "Bearer " + BEARER
     assert BEARER not in repr(evaluator(live.origin, token=BEARER))
 
@@ -143,7 +152,7 @@ def test_the_output_names_both_models_and_adds_the_score_legend(fake, local):
         public=True,
     )
     outcome = evaluate(local)
-    assert outcome == Success(
+    assert outcome == success(
         {
             "protocol": "system-one",
             "requestedModel": "router-1",
@@ -158,8 +167,8 @@ def test_a_refusal_answer_is_a_valid_answer(fake, local):
     answers = {**ANSWERS, "route": {"type": "refusal"}}
     fake.route("POST", PATH, json_reply({**RESPONSE, "answers": answers}), public=True)
     outcome = evaluate(local)
-    assert isinstance(outcome, Success)
-    assert outcome.output["answers"]["route"] == {"type": "refusal"}
+    assert outcome.outcome == "success"
+    assert json.loads(outcome.value)["answers"]["route"] == {"type": "refusal"}
 
 
 @pytest.mark.parametrize(
@@ -181,26 +190,26 @@ def test_a_refusal_answer_is_a_valid_answer(fake, local):
     ],
 )
 def test_an_input_outside_the_protocol_is_evaluation_invalid_command(fake, local, value):
-    assert prepare(local, value) == Refused("evaluation-invalid-command")
+    assert prepare(local, value) == refused("evaluation-invalid-command")
 
 
 def test_a_request_larger_than_the_connection_allows_is_refused(fake, live):
-    assert prepare(evaluator(live.origin, maximum_request=64)) == Refused(
+    assert prepare(evaluator(live.origin, maximum_request=64)) == refused(
         "evaluation-invalid-command"
     )
 
 
 def test_a_preparation_for_another_model_is_never_sent(fake, live, local):
     other = canonical_json({"model": "router-2", **REQUEST})
-    assert evaluate(local, preparation=other) == Refused("prepared-command-mismatch")
-    assert evaluate(local, preparation=b"") == Refused("prepared-command-mismatch")
+    assert evaluate(local, preparation=other) == refused("prepared-command-mismatch")
+    assert evaluate(local, preparation=b"") == refused("prepared-command-mismatch")
     assert not fake.requests("/")
 
 
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 405, 413, 415, 422])
 def test_definite_refusals_are_evaluation_refused(fake, local, status):
     fake.route("POST", PATH, problem(status, "request.invalid"), public=True)
-    assert evaluate(local) == Refused("evaluation-refused")
+    assert evaluate(local) == refused("evaluation-refused")
 
 
 @pytest.mark.parametrize(
@@ -216,12 +225,12 @@ def test_definite_refusals_are_evaluation_refused(fake, local, status):
 )
 def test_other_answers_after_sending_are_evaluation_uncertain(fake, local, reply):
     fake.route("POST", PATH, reply, public=True)
-    assert evaluate(local) == Uncertain("evaluation-uncertain")
+    assert evaluate(local) == uncertain("evaluation-uncertain")
 
 
 def test_a_503_service_unavailable_problem_is_a_definite_retryable_answer(fake, local):
     fake.route("POST", PATH, problem(503, "service.unavailable"), public=True)
-    assert evaluate(local) == Retryable("evaluation-unavailable")
+    assert evaluate(local) == retryable("evaluation-unavailable")
 
 
 def _answers(**changes: Any) -> dict[str, Any]:
@@ -258,18 +267,18 @@ def _answers(**changes: Any) -> dict[str, Any]:
 )
 def test_an_invalid_answer_is_uncertain_evaluation_invalid_response(fake, local, reply):
     fake.route("POST", PATH, reply, public=True)
-    assert evaluate(local) == Uncertain("evaluation-invalid-response")
+    assert evaluate(local) == uncertain("evaluation-invalid-response")
 
 
 def test_an_answer_larger_than_the_maximum_is_uncertain(fake, live):
     fake.route("POST", PATH, json_reply(RESPONSE), public=True)
     bound = evaluator(live.origin, maximum_response=64)
-    assert evaluate(bound) == Uncertain("evaluation-invalid-response")
+    assert evaluate(bound) == uncertain("evaluation-invalid-response")
 
 
 def test_a_connect_failure_before_sending_is_retryable():
     bound = evaluator(f"http://127.0.0.1:{free_port()}")
-    assert evaluate(bound) == Retryable("evaluation-unavailable")
+    assert evaluate(bound) == retryable("evaluation-unavailable")
 
 
 def test_a_dropped_connection_after_sending_is_uncertain():
@@ -279,7 +288,7 @@ def test_a_dropped_connection_after_sending_is_uncertain():
 
     server = RawServer(behaviour)
     try:
-        assert evaluate(evaluator(server.origin)) == Uncertain("evaluation-uncertain")
+        assert evaluate(evaluator(server.origin)) == uncertain("evaluation-uncertain")
         assert len(server.requests) <= 1
     finally:
         server.close()
@@ -287,4 +296,4 @@ def test_a_dropped_connection_after_sending_is_uncertain():
 
 def test_a_timeout_waiting_for_the_answer_is_uncertain(fake, live):
     fake.route("POST", PATH, Reply(200, RESPONSE, delay=1.0), public=True)
-    assert evaluate(evaluator(live.origin, timeout_ms=200)) == Uncertain("evaluation-uncertain")
+    assert evaluate(evaluator(live.origin, timeout_ms=200)) == uncertain("evaluation-uncertain")

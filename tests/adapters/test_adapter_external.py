@@ -11,20 +11,22 @@ from adapter_support import (
     TOKEN_PATH,
     RawServer,
     Reply,
+    call,
     command,
+    credential_of,
     deadline,
     free_port,
     read_request,
+    refused,
     reset,
+    retryable,
+    success,
 )
 
 from coordinator_core.adapters import (
     AccessToken,
     ClientCredentials,
     ExternalConnection,
-    Refused,
-    Retryable,
-    Success,
 )
 from coordinator_core.adapters.external import ExternalHttpAdapter
 
@@ -73,10 +75,10 @@ def external(
 
 def get(bound: ExternalConnection, value: Any, budget: float = 10.0) -> Any:
     adapter = ExternalHttpAdapter()
-    token = adapter.obtain_credential(bound, attempt_deadline=deadline(budget))
+    token = adapter.obtain_credential(bound, credential_of(), attempt_deadline=deadline(budget))
     assert isinstance(token, AccessToken)
-    return adapter.call(
-        bound, command(GET, value), attempt_deadline=deadline(budget), credential=token
+    return call(
+        adapter, bound, command(GET, value), attempt_deadline=deadline(budget), credential=token
     )
 
 
@@ -84,7 +86,7 @@ def test_the_get_carries_exactly_the_allowed_query_sorted_and_encoded_and_no_cre
     fake.route("GET", "/v1/holidays", Reply(200, HOLIDAYS), public=True)
     bound = external(live.origin, schema=ONLY_200)
     outcome = get(bound, {"path": "v1/holidays", "query": {"year": "2026", "region": "BE & NL/ü"}})
-    assert outcome == Success({"status": 200, "body": HOLIDAYS})
+    assert outcome == success({"status": 200, "body": HOLIDAYS})
     [seen] = fake.requests()
     assert seen.method == "GET" and seen.path == "/v1/holidays"
     assert seen.query == "region=BE%20%26%20NL%2F%C3%BC&year=2026"
@@ -95,7 +97,7 @@ def test_the_get_carries_exactly_the_allowed_query_sorted_and_encoded_and_no_cre
 
 def test_a_path_without_query_sends_no_question_mark(fake, live):
     fake.route("GET", "/status", Reply(200, {"ok": True}), public=True)
-    assert get(external(live.origin), {"path": "status"}) == Success(
+    assert get(external(live.origin), {"path": "status"}) == success(
         {"status": 200, "body": {"ok": True}}
     )
     assert fake.requests("/status")[0].query == ""
@@ -118,7 +120,7 @@ def test_a_path_without_query_sends_no_question_mark(fake, live):
     ],
 )
 def test_a_command_outside_the_connection_is_refused_before_sending(fake, live, value):
-    assert get(external(live.origin), value) == Refused("external-invalid-command")
+    assert get(external(live.origin), value) == refused("external-invalid-command")
     assert not fake.requests("/")
 
 
@@ -126,13 +128,13 @@ def test_more_than_sixteen_query_entries_are_refused(fake, live):
     names = tuple(f"p{index}" for index in range(17))
     bound = external(live.origin, query=names)
     outcome = get(bound, {"path": "status", "query": {name: "v" for name in names}})
-    assert outcome == Refused("external-invalid-command")
+    assert outcome == refused("external-invalid-command")
     assert not fake.requests("/")
 
 
 def test_any_status_is_a_success_when_the_output_matches_the_schema(fake, live):
     fake.route("GET", "/status", Reply(404, {"missing": True}), public=True)
-    assert get(external(live.origin), {"path": "status"}) == Success(
+    assert get(external(live.origin), {"path": "status"}) == success(
         {"status": 404, "body": {"missing": True}}
     )
 
@@ -140,13 +142,13 @@ def test_any_status_is_a_success_when_the_output_matches_the_schema(fake, live):
 def test_an_output_outside_the_response_schema_is_external_invalid_response(fake, live):
     fake.route("GET", "/v1/holidays", Reply(503, {"title": CANARY}), public=True)
     outcome = get(external(live.origin, schema=ONLY_200), {"path": "v1/holidays"})
-    assert outcome == Refused("external-invalid-response")
+    assert outcome == refused("external-invalid-response")
     assert CANARY not in repr(outcome)
 
 
 def test_an_empty_body_reads_as_null(fake, live):
     fake.route("GET", "/status", Reply(204), public=True)
-    assert get(external(live.origin), {"path": "status"}) == Success({"status": 204, "body": None})
+    assert get(external(live.origin), {"path": "status"}) == success({"status": 204, "body": None})
 
 
 @pytest.mark.parametrize(
@@ -160,12 +162,12 @@ def test_an_empty_body_reads_as_null(fake, live):
 def test_a_body_that_is_not_json_or_too_large_is_external_invalid_response(fake, live, reply):
     fake.route("GET", "/status", reply, public=True)
     outcome = get(external(live.origin, maximum=128), {"path": "status"})
-    assert outcome == Refused("external-invalid-response")
+    assert outcome == refused("external-invalid-response")
 
 
 def test_a_redirect_is_never_followed(fake, live):
     fake.route("GET", "/status", Reply(302, headers={"location": "/elsewhere"}), public=True)
-    assert get(external(live.origin), {"path": "status"}) == Refused("external-redirect")
+    assert get(external(live.origin), {"path": "status"}) == refused("external-redirect")
     assert [seen.path for seen in fake.requests("/")] == ["/status"]
 
 
@@ -173,18 +175,18 @@ def test_a_redirect_is_never_followed(fake, live):
     "base_url", ["http://registry.example", "https://169.254.169.254", "http://10.0.0.1"]
 )
 def test_a_destination_outside_the_policy_is_refused(fake, base_url):
-    assert get(external(base_url), {"path": "status"}) == Refused("external-destination-refused")
+    assert get(external(base_url), {"path": "status"}) == refused("external-destination-refused")
 
 
 def test_a_connect_failure_is_retryable_external_unavailable():
     bound = external(f"http://127.0.0.1:{free_port()}")
-    assert get(bound, {"path": "status"}) == Retryable("external-unavailable")
+    assert get(bound, {"path": "status"}) == retryable("external-unavailable")
 
 
 def test_the_connections_own_timeout_bounds_the_request(fake, live):
     fake.route("GET", "/status", Reply(200, {"ok": True}, delay=1.0), public=True)
     outcome = get(external(live.origin, timeout_ms=200), {"path": "status"})
-    assert outcome == Retryable("external-unavailable")
+    assert outcome == retryable("external-unavailable")
 
 
 def test_a_reset_after_sending_is_still_only_retryable():
@@ -194,7 +196,7 @@ def test_a_reset_after_sending_is_still_only_retryable():
 
     server = RawServer(behaviour)
     try:
-        assert get(external(server.origin), {"path": "status"}) == Retryable("external-unavailable")
+        assert get(external(server.origin), {"path": "status"}) == retryable("external-unavailable")
     finally:
         server.close()
 
@@ -211,7 +213,7 @@ def test_with_authorization_every_attempt_gets_a_fresh_token(fake, live, token_e
     fake.register("calendar-client", ec_pair, token_endpoint)
     bound = external(live.origin, authorization=credentials)
     for _ in range(2):
-        assert get(bound, {"path": "status"}) == Success({"status": 200, "body": {"ok": True}})
+        assert get(bound, {"path": "status"}) == success({"status": 200, "body": {"ok": True}})
     tokens = [seen.headers["authorization"] for seen in fake.requests("/status")]
     assert len(fake.requests(TOKEN_PATH)) == 2
     assert len(set(tokens)) == 2 and all(token.startswith("Bearer ") for token in tokens)

@@ -7,9 +7,18 @@ import threading
 from typing import Any
 
 import pytest
-from adapter_support import Reply, command, command_key, deadline
+from adapter_support import (
+    Reply,
+    call,
+    command,
+    command_key,
+    deadline,
+    refused,
+    retryable,
+    success,
+)
 
-from coordinator_core.adapters import HttpSettings, Refused, Retryable, Success
+from coordinator_core.adapters import HttpSettings
 from coordinator_core.adapters.breg import BregAdapter
 from coordinator_core.adapters.http import (
     DestinationRefused,
@@ -26,7 +35,8 @@ SCHEDULING = {"schedulingId": "s-1", "policyRevision": "r-1", "policyDigest": "s
 
 
 def read_record(connection, record_id: str = "r-1", collection: str = "people", **kw: Any):
-    return BregAdapter(kw.pop("settings", None)).call(
+    return call(
+        BregAdapter(kw.pop("settings", None)),
         connection,
         command("breg.read-record/v1", {"collection": collection, "recordId": record_id}),
         attempt_deadline=deadline(),
@@ -53,14 +63,14 @@ def read_record(connection, record_id: str = "r-1", collection: str = "people", 
 def test_path_values_are_single_percent_encoded_segments(fake, connect, value, encoded):
     assert path_segment(value) == encoded
     fake.route("GET", f"/v1/records/people/{encoded}", Reply(200, RECORD))
-    assert read_record(connect("breg", profile="reader"), value) == Success(RECORD)
+    assert read_record(connect("breg", profile="reader"), value) == success(RECORD)
     assert fake.requests()[-1].path == f"/v1/records/people/{encoded}"
 
 
 def test_a_base_url_path_prefix_is_kept(fake, connect, live):
     fake.route("GET", "/prefix/v1/records/people/r-1", Reply(200, RECORD))
     bound = connect("breg", live.origin + "/prefix/", profile="reader")
-    assert read_record(bound) == Success(RECORD)
+    assert read_record(bound) == success(RECORD)
 
 
 # -- headers --------------------------------------------------------------------------------------------
@@ -92,13 +102,14 @@ def test_a_keyed_operation_sends_its_key_and_a_valid_traceparent(fake, connect):
     key = command_key()
     trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     message = {"senderProfile": "p", "to": {"phone": "+3212345678"}, "content": {"text": "t"}}
-    outcome = MessagingAdapter().call(
+    outcome = call(
+        MessagingAdapter(),
         connect("messaging"),
         command("messaging.submit-message/v1", message, key=key),
         attempt_deadline=deadline(),
         traceparent=trace,
     )
-    assert outcome == Success(receipt)
+    assert outcome == success(receipt)
     seen = fake.requests()[-1]
     assert seen.headers["idempotency-key"] == key
     assert seen.headers["traceparent"] == trace
@@ -130,14 +141,14 @@ def test_a_malformed_traceparent_is_dropped(fake, connect):
 )
 def test_refused_destinations_send_nothing(fake, connect, base_url):
     outcome = read_record(connect("breg", base_url, profile="reader"))
-    assert outcome == Refused("product-refused")
+    assert outcome == refused("product-refused")
     assert not fake.requests()  # the product request never reached anything
 
 
 def test_plain_http_to_any_numeric_loopback_is_allowed(fake, connect, live):
     fake.route("GET", "/v1/records/people/r-1", Reply(200, RECORD))
     bound = connect("breg", f"http://127.0.0.1:{live.port}", profile="reader")
-    assert read_record(bound) == Success(RECORD)
+    assert read_record(bound) == success(RECORD)
 
 
 def test_a_name_resolving_to_a_metadata_address_is_refused(fake, connect):
@@ -151,7 +162,7 @@ def test_a_name_resolving_to_a_metadata_address_is_refused(fake, connect):
     outcome = read_record(
         connect("breg", "https://registry.example", profile="r"), settings=settings
     )
-    assert outcome == Refused("product-refused")
+    assert outcome == refused("product-refused")
     assert resolved == ["registry.example"]
 
 
@@ -163,7 +174,7 @@ def test_dns_failure_is_retryable(connect):
     outcome = read_record(
         connect("breg", "https://registry.example", profile="r"), settings=settings
     )
-    assert outcome == Retryable("transport-unavailable")
+    assert outcome == retryable("transport-unavailable")
 
 
 def test_a_resolver_slower_than_the_connect_timeout_is_a_connect_failure(connect):
@@ -176,14 +187,15 @@ def test_a_resolver_slower_than_the_connect_timeout_is_a_connect_failure(connect
     settings = HttpSettings(resolver=resolver, connect_timeout=0.2)
     try:
         message = {"senderProfile": "p", "to": {"email": "a@b.c"}, "content": {"text": "t"}}
-        outcome = MessagingAdapter(settings).call(
+        outcome = call(
+            MessagingAdapter(settings),
             connect("messaging", "https://messaging.example"),
             command("messaging.submit-message/v1", message, key=command_key()),
             attempt_deadline=deadline(),
         )
     finally:
         release.set()
-    assert outcome == Retryable("transport-unavailable")  # nothing was sent
+    assert outcome == retryable("transport-unavailable")  # nothing was sent
 
 
 def test_https_connects_to_the_address_resolved_once_and_verifies_the_name(
@@ -198,10 +210,13 @@ def test_https_connects_to_the_address_resolved_once_and_verifies_the_name(
     settings = HttpSettings(resolver=resolver, ssl_context=tls_files.context)
     fake.route("GET", "/v1/scheduling", Reply(200, SCHEDULING))
     bound = connect("scheduling", f"https://product.test:{tls_live.port}")
-    outcome = SchedulingAdapter(settings).call(
-        bound, command("scheduling.read-scheduling/v1", {}), attempt_deadline=deadline()
+    outcome = call(
+        SchedulingAdapter(settings),
+        bound,
+        command("scheduling.read-scheduling/v1", {}),
+        attempt_deadline=deadline(),
     )
-    assert outcome == Success(SCHEDULING)
+    assert outcome == success(SCHEDULING)
     assert resolved == ["product.test"]  # once for this request (the token endpoint is loopback)
     assert fake.requests()[-1].headers["host"] == f"product.test:{tls_live.port}"
 
@@ -214,12 +229,13 @@ def test_a_certificate_for_another_name_fails_the_handshake_before_sending(
     )
     fake.route("POST", "/v1/messages", Reply(202, {}))
     message = {"senderProfile": "p", "to": {"email": "a@b.c"}, "content": {"text": "t"}}
-    outcome = MessagingAdapter(settings).call(
+    outcome = call(
+        MessagingAdapter(settings),
         connect("messaging", f"https://other.test:{tls_live.port}"),
         command("messaging.submit-message/v1", message, key=command_key()),
         attempt_deadline=deadline(),
     )
-    assert outcome == Retryable("transport-unavailable")
+    assert outcome == retryable("transport-unavailable")
     assert not fake.requests()
 
 
@@ -241,12 +257,15 @@ def test_bodies_are_read_up_to_65536_bytes(fake, connect, chunked):
             Reply(200, chunks=[body[:40_000], body[40_000:]]) if chunked else Reply(200, raw=body)
         )
         fake.route("GET", "/v1/scheduling", reply)
-        outcome = SchedulingAdapter().call(
-            bound, command("scheduling.read-scheduling/v1", {}), attempt_deadline=deadline()
+        outcome = call(
+            SchedulingAdapter(),
+            bound,
+            command("scheduling.read-scheduling/v1", {}),
+            attempt_deadline=deadline(),
         )
-        assert outcome.kind == expected
+        assert outcome.outcome == expected
         if expected == "refused":
-            assert outcome == Refused("invalid-response")
+            assert outcome == refused("invalid-response")
 
 
 def test_exchange_raises_only_its_two_exception_types(live):

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+import adapter_support as support
 import pytest
-from adapter_support import TOKEN_PATH, Reply, command, command_key, deadline, free_port, problem
-
-from coordinator_core.adapters import (
-    ReceiptConfirmed,
-    ReceiptExpired,
-    ReceiptUnavailable,
-    ReceiptUnresolved,
-    Refused,
-    Retryable,
-    Success,
+from adapter_support import (
+    TOKEN_PATH,
+    Reply,
+    answered,
+    call,
+    command,
+    command_key,
+    confirmed,
+    deadline,
+    free_port,
+    problem,
+    refused,
+    retryable,
+    success,
 )
+
 from coordinator_core.adapters.messaging import MessagingAdapter
 from coordinator_core.values import canonical_json
 
@@ -43,21 +49,19 @@ def bound(connect):
 
 
 def submit(bound, value: Any, key: str | None = None):
-    return MessagingAdapter().call(
-        bound, command(SUBMIT, value, key=key or command_key()), attempt_deadline=deadline()
-    )
+    frozen = command(SUBMIT, value, key=key or command_key())
+    return call(MessagingAdapter(), bound, frozen, attempt_deadline=deadline())
 
 
 def lookup(bound, value: Any = TEMPLATED, key: str | None = None):
-    return MessagingAdapter().lookup_receipt(
-        bound, command(SUBMIT, value, key=key or command_key()), attempt_deadline=deadline()
-    )
+    frozen = command(SUBMIT, value, key=key or command_key())
+    return support.lookup(MessagingAdapter(), bound, frozen, attempt_deadline=deadline())
 
 
 def test_submit_returns_the_receipt_and_sends_the_request_canonically(fake, bound):
     fake.route("POST", "/v1/messages", Reply(202, RECEIPT))
     key = command_key()
-    assert submit(bound, TEMPLATED, key) == Success(RECEIPT)
+    assert submit(bound, TEMPLATED, key) == success(RECEIPT)
     seen = fake.requests()[-1]
     assert seen.body == canonical_json(TEMPLATED)
     assert seen.headers["idempotency-key"] == key
@@ -82,24 +86,24 @@ def test_submit_returns_the_receipt_and_sends_the_request_canonically(fake, boun
     ],
 )
 def test_submit_refuses_an_invalid_command_before_sending(fake, bound, value):
-    assert submit(bound, value) == Refused("invalid-command")
+    assert submit(bound, value) == refused("invalid-command")
     assert not fake.seen
 
 
 def test_submit_refuses_a_key_outside_the_header_grammar(fake, bound):
-    assert submit(bound, TEMPLATED, key="has space") == Refused("invalid-command")
+    assert submit(bound, TEMPLATED, key="has space") == refused("invalid-command")
     assert not fake.requests()
 
 
 @pytest.mark.parametrize(
     ("reply", "expected"),
     [
-        (problem(422, "template.locale-unavailable"), Refused("product-not-found")),
-        (problem(422, "template.data-invalid"), Refused("product-refused")),
-        (problem(404, "template.not-found"), Refused("product-not-found")),
-        (problem(403, "profile.not-authorized"), Refused("product-forbidden")),
-        (problem(415, "request.unsupported-media-type"), Refused("product-refused")),
-        (problem(429, "quota.exceeded"), Retryable("rate-limited")),
+        (problem(422, "template.locale-unavailable"), refused("product-not-found")),
+        (problem(422, "template.data-invalid"), refused("product-refused")),
+        (problem(404, "template.not-found"), refused("product-not-found")),
+        (problem(403, "profile.not-authorized"), refused("product-forbidden")),
+        (problem(415, "request.unsupported-media-type"), refused("product-refused")),
+        (problem(429, "quota.exceeded"), retryable("rate-limited")),
     ],
 )
 def test_submit_problem_codes(fake, bound, reply, expected):
@@ -113,7 +117,7 @@ def test_submit_problem_codes(fake, bound, reply, expected):
 def test_lookup_sends_the_original_request_under_the_original_key(fake, bound):
     fake.route("POST", "/v1/messages/receipt-lookup", Reply(200, RECEIPT))
     key = command_key()
-    assert lookup(bound, key=key) == ReceiptConfirmed(RECEIPT)
+    assert lookup(bound, key=key) == confirmed(RECEIPT)
     seen = fake.requests()[-1]
     assert seen.body == canonical_json(TEMPLATED)
     assert seen.headers["idempotency-key"] == key
@@ -123,15 +127,15 @@ def test_lookup_sends_the_original_request_under_the_original_key(fake, bound):
 @pytest.mark.parametrize(
     ("reply", "expected"),
     [
-        (problem(404, "receipt.unresolved"), ReceiptUnresolved("missing")),
-        (problem(409, "idempotency.key-reused"), ReceiptUnresolved("key-reused")),
-        (problem(410, "idempotency.expired"), ReceiptExpired()),
-        (Reply(404), ReceiptUnavailable("product-not-found")),
-        (Reply(410), ReceiptUnavailable("product-refused")),
-        (Reply(500), ReceiptUnavailable("transport-unavailable")),
-        (Reply(401), ReceiptUnavailable("product-forbidden")),
-        (Reply(200, {"id": "x"}), ReceiptUnavailable("invalid-response")),
-        (Reply(200, raw=b"{"), ReceiptUnavailable("invalid-response")),
+        (problem(404, "receipt.unresolved"), answered("unresolved")),
+        (problem(409, "idempotency.key-reused"), answered("key-reused")),
+        (problem(410, "idempotency.expired"), answered("expired")),
+        (Reply(404), answered("unavailable")),
+        (Reply(410), answered("unavailable")),
+        (Reply(500), answered("unavailable")),
+        (Reply(401), answered("unavailable")),
+        (Reply(200, {"id": "x"}), answered("unavailable")),
+        (Reply(200, raw=b"{"), answered("unavailable")),
     ],
 )
 def test_lookup_answers(fake, bound, reply, expected):
@@ -141,13 +145,13 @@ def test_lookup_answers(fake, bound, reply, expected):
 
 def test_lookup_transport_and_credential_failures_are_unavailable(fake, connect, bound):
     unreachable = connect("messaging", f"http://127.0.0.1:{free_port()}")
-    assert lookup(unreachable) == ReceiptUnavailable("transport-unavailable")
+    assert lookup(unreachable) == answered("unavailable")
     fake.token_reply = lambda seen: Reply(503)
-    assert lookup(bound) == ReceiptUnavailable("credential-unavailable")
+    assert lookup(bound) == answered("unavailable")
     assert not fake.requests("/v1")
     assert fake.requests(TOKEN_PATH)
 
 
 def test_lookup_of_an_invalid_frozen_request_sends_nothing(fake, bound):
-    assert lookup(bound, {"senderProfile": "p"}) == ReceiptUnavailable("invalid-command")
+    assert lookup(bound, {"senderProfile": "p"}) == answered("unavailable")
     assert not fake.seen

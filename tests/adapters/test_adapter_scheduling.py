@@ -4,16 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import adapter_support as support
 import pytest
-from adapter_support import Reply, command, command_key, deadline, problem
-
-from coordinator_core.adapters import (
-    ReceiptConfirmed,
-    ReceiptUnresolved,
-    Refused,
-    Success,
-    Uncertain,
+from adapter_support import (
+    Reply,
+    answered,
+    command,
+    command_key,
+    confirmed,
+    deadline,
+    lookup,
+    problem,
+    refused,
+    success,
+    uncertain,
 )
+
 from coordinator_core.adapters.scheduling import SchedulingAdapter
 from coordinator_core.values import canonical_json
 
@@ -56,20 +62,19 @@ def bound(connect):
 
 
 def call(bound, operation: str, value: Any, key: str | None = None):
-    return SchedulingAdapter().call(
-        bound, command(operation, value, key=key), attempt_deadline=deadline()
-    )
+    frozen = command(operation, value, key=key)
+    return support.call(SchedulingAdapter(), bound, frozen, attempt_deadline=deadline())
 
 
 def test_read_scheduling(fake, bound):
     fake.route("GET", "/v1/scheduling", Reply(200, SCHEDULING))
-    assert call(bound, "scheduling.read-scheduling/v1", {}) == Success(SCHEDULING)
-    assert call(bound, "scheduling.read-scheduling/v1", {"x": 1}) == Refused("invalid-command")
+    assert call(bound, "scheduling.read-scheduling/v1", {}) == success(SCHEDULING)
+    assert call(bound, "scheduling.read-scheduling/v1", {"x": 1}) == refused("invalid-command")
 
 
 def test_read_availability_sends_the_query_in_contract_order(fake, bound):
     fake.route("GET", "/v1/availability", Reply(200, SLOTS))
-    assert call(bound, "scheduling.read-availability/v1", WINDOW) == Success(SLOTS)
+    assert call(bound, "scheduling.read-availability/v1", WINDOW) == success(SLOTS)
     assert fake.requests()[-1].query == (
         "offering=intake&start=2026-03-01T08%3A00%3A00%2B01%3A00"
         "&end=2026-03-08T08%3A00%3A00Z&limit=10&cursor=c%2F1%2B2"
@@ -92,14 +97,14 @@ def test_read_availability_sends_the_query_in_contract_order(fake, bound):
     ],
 )
 def test_read_availability_refuses_an_invalid_window(fake, bound, value):
-    assert call(bound, "scheduling.read-availability/v1", value) == Refused("invalid-command")
+    assert call(bound, "scheduling.read-availability/v1", value) == refused("invalid-command")
     assert not fake.seen
 
 
 def test_a_window_of_exactly_31_days_is_allowed(fake, bound):
     fake.route("GET", "/v1/availability", Reply(200, SLOTS))
     value = {**WINDOW, "start": "2026-03-01T00:00:00Z", "end": "2026-04-01T00:00:00Z"}
-    assert call(bound, "scheduling.read-availability/v1", value) == Success(SLOTS)
+    assert call(bound, "scheduling.read-availability/v1", value) == success(SLOTS)
 
 
 @pytest.mark.parametrize(
@@ -121,19 +126,19 @@ def test_a_window_of_exactly_31_days_is_allowed(fake, bound):
 )
 def test_read_availability_checks_the_answer(fake, bound, body):
     fake.route("GET", "/v1/availability", Reply(200, body))
-    assert call(bound, "scheduling.read-availability/v1", WINDOW) == Refused("invalid-response")
+    assert call(bound, "scheduling.read-availability/v1", WINDOW) == refused("invalid-response")
 
 
 def test_create_appointment(fake, bound):
     fake.route("POST", "/v1/appointments", Reply(201, APPOINTMENT))
     key = command_key()
-    assert call(bound, "scheduling.create-appointment/v1", ADMISSION, key) == Success(APPOINTMENT)
+    assert call(bound, "scheduling.create-appointment/v1", ADMISSION, key) == success(APPOINTMENT)
     seen = fake.requests()[-1]
     assert seen.body == canonical_json(ADMISSION)
     assert seen.headers["idempotency-key"] == key
     fake.route("POST", "/v1/appointments", Reply(201, {**APPOINTMENT, "status": "held"}))
     outcome = call(bound, "scheduling.create-appointment/v1", ADMISSION, key)
-    assert outcome == Uncertain("invalid-response")
+    assert outcome == uncertain("invalid-response")
 
 
 @pytest.mark.parametrize(
@@ -149,7 +154,7 @@ def test_create_appointment_refuses_an_invalid_admission(fake, bound, admission)
     outcome = call(
         bound, "scheduling.create-appointment/v1", {"admission": admission}, command_key()
     )
-    assert outcome == Refused("invalid-command")
+    assert outcome == refused("invalid-command")
     assert not fake.seen
 
 
@@ -158,12 +163,8 @@ def test_appointment_receipt_lookup(fake, bound):
     key = command_key()
     frozen = command("scheduling.create-appointment/v1", ADMISSION, key=key)
     fake.route("POST", "/v1/appointments/receipt-lookup", Reply(200, APPOINTMENT))
-    assert adapter.lookup_receipt(bound, frozen, attempt_deadline=deadline()) == ReceiptConfirmed(
-        APPOINTMENT
-    )
+    assert lookup(adapter, bound, frozen, attempt_deadline=deadline()) == confirmed(APPOINTMENT)
     seen = fake.requests()[-1]
     assert (seen.body, seen.headers["idempotency-key"]) == (canonical_json(ADMISSION), key)
     fake.route("POST", "/v1/appointments/receipt-lookup", problem(404, "receipt.unresolved"))
-    assert adapter.lookup_receipt(bound, frozen, attempt_deadline=deadline()) == ReceiptUnresolved(
-        "missing"
-    )
+    assert lookup(adapter, bound, frozen, attempt_deadline=deadline()) == answered("unresolved")

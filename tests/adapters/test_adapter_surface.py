@@ -1,15 +1,39 @@
-"""Architecture rule 6 and the adapters' seams: the closed outcome set, the protocol, the
-worker's entry point, the mapping onto engine events, internal faults, and canaries."""
+"""Architecture rule 6 and the adapters' seams: the closed outcome set (the engine's own
+events), the protocol, the worker's entry point, internal faults, and canaries."""
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import logging
 from typing import Any
 
 import pytest
-from adapter_support import CANARY, TOKEN_PATH, Reply, command, command_key, deadline, problem
+from adapter_support import (
+    CANARY,
+    STEP,
+    TOKEN_PATH,
+    Reply,
+    answered,
+    call,
+    command,
+    command_key,
+    confirmed,
+    credential_of,
+    deadline,
+    dispatch_of,
+    lookup,
+    lookup_of,
+    observe_of,
+    observed,
+    preparation_bytes,
+    prepare_of,
+    prepare_with,
+    problem,
+    refused,
+    retryable,
+    success,
+    uncertain,
+)
 
 import coordinator_core.adapters as adapters
 from coordinator_core.adapters import (
@@ -18,26 +42,10 @@ from coordinator_core.adapters import (
     Adapter,
     Adapters,
     CommandFormatError,
-    DeclaredRefusal,
     EvaluationConnection,
     ExternalConnection,
-    Pending,
-    Prepared,
     PreparedCommand,
-    ReceiptConfirmed,
-    ReceiptExpired,
-    ReceiptUnavailable,
-    ReceiptUnresolved,
-    Refused,
-    Retryable,
-    Success,
-    Uncertain,
-    call_event,
-    credential_event,
-    observation_event,
-    preparation_event,
     product_adapters,
-    receipt_event,
     unserved_operations,
 )
 from coordinator_core.adapters import validation as shapes
@@ -45,6 +53,7 @@ from coordinator_core.adapters.messaging import MessagingAdapter
 from coordinator_core.adapters.scheduling import SchedulingAdapter
 from coordinator_core.engine import events as engine
 from coordinator_core.engine.codes import REPLY_CODES
+from coordinator_core.engine.commands import Dispatch, ObtainCredential, Prepare
 from coordinator_core.operations import CATALOG
 from coordinator_core.values import canonical_json
 
@@ -59,15 +68,10 @@ RECEIPT = {
 def test_the_public_surface_is_pinned():
     assert sorted(adapters.__all__) == sorted(
         [
-            "SERVED_OPERATIONS", "AccessToken", "Adapter", "Adapters", "CallOutcome",
-            "ClientCredentials", "CommandFormatError", "Connection", "CredentialIssuer",
-            "CredentialOutcome", "DeclaredRefusal", "EvaluationConnection", "ExternalConnection",
-            "HttpSettings", "ObservationOutcome", "Pending", "PreparationOutcome", "Prepared",
-            "PreparedCommand", "ProductConnection", "ReceiptConfirmed", "ReceiptExpired",
-            "ReceiptOutcome", "ReceiptUnavailable", "ReceiptUnresolved", "Refused", "Retryable",
-            "Success", "Uncertain", "bound_connections", "call_event", "credential_event",
-            "observation_event", "preparation_event", "product_adapters", "receipt_event",
-            "unserved_operations",
+            "SERVED_OPERATIONS", "AccessToken", "Adapter", "Adapters", "ClientCredentials",
+            "CommandFormatError", "Connection", "CredentialIssuer", "EvaluationConnection",
+            "ExternalConnection", "HttpSettings", "PreparedCommand", "ProductConnection",
+            "bound_connections", "product_adapters", "unserved_operations",
         ]
     )  # fmt: skip
 
@@ -182,16 +186,20 @@ def test_every_catalogue_operation_has_a_live_adapter(fake, live, connect, opera
     frozen = command(
         operation, value, key=command_key() if descriptor.key_required else None, action="act"
     )
-    token = registry.obtain_credential("conn", attempt_deadline=deadline())
+    token = registry.obtain_credential(credential_of(), attempt_deadline=deadline())
     assert isinstance(token, AccessToken)
+    outcome: Any = None
     if descriptor.requires_preparation:
-        prepared = registry.prepare(frozen, attempt_deadline=deadline(), credential=token)
-        if isinstance(prepared, Prepared):
-            frozen = dataclasses.replace(frozen, preparation=prepared.preparation)
-        outcome: Any = prepared
-    if not descriptor.requires_preparation or isinstance(outcome, Prepared):
-        outcome = registry.call(frozen, attempt_deadline=deadline(), credential=token)
-    assert outcome not in (Refused("remote-refused"), Refused("operation-unbound"))
+        outcome = registry.prepare(
+            prepare_of(frozen), frozen, attempt_deadline=deadline(), credential=token
+        )
+        if isinstance(outcome, engine.PreparationDone):
+            frozen = frozen.with_preparation(outcome.preparation)
+    if not descriptor.requires_preparation or isinstance(outcome, engine.PreparationDone):
+        outcome = registry.dispatch(
+            dispatch_of(frozen), frozen, attempt_deadline=deadline(), credential=token
+        )
+    assert outcome not in (refused("remote-refused"), refused("operation-unbound"))
     assert any(seen.path.startswith(path) for seen in fake.requests("/")), outcome
     assert operation in SERVED_OPERATIONS
 
@@ -222,9 +230,12 @@ def test_adapters_route_by_operation_and_connection(fake, connect):
     frozen = command(
         "messaging.submit-message/v1", MESSAGE, key=command_key(), connection_name="notices"
     )
-    token = registry.obtain_credential("notices", attempt_deadline=deadline())
+    token = registry.obtain_credential(credential_of("notices"), attempt_deadline=deadline())
     assert isinstance(token, AccessToken)
-    assert registry.call(frozen, attempt_deadline=deadline(), credential=token) == Success(RECEIPT)
+    outcome = registry.dispatch(
+        dispatch_of(frozen), frozen, attempt_deadline=deadline(), credential=token
+    )
+    assert outcome == success(RECEIPT)
     assert len(fake.requests(TOKEN_PATH)) == 1
 
 
@@ -233,29 +244,38 @@ def test_an_unbound_or_mismatched_connection_is_operation_unbound(fake, connect)
     missing = command(
         "messaging.submit-message/v1", MESSAGE, key=command_key(), connection_name="notices"
     )
-    wrong = dataclasses.replace(missing, connection="slots")
+    wrong = command(
+        "messaging.submit-message/v1", MESSAGE, key=command_key(), connection_name="slots"
+    )
     for frozen in (missing, wrong):
-        assert registry.call(frozen, attempt_deadline=deadline()) == Refused("operation-unbound")
-        assert registry.prepare(frozen, attempt_deadline=deadline()) == Refused("operation-unbound")
-        assert registry.lookup_receipt(frozen, attempt_deadline=deadline()) == ReceiptUnavailable(
+        until = deadline()
+        assert registry.dispatch(dispatch_of(frozen), frozen, attempt_deadline=until) == refused(
             "operation-unbound"
         )
-    assert registry.observe(
-        "casework.read-review-result/v1", "slots", "x", attempt_deadline=deadline()
-    ) == Refused("operation-unbound")
-    assert registry.obtain_credential("notices", attempt_deadline=deadline()) == Refused(
-        "operation-unbound"
+        assert registry.prepare(prepare_of(frozen), frozen, attempt_deadline=until) == refused(
+            "operation-unbound"
+        )
+        assert registry.lookup_receipt(
+            lookup_of(frozen), frozen, attempt_deadline=until
+        ) == answered("unavailable")
+    read = observe_of("casework.read-review-result/v1", "x", connection_name="slots")
+    assert registry.observe(read, attempt_deadline=deadline()) == observed(
+        "refused", "operation-unbound"
     )
+    assert registry.obtain_credential(
+        credential_of("notices"), attempt_deadline=deadline()
+    ) == refused("operation-unbound")
     # An adapter handed a connection of another product refuses the same way.
-    outcome = MessagingAdapter().call(connect("scheduling"), missing, attempt_deadline=deadline())
-    assert outcome == Refused("operation-unbound")
+    outcome = call(MessagingAdapter(), connect("scheduling"), missing, attempt_deadline=deadline())
+    assert outcome == refused("operation-unbound")
     assert not fake.seen
 
 
 @pytest.mark.parametrize("operation", ["breg.propose-action/v1", "breg.nothing/v9"])
 def test_operations_without_an_adapter_are_refused_never_unbound(fake, connect, operation):
     registry = Adapters({"conn": connect("breg", profile="p")})
-    assert registry.call(command(operation, {}), attempt_deadline=deadline()) == Refused(
+    frozen = command(operation, {})
+    assert registry.dispatch(dispatch_of(frozen), frozen, attempt_deadline=deadline()) == refused(
         "remote-refused"
     )
     assert not fake.seen
@@ -265,12 +285,14 @@ def test_operations_without_preparation_or_receipt_say_so(fake, connect):
     bound = connect("messaging")
     adapter = MessagingAdapter()
     frozen = command("messaging.submit-message/v1", MESSAGE, key=command_key())
-    assert adapter.prepare(bound, frozen, attempt_deadline=deadline()) == Refused("remote-refused")
+    assert prepare_with(adapter, bound, frozen, attempt_deadline=deadline()) == refused(
+        "remote-refused"
+    )
     scheduling = SchedulingAdapter()
     read = command("scheduling.read-scheduling/v1", {})
-    assert scheduling.lookup_receipt(
-        connect("scheduling"), read, attempt_deadline=deadline()
-    ) == ReceiptUnavailable("remote-refused")
+    assert lookup(scheduling, connect("scheduling"), read, attempt_deadline=deadline()) == answered(
+        "unavailable"
+    )
 
 
 # -- the frozen command --------------------------------------------------------------------------------
@@ -296,33 +318,57 @@ def test_a_frozen_command_reads_back_from_the_engine_form():
         PreparedCommand.from_frozen(text, preparation="not base64!")
 
 
-# -- engine events ---------------------------------------------------------------------------------------
+def test_a_command_parsed_once_takes_its_preparation_later():
+    """The worker parses the frozen command once per attempt: the `Dispatch` after the
+    `Prepare` only adds the frozen preparation (the engine's base64 text)."""
+    text = canonical_json(
+        {"operation": "breg.invoke-action/v1", "connection": "c", "input": {"input": {}}}
+    ).decode()
+    parsed = PreparedCommand.from_frozen(text, action="act")
+    assert parsed.with_preparation(None) is parsed
+    sent = parsed.with_preparation(base64.b64encode(b"prep").decode())
+    assert (sent.preparation, sent.action, sent.input) == (b"prep", "act", {"input": {}})
+    assert sent == PreparedCommand.from_frozen(text, action="act", preparation=b"prep")
+    with pytest.raises(CommandFormatError):
+        parsed.with_preparation("not base64!")
 
 
-def test_outcomes_map_onto_the_engine_events():
-    assert call_event("s", Success({"a": 1})) == engine.CallOutcome("s", "success", value='{"a":1}')
-    assert call_event("s", DeclaredRefusal("withdrawn")) == engine.CallOutcome(
-        "s", "declared-refusal", refusal_code="withdrawn"
+# -- one outcome vocabulary: the engine's events -------------------------------------------------
+
+
+def test_the_adapters_define_no_outcome_type_of_their_own():
+    """Rules 6 and 9: what leaves an adapter is the engine's own event; no adapter module
+    spells the outcome set a second time, nor maps one onto the other."""
+    import inspect
+    import pkgutil
+    from importlib import import_module
+
+    modules = {info.name for info in pkgutil.iter_modules(adapters.__path__)}
+    assert "events" not in modules
+    for name in modules:
+        module = import_module(f"coordinator_core.adapters.{name}")
+        for member, value in vars(module).items():
+            if inspect.isclass(value) and value.__module__ == module.__name__:
+                assert member not in engine.__all__, f"{name}.{member} spells an engine event"
+
+
+def test_every_method_answers_the_engine_event_of_its_command_with_its_step(fake, connect):
+    fake.route("POST", "/v1/messages", Reply(202, RECEIPT))
+    fake.route("POST", "/v1/messages/receipt-lookup", Reply(200, RECEIPT))
+    registry = Adapters({"conn": connect("messaging")})
+    frozen = command("messaging.submit-message/v1", MESSAGE, key=command_key())
+    until = deadline()
+    token = registry.obtain_credential(credential_of(step="notify"), attempt_deadline=until)
+    assert isinstance(token, AccessToken)
+    sent = registry.dispatch(
+        dispatch_of(frozen, step="notify"), frozen, attempt_deadline=until, credential=token
     )
-    assert call_event("s", Refused("product-refused")).code == "product-refused"
-    assert call_event("s", Retryable("rate-limited", 3.0)).outcome == "retryable"
-    assert call_event("s", Uncertain("transport-uncertain")).outcome == "uncertain"
-    assert call_event("s", ReceiptExpired()).outcome == "receipt-expired"
-    assert preparation_event("s", Prepared(b"\x00\x01")) == engine.PreparationDone("s", "AAE=")
-    assert preparation_event("s", Refused("action-unavailable")).outcome == "refused"  # type: ignore[union-attr]
-    assert credential_event("s", AccessToken("t")) == engine.ReadyToSend("s")
-    assert credential_event("s", Retryable("credential-unavailable")).outcome == "retryable"  # type: ignore[union-attr]
-    assert observation_event("s", Pending()) == engine.ObservationOutcome("s", "pending")
-    assert observation_event("s", Success({"x": 1})).outcome == "complete"
-    assert observation_event("s", Refused("completion-expired")).code == "completion-expired"
-    assert observation_event("s", Retryable("transport-unavailable")).outcome == "retryable"
-    assert receipt_event("s", 2, ReceiptConfirmed({"id": 1})) == engine.ReceiptAnswer(
-        "s", 2, "confirmed", '{"id":1}'
+    receipt = canonical_json(RECEIPT).decode()
+    assert sent == engine.CallOutcome("notify", "success", value=receipt)
+    answer = registry.lookup_receipt(
+        lookup_of(frozen, step="notify", generation=3), frozen, attempt_deadline=until
     )
-    assert receipt_event("s", 2, ReceiptUnresolved("missing")).answer == "unresolved"
-    assert receipt_event("s", 2, ReceiptUnresolved("key-reused")).answer == "key-reused"
-    assert receipt_event("s", 2, ReceiptExpired()).answer == "expired"
-    assert receipt_event("s", 2, ReceiptUnavailable("x")).answer == "unavailable"
+    assert answer == engine.ReceiptAnswer("notify", 3, "confirmed", receipt)
 
 
 def _codes_in_source() -> set[str]:
@@ -330,7 +376,7 @@ def _codes_in_source() -> set[str]:
     from pathlib import Path
 
     root = Path(adapters.__file__).parent
-    pattern = re.compile(r'(?:Refused|Retryable|Uncertain|ReceiptUnavailable)\("([a-z-]+)"')
+    pattern = re.compile(r'(?:\.(?:refused|retryable|uncertain)\(|_code = |code=)"([a-z-]+)"')
     return {code for path in root.glob("*.py") for code in pattern.findall(path.read_text())}
 
 
@@ -348,12 +394,13 @@ def test_an_internal_fault_before_sending_is_remote_retryable(fake, connect, mon
         raise RuntimeError(CANARY)
 
     monkeypatch.setattr("coordinator_core.adapters.messaging._message", broken)
-    outcome = MessagingAdapter().call(
+    outcome = call(
+        MessagingAdapter(),
         connect("messaging"),
         command("messaging.submit-message/v1", MESSAGE, key=command_key()),
         attempt_deadline=deadline(),
     )
-    assert outcome == Retryable("remote-retryable")
+    assert outcome == retryable("remote-retryable")
 
 
 def test_an_internal_fault_after_a_mutation_may_have_left_is_remote_uncertain(
@@ -365,12 +412,13 @@ def test_an_internal_fault_after_a_mutation_may_have_left_is_remote_uncertain(
         raise KeyError(CANARY)
 
     monkeypatch.setattr("coordinator_core.adapters.messaging.message_receipt", broken)
-    outcome = MessagingAdapter().call(
+    outcome = call(
+        MessagingAdapter(),
         connect("messaging"),
         command("messaging.submit-message/v1", MESSAGE, key=command_key()),
         attempt_deadline=deadline(),
     )
-    assert outcome == Uncertain("remote-uncertain")
+    assert outcome == uncertain("remote-uncertain")
 
 
 # -- canaries: no value ever leaves in text -------------------------------------------------------------
@@ -384,25 +432,27 @@ def test_no_value_token_or_remote_text_appears_in_outcomes_or_logs(fake, connect
     adapter = MessagingAdapter()
     frozen = command("messaging.submit-message/v1", MESSAGE, key=command_key())
     seen: list[object] = [
-        adapter.call(bound, frozen, attempt_deadline=deadline()),
-        adapter.lookup_receipt(bound, frozen, attempt_deadline=deadline()),
-        adapter.obtain_credential(bound, attempt_deadline=deadline()),
+        call(adapter, bound, frozen, attempt_deadline=deadline()),
+        lookup(adapter, bound, frozen, attempt_deadline=deadline()),
+        adapter.obtain_credential(bound, credential_of(), attempt_deadline=deadline()),
         frozen,
+        dispatch_of(frozen),
         bound,
         AccessToken(CANARY),
-        Success({"secret": CANARY}),
-        Prepared(CANARY.encode()),
-        ReceiptConfirmed({"secret": CANARY}),
+        success({"secret": CANARY}),
+        engine.PreparationDone(STEP, CANARY),
+        engine.ObservationOutcome.complete(STEP, {"secret": CANARY}),
+        confirmed({"secret": CANARY}),
     ]
     fake.token_reply = lambda s: Reply(400, {"error": CANARY})
-    seen.append(adapter.call(bound, frozen, attempt_deadline=deadline()))
+    seen.append(call(adapter, bound, frozen, attempt_deadline=deadline()))
     issued = list(fake.issued)
     text = " ".join(repr(item) + str(item) for item in seen) + caplog.text
     assert CANARY not in text
     for token in issued:
         assert token not in text
     assert "Bearer" not in text
-    assert seen[0] == Refused("product-not-found")
+    assert seen[0] == refused("product-not-found")
 
 
 def test_shape_errors_never_quote_the_value():
@@ -462,24 +512,26 @@ def test_prepare_credential_dispatch_as_the_worker_drives_them(fake, connect):
         {"alias": "decide", "operation": "breg.invoke-action/v1", "connection": "applications",
          "input": {"input": {"decision": "approve"}}, "idempotencyKey": key}
     ).decode()  # fmt: skip
+    # The frozen command is parsed once for the attempt.
+    frozen = PreparedCommand.from_frozen(frozen_text, action=action)
     # Prepare (engine `Prepare`) → `PreparationDone` with the base64 preparation.
-    prepared = registry.prepare(
-        PreparedCommand.from_frozen(frozen_text, action=action), attempt_deadline=deadline()
+    prepare = Prepare("record", "breg.invoke-action/v1", "applications", frozen_text)
+    done = registry.prepare(prepare, frozen, attempt_deadline=deadline())
+    assert isinstance(done, engine.PreparationDone) and done.step == "record"
+    assert b'"accessProfile":"writer"' in preparation_bytes(done)
+    # Obtain the attempt's credential (engine `ObtainCredential`): the token, which the
+    # worker keeps for the dispatch while it answers `ReadyToSend` (no token in an event).
+    token = registry.obtain_credential(
+        ObtainCredential("record", "applications"), attempt_deadline=deadline()
     )
-    done = preparation_event("record", prepared)
-    assert isinstance(done, engine.PreparationDone)
-    # Obtain the attempt's credential (engine `ObtainCredential`) → `ReadyToSend`.
-    token = registry.obtain_credential("applications", attempt_deadline=deadline())
-    assert credential_event("record", token) == engine.ReadyToSend("record")
     assert isinstance(token, AccessToken)
     # Dispatch with that token → the engine's `CallOutcome`.
-    dispatched = PreparedCommand.from_frozen(
-        frozen_text, action=action, preparation=done.preparation
+    dispatch = Dispatch(
+        "record", "breg.invoke-action/v1", "applications", frozen_text, key, done.preparation, 1, 1
     )
-    outcome = registry.call(dispatched, attempt_deadline=deadline(), credential=token)
-    assert call_event("record", outcome) == engine.CallOutcome(
-        "record", "declared-refusal", refusal_code="late"
-    )
+    sent = frozen.with_preparation(done.preparation)
+    outcome = registry.dispatch(dispatch, sent, attempt_deadline=deadline(), credential=token)
+    assert outcome == engine.CallOutcome("record", "declared-refusal", refusal_code="late")
     assert len(fake.requests(TOKEN_PATH)) == 2  # one for the preparation, one for the attempt
 
 
@@ -501,6 +553,10 @@ def test_a_connection_bound_in_another_map_is_operation_unbound(fake, live):
         {"state": {}, "questions": {"q": {"type": "predicate", "instructions": "?"}}},
         connection_name="calendar",
     )
-    assert registry.call(external, attempt_deadline=deadline()) == Refused("operation-unbound")
-    assert registry.prepare(evaluation, attempt_deadline=deadline()) == Refused("operation-unbound")
+    assert registry.dispatch(
+        dispatch_of(external), external, attempt_deadline=deadline()
+    ) == refused("operation-unbound")
+    assert registry.prepare(
+        prepare_of(evaluation), evaluation, attempt_deadline=deadline()
+    ) == refused("operation-unbound")
     assert not fake.requests("/")

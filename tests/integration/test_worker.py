@@ -20,6 +20,7 @@ from integration_support import (
 )
 
 from coordinator_core.audit import verify_directory
+from coordinator_core.engine import Dispatch
 from coordinator_core.store import LEASE_SECONDS
 
 
@@ -143,14 +144,14 @@ def test_a_lapsed_lease_after_the_pre_send_mark_is_unknown_never_resent(
     worker = deployed.worker()
     adapters = deployed.service.adapters
 
-    real_call = adapters.call
+    real_dispatch = adapters.dispatch
 
-    def crash(prepared: Any, **options: Any) -> Any:
-        if prepared.operation == SUBMIT:  # the notice's send: the process dies here
+    def crash(command: Dispatch, frozen: Any, **options: Any) -> Any:
+        if command.operation == SUBMIT:  # the notice's send: the process dies here
             raise RuntimeError("the process died here")
-        return real_call(prepared, **options)
+        return real_dispatch(command, frozen, **options)
 
-    monkeypatch.setattr(adapters, "call", crash)
+    monkeypatch.setattr(adapters, "dispatch", crash)
     with pytest.raises(RuntimeError):
         worker.tick()  # carried from the read to the notice, which dies after its mark
     snapshot = deployed.store.get_run_snapshot(run_id)

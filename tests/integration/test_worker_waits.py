@@ -5,15 +5,28 @@ observed by claims, and a completion event brings its next observation forward (
 
 from __future__ import annotations
 
+import json
 import uuid
+from typing import Any
 
+import pytest
 from integration_support import APPLICATION_ID, Deployed
+
+from coordinator_core.adapters import PreparedCommand
 
 
 def test_a_decided_review_is_observed_then_recorded_and_notified(
-    recorded_deployed: Deployed,
+    recorded_deployed: Deployed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deployed = recorded_deployed
+    parsed: list[str] = []
+    from_frozen = PreparedCommand.from_frozen.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: type[PreparedCommand], command: str, **options: Any) -> PreparedCommand:
+        parsed.append(json.loads(command)["operation"])
+        return from_frozen(cls, command, **options)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(PreparedCommand, "from_frozen", classmethod(counted))
     products = deployed.products
     admitted = deployed.admit({"applicationId": APPLICATION_ID})
     run_id = admitted.run.run_id
@@ -35,7 +48,11 @@ def test_a_decided_review_is_observed_then_recorded_and_notified(
     )
     assert decided.status_code == 200, decided.text
     deployed.run(deployed.service.complete_review("reviews", uuid.UUID(request_id)))
+    parsed.clear()
     status, ticks = deployed.drive(run_id)
+    # The prepared action's frozen command is parsed once for its `Prepare` and its
+    # `Dispatch` (one attempt), as is the notice's for its `Dispatch`.
+    assert sorted(parsed) == ["breg.invoke-action/v1", "messaging.submit-message/v1"], parsed
     assert status.status == "finished", status
     assert ticks == 1  # the observation's finish carries the run on to its end (07 §7.7)
     assert isinstance(status.output, dict) and status.output["decision"] == "approved"

@@ -23,7 +23,6 @@ for an operator. A fence that finds the lease gone (`StaleLease`) discards the a
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -33,14 +32,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
-from coordinator_core.adapters import AccessToken, PreparedCommand
-from coordinator_core.adapters.base import CommandFormatError
-from coordinator_core.adapters.events import (
-    call_event,
-    credential_event,
-    observation_event,
-    preparation_event,
-)
+from coordinator_core.adapters import AccessToken, CommandFormatError, PreparedCommand
 from coordinator_core.adapters.registry import Adapters
 from coordinator_core.audit import (
     AuditReferences,
@@ -53,6 +45,7 @@ from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import (
     Advance,
     AttemptRefused,
+    CallOutcome,
     CallStep,
     Carried,
     Command,
@@ -67,6 +60,7 @@ from coordinator_core.engine import (
     Observe,
     ObtainCredential,
     Prepare,
+    ReadyToSend,
     RunState,
     StepRecord,
     advance,
@@ -554,6 +548,7 @@ class _Attempt:
         assert record is not None
         self.record: StepRecord = record
         self.credential: AccessToken | None = None
+        self._frozen: tuple[str, PreparedCommand] | None = None
 
     # -- driving the engine ---------------------------------------------------------------------
 
@@ -640,11 +635,16 @@ class _Attempt:
         return None
 
     def frozen(self, command: str, preparation: str | None) -> PreparedCommand:
-        definition = self.chain.definition
-        assert definition is not None
-        spec = definition.steps.get(self.claim.step)
-        action = spec.alias.action if isinstance(spec, CallStep) else None
-        return PreparedCommand.from_frozen(command, action=action, preparation=preparation)
+        """The frozen command, parsed once per attempt: the `Prepare` and the `Dispatch` that
+        follows it in the same attempt send the same sealed text (it is never replaced), and
+        the dispatch only adds the frozen preparation. Raises CommandFormatError."""
+        if self._frozen is None or self._frozen[0] != command:
+            definition = self.chain.definition
+            assert definition is not None
+            spec = definition.steps.get(self.claim.step)
+            action = spec.alias.action if isinstance(spec, CallStep) else None
+            self._frozen = (command, PreparedCommand.from_frozen(command, action=action))
+        return self._frozen[1].with_preparation(preparation)
 
     def obtain_credential(self, command: ObtainCredential) -> Event:
         # 07 §7.4 step 4: the frozen command names this step's operation and connection (the
@@ -653,41 +653,34 @@ class _Attempt:
         assert self.chain.snapshot is not None
         if check is not None and not check(self.claim.snapshot.run, self.chain.snapshot):
             return AttemptRefused(command.step, "binding-conflict")
-        outcome = self.worker._adapters.obtain_credential(
-            command.connection, attempt_deadline=self.deadline
-        )
-        self.credential = outcome if isinstance(outcome, AccessToken) else None
-        return credential_event(command.step, outcome)
+        obtained = self.worker._adapters.obtain_credential(command, attempt_deadline=self.deadline)
+        if isinstance(obtained, CallOutcome):
+            self.credential = None
+            return obtained
+        self.credential = obtained  # held here for the dispatch; never part of an event
+        return ReadyToSend(command.step)
 
     def prepare(self, command: Prepare) -> Event:
         try:
-            prepared = self.frozen(command.command, None)
+            frozen = self.frozen(command.command, None)
         except CommandFormatError:
             return AttemptRefused(command.step, "protected-state-invalid")
-        outcome = self.worker._adapters.prepare(prepared, attempt_deadline=self.deadline)
-        return preparation_event(command.step, outcome)
+        return self.worker._adapters.prepare(command, frozen, attempt_deadline=self.deadline)
 
     def dispatch(self, command: Dispatch) -> Event:
         """Send the frozen command. Reached only after the pre-send fence committed; from here
         until the finish transaction nothing may be guessed (an exception leaves the record
         `dispatched`, and its lapsed lease makes it `unknown`)."""
         try:
-            prepared = self.frozen(command.command, command.preparation)
+            frozen = self.frozen(command.command, command.preparation)
         except CommandFormatError:
-            prepared = None
-        if prepared is None:
             # The command was marked as possibly sent but cannot be read: only an operator
             # can tell; leave it to the lapsed lease (T28) rather than guess.
-            raise _Discard
+            raise _Discard from None
         credential, self.credential = self.credential, None  # never reused across attempts
-        outcome = self.worker._adapters.call(
-            prepared, attempt_deadline=self.deadline, credential=credential
+        return self.worker._adapters.dispatch(
+            command, frozen, attempt_deadline=self.deadline, credential=credential
         )
-        return call_event(command.step, outcome)
 
     def observe(self, command: Observe) -> Event:
-        reference = None if command.reference is None else json.loads(command.reference)
-        outcome = self.worker._adapters.observe(
-            command.operation, command.connection, reference, attempt_deadline=self.deadline
-        )
-        return observation_event(command.step, outcome)
+        return self.worker._adapters.observe(command, attempt_deadline=self.deadline)

@@ -1,8 +1,9 @@
 """Adapters: HTTP calls to BReg, Casework, Messaging, Scheduling, external GET and evaluation (08).
 
 Shell code inside core: it does I/O (httpx) and signs (PyJWT over cryptography), and nothing
-in the pure half imports it. Every call ends in one member of a closed outcome set
-(architecture rule 6); `events` maps those outcomes onto the engine's events.
+in the pure half imports it. An adapter carries out the engine's own I/O commands (`Prepare`,
+`ObtainCredential`, `Dispatch`, `Observe`, `LookupReceipt`) and answers each with the engine's
+own event for it (architecture rule 6: that closed set, and nothing else, leaves an adapter).
 """
 
 from __future__ import annotations
@@ -10,38 +11,15 @@ from __future__ import annotations
 from coordinator_core.adapters.base import (
     AccessToken,
     Adapter,
-    CallOutcome,
     ClientCredentials,
     CommandFormatError,
     Connection,
-    CredentialOutcome,
-    DeclaredRefusal,
     EvaluationConnection,
     ExternalConnection,
-    ObservationOutcome,
-    Pending,
-    PreparationOutcome,
-    Prepared,
     PreparedCommand,
     ProductConnection,
-    ReceiptConfirmed,
-    ReceiptExpired,
-    ReceiptOutcome,
-    ReceiptUnavailable,
-    ReceiptUnresolved,
-    Refused,
-    Retryable,
-    Success,
-    Uncertain,
 )
 from coordinator_core.adapters.credentials import CredentialIssuer
-from coordinator_core.adapters.events import (
-    call_event,
-    credential_event,
-    observation_event,
-    preparation_event,
-    receipt_event,
-)
 from coordinator_core.adapters.http import HttpSettings
 from coordinator_core.adapters.registry import (
     SERVED_OPERATIONS,
@@ -56,37 +34,16 @@ __all__ = [
     "AccessToken",
     "Adapter",
     "Adapters",
-    "CallOutcome",
     "ClientCredentials",
     "CommandFormatError",
     "Connection",
     "CredentialIssuer",
-    "CredentialOutcome",
-    "DeclaredRefusal",
     "EvaluationConnection",
     "ExternalConnection",
     "HttpSettings",
-    "ObservationOutcome",
-    "Pending",
-    "PreparationOutcome",
-    "Prepared",
     "PreparedCommand",
     "ProductConnection",
-    "ReceiptConfirmed",
-    "ReceiptExpired",
-    "ReceiptOutcome",
-    "ReceiptUnavailable",
-    "ReceiptUnresolved",
-    "Refused",
-    "Retryable",
-    "Success",
-    "Uncertain",
     "bound_connections",
-    "call_event",
-    "credential_event",
-    "observation_event",
-    "preparation_event",
     "product_adapters",
-    "receipt_event",
     "unserved_operations",
 ]

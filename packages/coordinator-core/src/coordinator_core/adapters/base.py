@@ -1,48 +1,49 @@
-"""The adapter protocol: closed outcome types, the frozen command, connections (contract 08 §9).
+"""The adapter protocol: the frozen command, connections, the credential (contract 08 §9).
 
 Architecture rule 6: an external call ends in exactly one of a closed set of outcomes, and
-nothing else leaves an adapter. Every type here carries codes only (the closed failure codes of
-08 §10, or a refusal code matching the grammar of 01 §3), never a request value, a response
-body or a credential; `repr` hides the members that hold such data.
+nothing else leaves an adapter. That set is the engine's own answers to its I/O commands
+(`engine.events`: `CallOutcome`, `PreparationDone`, `ObservationOutcome`, `ReceiptAnswer`),
+built with the step of the command they answer; there is no second spelling of it here. They
+carry closed codes (the failure codes of 08 §10, or a refusal code matching the grammar of 01 §3)
+and, for a success, the step output as canonical JSON; never a request value, a response body
+or a credential in a message, and `repr` hides every member that holds such data.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Final, Protocol, runtime_checkable
 
 from coordinator_core.definition.schema_dialect import compile_validator
+from coordinator_core.engine.commands import (
+    Dispatch,
+    LookupReceipt,
+    Observe,
+    ObtainCredential,
+    Prepare,
+)
+from coordinator_core.engine.events import (
+    CallOutcome,
+    ObservationOutcome,
+    PreparationDone,
+    ReceiptAnswer,
+)
 from coordinator_core.values import StrictJsonError, check_json_value, parse_strict_json
 
 __all__ = [
     "AccessToken",
     "Adapter",
-    "CallOutcome",
     "ClientCredentials",
     "CommandFormatError",
     "Connection",
-    "CredentialOutcome",
-    "DeclaredRefusal",
     "EvaluationConnection",
     "ExternalConnection",
-    "ObservationOutcome",
-    "Pending",
-    "PreparationOutcome",
-    "Prepared",
     "PreparedCommand",
     "ProductConnection",
-    "ReceiptConfirmed",
-    "ReceiptExpired",
-    "ReceiptOutcome",
-    "ReceiptUnavailable",
-    "ReceiptUnresolved",
-    "Refused",
-    "Retryable",
-    "Success",
-    "Uncertain",
 ]
 
 PRODUCTS: Final = frozenset({"breg", "casework", "messaging", "scheduling"})
@@ -50,112 +51,7 @@ EXTERNAL_HTTP: Final = "external-http"
 EVALUATION: Final = "evaluation"
 
 
-# -- outcomes (08 §9) --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Success:
-    """The product answered as expected; `output` is the step output (a bounded JSON value)."""
-
-    kind: ClassVar[Literal["success"]] = "success"
-    output: Any = field(repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class DeclaredRefusal:
-    """An owner-declared, no-effect refusal (BReg `422 action.refused`); `code` matches the
-    refusal-code grammar of 01 §3."""
-
-    kind: ClassVar[Literal["declared-refusal"]] = "declared-refusal"
-    code: str
-
-
-@dataclass(frozen=True, slots=True)
-class Refused:
-    """Definitely not done, and asking again will not change that."""
-
-    kind: ClassVar[Literal["refused"]] = "refused"
-    failure_code: str
-
-
-@dataclass(frozen=True, slots=True)
-class Retryable:
-    """Definitely not executed; a later attempt may succeed. `retry_after` (seconds) is the
-    product's hint when it gave one; the worker's retry policy ignores it (07 §7.4)."""
-
-    kind: ClassVar[Literal["retryable"]] = "retryable"
-    failure_code: str
-    retry_after: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Uncertain:
-    """The request may have executed: only the same command (or a receipt) can settle it."""
-
-    kind: ClassVar[Literal["uncertain"]] = "uncertain"
-    failure_code: str
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiptExpired:
-    """The product no longer remembers the command key (`410 idempotency.expired`): the
-    original effect can never be confirmed or denied through it."""
-
-    kind: ClassVar[Literal["receipt-expired"]] = "receipt-expired"
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    """An observation found the awaited completion not yet available (Casework `202`)."""
-
-    kind: ClassVar[Literal["pending"]] = "pending"
-
-
-@dataclass(frozen=True, slots=True)
-class Prepared:
-    """A preparation succeeded; `preparation` are the bytes frozen next to the request."""
-
-    kind: ClassVar[Literal["prepared"]] = "prepared"
-    preparation: bytes = field(repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiptConfirmed:
-    """The receipt lookup returned the original answer for the original key and request."""
-
-    kind: ClassVar[Literal["confirmed"]] = "confirmed"
-    receipt: Any = field(repr=False)
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiptUnresolved:
-    """The lookup proves nothing: no submission under the key by this principal (`missing`),
-    or a different request under it (`key-reused`). Never evidence that nothing happened."""
-
-    kind: ClassVar[Literal["unresolved"]] = "unresolved"
-    reason: Literal["missing", "key-reused"]
-
-
-@dataclass(frozen=True, slots=True)
-class ReceiptUnavailable:
-    """The lookup could not be answered (transport, credential or any other answer);
-    `failure_code` says why, for logs only."""
-
-    kind: ClassVar[Literal["unavailable"]] = "unavailable"
-    failure_code: str
-
-
-CallOutcome = Success | DeclaredRefusal | Refused | Retryable | Uncertain | ReceiptExpired
-"""What one call attempt ends in (08 §9, 07 §7.4 step 8)."""
-
-PreparationOutcome = Prepared | Refused | Retryable
-"""A preparation reads but never mutates, so it is never uncertain (07 §7.4 step 3)."""
-
-ObservationOutcome = Success | Pending | Refused | Retryable
-"""One read of an awaited completion (07 §7.3); reads are never uncertain."""
-
-ReceiptOutcome = ReceiptConfirmed | ReceiptUnresolved | ReceiptExpired | ReceiptUnavailable
-"""The answer to a reconcile's receipt lookup (08 §5.2, 07 §9.2)."""
+# -- the credential of one attempt (08 §2.2) -------------------------------------------------
 
 
 class AccessToken:
@@ -179,10 +75,6 @@ class AccessToken:
         return "AccessToken(<redacted>)"
 
     __str__ = __repr__
-
-
-CredentialOutcome = AccessToken | Refused | Retryable
-"""A token endpoint exchange (08 §2.2): a token, or a definite failure before any send."""
 
 
 # -- connections (05 §5.1, §5.4) ----------------------------------------------------------------
@@ -353,20 +245,28 @@ class PreparedCommand:
             raise CommandFormatError("The frozen command has no input.")
         if key is not None and not isinstance(key, str):
             raise CommandFormatError("The frozen command key is not a string.")
-        if isinstance(preparation, str):
-            try:
-                preparation = base64.b64decode(preparation, validate=True)
-            except (binascii.Error, ValueError) as exc:
-                raise CommandFormatError("The frozen preparation is not base64.") from exc
-        return cls(
+        parsed = cls(
             operation=operation,
             connection=connection,
             input=frozen["input"],
             idempotency_key=key,
             action=action,
-            preparation=preparation,
             alias=alias if isinstance(alias, str) else None,
         )
+        return parsed.with_preparation(preparation)
+
+    def with_preparation(self, preparation: str | bytes | None) -> PreparedCommand:
+        """This command with the frozen preparation next to it (the engine's base64 text, or
+        raw bytes), so a `Dispatch` after its `Prepare` reuses the command parsed for it.
+        Raises CommandFormatError."""
+        if isinstance(preparation, str):
+            try:
+                preparation = base64.b64decode(preparation, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise CommandFormatError("The frozen preparation is not base64.") from exc
+        if preparation == self.preparation:
+            return self
+        return dataclasses.replace(self, preparation=preparation)
 
 
 # -- the protocol ------------------------------------------------------------------------------------
@@ -374,13 +274,17 @@ class PreparedCommand:
 
 @runtime_checkable
 class Adapter(Protocol):
-    """One product's adapter. Every method returns one member of its closed outcome union and
-    never raises: transport errors, malformed answers, bound violations, unexpected statuses
-    and internal faults are all classified (08 §9).
+    """One product's adapter. Each method takes the engine's I/O command it carries out (and,
+    for a frozen request, that command parsed once per attempt) and returns the engine's event
+    that answers it, built with the command's step. It never raises: transport errors,
+    malformed answers, bound violations, unexpected statuses and internal faults are all
+    classified (08 §9).
 
     `attempt_deadline` is an instant on the `time.monotonic()` clock: no request runs past it.
     `credential` is the token the worker obtained for this attempt (07 §7.4 step 5); when it is
-    None the adapter obtains a fresh one itself. Tokens are never reused across attempts.
+    None the adapter obtains a fresh one itself. Tokens are never reused across attempts, and
+    never travel in an event: `obtain_credential` answers the token itself, or the engine's
+    definite failure (`ReadyToSend` is the worker's, which keeps the token for the dispatch).
     """
 
     product: str
@@ -389,34 +293,35 @@ class Adapter(Protocol):
     def operations(self) -> frozenset[str]: ...
 
     def obtain_credential(
-        self, connection: Connection, *, attempt_deadline: float
-    ) -> CredentialOutcome: ...
+        self, connection: Connection, command: ObtainCredential, *, attempt_deadline: float
+    ) -> AccessToken | CallOutcome: ...
 
-    def call(
+    def prepare(
         self,
         connection: Connection,
-        command: PreparedCommand,
+        command: Prepare,
+        frozen: PreparedCommand,
+        *,
+        attempt_deadline: float,
+        credential: AccessToken | None = None,
+        traceparent: str | None = None,
+    ) -> PreparationDone | CallOutcome: ...
+
+    def dispatch(
+        self,
+        connection: Connection,
+        command: Dispatch,
+        frozen: PreparedCommand,
         *,
         attempt_deadline: float,
         credential: AccessToken | None = None,
         traceparent: str | None = None,
     ) -> CallOutcome: ...
 
-    def prepare(
-        self,
-        connection: Connection,
-        command: PreparedCommand,
-        *,
-        attempt_deadline: float,
-        credential: AccessToken | None = None,
-        traceparent: str | None = None,
-    ) -> PreparationOutcome: ...
-
     def observe(
         self,
         connection: Connection,
-        operation: str,
-        reference: Any,
+        command: Observe,
         *,
         attempt_deadline: float,
         credential: AccessToken | None = None,
@@ -426,9 +331,10 @@ class Adapter(Protocol):
     def lookup_receipt(
         self,
         connection: Connection,
-        command: PreparedCommand,
+        command: LookupReceipt,
+        frozen: PreparedCommand,
         *,
         attempt_deadline: float,
         credential: AccessToken | None = None,
         traceparent: str | None = None,
-    ) -> ReceiptOutcome: ...
+    ) -> ReceiptAnswer: ...

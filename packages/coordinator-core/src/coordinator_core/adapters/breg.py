@@ -12,23 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from coordinator_core.adapters.base import (
-    CallOutcome,
-    Connection,
-    DeclaredRefusal,
-    PreparedCommand,
-    ProductConnection,
-    Refused,
-    Success,
-)
+from coordinator_core.adapters.base import Connection, PreparedCommand, ProductConnection
 from coordinator_core.adapters.http import Answer, path_segment, problem_of
-from coordinator_core.adapters.product import (
-    Attempt,
-    ProductAdapter,
-    Stop,
-    classify_status,
-    invalid_response,
-)
+from coordinator_core.adapters.product import Attempt, ProductAdapter, Stop
 from coordinator_core.adapters.validation import (
     REFUSAL_CODE,
     ShapeError,
@@ -39,6 +25,7 @@ from coordinator_core.adapters.validation import (
     text,
     uuid_text,
 )
+from coordinator_core.engine.events import CallOutcome
 from coordinator_core.values import (
     JsonBoundsError,
     StrictJsonError,
@@ -76,10 +63,10 @@ class BregAdapter(ProductAdapter):
     product = "breg"
     call_operations = frozenset({READ_RECORD, INVOKE_ACTION})
 
-    def product_headers(self, connection: Connection) -> dict[str, str]:
-        profile = _profile(connection)
+    def product_headers(self, attempt: Attempt) -> dict[str, str]:
+        profile = _profile(attempt.connection)
         if profile is None or _PROFILE.fullmatch(profile) is None:
-            raise Stop(Refused("operation-unbound"))  # 05 §5.1: a BReg connection has one
+            raise Stop(attempt.refused("operation-unbound"))  # 05 §5.1: a BReg connection has one
         return {"Registry-Access-Profile": profile}
 
     def handle_call(self, attempt: Attempt, command: PreparedCommand) -> CallOutcome:
@@ -89,7 +76,7 @@ class BregAdapter(ProductAdapter):
 
     def handle_prepare(self, attempt: Attempt, command: PreparedCommand) -> bytes:
         if command.operation != INVOKE_ACTION:
-            raise Stop(Refused("remote-refused"))
+            raise Stop(attempt.refused("remote-refused"))
         return _prepare_action(attempt, command)
 
 
@@ -107,8 +94,8 @@ def _read_record(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
     attempt.stop_unless(answer, 200, "read")
     body = attempt.body(answer, "read")
     if not isinstance(body, dict) or not isinstance(body.get("data"), dict):
-        return Refused("invalid-response")
-    return Success(body)  # the step output, unchanged
+        return attempt.refused("invalid-response")
+    return attempt.success(body)  # the step output, unchanged
 
 
 # -- 08 §3.2 preparation ---------------------------------------------------------------------------
@@ -124,7 +111,7 @@ def _describe(attempt: Attempt, action: str) -> _ActionContract:
     """Step 1: the action's contract; 404 or a proposal → refused `action-unavailable`."""
     answer = attempt.send("GET", f"/v1/actions/{path_segment(action)}", effect="read")
     if answer.status == 404:
-        raise Stop(Refused("action-unavailable"))
+        raise Stop(attempt.refused("action-unavailable"))
     attempt.stop_unless(answer, 200, "read")
     body = attempt.body(answer, "read")
     try:
@@ -145,9 +132,9 @@ def _describe(attempt: Attempt, action: str) -> _ActionContract:
         if not isinstance(contract.input_schema, dict | bool):
             raise ShapeError()
     except ShapeError:
-        raise Stop(Refused("invalid-response")) from None
+        raise Stop(attempt.refused("invalid-response")) from None
     if kind == "proposal":
-        raise Stop(Refused("action-unavailable"))
+        raise Stop(attempt.refused("action-unavailable"))
     return contract
 
 
@@ -156,14 +143,14 @@ def _profile(connection: Connection) -> str | None:
     return connection.profile if isinstance(connection, ProductConnection) else None
 
 
-def _check_input(schema: Any, value: Any) -> None:
+def _check_input(attempt: Attempt, schema: Any, value: Any) -> None:
     """Step 2: the input must validate against the action's schema (dialect of 01 §12)."""
     from coordinator_core.definition.schema_dialect import check_schema, compile_validator
 
     if check_schema(schema, ""):
-        raise Stop(Refused("invalid-response"))  # the product's schema is not in the dialect
+        raise Stop(attempt.refused("invalid-response"))  # the product's schema: not the dialect
     if not compile_validator(schema).is_valid(value):
-        raise Stop(Refused("invalid-command"))
+        raise Stop(attempt.refused("invalid-command"))
 
 
 def _preconditions(attempt: Attempt, action: str, condition: dict[str, Any]) -> dict[str, Any]:
@@ -184,7 +171,7 @@ def _preconditions(attempt: Attempt, action: str, condition: dict[str, Any]) -> 
             if not isinstance(tag, str) or _ENTITY_TAG.fullmatch(tag) is None:
                 raise ShapeError()
     except ShapeError:
-        raise Stop(Refused("invalid-response")) from None
+        raise Stop(attempt.refused("invalid-response")) from None
     return preconditions
 
 
@@ -196,7 +183,7 @@ def _prepare_action(attempt: Attempt, command: PreparedCommand) -> bytes:
     if key is None:
         raise ShapeError()
     contract = _describe(attempt, action)
-    _check_input(contract.input_schema, action_input)
+    _check_input(attempt, contract.input_schema, action_input)
     body: dict[str, Any] = {"input": action_input}
     if contract.condition_inputs:
         condition = {
@@ -207,7 +194,7 @@ def _prepare_action(attempt: Attempt, command: PreparedCommand) -> bytes:
             body["preconditions"] = preconditions
     body_bytes = canonical_json(body)
     if len(body_bytes) > contract.maximum_body_bytes:
-        raise Stop(Refused("invalid-command"))
+        raise Stop(attempt.refused("invalid-command"))
     return canonical_json(
         {
             "version": PREPARATION_VERSION,
@@ -226,7 +213,9 @@ def _prepare_action(attempt: Attempt, command: PreparedCommand) -> bytes:
 # -- 08 §3.2 send -------------------------------------------------------------------------------------
 
 
-def _frozen_preparation(command: PreparedCommand) -> tuple[dict[str, Any], str, str]:
+def _frozen_preparation(
+    attempt: Attempt, command: PreparedCommand
+) -> tuple[dict[str, Any], str, str]:
     """The binding, body text and key of the frozen preparation, or refused
     `prepared-command-mismatch` when it is missing or not in the form preparation writes."""
     try:
@@ -243,24 +232,24 @@ def _frozen_preparation(command: PreparedCommand) -> tuple[dict[str, Any], str, 
             raise ShapeError()
         return binding, text(found["body"]), text(found["idempotencyKey"])
     except (ShapeError, StrictJsonError, JsonBoundsError):
-        raise Stop(Refused("prepared-command-mismatch")) from None
+        raise Stop(attempt.refused("prepared-command-mismatch")) from None
 
 
 def _invoke_action(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
     action = _action_of(command)
     request = closed_object(command.input, {"input"})
-    binding, body_text, key = _frozen_preparation(command)
+    binding, body_text, key = _frozen_preparation(attempt, command)
     try:
         prepared_input = json_object(parse_strict_json(body_text)).get("input")
     except (ShapeError, StrictJsonError):
-        return Refused("prepared-command-mismatch")
+        return attempt.refused("prepared-command-mismatch")
     if (
         binding["action"] != action
         or binding["accessProfile"] != _profile(attempt.connection)
         or key != command.idempotency_key
         or canonical_json(prepared_input) != canonical_json(request["input"])
     ):
-        return Refused("prepared-command-mismatch")
+        return attempt.refused("prepared-command-mismatch")
     # The action is described again with this attempt's credential; conditions are not
     # refreshed: the frozen body is sent or nothing is.
     contract = _describe(attempt, action)
@@ -268,7 +257,7 @@ def _invoke_action(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
         contract.registry_revision != binding["registryRevision"]
         or contract.contract_fingerprint != binding["contractFingerprint"]
     ):
-        return Refused("prepared-command-mismatch")
+        return attempt.refused("prepared-command-mismatch")
     answer = attempt.send(
         "POST",
         f"/v1/actions/{path_segment(action)}",
@@ -286,8 +275,8 @@ def _invoke_action(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
             and problem.refusal_code is not None
             and REFUSAL_CODE.fullmatch(problem.refusal_code) is not None
         ):
-            return DeclaredRefusal(problem.refusal_code)
-    return classify_status(answer, "mutation")
+            return attempt.declared_refusal(problem.refusal_code)
+    return attempt.classify(answer, "mutation")
 
 
 def _action_result(attempt: Attempt, answer: Answer) -> CallOutcome:
@@ -303,5 +292,5 @@ def _action_result(attempt: Attempt, answer: Answer) -> CallOutcome:
             if "revision" not in entry:
                 raise ShapeError()
     except ShapeError:
-        return invalid_response("mutation")
-    return Success(body)
+        return attempt.invalid_response("mutation")
+    return attempt.success(body)

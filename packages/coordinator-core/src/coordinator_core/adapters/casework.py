@@ -9,21 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from coordinator_core.adapters.base import (
-    CallOutcome,
-    Pending,
-    PreparedCommand,
-    Refused,
-    Success,
-)
+from coordinator_core.adapters.base import PreparedCommand
 from coordinator_core.adapters.http import Answer, path_segment
-from coordinator_core.adapters.product import (
-    Attempt,
-    ProductAdapter,
-    Stop,
-    classify_status,
-    invalid_response,
-)
+from coordinator_core.adapters.product import Attempt, ProductAdapter, Stop
 from coordinator_core.adapters.validation import (
     ShapeError,
     canonical_size,
@@ -34,6 +22,7 @@ from coordinator_core.adapters.validation import (
     text,
     uuid_text,
 )
+from coordinator_core.engine.events import CallOutcome, ObservationOutcome
 from coordinator_core.values import canonical_json
 
 __all__ = ["READ_RESULT", "SUBMIT_REVIEW", "WITHDRAW_REVIEW", "CaseworkAdapter"]
@@ -66,14 +55,14 @@ class CaseworkAdapter(ProductAdapter):
         try:
             result = _read_result(attempt, uuid_text(request["requestId"]))
         except Stop as stop:
-            if isinstance(stop.outcome, Pending):
-                return Success({"state": "pending"})
+            if isinstance(stop.outcome, ObservationOutcome):  # pending
+                return attempt.success({"state": "pending"})
             raise
-        return Success({"state": "complete", "result": result})
+        return attempt.success({"state": "complete", "result": result})
 
     def handle_observe(self, attempt: Attempt, operation: str, reference: Any) -> Any:
         if operation != READ_RESULT:
-            raise Stop(Refused("remote-refused"))
+            raise Stop(attempt.refused("remote-refused"))
         # The observation input is {"requestId": <completion reference>} (08 §1.2).
         return _read_result(attempt, uuid_text(reference))
 
@@ -151,8 +140,8 @@ def _checked(answer: Answer, attempt: Attempt, check: Any) -> CallOutcome:
     try:
         check(body)
     except ShapeError:
-        return invalid_response("mutation")
-    return Success(body)
+        return attempt.invalid_response("mutation")
+    return attempt.success(body)
 
 
 # -- operations -----------------------------------------------------------------------------------
@@ -167,26 +156,26 @@ def _submit(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
     )
     if answer.status in (200, 201):
         return _checked(answer, attempt, _accepted)
-    return classify_status(answer, "mutation")
+    return attempt.classify(answer, "mutation")
 
 
 def _read_result(attempt: Attempt, request_id: str) -> Any:
-    """The `ReviewResult`, or Stop: Pending on 202, the 08 §4.2 refusals, §9 otherwise."""
+    """The `ReviewResult`, or Stop: pending on 202, the 08 §4.2 refusals, §9 otherwise."""
     answer = attempt.send(
         "GET", f"/v1/review-requests/{path_segment(request_id)}/result", effect="read"
     )
     if answer.status == 202:
-        raise Stop(Pending())  # the body is ignored
+        raise Stop(attempt.pending())  # the body is ignored
     if answer.status == 404:
-        raise Stop(Refused("product-not-found"))
+        raise Stop(attempt.refused("product-not-found"))
     if answer.status == 410:
-        raise Stop(Refused("completion-expired"))
+        raise Stop(attempt.refused("completion-expired"))
     attempt.stop_unless(answer, 200, "read")
     body = attempt.body(answer, "read")
     try:
         return review_result(body)
     except ShapeError:
-        raise Stop(Refused("invalid-response")) from None
+        raise Stop(attempt.refused("invalid-response")) from None
 
 
 def _withdrawal(value: Any) -> None:
@@ -210,4 +199,4 @@ def _withdraw(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
     )
     if answer.status == 200:
         return _checked(answer, attempt, _withdrawal)
-    return classify_status(answer, "mutation")
+    return attempt.classify(answer, "mutation")

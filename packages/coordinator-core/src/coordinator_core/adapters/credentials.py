@@ -21,13 +21,7 @@ from urllib.parse import urlencode
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from coordinator_core.adapters.base import (
-    AccessToken,
-    ClientCredentials,
-    CredentialOutcome,
-    Refused,
-    Retryable,
-)
+from coordinator_core.adapters.base import AccessToken, ClientCredentials
 from coordinator_core.adapters.http import (
     DestinationRefused,
     HttpSettings,
@@ -35,6 +29,7 @@ from coordinator_core.adapters.http import (
     exchange,
     json_body,
 )
+from coordinator_core.engine.events import CallOutcome
 
 __all__ = [
     "ASSERTION_LIFETIME_SECONDS",
@@ -160,16 +155,19 @@ class CredentialIssuer:
             raise SigningKeyError() from exc
 
     def obtain(
-        self, credentials: ClientCredentials, *, attempt_deadline: float
-    ) -> CredentialOutcome:
-        """Exchange a fresh assertion for a token (08 §2.2 steps 2–3), classified by the
-        table of §2.2: transport failure, 408, 429, 5xx → retryable `credential-unavailable`;
-        an unusable signing key → refused `credential-configuration`; any other non-200 or a
-        malformed answer → refused `credential-refused`."""
+        self, credentials: ClientCredentials, *, step: str, attempt_deadline: float
+    ) -> AccessToken | CallOutcome:
+        """Exchange a fresh assertion for a token (08 §2.2 steps 2–3), or the engine's
+        `CallOutcome` for `step`, classified by the table of §2.2: transport failure, 408,
+        429, 5xx → retryable `credential-unavailable`; an unusable signing key → refused
+        `credential-configuration`; any other non-200 or a malformed answer → refused
+        `credential-refused`."""
+        refused = CallOutcome(step, "refused", code="credential-refused")
+        unavailable = CallOutcome(step, "retryable", code="credential-unavailable")
         try:
             assertion = self.assertion(credentials)
         except SigningKeyError:
-            return Refused("credential-configuration")
+            return CallOutcome(step, "refused", code="credential-configuration")
         form = urlencode(
             {
                 "grant_type": "client_credentials",
@@ -189,17 +187,17 @@ class CredentialIssuer:
                 settings=self._settings,
             )
         except TransportFailure:
-            return Retryable("credential-unavailable")
+            return unavailable
         except DestinationRefused:
-            return Refused("credential-refused")
+            return refused
         status = answer.status
         if status in (408, 429) or 500 <= status < 600:
-            return Retryable("credential-unavailable", answer.retry_after)
+            return unavailable
         if status != 200:
-            return Refused("credential-refused")
+            return refused
         value = json_body(answer)
         if not isinstance(value, dict):
-            return Refused("credential-refused")
+            return refused
         token, token_type = value.get("access_token"), value.get("token_type")
         expires_in = value.get("expires_in")
         if (
@@ -211,5 +209,5 @@ class CredentialIssuer:
             or not isinstance(expires_in, int)
             or isinstance(expires_in, bool)
         ):
-            return Refused("credential-refused")
+            return refused
         return AccessToken(token)

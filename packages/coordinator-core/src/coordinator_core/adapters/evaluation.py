@@ -21,19 +21,14 @@ from typing import Any, Final
 from coordinator_core.adapters.base import (
     EVALUATION,
     AccessToken,
-    CallOutcome,
     Connection,
-    CredentialOutcome,
     EvaluationConnection,
     PreparedCommand,
-    Refused,
-    Retryable,
-    Success,
-    Uncertain,
 )
 from coordinator_core.adapters.http import Answer, TransportFailure, problem_of
 from coordinator_core.adapters.product import Attempt, Effect, ProductAdapter, Stop
 from coordinator_core.adapters.validation import ShapeError, closed_object, json_object, text
+from coordinator_core.engine.events import CallOutcome
 from coordinator_core.values import (
     JsonBoundsError,
     StrictJsonError,
@@ -62,7 +57,9 @@ class EvaluationAdapter(ProductAdapter):
     call_operations = frozenset({EVALUATE})
     invalid_command_code = "evaluation-invalid-command"
 
-    def credential_for(self, connection: Connection, attempt_deadline: float) -> CredentialOutcome:
+    def credential_for(
+        self, connection: Connection, step: str, attempt_deadline: float
+    ) -> AccessToken | CallOutcome:
         """The configured bearer secret, or no authorisation for `local` (05 §5.3)."""
         assert isinstance(connection, EvaluationConnection)
         return AccessToken(connection.bearer_token)
@@ -73,8 +70,8 @@ class EvaluationAdapter(ProductAdapter):
         """Nothing sent yet (DNS, connect, a timeout before the first byte): retryable.
         Anything after sending began, the attempt budget included: uncertain."""
         if failure.sent:
-            return Uncertain("evaluation-uncertain")
-        return Retryable("evaluation-unavailable")
+            return attempt.uncertain("evaluation-uncertain")
+        return attempt.retryable("evaluation-unavailable")
 
     def handle_prepare(self, attempt: Attempt, command: PreparedCommand) -> bytes:
         connection = _connection(attempt)
@@ -88,25 +85,25 @@ class EvaluationAdapter(ProductAdapter):
         try:
             body = evaluation_body(connection.model, command.input)
         except ShapeError:
-            return Refused("prepared-command-mismatch")
+            return attempt.refused("prepared-command-mismatch")
         if command.preparation is None or body != command.preparation:
-            return Refused("prepared-command-mismatch")
+            return attempt.refused("prepared-command-mismatch")
         answer = attempt.send("POST", "/v1/systemone", effect="mutation", body=body)
         if answer.status == 200:
-            return _answered(connection, command.input, answer)
+            return _answered(attempt, connection, command.input, answer)
         if answer.status in _REFUSED_STATUSES:
-            return Refused("evaluation-refused")
+            return attempt.refused("evaluation-refused")
         if answer.status == 503:
             problem = problem_of(answer)
             if problem is not None and problem.code == "service.unavailable":
-                return Retryable("evaluation-unavailable", answer.retry_after)
-        return Uncertain("evaluation-uncertain")
+                return attempt.retryable("evaluation-unavailable")
+        return attempt.uncertain("evaluation-uncertain")
 
 
 def _connection(attempt: Attempt) -> EvaluationConnection:
     connection = attempt.connection
     if not isinstance(connection, EvaluationConnection):
-        raise Stop(Refused("operation-unbound"))
+        raise Stop(attempt.refused("operation-unbound"))
     return connection
 
 
@@ -157,20 +154,23 @@ def _question(value: Any) -> None:
 # -- the answer (08 §8) -----------------------------------------------------------------------------
 
 
-def _answered(connection: EvaluationConnection, request: Any, answer: Answer) -> CallOutcome:
+def _answered(
+    attempt: Attempt, connection: EvaluationConnection, request: Any, answer: Answer
+) -> CallOutcome:
     """A `200`: the content type, a strict bounded JSON body, and answers that pass every
     check of 08 §8; anything else is uncertain `evaluation-invalid-response` (the provider did
     evaluate, so the evaluation is never sent again)."""
     if answer.content_type is None or _CONTENT_TYPE.fullmatch(answer.content_type.strip()) is None:
-        return Uncertain("evaluation-invalid-response")
+        return attempt.uncertain("evaluation-invalid-response")
     if answer.body is None or answer.body_problem is not None:
-        return Uncertain("evaluation-invalid-response")
+        return attempt.uncertain("evaluation-invalid-response")
     try:
         value = parse_strict_json(answer.body)
         check_json_value(value)
-        return Success(evaluation_output(connection.model, request["questions"], value))
+        output = evaluation_output(connection.model, request["questions"], value)
     except (StrictJsonError, JsonBoundsError, ShapeError):
-        return Uncertain("evaluation-invalid-response")
+        return attempt.uncertain("evaluation-invalid-response")
+    return attempt.success(output)
 
 
 def evaluation_output(model: str, questions: dict[str, Any], value: Any) -> dict[str, Any]:

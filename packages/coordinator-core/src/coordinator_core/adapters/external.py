@@ -16,22 +16,14 @@ from urllib.parse import quote
 from coordinator_core.adapters.base import (
     EXTERNAL_HTTP,
     AccessToken,
-    CallOutcome,
     Connection,
-    CredentialOutcome,
     ExternalConnection,
     PreparedCommand,
-    Refused,
-    Retryable,
-    Success,
 )
-from coordinator_core.adapters.http import (
-    Answer,
-    TransportFailure,
-    json_body,
-)
+from coordinator_core.adapters.http import Answer, TransportFailure, json_body
 from coordinator_core.adapters.product import Attempt, Effect, ProductAdapter, Stop
 from coordinator_core.adapters.validation import ShapeError, closed_object, json_object
+from coordinator_core.engine.events import CallOutcome
 
 __all__ = ["EXTERNAL_GET", "ExternalHttpAdapter", "external_url"]
 
@@ -50,13 +42,17 @@ class ExternalHttpAdapter(ProductAdapter):
     invalid_command_code = "external-invalid-command"
     destination_refused_code = "external-destination-refused"
 
-    def credential_for(self, connection: Connection, attempt_deadline: float) -> CredentialOutcome:
+    def credential_for(
+        self, connection: Connection, step: str, attempt_deadline: float
+    ) -> AccessToken | CallOutcome:
         """A fresh token when the connection has `authorization`; otherwise the attempt sends
         no credential (a public read; the caller's token is never forwarded)."""
         assert isinstance(connection, ExternalConnection)
         if connection.authorization is None:
             return AccessToken(None)
-        return self.credentials.obtain(connection.authorization, attempt_deadline=attempt_deadline)
+        return self.credentials.obtain(
+            connection.authorization, step=step, attempt_deadline=attempt_deadline
+        )
 
     def transport_outcome(
         self, attempt: Attempt, failure: TransportFailure, effect: Effect
@@ -64,21 +60,21 @@ class ExternalHttpAdapter(ProductAdapter):
         """A read: DNS, connect, timeout and send errors are all retryable (08 §7); the attempt
         budget running out is `attempt-timeout` as for any read (08 §9)."""
         if failure.budget:
-            return Retryable("attempt-timeout")
-        return Retryable("external-unavailable")
+            return attempt.retryable("attempt-timeout")
+        return attempt.retryable("external-unavailable")
 
     def handle_call(self, attempt: Attempt, command: PreparedCommand) -> CallOutcome:
         connection = attempt.connection
         if not isinstance(connection, ExternalConnection):
-            return Refused("operation-unbound")
+            return attempt.refused("operation-unbound")
         url = external_url(connection, command.input)
         answer = attempt.send("GET", url, effect="read")
         if 300 <= answer.status < 400:
-            return Refused("external-redirect")  # never followed (08 §2.1)
-        output = {"status": answer.status, "body": _body(answer)}
+            return attempt.refused("external-redirect")  # never followed (08 §2.1)
+        output = {"status": answer.status, "body": _body(attempt, answer)}
         if not connection.accepts(output):
-            return Refused("external-invalid-response")
-        return Success(output)
+            return attempt.refused("external-invalid-response")
+        return attempt.success(output)
 
 
 def external_url(connection: ExternalConnection, request: Any) -> str:
@@ -102,14 +98,14 @@ def external_url(connection: ExternalConnection, request: Any) -> str:
     return "/" + path + ("?" + "&".join(pairs) if pairs else "")
 
 
-def _body(answer: Answer) -> Any:
+def _body(attempt: Attempt, answer: Answer) -> Any:
     """The parsed body: None for an empty one; refused `external-invalid-response` when it is
     larger than the maximum, unreadable, or not strict JSON within the value bounds."""
     if answer.body_problem is not None:
-        raise Stop(Refused("external-invalid-response"))
+        raise Stop(attempt.refused("external-invalid-response"))
     if not answer.body:
         return None
     value = json_body(answer)
     if value is None:
-        raise Stop(Refused("external-invalid-response"))
+        raise Stop(attempt.refused("external-invalid-response"))
     return value

@@ -19,7 +19,7 @@ failure is reported as it is. `close_pools()` closes them all (also at process e
 
 Failures leave this module as two exception types only, `DestinationRefused` and
 `TransportFailure`, carrying facts (was anything sent? did the attempt budget run out?) and
-fixed messages; the adapters turn them into outcomes.
+fixed messages; the adapters classify them into the engine's outcomes.
 """
 
 from __future__ import annotations
@@ -137,7 +137,6 @@ class Answer:
     status: int
     body: bytes | None = field(repr=False)
     body_problem: BodyProblem | None = None
-    retry_after: float | None = None
     content_type: str | None = None
 
 
@@ -200,13 +199,6 @@ def problem_of(answer: Answer) -> Problem | None:
         return None
     refusal = value.get("refusalCode")
     return Problem(code, refusal if isinstance(refusal, str) else None)
-
-
-def _retry_after(headers: httpx.Headers) -> float | None:
-    text = headers.get("retry-after")
-    if text is None or not text.strip().isdigit():
-        return None  # HTTP-date values are ignored: the worker ignores the hint anyway
-    return float(min(int(text.strip()), 86_400))
 
 
 # -- destination policy --------------------------------------------------------------------------
@@ -711,24 +703,23 @@ def _failure(exc: BaseException, clock: _Clock) -> TransportFailure:
 def _read_answer(response: httpx.Response, clock: _Clock, limit: int) -> Answer:
     status = response.status_code
     success = 200 <= status < 300
-    retry_after = _retry_after(response.headers)
     content_type = response.headers.get("content-type")
     declared = response.headers.get("content-length", "")
     if declared.strip().isdigit() and int(declared) > limit:
-        return Answer(status, None, "oversize", retry_after, content_type)
+        return Answer(status, None, "oversize", content_type)
     chunks: list[bytes] = []
     size = 0
     try:
         for chunk in response.iter_bytes():
             size += len(chunk)
             if size > limit:
-                return Answer(status, None, "oversize", retry_after, content_type)
+                return Answer(status, None, "oversize", content_type)
             chunks.append(chunk)
     except httpx.DecodingError:
-        return Answer(status, None, "undecodable", retry_after, content_type)
+        return Answer(status, None, "undecodable", content_type)
     except (httpx.TransportError, httpx.StreamError, OSError) as exc:
         if success:
             raise _failure(exc, clock) from exc
         # the status alone decides
-        return Answer(status, None, "undecodable", retry_after, content_type)
-    return Answer(status, b"".join(chunks), None, retry_after, content_type)
+        return Answer(status, None, "undecodable", content_type)
+    return Answer(status, b"".join(chunks), None, content_type)

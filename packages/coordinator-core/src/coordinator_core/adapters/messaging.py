@@ -10,21 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from coordinator_core.adapters.base import (
-    CallOutcome,
-    PreparedCommand,
-    ReceiptOutcome,
-    Refused,
-    Success,
-)
+from coordinator_core.adapters.base import PreparedCommand
 from coordinator_core.adapters.http import problem_of
-from coordinator_core.adapters.product import (
-    Attempt,
-    ProductAdapter,
-    classify_status,
-    invalid_response,
-    receipt_lookup,
-)
+from coordinator_core.adapters.product import Attempt, ProductAdapter, receipt_lookup
 from coordinator_core.adapters.validation import (
     ShapeError,
     closed_object,
@@ -33,6 +21,8 @@ from coordinator_core.adapters.validation import (
     text,
     uuid_text,
 )
+from coordinator_core.engine.commands import LookupReceipt
+from coordinator_core.engine.events import CallOutcome, ReceiptAnswer
 from coordinator_core.values import canonical_json
 
 __all__ = ["SUBMIT_MESSAGE", "MessagingAdapter", "message_receipt"]
@@ -62,17 +52,20 @@ class MessagingAdapter(ProductAdapter):
             try:
                 message_receipt(receipt)
             except ShapeError:
-                return invalid_response("mutation")
-            return Success(receipt)
+                return attempt.invalid_response("mutation")
+            return attempt.success(receipt)
         if answer.status == 422:
             problem = problem_of(answer)
             if problem is not None and problem.code == "template.locale-unavailable":
-                return Refused("product-not-found")
-        return classify_status(answer, "mutation")
+                return attempt.refused("product-not-found")
+        return attempt.classify(answer, "mutation")
 
-    def handle_receipt(self, attempt: Attempt, command: PreparedCommand) -> ReceiptOutcome:
+    def handle_receipt(
+        self, attempt: Attempt, lookup: LookupReceipt, command: PreparedCommand
+    ) -> ReceiptAnswer:
         _message(command.input)
-        return receipt_lookup(attempt, "/v1/messages/receipt-lookup", command, message_receipt)
+        path = "/v1/messages/receipt-lookup"
+        return receipt_lookup(attempt, lookup, path, command, message_receipt)
 
 
 def _message(value: Any) -> dict[str, Any]:

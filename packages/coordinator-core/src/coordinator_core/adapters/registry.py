@@ -4,7 +4,8 @@ Every operation of the catalog that a run can contain has exactly one adapter he
 (`SERVED_OPERATIONS`; a test walks the catalog, and `unserved_operations` lets a deployment
 refuse a workflow before any run is admitted). A connection the runtime file does not bind,
 or binds in another map or to another product, is refused `operation-unbound` (08 §9) before
-any adapter runs. Like the adapters, nothing but an outcome leaves here.
+any adapter runs. Each method takes the engine's I/O command and answers the engine's event for
+it; like the adapters, nothing but such an event (or an attempt's credential) leaves here.
 """
 
 from __future__ import annotations
@@ -15,19 +16,12 @@ from typing import TYPE_CHECKING, Any, Final
 from coordinator_core.adapters.base import (
     AccessToken,
     Adapter,
-    CallOutcome,
     ClientCredentials,
     Connection,
-    CredentialOutcome,
     EvaluationConnection,
     ExternalConnection,
-    ObservationOutcome,
-    PreparationOutcome,
     PreparedCommand,
     ProductConnection,
-    ReceiptOutcome,
-    ReceiptUnavailable,
-    Refused,
 )
 from coordinator_core.adapters.breg import BregAdapter
 from coordinator_core.adapters.casework import CaseworkAdapter
@@ -37,6 +31,19 @@ from coordinator_core.adapters.external import ExternalHttpAdapter
 from coordinator_core.adapters.http import HttpSettings
 from coordinator_core.adapters.messaging import MessagingAdapter
 from coordinator_core.adapters.scheduling import SchedulingAdapter
+from coordinator_core.engine.commands import (
+    Dispatch,
+    LookupReceipt,
+    Observe,
+    ObtainCredential,
+    Prepare,
+)
+from coordinator_core.engine.events import (
+    CallOutcome,
+    ObservationOutcome,
+    PreparationDone,
+    ReceiptAnswer,
+)
 from coordinator_core.operations import product_of
 
 if TYPE_CHECKING:
@@ -155,62 +162,72 @@ class Adapters:
         chosen = product_adapters(settings) if adapters is None else tuple(adapters)
         self._adapters = {adapter.product: adapter for adapter in chosen}
 
-    def _bound(self, operation: str, connection: str) -> tuple[Adapter, Connection] | Refused:
+    def _bound(
+        self, step: str, operation: str, connection: str
+    ) -> tuple[Adapter, Connection] | CallOutcome:
         adapter = self._adapters.get(product_of(operation))
         if adapter is None or operation not in adapter.operations:
             # No adapter of this registry serves the operation. A deployment refuses such a
             # workflow before admitting runs (`unserved_operations`); never `operation-unbound`,
             # which is reserved for a connection that really is unbound.
-            return Refused("remote-refused")
+            return CallOutcome(step, "refused", code="remote-refused")
         bound = self._connections.get(connection)
         if bound is None or bound.product != adapter.product:
-            return Refused("operation-unbound")
+            return CallOutcome(step, "refused", code="operation-unbound")
         return adapter, bound
 
-    def obtain_credential(self, connection: str, *, attempt_deadline: float) -> CredentialOutcome:
+    def obtain_credential(
+        self, command: ObtainCredential, *, attempt_deadline: float
+    ) -> AccessToken | CallOutcome:
         """A fresh token for the named connection (the engine's `ObtainCredential` names only
-        the connection: an identity belongs to the connection, not to an operation)."""
-        bound = self._connections.get(connection)
+        the connection: an identity belongs to the connection, not to an operation), or the
+        definite failure that answers the command. The worker keeps the token for the
+        `Dispatch` and answers `ReadyToSend` itself: a token never travels in an event."""
+        bound = self._connections.get(command.connection)
         adapter = self._adapters.get(bound.product) if bound is not None else None
         if bound is None or adapter is None:
-            return Refused("operation-unbound")
-        return adapter.obtain_credential(bound, attempt_deadline=attempt_deadline)
-
-    def call(
-        self,
-        command: PreparedCommand,
-        *,
-        attempt_deadline: float,
-        credential: AccessToken | None = None,
-        traceparent: str | None = None,
-    ) -> CallOutcome:
-        found = self._bound(command.operation, command.connection)
-        if isinstance(found, Refused):
-            return found
-        adapter, bound = found
-        return adapter.call(
-            bound,
-            command,
-            attempt_deadline=attempt_deadline,
-            credential=credential,
-            traceparent=traceparent,
-        )
+            return CallOutcome(command.step, "refused", code="operation-unbound")
+        return adapter.obtain_credential(bound, command, attempt_deadline=attempt_deadline)
 
     def prepare(
         self,
-        command: PreparedCommand,
+        command: Prepare,
+        frozen: PreparedCommand,
         *,
         attempt_deadline: float,
         credential: AccessToken | None = None,
         traceparent: str | None = None,
-    ) -> PreparationOutcome:
-        found = self._bound(command.operation, command.connection)
-        if isinstance(found, Refused):
+    ) -> PreparationDone | CallOutcome:
+        found = self._bound(command.step, command.operation, command.connection)
+        if isinstance(found, CallOutcome):
             return found
         adapter, bound = found
         return adapter.prepare(
             bound,
             command,
+            frozen,
+            attempt_deadline=attempt_deadline,
+            credential=credential,
+            traceparent=traceparent,
+        )
+
+    def dispatch(
+        self,
+        command: Dispatch,
+        frozen: PreparedCommand,
+        *,
+        attempt_deadline: float,
+        credential: AccessToken | None = None,
+        traceparent: str | None = None,
+    ) -> CallOutcome:
+        found = self._bound(command.step, command.operation, command.connection)
+        if isinstance(found, CallOutcome):
+            return found
+        adapter, bound = found
+        return adapter.dispatch(
+            bound,
+            command,
+            frozen,
             attempt_deadline=attempt_deadline,
             credential=credential,
             traceparent=traceparent,
@@ -218,22 +235,19 @@ class Adapters:
 
     def observe(
         self,
-        operation: str,
-        connection: str,
-        reference: Any,
+        command: Observe,
         *,
         attempt_deadline: float,
         credential: AccessToken | None = None,
         traceparent: str | None = None,
     ) -> ObservationOutcome:
-        found = self._bound(operation, connection)
-        if isinstance(found, Refused):
-            return found
+        found = self._bound(command.step, command.operation, command.connection)
+        if isinstance(found, CallOutcome):
+            return ObservationOutcome(command.step, "refused", code=found.code)
         adapter, bound = found
         return adapter.observe(
             bound,
-            operation,
-            reference,
+            command,
             attempt_deadline=attempt_deadline,
             credential=credential,
             traceparent=traceparent,
@@ -241,19 +255,21 @@ class Adapters:
 
     def lookup_receipt(
         self,
-        command: PreparedCommand,
+        command: LookupReceipt,
+        frozen: PreparedCommand,
         *,
         attempt_deadline: float,
         credential: AccessToken | None = None,
         traceparent: str | None = None,
-    ) -> ReceiptOutcome:
-        found = self._bound(command.operation, command.connection)
-        if isinstance(found, Refused):
-            return ReceiptUnavailable(found.failure_code)
+    ) -> ReceiptAnswer:
+        found = self._bound(command.step, command.operation, command.connection)
+        if isinstance(found, CallOutcome):
+            return ReceiptAnswer(command.step, command.generation, "unavailable")
         adapter, bound = found
         return adapter.lookup_receipt(
             bound,
             command,
+            frozen,
             attempt_deadline=attempt_deadline,
             credential=credential,
             traceparent=traceparent,

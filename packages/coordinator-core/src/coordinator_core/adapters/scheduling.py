@@ -10,20 +10,8 @@ from datetime import timedelta
 from typing import Any, Final
 from urllib.parse import quote
 
-from coordinator_core.adapters.base import (
-    CallOutcome,
-    PreparedCommand,
-    ReceiptOutcome,
-    Refused,
-    Success,
-)
-from coordinator_core.adapters.product import (
-    Attempt,
-    ProductAdapter,
-    classify_status,
-    invalid_response,
-    receipt_lookup,
-)
+from coordinator_core.adapters.base import PreparedCommand
+from coordinator_core.adapters.product import Attempt, ProductAdapter, receipt_lookup
 from coordinator_core.adapters.validation import (
     ShapeError,
     closed_object,
@@ -33,6 +21,8 @@ from coordinator_core.adapters.validation import (
     text,
     uuid_text,
 )
+from coordinator_core.engine.commands import LookupReceipt
+from coordinator_core.engine.events import CallOutcome, ReceiptAnswer
 from coordinator_core.values import canonical_json
 
 __all__ = [
@@ -64,9 +54,12 @@ class SchedulingAdapter(ProductAdapter):
             return _read_availability(attempt, command)
         return _create_appointment(attempt, command)
 
-    def handle_receipt(self, attempt: Attempt, command: PreparedCommand) -> ReceiptOutcome:
+    def handle_receipt(
+        self, attempt: Attempt, lookup: LookupReceipt, command: PreparedCommand
+    ) -> ReceiptAnswer:
         _admission(command.input)
-        return receipt_lookup(attempt, "/v1/appointments/receipt-lookup", command, appointment)
+        path = "/v1/appointments/receipt-lookup"
+        return receipt_lookup(attempt, lookup, path, command, appointment)
 
 
 def _read_scheduling(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
@@ -79,8 +72,8 @@ def _read_scheduling(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
         for name in ("schedulingId", "policyRevision", "policyDigest"):
             text(found.get(name))
     except ShapeError:
-        return Refused("invalid-response")
-    return Success(body)
+        return attempt.refused("invalid-response")
+    return attempt.success(body)
 
 
 def _availability_query(value: Any) -> str:
@@ -126,8 +119,8 @@ def _read_availability(attempt: Attempt, command: PreparedCommand) -> CallOutcom
     try:
         _slots(body)
     except ShapeError:
-        return Refused("invalid-response")
-    return Success(body)
+        return attempt.refused("invalid-response")
+    return attempt.success(body)
 
 
 def _admission(value: Any) -> dict[str, Any]:
@@ -170,6 +163,6 @@ def _create_appointment(attempt: Attempt, command: PreparedCommand) -> CallOutco
         try:
             appointment(created)
         except ShapeError:
-            return invalid_response("mutation")
-        return Success(created)
-    return classify_status(answer, "mutation")
+            return attempt.invalid_response("mutation")
+        return attempt.success(created)
+    return attempt.classify(answer, "mutation")

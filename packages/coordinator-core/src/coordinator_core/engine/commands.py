@@ -3,13 +3,14 @@
 The shell persists the new state and each write-ahead command (`FreezeCommand`,
 `FreezePreparation`, `MarkMaySend`) before it performs the I/O command that follows it, and
 answers each I/O command (`Claimed`, `Prepare`, `ObtainCredential`, `Dispatch`, `Observe`,
-`LookupReceipt`) with an event. `Schedule*` set the record's due time; `Finish`, `Fail`,
+`LookupReceipt`) with an event. The sealed request, its key, its preparation and a completion
+reference never appear in a command's `repr` (the adapters take these commands as they are). `Schedule*` set the record's due time; `Finish`, `Fail`,
 `Cancelled` and `Attention` announce a run status change (for audit and sealing).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from coordinator_core.engine.clock import Instant
@@ -75,7 +76,7 @@ class FreezeCommand(Tagged):
 
     kind: ClassVar[str] = "freeze-command"
     step: str
-    command: str
+    command: str = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,7 @@ class Prepare(Tagged):
     step: str
     operation: str
     connection: str
-    command: str
+    command: str = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +97,7 @@ class FreezePreparation(Tagged):
 
     kind: ClassVar[str] = "freeze-preparation"
     step: str
-    preparation: str
+    preparation: str = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +130,9 @@ class Dispatch(Tagged):
     step: str
     operation: str
     connection: str
-    command: str
-    idempotency_key: str | None
-    preparation: str | None
+    command: str = field(repr=False)
+    idempotency_key: str | None = field(repr=False)
+    preparation: str | None = field(repr=False)
     generation: int
     attempt: int
 
@@ -145,7 +146,7 @@ class Observe(Tagged):
     step: str
     operation: str
     connection: str
-    reference: str | None
+    reference: str | None = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +158,8 @@ class LookupReceipt(Tagged):
     step: str
     operation: str
     connection: str
-    command: str
-    idempotency_key: str | None
+    command: str = field(repr=False)
+    idempotency_key: str | None = field(repr=False)
     generation: int
 
 

@@ -1,8 +1,10 @@
 """Events fed to `advance`: what happened to a run (admission, claims, product answers, time,
 cancel and operator recovery). Each is a frozen value with a JSON form.
 
-JSON payloads travel as canonical JSON text (see `state`); the `of`/`success`/`complete`
-constructors canonicalise a plain JSON value.
+JSON payloads travel as canonical JSON text (see `state`); the `of`/`success`/`complete`/
+`confirmed` constructors canonicalise a plain JSON value. The answers to the shell's I/O commands
+are also the adapters' closed outcome set (architecture rule 6): a payload they carry (a step
+output, a receipt, a preparation) never appears in their `repr`.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ class PreparationDone(Tagged):
 
     kind: ClassVar[str] = "preparation-done"
     step: str
-    preparation: str
+    preparation: str = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +110,7 @@ class CallOutcome(Tagged):
     step: str
     outcome: CallOutcomeKind
     code: str | None = None
-    value: str | None = None
+    value: str | None = field(default=None, repr=False)
     refusal_code: str | None = None
 
     @classmethod
@@ -124,7 +126,7 @@ class ObservationOutcome(Tagged):
     step: str
     outcome: ObservationKind
     code: str | None = None
-    value: str | None = None
+    value: str | None = field(default=None, repr=False)
 
     @classmethod
     def complete(cls, step: str, value: Any) -> ObservationOutcome:
@@ -192,7 +194,7 @@ class ReceiptAnswer(Tagged):
     step: str
     generation: int
     answer: ReceiptKind
-    value: str | None = None
+    value: str | None = field(default=None, repr=False)
 
     @classmethod
     def confirmed(cls, step: str, generation: int, receipt: Any) -> ReceiptAnswer:

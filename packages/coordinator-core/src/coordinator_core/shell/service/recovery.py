@@ -7,9 +7,7 @@ import time
 import uuid
 from typing import Any, Final, cast
 
-from coordinator_core.adapters import PreparedCommand
-from coordinator_core.adapters.base import CommandFormatError
-from coordinator_core.adapters.events import receipt_event
+from coordinator_core.adapters import CommandFormatError, PreparedCommand
 from coordinator_core.engine import (
     CallStep,
     CancelRequested,
@@ -106,15 +104,14 @@ def reconcile(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> Rec
     action = spec.alias.action if isinstance(spec, CallStep) else None
     record = previous.current
     try:
-        prepared = PreparedCommand.from_frozen(
+        frozen = PreparedCommand.from_frozen(
             lookup.command, action=action, preparation=record.preparation
         )
     except CommandFormatError:
         raise ServiceRefusal("coordinator.command.reconcile-refused", "not-uncertain") from None
-    outcome = context.adapters.lookup_receipt(
-        prepared, attempt_deadline=time.monotonic() + RECONCILE_BUDGET_SECONDS
+    answer_event = context.adapters.lookup_receipt(
+        lookup, frozen, attempt_deadline=time.monotonic() + RECONCILE_BUDGET_SECONDS
     )
-    answer_event = receipt_event(lookup.step, lookup.generation, outcome)
     answers: list[str | None] = []
     later = context.now()
 
