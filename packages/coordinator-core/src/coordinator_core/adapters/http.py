@@ -82,6 +82,8 @@ METADATA_ADDRESSES: Final = frozenset(
 )
 
 _LOOPBACK_V4: Final = ipaddress.ip_network("127.0.0.0/8")
+# Message framing is this module's to write, never a caller's.
+_FRAMING_FIELDS: Final = frozenset({"host", "content-length", "transfer-encoding"})
 _LOOPBACK_V6: Final = ipaddress.ip_address("::1")
 # A socket timeout of 0 would make the socket non-blocking (an OSError, not a timeout), so a
 # deadline that has not quite passed still gets this much time.
@@ -503,91 +505,6 @@ if hasattr(os, "register_at_fork"):  # POSIX
     os.register_at_fork(after_in_child=_pools.forget)
 
 
-_EXCEPTIONS: Final[tuple[tuple[type[Exception], type[httpx.HTTPError]], ...]] = (
-    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
-    (httpcore.ReadTimeout, httpx.ReadTimeout),
-    (httpcore.WriteTimeout, httpx.WriteTimeout),
-    (httpcore.PoolTimeout, httpx.PoolTimeout),
-    (httpcore.TimeoutException, httpx.TimeoutException),
-    (httpcore.ConnectError, httpx.ConnectError),
-    (httpcore.ReadError, httpx.ReadError),
-    (httpcore.WriteError, httpx.WriteError),
-    (httpcore.NetworkError, httpx.NetworkError),
-    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
-    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
-    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
-    (httpcore.ProtocolError, httpx.ProtocolError),
-)
-
-
-def _as_httpx(exc: Exception) -> Exception:
-    for source, target in _EXCEPTIONS:
-        if isinstance(exc, source):
-            mapped = target("The transport failed.")
-            mapped.__cause__ = exc
-            return mapped
-    return exc
-
-
-class _ResponseStream(httpx.SyncByteStream):
-    def __init__(self, inner: Iterable[bytes]) -> None:
-        self._inner = inner
-
-    def __iter__(self) -> Iterator[bytes]:
-        try:
-            yield from self._inner
-        except httpcore.TimeoutException as exc:
-            raise _as_httpx(exc) from exc
-        except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
-            raise _as_httpx(exc) from exc
-
-    def close(self) -> None:
-        close = getattr(self._inner, "close", None)
-        if close is not None:
-            close()
-
-
-class _PinnedTransport(httpx.BaseTransport):
-    """An httpx transport over the pooled connections of one checked destination."""
-
-    def __init__(self, destination: _Destination) -> None:
-        self._destination = destination
-
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
-        assert isinstance(request.stream, httpx.SyncByteStream)
-        core_request = httpcore.Request(
-            method=request.method,
-            url=httpcore.URL(
-                scheme=request.url.raw_scheme,
-                host=request.url.raw_host,
-                port=request.url.port,
-                target=request.url.raw_path,
-            ),
-            headers=request.headers.raw,
-            content=request.stream,
-            extensions=request.extensions,
-        )
-        try:
-            try:
-                response = self._destination.pool.handle_request(core_request)
-            except _StaleConnection:
-                # The server had closed the reused connection and no byte of this request was
-                # written: once more on a new connection (a transport detail, not a retry).
-                response = self._destination.fresh().handle_request(core_request)
-        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
-            raise _as_httpx(exc) from exc
-        assert isinstance(response.stream, Iterable)
-        return httpx.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_ResponseStream(response.stream),
-            extensions=response.extensions,
-        )
-
-    def close(self) -> None:
-        """The pool outlives the client built for one request."""
-
-
 @lru_cache(maxsize=1)
 def _default_ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context(trust_env=False)
@@ -611,6 +528,10 @@ def exchange(
     module (the adapters map it to the fallback codes). A non-2xx body that cannot be kept
     is dropped (the status alone then classifies); a 2xx body that is oversize or cannot be
     decoded is reported through `body_problem`.
+
+    The request goes straight to the destination's httpcore pool; httpx only parses and
+    checks the URL (its client, built per request with auth, redirect and cookie handling
+    this policy never uses, cost more CPU than the exchange itself).
     """
     now = settings.clock()
     deadline = min(now + settings.total_timeout, attempt_deadline)
@@ -637,35 +558,38 @@ def exchange(
         id(ssl_context) if secure else None,
     )
     remaining = max(deadline - settings.clock(), _MINIMUM_WAIT)
-    timeout = httpx.Timeout(
-        connect=min(settings.connect_timeout, remaining),
-        read=remaining,
-        write=remaining,
-        pool=remaining,
+    request = httpcore.Request(
+        method=method.encode("ascii"),
+        url=httpcore.URL(
+            scheme=target.raw_scheme,
+            host=target.raw_host,
+            port=target.port,
+            target=target.raw_path,
+        ),
+        headers=_request_headers(target, headers, body),
+        content=body if body is not None else b"",
+        extensions={
+            "timeout": {
+                "connect": min(settings.connect_timeout, remaining),
+                "read": remaining,
+                "write": remaining,
+                "pool": remaining,
+            }
+        },
     )
-    request_headers = {
-        "Accept": "application/json",
-        "User-Agent": user_agent(),
-        # Bodies are counted after decoding; asking for none keeps the count honest.
-        "Accept-Encoding": "identity",
-        **headers,
-    }
-    with (
-        _pools.checkout(key, ssl_context) as destination,
-        _serving(clock),
-        httpx.Client(
-            transport=_PinnedTransport(destination),
-            follow_redirects=False,
-            trust_env=False,
-            timeout=timeout,
-        ) as client,
-    ):
+    with _pools.checkout(key, ssl_context) as destination, _serving(clock):
         try:
-            request = client.build_request(method, target, headers=request_headers, content=body)
-            response = client.send(request, stream=True)
-        except httpx.UnsupportedProtocol as exc:
+            try:
+                response = destination.pool.handle_request(request)
+            except _StaleConnection:
+                # The server had closed the reused connection and no byte of this request was
+                # written: once more on a new connection (a transport detail, not a retry).
+                response = destination.fresh().handle_request(request)
+        except httpcore.UnsupportedProtocol as exc:
             raise DestinationRefused() from exc
-        except (httpx.TransportError, OSError) as exc:
+        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
+            raise _failure(exc, clock) from exc
+        except OSError as exc:
             raise _failure(exc, clock) from exc
         answer: Answer | None = None
         try:
@@ -675,6 +599,31 @@ def exchange(
             if answer is None or answer.body_problem is not None:
                 _discard(response)  # only a connection read to its clean end goes back
             response.close()
+
+
+def _request_headers(
+    target: httpx.URL, headers: Mapping[str, str], body: bytes | None
+) -> list[tuple[bytes, bytes]]:
+    """The request's header fields: `Host`, the policy's defaults, the caller's (a caller's
+    field replaces a default of the same name, in any case), and `Content-Length` when there
+    is a body."""
+    fields = {
+        "accept": ("Accept", "application/json"),
+        "user-agent": ("User-Agent", user_agent()),
+        # Bodies are counted as they arrive; asking for no content coding keeps that honest.
+        "accept-encoding": ("Accept-Encoding", "identity"),
+    }
+    for name, value in headers.items():
+        fields[name.lower()] = (name, value)
+    encoded = [(b"Host", target.netloc)]
+    encoded.extend(
+        (name.encode("latin-1"), value.encode("latin-1"))
+        for lowered, (name, value) in fields.items()
+        if lowered not in _FRAMING_FIELDS
+    )
+    if body is not None:
+        encoded.append((b"Content-Length", str(len(body)).encode("ascii")))
+    return encoded
 
 
 @contextmanager
@@ -687,37 +636,52 @@ def _serving(clock: _Clock) -> Iterator[None]:
         _active_clock.reset(token)
 
 
-def _discard(response: httpx.Response) -> None:
+def _discard(response: httpcore.Response) -> None:
     stream = response.extensions.get("network_stream")
     if isinstance(stream, httpcore.NetworkStream):
         stream.close()  # the pool then sees it closed and drops it
 
 
 def _failure(exc: BaseException, clock: _Clock) -> TransportFailure:
-    timed_out = isinstance(exc, httpx.TimeoutException | TimeoutError)
+    timed_out = isinstance(exc, httpcore.TimeoutException | TimeoutError)
     return TransportFailure(
         sent=clock.sending, budget=timed_out and clock.budget_spent(), timeout=timed_out
     )
 
 
-def _read_answer(response: httpx.Response, clock: _Clock, limit: int) -> Answer:
-    status = response.status_code
+def _field(response: httpcore.Response, name: bytes) -> str | None:
+    for key, value in response.headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _read_answer(response: httpcore.Response, clock: _Clock, limit: int) -> Answer:
+    status = response.status
     success = 200 <= status < 300
-    content_type = response.headers.get("content-type")
-    declared = response.headers.get("content-length", "")
+    content_type = _field(response, b"content-type")
+    declared = _field(response, b"content-length") or ""
     if declared.strip().isdigit() and int(declared) > limit:
         return Answer(status, None, "oversize", content_type)
+    coding = (_field(response, b"content-encoding") or "identity").strip().lower()
+    if coding != "identity":  # none was accepted (`Accept-Encoding: identity`)
+        return Answer(status, None, "undecodable", content_type)
+    stream = response.stream
+    assert isinstance(stream, Iterable)
     chunks: list[bytes] = []
     size = 0
     try:
-        for chunk in response.iter_bytes():
+        for chunk in stream:
             size += len(chunk)
             if size > limit:
                 return Answer(status, None, "oversize", content_type)
             chunks.append(chunk)
-    except httpx.DecodingError:
-        return Answer(status, None, "undecodable", content_type)
-    except (httpx.TransportError, httpx.StreamError, OSError) as exc:
+    except (
+        httpcore.TimeoutException,
+        httpcore.NetworkError,
+        httpcore.ProtocolError,
+        OSError,
+    ) as exc:
         if success:
             raise _failure(exc, clock) from exc
         # the status alone decides
