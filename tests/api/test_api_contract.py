@@ -263,3 +263,26 @@ async def test_holds_refuse_admission(
     response = conforms(await start(client, keys))
     assert response.json()["code"] == "coordinator.command.restore-hold"
     assert (await client.get("/ready")).status_code == 503
+
+
+def test_the_response_validator_is_compiled_once_per_schema_and_still_refuses() -> None:
+    """The cached response validator (Connexion compiles one per response otherwise) keeps
+    one compiled validator per schema object and still refuses a non-conforming body."""
+    from connexion.exceptions import NonConformingResponseBody
+
+    from coordinator_api.app import _ResponseBodyValidator
+
+    schema = {"type": "object", "required": ["live"], "properties": {"live": {"type": "boolean"}}}
+    other = {"type": "object", "required": ["ready"]}
+
+    def validator(of: dict[str, Any]) -> Any:
+        return _ResponseBodyValidator({"type": "http"}, schema=of, nullable=False, encoding="utf-8")
+
+    first, second = validator(schema), validator(schema)
+    assert first.validator is second.validator
+    assert validator(other).validator is not first.validator
+    first._validate({"live": True})
+    with pytest.raises(NonConformingResponseBody):
+        second._validate({"live": "yes"})
+    with pytest.raises(NonConformingResponseBody):
+        validator(other)._validate({"live": True})

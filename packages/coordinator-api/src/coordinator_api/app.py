@@ -30,9 +30,10 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import connexion  # type: ignore[import-untyped]
+from connexion.datastructures import MediaTypeDict  # type: ignore[import-untyped]
 from connexion.exceptions import ProblemException  # type: ignore[import-untyped]
 from connexion.lifecycle import ConnexionResponse  # type: ignore[import-untyped]
 from connexion.middleware.context import ContextMiddleware  # type: ignore[import-untyped]
@@ -50,6 +51,10 @@ from connexion.middleware.server_error import (  # type: ignore[import-untyped]
     ServerErrorMiddleware,
 )
 from connexion.resolver import RelativeResolver  # type: ignore[import-untyped]
+from connexion.validators.json import (  # type: ignore[import-untyped]
+    JSONResponseBodyValidator,
+    TextResponseBodyValidator,
+)
 from connexion.validators.parameter import ParameterValidator  # type: ignore[import-untyped]
 from starlette.exceptions import HTTPException
 
@@ -178,6 +183,24 @@ class _QueryParameterValidator:
         self._inner.validate(scope)
 
 
+class _ResponseBodyValidator(JSONResponseBodyValidator):  # type: ignore[misc]
+    """Connexion's JSON response validator, with the compiled schema kept per response schema:
+    Connexion compiles a Draft 4 validator for every response it checks, which cost more
+    than the check. The schema objects are the operation's own and live as long as the app;
+    the cache keeps each with its validator, so an identity is never reused for another."""
+
+    _compiled: ClassVar[dict[int, tuple[Any, Any]]] = {}
+
+    @property
+    def validator(self) -> Any:
+        schema = self._schema
+        known = self._compiled.get(id(schema))
+        if known is None or known[0] is not schema:
+            known = (schema, super().validator)
+            self._compiled[id(schema)] = known
+        return known[1]
+
+
 # ---------------------------------------------------------------------------------------------
 # Errors
 
@@ -296,7 +319,13 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
         pythonic_params=True,
         strict_validation=True,
         validate_responses=settings.validate_responses,
-        validator_map={"parameter": _QueryParameterValidator, "body": {}},
+        validator_map={
+            "parameter": _QueryParameterValidator,
+            "body": {},
+            "response": MediaTypeDict(
+                {"*/*json": _ResponseBodyValidator, "text/plain": TextResponseBodyValidator}
+            ),
+        },
         security_map={"bearer": _BearerSchemes},
     )
     for kind in (Exception, HTTPException, ProblemException, UnicodeDecodeError):

@@ -91,8 +91,10 @@ def truncate_ms(value: datetime) -> datetime:
     """`value` in UTC, truncated to whole milliseconds (the resolution both backends keep)."""
     if value.tzinfo is None:
         raise ValueError("The store accepts only timezone-aware datetimes.")
-    value = value.astimezone(UTC)
-    return value.replace(microsecond=value.microsecond - value.microsecond % 1000)
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    excess = value.microsecond % 1000
+    return value.replace(microsecond=value.microsecond - excess) if excess else value
 
 
 def to_epoch_ms(value: datetime) -> int:

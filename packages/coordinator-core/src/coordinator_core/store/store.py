@@ -115,6 +115,7 @@ _LISTEN_RETRY_SECONDS: Final = 2.0
 _BACKOFF_SECONDS: Final = (0.01, 0.05, 0.2)
 
 _RUN_FIELDS: Final = tuple(field.name for field in fields(RunRow))
+_CONTROL_COLUMNS: Final = tuple(column.name for column in CONTROL.c)
 _STEP_FIELDS: Final = tuple(field.name for field in fields(StepRow))
 _RUN_IMMUTABLE: Final = (
     "run_id",
@@ -199,6 +200,7 @@ class Store:
         self._reader = read_engine(engine)
         self._identity = identity
         self._lock = lock
+        self._seen_control: tuple[tuple[Any, ...], ControlRow] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -303,7 +305,23 @@ class Store:
         verifying transaction (the PostgreSQL database name is checked on every connection,
         see dialect.create_store_engine)."""
         row = _CONTROL.first(conn)
-        return check_identity(None if row is None else control_from(row), self._identity)
+        return self._verified(row)
+
+    def _verified(self, row: Mapping[str, Any] | None, *, prefix: str = "") -> ControlRow:
+        """The control row of `row` (its columns named `prefix` + name), checked to belong to
+        this deployment (`check_identity`). Every transaction reads it; the last one checked
+        is kept with the values it was built from, so an unchanged row is not checked again."""
+        if row is None:
+            return check_identity(None, self._identity)
+        values = tuple(row[prefix + name] for name in _CONTROL_COLUMNS)
+        seen = self._seen_control
+        if seen is not None and seen[0] == values:
+            return seen[1]
+        control = check_identity(
+            control_from(dict(zip(_CONTROL_COLUMNS, values, strict=True))), self._identity
+        )
+        self._seen_control = (values, control)
+        return control
 
     def may_claim(self, control: ControlRow) -> bool:
         """Whether a worker may lease records now: the active package is the one this process
@@ -320,8 +338,7 @@ class Store:
         control row (holds, activation) waits for them and excludes them; on SQLite the
         transaction's `BEGIN IMMEDIATE` already is the lock."""
         statement = _CONTROL_SHARED if self._location.kind == "postgresql" else _CONTROL
-        row = statement.first(conn)
-        return check_identity(None if row is None else control_from(row), self._identity)
+        return self._verified(statement.first(conn))
 
     def _control_lock_txn(self, conn: Connection) -> None:
         """The exclusive side of the admission lock: the holds and releases take the control
@@ -419,7 +436,7 @@ class Store:
                 values = {f"v_{name}": getattr(record, name) for name in _STEP_MUTABLE}
                 _UPDATE_STEP.run(conn, values | {"k_run": run.run_id, "k_step": record.step})
         if inserts:
-            _INSERT_STEP.run(conn, inserts)
+            _insert_steps(conn, inserts)
         ordered = tuple(sorted(steps.values(), key=lambda row: (row.entered_at, row.step)))
         after = RunSnapshot(before.control, run, ordered)
         if leased is not None:
@@ -859,7 +876,7 @@ class Store:
             due = _DUE.first(conn, {"now": moment})
             if due is None:
                 return None  # nothing claimed, so no gate applies (an idle poll is one query)
-            control = check_identity(_control_of(due), self._identity)
+            control = self._verified(due, prefix="c_")
             if not self.may_claim(control):
                 return None
             run = _run_from(due)
@@ -952,7 +969,7 @@ class Store:
         row = _FENCE_LIVE.first(conn, fence | {"now": now}) if live else _FENCE.first(conn, fence)
         if row is None:
             raise StaleLease("The claim no longer holds its record.")
-        control = check_identity(_control_of(row), self._identity)
+        control = self._verified(row, prefix="c_")
         if live and (control.restore_hold or not self._serves_active_package(control)):
             raise StaleLease("The store refuses mid-attempt fences now.")
         cached = claim.snapshot
@@ -1343,6 +1360,36 @@ _FENCE_LIVE: Final = Prepared(
 that others change, and the control row; the record and the run are locked."""
 
 
+_INSERT_STEPS: dict[int, Prepared] = {1: _INSERT_STEP}
+
+
+def _insert_steps(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    """Insert records in one statement (a continuation inserts a few at once: one multi-row
+    `INSERT` costs less than the driver's batch protocol)."""
+    count = len(rows)
+    statement = _INSERT_STEPS.get(count)
+    if statement is None:
+        statement = Prepared(
+            insert(STEPS).values(
+                [
+                    {
+                        name: bindparam(f"{name}_{index}", type_=STEPS.c[name].type)
+                        for name in _STEP_FIELDS
+                    }
+                    for index in range(count)
+                ]
+            )
+        )
+        _INSERT_STEPS[count] = statement
+    if count == 1:
+        statement.run(conn, rows[0])
+        return
+    statement.run(
+        conn,
+        {f"{name}_{index}": value for index, row in enumerate(rows) for name, value in row.items()},
+    )
+
+
 def _fixed(text_value: str) -> Any:
     """A constant rendered into the statement text (never a parameter), so that the planner
     matches the partial indexes (`state = 'pending'`, …) even under a generic plan of a
@@ -1434,10 +1481,6 @@ _TOUCH_OVERDUE: Final = Prepared(
 class _Lease:
     owner: str
     expires: datetime
-
-
-def _control_of(row: Mapping[Any, Any]) -> ControlRow:
-    return control_from({column.name: row[f"c_{column.name}"] for column in CONTROL.c})
 
 
 def _claim_of(record: StepRow, snapshot: RunSnapshot) -> Claim:
