@@ -33,6 +33,7 @@ ALLOWED_CORE = {
     "coordinator_core.definition",
     "coordinator_core.engine",
     "coordinator_core.errors",
+    "coordinator_core.evolve",
     "coordinator_core.functions",
     "coordinator_core.limits",
     "coordinator_core.operations",

@@ -18,7 +18,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
@@ -33,6 +33,7 @@ from coordinator_core.engine import (
     to_canonical,
 )
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.evolve import evolve
 from coordinator_core.sealing import AdmissionKey, Purpose, Sealer
 from coordinator_core.store import (
     RunRow,
@@ -182,7 +183,7 @@ def refreshed(sealer: Sealer, state: RunState, known: RunRow, fresh: RunRow) -> 
     output = state.output
     if fresh.terminal_output != known.terminal_output:
         output = _open_text(sealer, fresh.terminal_output, fresh.run_id, "terminal")
-    return replace(
+    return evolve(
         state,
         status=fresh.status,
         current_step=fresh.current_step,
@@ -203,7 +204,7 @@ def overlay(fresh: RunState, record: StepRecord) -> RunState:
     fences the holder out), so the in-memory record is the truth for it, while the run row —
     which a cancel may have changed meanwhile — comes from the store."""
     records = tuple(record if r.step == record.step else r for r in fresh.records)
-    return replace(fresh, records=records)
+    return evolve(fresh, records=records)
 
 
 # -- engine → rows ------------------------------------------------------------------------------
@@ -243,7 +244,7 @@ def row_of(
         run_id, record.step, record.type, entered_at=from_epoch_ms(record.entered_at),
         due_at=from_epoch_ms(record.entered_at),
     )  # fmt: skip
-    return replace(
+    return evolve(
         base,
         type=record.type,
         pure=record.pure,
@@ -294,7 +295,7 @@ def write_of(
         terminal = None
     else:
         terminal = seal_value(sealer, json.loads(state.output), run.run_id, "terminal")
-    new_run: RunRow = replace(
+    new_run: RunRow = evolve(
         run,
         current_step=state.current_step,
         status=state.status,

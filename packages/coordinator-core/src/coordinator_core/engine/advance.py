@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 from coordinator_core.engine.clock import Instant, parse_instant
@@ -70,6 +70,7 @@ from coordinator_core.engine.state import (
     RunStatus,
     StepRecord,
 )
+from coordinator_core.evolve import evolve
 from coordinator_core.functions.errors import FunctionError
 
 __all__ = [
@@ -131,10 +132,10 @@ class _Tx:
         return record
 
     def update(self, record: StepRecord, **changes: Any) -> StepRecord:
-        return self.put(replace(record, **changes))
+        return self.put(evolve(record, **changes))
 
     def set(self, **changes: Any) -> None:
-        self.run = replace(self.run, **changes)
+        self.run = evolve(self.run, **changes)
 
     def emit(self, command: Command) -> None:
         self.commands.append(command)
@@ -145,7 +146,7 @@ class _Tx:
 
     def done(self, *, answer: str | None = None) -> Advance:
         return Advance(
-            replace(self.run, records=tuple(self.records)), tuple(self.commands), None, answer
+            evolve(self.run, records=tuple(self.records)), tuple(self.commands), None, answer
         )
 
 
@@ -330,7 +331,7 @@ def _enter(tx: _Tx, target: str) -> None:
         pure=isinstance(spec, ChooseStep | FinishStep),
     )
     if isinstance(spec, CallStep):
-        record = replace(
+        record = evolve(
             record, operation=spec.alias.operation.id, effect=spec.alias.operation.effect
         )
     record = tx.put(record)
@@ -916,14 +917,14 @@ def unrestorable(state: RunState, now: Instant) -> Advance:
     records = list(state.records)
     position = records.index(record)
     if record.uncertain:
-        records[position] = replace(
+        records[position] = evolve(
             record, state="unknown", finished_at=now, due_at=None, awaiting=None
         )
-        next_state = replace(
+        next_state = evolve(
             state, records=tuple(records), status="attention", failure_code=record.failure_code
         )
         return Advance(next_state, (Attention(record.failure_code),))
-    records[position] = replace(
+    records[position] = evolve(
         record,
         state="dead-lettered",
         failure_code="snapshot-incompatible",
@@ -931,7 +932,7 @@ def unrestorable(state: RunState, now: Instant) -> Advance:
         due_at=None,
         awaiting=None,
     )
-    next_state = replace(
+    next_state = evolve(
         state,
         records=tuple(records),
         status="failed",

@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
@@ -42,6 +42,7 @@ from sqlalchemy import (
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 
+from coordinator_core.evolve import evolve
 from coordinator_core.store.dialect import (
     Prepared,
     StoreKind,
@@ -394,7 +395,7 @@ class Store:
         _check_write(before, write, may_lease=lease is not None, held=held)
         run = before.run
         if write.run != before.run:
-            run = replace(write.run, updated_at=now)
+            run = evolve(write.run, updated_at=now)
             values = {f"v_{name}": getattr(run, name) for name in _RUN_MUTABLE}
             _UPDATE_RUN.run(conn, values | {"k_run": run.run_id})
         steps = {record.step: record for record in before.steps}
@@ -404,7 +405,7 @@ class Store:
             old = before.step(written.step)
             if written.state == "leased" and (old is None or old.state != "leased"):
                 assert lease is not None
-                record = replace(
+                record = evolve(
                     written,
                     lease_token=_new_token(),
                     lease_owner=lease.owner,
@@ -414,7 +415,7 @@ class Store:
                 leased = record.step
             elif written.state == "leased":
                 assert old is not None
-                record = replace(
+                record = evolve(
                     written,
                     lease_token=old.lease_token,
                     lease_owner=old.lease_owner,
@@ -422,7 +423,7 @@ class Store:
                     updated_at=now,
                 )
             else:
-                record = replace(
+                record = evolve(
                     written,
                     lease_token=None,
                     lease_owner=None,
@@ -446,7 +447,7 @@ class Store:
         if held is not None:
             kept = after.step(held.step)
             if kept is not None and kept.state == "leased" and kept.lease_token == held.lease_token:
-                return Written(after, replace(held, snapshot=after))
+                return Written(after, evolve(held, snapshot=after))
         return Written(after, None)
 
     def _decide_txn(
@@ -829,7 +830,7 @@ class Store:
                 updated_at=moment,
             )
             _INSERT_RUN.run(conn, {name: getattr(run, name) for name in _RUN_FIELDS})
-            step = replace(first, lease_token=None, lease_owner=None, lease_expires_at=None)
+            step = evolve(first, lease_token=None, lease_owner=None, lease_expires_at=None)
             _INSERT_STEP.run(conn, {name: getattr(step, name) for name in _STEP_FIELDS})
             self._notify_txn(conn)
             return AdmissionResult(run, created=True, steps=(step,), control=control)
@@ -976,7 +977,7 @@ class Store:
         fresh = {name: row[f"r_{name}"] for name in _RUN_FRESH}
         record = _step_from(row)
         steps = tuple(record if step.step == record.step else step for step in cached.steps)
-        return RunSnapshot(control, replace(cached.run, **fresh), steps)
+        return RunSnapshot(control, evolve(cached.run, **fresh), steps)
 
     def record_step_progress(self, claim: Claim, now: datetime, decide: Decide) -> Written:
         """A mid-attempt fence (07 §7.2 freeze, pre-send): commits `decide`'s write only while
@@ -991,7 +992,7 @@ class Store:
             snapshot = self._fence_txn(conn, claim, moment, live=True)
             write = decide(snapshot)
             if write is None:
-                return Written(snapshot, replace(claim, snapshot=snapshot))
+                return Written(snapshot, evolve(claim, snapshot=snapshot))
             return self._apply_txn(conn, snapshot, write, moment, held=claim)
 
         return self._transact(work)

@@ -1,0 +1,45 @@
+"""`evolve` is `dataclasses.replace` without re-running the constructor of plain frozen rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from coordinator_core.evolve import evolve
+from coordinator_core.store.rows import StepRow
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Checked:
+    value: int
+
+    def __post_init__(self) -> None:
+        if self.value < 0:
+            raise ValueError("negative")
+
+
+def _row() -> StepRow:
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    return StepRow.new(uuid.uuid4(), "read", "call", entered_at=now, due_at=now)
+
+
+def test_evolve_equals_replace_for_every_field_changed_or_kept() -> None:
+    row = _row()
+    for field in dataclasses.fields(StepRow):
+        changed = {field.name: f"changed-{field.name}"}
+        assert evolve(row, **changed) == dataclasses.replace(row, **changed)
+    assert evolve(row) == row and evolve(row) is not row
+
+
+def test_evolve_refuses_a_name_that_is_not_a_field() -> None:
+    with pytest.raises(TypeError):
+        evolve(_row(), no_such_field=1)
+
+
+def test_a_class_with_post_init_still_runs_it() -> None:
+    assert evolve(_Checked(1), value=2) == _Checked(2)
+    with pytest.raises(ValueError, match="negative"):
+        evolve(_Checked(1), value=-1)
