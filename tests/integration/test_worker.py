@@ -42,6 +42,29 @@ def test_a_due_follow_up_is_sent_once_and_the_run_finishes(deployed: Deployed) -
     assert len(deployed.products.submissions(deployed.command_key(admitted))) == 1
 
 
+def test_each_durable_event_is_advanced_once_when_nobody_changed_the_run(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The advance made before a fenced transaction is its decision when the run as committed
+    is the state it was made from: no event of an uncontended run is advanced twice."""
+    import coordinator_core.worker as worker_module
+
+    calls: list[str] = []
+    original = worker_module.advance
+
+    def counted(definition: Any, state: Any, event: Any, now: Any, keys: Any) -> Any:
+        calls.append(type(event).__name__)
+        return original(definition, state, event, now, keys)
+
+    monkeypatch.setattr(worker_module, "advance", counted)
+    admitted = deployed.admit(run_input())
+    status, _ = deployed.drive(admitted.run.run_id)
+    assert status.status == "finished", status
+    # The read: ready to send (in memory), its outcome (the finish); the notice: ready to
+    # send (the pre-send fence), its outcome (the finish) — each advanced once.
+    assert calls == ["ReadyToSend", "CallOutcome", "ReadyToSend", "CallOutcome"], calls
+
+
 def test_a_record_without_the_flag_takes_the_skip_route_and_sends_nothing(
     sqlite_deployed: Deployed,
 ) -> None:

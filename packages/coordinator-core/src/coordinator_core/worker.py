@@ -497,15 +497,23 @@ class _Chain:
         now: datetime,
         *,
         carry: bool,
+        guessed: tuple[RunState, Advance] | None = None,
     ) -> RunWrite | None:
         """A fence's or finish transaction's decision: `event` on the run as committed, with
         the run columns others may have changed read fresh and the holder's own record; then,
-        in a finish transaction, the continuation (07 §7.7 item 1)."""
+        in a finish transaction, the continuation (07 §7.7 item 1). `guessed` is the advance
+        made before the transaction and the state it was made from: when the run as committed
+        is that state, it is the decision (advance is a pure function of its inputs), so the
+        event is not advanced a second time."""
         assert self.definition is not None and self.keys is not None
         assert self.stored is not None and self.known is not None
         now_ms = to_epoch_ms(now)
         previous = refreshed(self.sealer, self.stored, self.known, snapshot.run)
-        result = advance(self.definition, overlay(previous, own), event, now_ms, self.keys)
+        basis = overlay(previous, own)
+        if guessed is not None and guessed[0] == basis:
+            result = guessed[1]
+        else:
+            result = advance(self.definition, basis, event, now_ms, self.keys)
         if result.refused is not None:
             raise _Discard
         run_id = snapshot.run.run_id
@@ -571,7 +579,8 @@ class _Attempt:
         assert chain.definition is not None and chain.keys is not None
         assert chain.state is not None
         now = self.clock()
-        guess = advance(chain.definition, chain.state, event, to_epoch_ms(now), chain.keys)
+        basis = chain.state
+        guess = advance(chain.definition, basis, event, to_epoch_ms(now), chain.keys)
         if guess.refused is not None:
             raise _Discard
         mode = self.mode(guess)
@@ -583,7 +592,9 @@ class _Attempt:
         own = self.record
 
         def decide(snapshot: RunSnapshot) -> RunWrite | None:
-            return chain.decide(snapshot, own, event, now, carry=mode == "finish")
+            return chain.decide(
+                snapshot, own, event, now, carry=mode == "finish", guessed=(basis, guess)
+            )
 
         if mode == "finish":
             written = store.complete_step(self.claim, now, decide, self.worker._lease_seconds)
