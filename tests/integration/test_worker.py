@@ -21,6 +21,8 @@ from integration_support import (
 
 from coordinator_core.audit import verify_directory
 from coordinator_core.engine import Dispatch
+from coordinator_core.shell.process import Shutdown, worker_loop
+from coordinator_core.shell.service_log import ServiceLog
 from coordinator_core.store import LEASE_SECONDS
 
 
@@ -262,8 +264,10 @@ def test_a_run_whose_deadline_passed_while_waiting_expires(sqlite_deployed: Depl
 
 def test_the_worker_loop_runs_until_stopped(sqlite_deployed: Deployed) -> None:
     deployed = sqlite_deployed
-    stop = threading.Event()
-    loop = threading.Thread(target=deployed.worker("loop").run_loop, args=(stop, 10))
+    shutdown = Shutdown(ServiceLog())
+    loop = threading.Thread(
+        target=worker_loop, args=(deployed.worker("loop"), 10, shutdown, shutdown.log)
+    )
     loop.start()
     try:
         admitted = deployed.admit(run_input())
@@ -273,7 +277,7 @@ def test_the_worker_loop_runs_until_stopped(sqlite_deployed: Deployed) -> None:
                 break
             time.sleep(0.05)
     finally:
-        stop.set()
+        shutdown.request()
         loop.join(timeout=20)
     assert not loop.is_alive()
     assert status is not None and status.status == "finished"
@@ -285,9 +289,9 @@ def test_an_admission_wakes_an_idle_worker_loop_of_its_process(sqlite_deployed: 
     followed by the next tick at once, and the admission ended the idle wait."""
     deployed = sqlite_deployed
     worker = deployed.worker("woken")
-    stop = threading.Event()
+    shutdown = Shutdown(ServiceLog())
     idle = worker.wakeup.generation
-    loop = threading.Thread(target=worker.run_loop, args=(stop, 10_000))
+    loop = threading.Thread(target=worker_loop, args=(worker, 10_000, shutdown, shutdown.log))
     loop.start()
     try:
         time.sleep(0.3)  # the loop's first tick found nothing; it now waits for 10 s
@@ -299,8 +303,7 @@ def test_an_admission_wakes_an_idle_worker_loop_of_its_process(sqlite_deployed: 
                 break
             time.sleep(0.05)
     finally:
-        stop.set()
-        worker.wakeup.ring_all()  # ends the wait at once
+        shutdown.request()  # rings every loop: the wait ends at once
         loop.join(timeout=20)
     assert not loop.is_alive()
     assert status is not None and status.status == "finished", status

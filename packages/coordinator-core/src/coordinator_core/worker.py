@@ -235,7 +235,7 @@ class Worker:
     """One worker loop's state: its id, the store, the sealer, the adapters and the caches.
 
     `tick()` processes exactly one step record (or recovers/expires one and claims nothing);
-    `run_loop()` repeats it until stopped. A `Worker` is used by one thread at a time; several
+    `shell.process.worker_loop` repeats it until the process stops. A `Worker` is used by one thread at a time; several
     workers may share the store (PostgreSQL) and the `DefinitionCache`.
     """
 
@@ -269,29 +269,6 @@ class Worker:
         self.wakeup = wakeup or Wakeup()
 
     # -- the loop -----------------------------------------------------------------------------
-
-    def run_loop(self, stop: threading.Event, poll_ms: int = 100) -> None:
-        """07 §7.1: tick; when a tick found no work, wait for a wake-up (or, as the process's
-        poller, `poll_ms`). Returns once `stop` is set (the in-flight tick finishes first; ring
-        `wakeup` to end the wait). An unexpected error is logged by type only and the loop
-        goes on (the record it was working on is left to its lease)."""
-        pause = max(10, min(poll_ms, 10_000)) / 1000
-        idle = False
-        while not stop.is_set():
-            seen = self.wakeup.generation
-            try:
-                worked = self.tick()
-            except CoordinatorError as error:
-                logger.warning("worker tick refused: %s", error.code)
-                worked = False
-            except Exception as error:  # the loop must survive one bad tick
-                logger.error("worker tick failed: %s", type(error).__name__)
-                worked = False
-            if worked and idle:
-                self.wakeup.found_work()
-            idle = not worked
-            if idle and not stop.is_set():
-                self.wakeup.idle(seen, pause)
 
     def tick(self, now: datetime | None = None) -> bool:
         """Process one claimed step record — and, where 07 §7.7 lets the run go on at once,
