@@ -4,6 +4,7 @@ journal. (PostgreSQL runs the same commands in test_service.py.)"""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -143,3 +144,36 @@ def test_a_changed_admission_key_is_refused(deployed: Project, processes: Proces
         1,
         ["coordinator.command.admission-key-custody"],
     )
+
+
+def test_a_connection_rebound_under_an_unsettled_run_is_a_live_binding_conflict(
+    project: Project,
+) -> None:
+    """05 §10 from the command line: with a run admitted and still waiting, a runtime file
+    that binds its BReg connection elsewhere fails `deployment-status` and `apply`
+    (`live-binding-conflict`), through the service's own check; bound back, both pass."""
+    sandbox = project.start_sandbox()
+    project.write_runtime(sandbox)
+    application = "b6c3c0a4-6f0e-4d5a-9b53-3c1f7f6c2a10"
+    sandbox.seed_application(application)
+    project.deploy_ctl("migrate")
+    project.deploy_ctl("apply", "--reference", "E2E-LB")
+    service = project.start_service()
+    project.wait_healthy(service)
+    token = project.token_file()
+    started = project.start_run(token, application, delay=3600.0)  # waits an hour: unsettled
+    assert started["status"] == "admitted"
+    assert project.processes.stop(service, signal.SIGINT) == 0
+
+    bound = project.runtime.read_text()
+    breg = sandbox.url("breg")
+    assert bound.count(breg) == 1
+    project.runtime.write_text(bound.replace(breg, breg.replace("127.0.0.1", "127.0.0.2")))
+    for command in ("deployment-status", "apply"):
+        refused = project.deploy_ctl(command, check=False)
+        assert (refused["exitCode"], _codes(refused)) == (
+            1,
+            ["coordinator.command.live-binding-conflict"],
+        ), (command, refused)
+    project.runtime.write_text(bound)
+    assert project.deploy_ctl("deployment-status")["status"] == "checked"

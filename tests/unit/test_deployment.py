@@ -1339,36 +1339,6 @@ def test_secret_files_are_created_owner_only_in_these_tests(development: Layout)
         assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0
 
 
-def test_live_bindings_hold_only_while_every_recorded_digest_still_matches(
-    development: Layout,
-) -> None:
-    from coordinator_core.deployment import live_bindings_ok
-
-    deployment = development.load()
-    digest = binding_digest(deployment, WORKFLOW)
-    asked: list[str] = []
-
-    def workflow_of(definition: str) -> Any:
-        asked.append(definition)
-        return WORKFLOW if definition == "sha256:known" else None
-
-    assert live_bindings_ok(deployment, frozenset({("sha256:known", digest)}), workflow_of)
-    # A connection rebound differently since the run was admitted: a conflict.
-    stale = frozenset({("sha256:known", "sha256:" + "0" * 64)})
-    assert not live_bindings_ok(deployment, stale, workflow_of)
-    # A definition that cannot be restored counts as a conflict too.
-    assert not live_bindings_ok(deployment, frozenset({("sha256:gone", digest)}), workflow_of)
-    assert live_bindings_ok(deployment, frozenset(), workflow_of)
-    # Each definition is looked up once per check, however many runs name it.
-    asked.clear()
-    pairs = frozenset({("sha256:known", digest), ("sha256:known", digest)})
-    live_bindings_ok(deployment, pairs, workflow_of)
-    assert asked == ["sha256:known"]
-
-
-# -- what a deployment refuses before admitting runs, and the adapters' connections ----------------
-
-
 def test_a_bound_workflow_with_served_operations_has_no_deployment_problems(
     development: Layout,
 ) -> None:

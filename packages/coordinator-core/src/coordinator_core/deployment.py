@@ -34,7 +34,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
@@ -76,7 +76,7 @@ from coordinator_core.project.yamlreader import YamlDocument, escape_pointer_tok
 from coordinator_core.values import CanonicalJsonError, canonical_json, sha256_label
 
 if TYPE_CHECKING:
-    from coordinator_core.sealing import Sealer
+    pass
 
 __all__ = [
     "ADAPTER_ABI",
@@ -112,11 +112,9 @@ __all__ = [
     "binding_digest",
     "connection_identity",
     "connection_names",
-    "live_bindings_ok",
     "load_deployment",
     "package_binding_problems",
     "resolve_secrets",
-    "sealed_snapshot_workflow",
 ]
 
 ADAPTER_ABI: Final = "coordinator-adapters/v4"
@@ -556,53 +554,6 @@ def binding_digest(deployment: Deployment, workflow: Mapping[str, Any]) -> str:
         name: connection_identity(deployment, name) for name in sorted(connection_names(workflow))
     }
     return sha256_label(canonical_json(identities))
-
-
-def sealed_snapshot_workflow(
-    sealer: Sealer, run_id: object, sealed: bytes | str
-) -> Mapping[str, Any] | None:
-    """The workflow of a run's sealed definition snapshot, or None when it does not open.
-
-    Unsettled runs may be pinned to an older definition than the served package; the
-    live-binding check (05 §10) needs that definition's workflow, which only the run holds.
-    """
-    from coordinator_core.errors import CoordinatorError
-    from coordinator_core.values import StrictJsonError, parse_strict_json
-
-    try:
-        document = sealer.open(parse_strict_json(sealed), run_id=str(run_id), purpose="snapshot")
-    except (CoordinatorError, StrictJsonError, ValueError):
-        return None
-    if isinstance(document, Mapping) and isinstance(document.get("workflow"), Mapping):
-        workflow: Mapping[str, Any] = document["workflow"]
-        return workflow
-    return None
-
-
-def live_bindings_ok(
-    deployment: Deployment,
-    pairs: frozenset[tuple[str, str]],
-    workflow_of: Callable[[str], Mapping[str, Any] | None],
-) -> bool:
-    """05 §10: every (definition digest, recorded binding digest) pair of the unsettled runs
-    still matches the binding digest its workflow gets under this runtime file.
-
-    `workflow_of` yields the workflow of a definition digest (None when it cannot be found or
-    restored, which counts as a conflict); it is asked once per digest.
-    """
-    workflows: dict[str, Mapping[str, Any] | None] = {}
-    for definition, recorded in sorted(pairs):
-        if definition not in workflows:
-            workflows[definition] = workflow_of(definition)
-        workflow = workflows[definition]
-        if workflow is None:
-            return False
-        try:
-            if binding_digest(deployment, workflow) != recorded:
-                return False
-        except DeploymentRefused:
-            return False
-    return True
 
 
 def package_binding_problems(

@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import os
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from coordinator_core.audit import (
     response,
 )
 from coordinator_core.definition.package import LoadedPackage, load_package
+from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.deployment import (
     Deployment,
     DeploymentRefused,
@@ -44,6 +46,8 @@ from coordinator_core.deployment import (
     resolve_secrets,
 )
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.sealing import Sealer
+from coordinator_core.shell.service.bindings import LiveBindings
 from coordinator_core.store import (
     ActivationRequest,
     DeploymentIdentity,
@@ -53,6 +57,7 @@ from coordinator_core.store import (
     inspect_deployment,
     migrate,
 )
+from coordinator_core.worker_state import DefinitionCache
 from coordinatorctl.report import Outcome
 
 __all__ = ["run"]
@@ -324,7 +329,7 @@ def _apply(context: _Context, url: str, reference: str | None) -> Outcome:
         definition_digest=snapshot.definition_digest,
     )
     identity = context.identity()
-    bindings_ok = _live_bindings(context, url, {snapshot.definition_digest: snapshot.workflow})
+    bindings_ok = _live_bindings(context, url, snapshot)
     journal = _open_journal(context)
     try:
         correlation = new_correlation()
@@ -358,48 +363,31 @@ def _apply(context: _Context, url: str, reference: str | None) -> Outcome:
 
 
 def _live_bindings(
-    context: _Context, url: str, known: Mapping[str, Mapping[str, Any]]
+    context: _Context, url: str, snapshot: Snapshot
 ) -> Callable[[frozenset[tuple[str, str]]], bool]:
-    """The live-binding check of 05 §10 over (definition digest, binding digest) pairs.
-
-    A definition this command does not hold is restored from a run pinned to it (sealed
-    snapshot); one that cannot be restored, or whose workflow uses a connection the runtime
-    file no longer binds, counts as a conflict.
-    """
-
-    from coordinator_core.deployment import live_bindings_ok
-
-    def workflow_of(definition: str) -> Mapping[str, Any] | None:
-        if definition in known:
-            return known[definition]
-        return _restore_workflow(context, url, definition)
-
-    def ok(pairs: frozenset[tuple[str, str]]) -> bool:
-        return live_bindings_ok(context.deployment, pairs, workflow_of)
-
-    return ok
-
-
-def _restore_workflow(context: _Context, url: str, definition: str) -> Mapping[str, Any] | None:
-    """The workflow body of an older definition, from the sealed snapshot of one of its runs."""
-    from coordinator_core.deployment import sealed_snapshot_workflow
-    from coordinator_core.sealing import Sealer
-
+    """The service's live-binding check (05 §10, `LiveBindings`) over (definition digest,
+    binding digest) pairs, for this command: the package's definition is known; an older
+    one is restored from the sealed snapshot stored for it (`DefinitionCache`, the one way a
+    snapshot is opened); one that cannot be restored, or whose workflow uses a connection the
+    runtime file no longer binds, counts as a conflict."""
     identity = DeploymentIdentity(
         database_id=context.settings.database_id,
         admission_key_commitment=context.identity().admission_key_commitment,
         state_key_commitments=context.identity().state_key_commitments,
         active_state_key=context.settings.active_state_key,
     )
-    try:
-        with Store.open(url, identity, namespace=context.namespace, pool_size=1) as store:
-            found = store.definition_snapshot(definition)
-    except CoordinatorError:
-        return None
-    if found is None:
-        return None
+
+    def stored(definition: str) -> tuple[uuid.UUID, bytes] | None:
+        try:
+            with Store.open(url, identity, namespace=context.namespace, pool_size=1) as store:
+                return store.definition_snapshot(definition)
+        except CoordinatorError:
+            return None
+
     sealer = Sealer(context.secrets.state_keys, context.settings.database_id)
-    return sealed_snapshot_workflow(sealer, *found)
+    definitions = DefinitionCache(sealer, stored)
+    definitions.add(snapshot)
+    return LiveBindings(context.deployment, definitions).all_match
 
 
 # -- deployment-status ----------------------------------------------------------------------------
@@ -411,7 +399,7 @@ def _status(context: _Context, url: str) -> Outcome:
     with Store.open(url, context.identity(), namespace=context.namespace, pool_size=1) as store:
         control = store.verify()
         pairs = store.unsettled_bindings(datetime.now(UTC))
-    check = _live_bindings(context, url, {snapshot.definition_digest: snapshot.workflow})
+    check = _live_bindings(context, url, snapshot)
     if not check(pairs):
         raise CoordinatorError(Diagnostic("coordinator.command.live-binding-conflict"))
     state = inspect_deployment(url, namespace=context.namespace)

@@ -31,7 +31,9 @@ class LiveBindings:
     """Binding digests by definition digest, computed once per process (the runtime file is
     loaded once, so a digest cannot change while the process runs)."""
 
-    def __init__(self, deployment: Deployment, definitions: DefinitionCache, store: Store) -> None:
+    def __init__(
+        self, deployment: Deployment, definitions: DefinitionCache, store: Store | None = None
+    ) -> None:
         self._deployment = deployment
         self._definitions = definitions
         self._store = store
@@ -65,6 +67,7 @@ class LiveBindings:
 
     def unsettled_match(self, now: datetime) -> bool:
         """The check over every unsettled run of the store (raises the store's refusals)."""
+        assert self._store is not None, "a check over the store's runs needs the store"
         return self.all_match(self._store.unsettled_bindings(now))
 
     def _of_digest(self, definition_digest: str) -> str:
