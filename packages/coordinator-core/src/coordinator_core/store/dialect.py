@@ -357,23 +357,17 @@ class Prepared:
     ) -> list[dict[str, Any]]:
         """Every row, as dicts."""
         plan = self._plan(conn.dialect)
-        cursor = plan.execute(conn, params or {})
-        try:
-            return plan.read(cursor.fetchall())
-        finally:
-            cursor.close()
+        return plan.read(plan.execute(conn, params or {}).fetchall())
 
     def first(
         self, conn: Connection, params: Mapping[str, Any] | None = None
     ) -> dict[str, Any] | None:
         """The first row as a dict, or None."""
         plan = self._plan(conn.dialect)
-        cursor = plan.execute(conn, params or {})
-        try:
-            row = cursor.fetchone()
-        finally:
-            cursor.close()
-        return None if row is None else plan.read((row,))[0]
+        # Read to the end (these are key lookups and LIMIT 1 reads), so no statement is left
+        # open on the kept cursor (SQLite would keep its read snapshot).
+        rows = plan.execute(conn, params or {}).fetchall()
+        return plan.read(rows[:1])[0] if rows else None
 
     def run(
         self, conn: Connection, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] = ()
@@ -381,11 +375,29 @@ class Prepared:
         """Execute for its effect: once with a mapping, once per mapping with a sequence."""
         plan = self._plan(conn.dialect)
         if isinstance(params, Mapping):
-            plan.execute(conn, params).close()
+            plan.execute(conn, params)
         elif len(params) == 1:  # the driver's batch protocol costs more than one statement
-            plan.execute(conn, params[0]).close()
+            plan.execute(conn, params[0])
         elif params:
             plan.execute_many(conn, params)
+
+
+_CURSOR: Final = "coordinator_cursor"
+
+
+def _cursor_of(conn: Connection) -> tuple[Any, Any]:
+    """The driver connection of `conn` and the one cursor kept with it: statements of the
+    hot path run on it one after another (a pooled connection serves one thread at a time,
+    and each execution replaces the previous result), so none is opened and closed per
+    statement. A connection that was replaced gets a new cursor."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    kept = conn.info.get(_CURSOR)
+    if kept is not None and kept[0] is driver and not getattr(kept[1], "closed", False):
+        return driver, kept[1]
+    cursor = driver.cursor()
+    conn.info[_CURSOR] = (driver, cursor)
+    return driver, cursor
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,9 +453,7 @@ class _Plan:
         return values
 
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> Any:
-        driver = conn.connection.driver_connection
-        assert driver is not None
-        cursor = driver.cursor()
+        driver, cursor = _cursor_of(conn)
         parameters = self._parameters(params)
         try:
             cursor.execute(self.sql, parameters)
@@ -452,16 +462,12 @@ class _Plan:
         return cursor
 
     def execute_many(self, conn: Connection, params: Sequence[Mapping[str, Any]]) -> None:
-        driver = conn.connection.driver_connection
-        assert driver is not None
-        cursor = driver.cursor()
+        driver, cursor = _cursor_of(conn)
         parameters = [self._parameters(one) for one in params]
         try:
             cursor.executemany(self.sql, parameters)
         except self.dbapi_error as error:
             raise self._raise(conn, driver, cursor, error, parameters) from error
-        finally:
-            cursor.close()
 
     def _raise(
         self, conn: Connection, driver: Any, cursor: Any, error: Exception, parameters: Any
