@@ -300,11 +300,12 @@ def lock_one(statement: Select[Any], of: FromClause) -> Select[Any]:
     return statement.with_for_update(skip_locked=True, of=of)
 
 
-def insert_ignoring(table: Table, kind: StoreKind) -> Any:
-    """`INSERT … ON CONFLICT DO NOTHING` for the backend: a row whose key exists is kept."""
+def insert_ignoring(table: Table, kind: StoreKind, on: Sequence[str] | None = None) -> Any:
+    """`INSERT … ON CONFLICT DO NOTHING` for the backend: a row whose key exists is kept
+    (with `on`, only a conflict on those columns' unique index; any other still raises)."""
     if kind == "postgresql":
-        return postgresql_insert(table).on_conflict_do_nothing()
-    return sqlite_insert(table).on_conflict_do_nothing()
+        return postgresql_insert(table).on_conflict_do_nothing(index_elements=on)
+    return sqlite_insert(table).on_conflict_do_nothing(index_elements=on)
 
 
 def lock_rows(

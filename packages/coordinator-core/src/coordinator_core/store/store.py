@@ -757,49 +757,34 @@ class Store:
                 raise refuse("coordinator.command.restore-admissions-held")
             if control.restore_hold:
                 raise refuse("coordinator.command.restore-hold")
-            existing = _RUN_BY_START.first(conn, {"start_identity": admission.start_identity})
-            if existing is not None:
-                run = _run_from(existing)
-                if run.input_digest != admission.input_digest:
-                    raise refuse("idempotency.key-reused")
-                return AdmissionResult(run, created=False)
+            # An existing start identity is answered before every check below. The common
+            # case has none, so it is looked up first only when a check would refuse; then
+            # the run's own INSERT finds it (ON CONFLICT DO NOTHING answers no row).
+            refusal: Exception | None = None
             if (
                 admission.expected_revision is not None
                 and admission.expected_revision != control.active_revision
             ):
-                raise refuse("admission.revision-mismatch")
-            if admission.revision != control.active_revision:
-                raise refuse("coordinator.command.activation-changed")
-            if admission.input_problem is not None:
-                raise admission.input_problem
-            pairs = frozenset(
-                (str(row["definition_digest"]), str(row["binding_digest"]))
-                for row in _LIVE_PAIRS.rows(conn)
-            )
-            if not admission.bindings_ok(pairs) and not admission.bindings_ok(
-                _unsettled_txn(conn, moment)
-            ):
-                raise refuse("coordinator.command.live-binding-conflict")
-            pair = (admission.definition_digest, admission.binding_digest)
-            if pair not in pairs:
-                _INSERT_LIVE_PAIR[self._location.kind].run(
-                    conn,
-                    {
-                        "definition_digest": pair[0],
-                        "binding_digest": pair[1],
-                        "first_admitted_at": moment,
-                    },
+                refusal = refuse("admission.revision-mismatch")
+            elif admission.revision != control.active_revision:
+                refusal = refuse("coordinator.command.activation-changed")
+            elif admission.input_problem is not None:
+                refusal = admission.input_problem
+            pairs: frozenset[tuple[str, str]] = frozenset()
+            if refusal is None:
+                pairs = frozenset(
+                    (str(row["definition_digest"]), str(row["binding_digest"]))
+                    for row in _LIVE_PAIRS.rows(conn)
                 )
-            if admission.snapshot is not None:
-                _INSERT_DEFINITION[self._location.kind].run(
-                    conn,
-                    {
-                        "definition_digest": admission.definition_digest,
-                        "run_id": admission.run_id,
-                        "snapshot": admission.snapshot,
-                        "stored_at": moment,
-                    },
-                )
+                if not admission.bindings_ok(pairs) and not admission.bindings_ok(
+                    _unsettled_txn(conn, moment)
+                ):
+                    refusal = refuse("coordinator.command.live-binding-conflict")
+            if refusal is not None:
+                replay = self._replay_txn(conn, admission)
+                if replay is not None:
+                    return replay
+                raise refusal
             run = RunRow(
                 run_id=admission.run_id,
                 start_identity=admission.start_identity,
@@ -829,18 +814,51 @@ class Store:
                 payload_erased_at=None,
                 updated_at=moment,
             )
-            _INSERT_RUN.run(conn, {name: getattr(run, name) for name in _RUN_FIELDS})
+            inserted = _INSERT_RUN[self._location.kind].first(
+                conn, {name: getattr(run, name) for name in _RUN_FIELDS}
+            )
+            if inserted is None:  # the start identity exists: answer that run
+                replay = self._replay_txn(conn, admission)
+                assert replay is not None
+                return replay
+            pair = (admission.definition_digest, admission.binding_digest)
+            if pair not in pairs:
+                _INSERT_LIVE_PAIR[self._location.kind].run(
+                    conn,
+                    {
+                        "definition_digest": pair[0],
+                        "binding_digest": pair[1],
+                        "first_admitted_at": moment,
+                    },
+                )
+            if admission.snapshot is not None:
+                _INSERT_DEFINITION[self._location.kind].run(
+                    conn,
+                    {
+                        "definition_digest": admission.definition_digest,
+                        "run_id": admission.run_id,
+                        "snapshot": admission.snapshot,
+                        "stored_at": moment,
+                    },
+                )
             step = evolve(first, lease_token=None, lease_owner=None, lease_expires_at=None)
             _INSERT_STEP.run(conn, {name: getattr(step, name) for name in _STEP_FIELDS})
             self._notify_txn(conn)
             return AdmissionResult(run, created=True, steps=(step,), control=control)
 
-        try:
-            return self._transact(work)
-        except sa_exc.IntegrityError:
-            # Only a concurrent admission of the same start identity can get here (the lock
-            # serialises admissions); the retry finds and answers that run.
-            return self._transact(work)
+        return self._transact(work)
+
+    def _replay_txn(self, conn: Connection, admission: Admission) -> AdmissionResult | None:
+        """The run admitted under the admission's start identity (a replay, tombstones
+        included, when the input digest is the same; `idempotency.key-reused` otherwise), or
+        None when there is none."""
+        existing = _RUN_BY_START.first(conn, {"start_identity": admission.start_identity})
+        if existing is None:
+            return None
+        run = _run_from(existing)
+        if run.input_digest != admission.input_digest:
+            raise refuse("idempotency.key-reused")
+        return AdmissionResult(run, created=False)
 
     # -- worker: claim, sweep, fences, finish -----------------------------------------------
 
@@ -1298,7 +1316,14 @@ _DEFINITION: Final = Prepared(
         DEFINITIONS.c.definition_digest == bindparam("digest")
     )
 )
-_INSERT_RUN: Final = Prepared(insert(RUNS), column_keys=_RUN_FIELDS)
+_INSERT_RUN: Final = {
+    kind: Prepared(
+        insert_ignoring(RUNS, kind, on=("start_identity",)).returning(RUNS.c.run_id),
+        column_keys=_RUN_FIELDS,
+    )
+    for kind in ("postgresql", "sqlite")
+}
+"""A run's row; none is inserted (and no row answered) when its start identity exists."""
 _INSERT_STEP: Final = Prepared(insert(STEPS), column_keys=_STEP_FIELDS)
 _INSERT_LIVE_PAIR: Final = {
     kind: Prepared(
