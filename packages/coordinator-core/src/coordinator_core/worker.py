@@ -286,8 +286,7 @@ class Worker:
         claim_now = clock()
         self._sweep(claim_now)
         started = time.monotonic()
-        correlation = str(uuid.uuid4())
-        chain = _Chain(self, correlation)
+        chain = _Chain(self)
         written = self._store.claim_due_step(
             self.worker_id,
             claim_now,
@@ -315,7 +314,7 @@ class Worker:
     def _sweep(self, now: datetime) -> None:
         if not self.wakeup.sweep_due(now):
             return
-        correlation = str(uuid.uuid4())
+        correlation = str(uuid.uuid4())  # one per sweep that may journal
         self._store.sweep(
             self.worker_id,
             now,
@@ -418,10 +417,10 @@ class _Chain:
     the run row it was read or written as), the state including what only this lease holder
     knows (`state`), and the commands of the last result (the I/O to do next)."""
 
-    def __init__(self, worker: Worker, correlation: str) -> None:
+    def __init__(self, worker: Worker) -> None:
         self.worker = worker
         self.sealer = worker._sealer
-        self.correlation = correlation
+        self._correlation: str | None = None
         self.definition: Definition | None = None
         self.snapshot: Snapshot | None = None
         self.keys: RunKeys | None = None
@@ -430,6 +429,14 @@ class _Chain:
         self.known: RunRow | None = None
         self.commands: tuple[Command, ...] = ()
         self._pending: tuple[RunState, tuple[Command, ...]] | None = None
+
+    @property
+    def correlation(self) -> str:
+        """The tick's correlation id, made when its first entry is journaled (an idle tick
+        makes none)."""
+        if self._correlation is None:
+            self._correlation = str(uuid.uuid4())
+        return self._correlation
 
     def claim(self, snapshot: RunSnapshot, now: datetime) -> RunWrite | None:
         """The claim transaction's decision (07 §7.2, §7.7 items 1–2): the engine leases the
