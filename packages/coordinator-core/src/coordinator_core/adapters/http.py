@@ -538,10 +538,9 @@ def exchange(
     clock = _Clock(deadline, attempt_deadline, settings.clock)
     if deadline - now <= 0:
         raise TransportFailure(sent=False, budget=True, timeout=True)
-    try:
-        target = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise DestinationRefused() from exc
+    target = _parsed(url)
+    if target is None:
+        raise DestinationRefused()
     connect = min(settings.connect_timeout, deadline - now)
     address = _destination(target, settings, connect, clock)
     if clock.deadline - settings.clock() <= 0:
@@ -599,6 +598,16 @@ def exchange(
             if answer is None or answer.body_problem is not None:
                 _discard(response)  # only a connection read to its clean end goes back
             response.close()
+
+
+@lru_cache(maxsize=256)
+def _parsed(url: str) -> httpx.URL | None:
+    """`url` parsed and checked by httpx (immutable, so kept: a connection's token endpoint
+    and most operation URLs repeat), or None when it is not a valid URL."""
+    try:
+        return httpx.URL(url)
+    except httpx.InvalidURL:
+        return None
 
 
 def _request_headers(
