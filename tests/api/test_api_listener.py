@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from coordinator_api.serve import _bind as serve_bind
+from coordinator_api.serve import run_loop
 from coordinator_sandbox.server import _bind as sandbox_bind
 
 
@@ -35,13 +37,16 @@ async def _accepted_nodelay(listener: socket.socket) -> int:
 
 
 @pytest.mark.parametrize("bind", [serve_bind, sandbox_bind], ids=["serve", "sandbox"])
+@pytest.mark.parametrize("run", [asyncio.run, run_loop], ids=["asyncio", "service-loop"])
 def test_an_accepted_connection_has_nagle_turned_off(
-    bind: Callable[[str, int], socket.socket],
+    bind: Callable[[str, int], socket.socket], run: Callable[[Any], int]
 ) -> None:
+    """On asyncio's own loop (the sandbox) and on the loop `coordinator serve` runs (uvloop
+    where it is installed)."""
     listener = bind("127.0.0.1", 0)
     try:
         assert listener.proto == socket.IPPROTO_TCP
         listener.listen(8)
-        assert asyncio.run(_accepted_nodelay(listener)) != 0
+        assert run(_accepted_nodelay(listener)) != 0
     finally:
         listener.close()
