@@ -240,7 +240,8 @@ def test_a_run_whose_deadline_passed_while_waiting_expires(sqlite_deployed: Depl
 def test_the_worker_loop_runs_until_stopped(sqlite_deployed: Deployed) -> None:
     deployed = sqlite_deployed
     stop = threading.Event()
-    loop = threading.Thread(target=deployed.worker("loop").run_loop, args=(stop, 10))
+    worker = deployed.worker("loop")
+    loop = threading.Thread(target=worker.run_loop, args=(stop, 10))
     loop.start()
     try:
         admitted = deployed.admit(run_input())
@@ -251,6 +252,7 @@ def test_the_worker_loop_runs_until_stopped(sqlite_deployed: Deployed) -> None:
             time.sleep(0.05)
     finally:
         stop.set()
+        worker.wakeup.ring_all()  # the idle loop sleeps until the store can have work
         loop.join(timeout=20)
     assert not loop.is_alive()
     assert status is not None and status.status == "finished"

@@ -13,7 +13,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -328,16 +328,30 @@ class Prepared:
     not SQLAlchemy's per-execution set-up (issue 9: it was most of the store's CPU).
 
     The statement must have no expanding (`IN` list) parameters. Rows come back as dicts keyed
-    by the statement's column keys (labels included). Driver errors are raised as SQLAlchemy's
+    by the statement's column keys (labels included).
+
+    `planned_each_time` keeps the driver from preparing the statement on the server (psycopg
+    prepares a statement it has run five times on a connection, and PostgreSQL may then keep
+    one generic plan for the connection's life): such a statement is planned at every execution
+    for its parameters and the tables as they are then. The claim and the idle look-ahead use it
+    (issue 9): a generic plan made while the tables were small (a fresh store, or statistics
+    that no `ANALYZE` refreshed) kept scanning every due record per claim once they were not. Driver errors are raised as SQLAlchemy's
     `DBAPIError` classes, and a lost connection is invalidated, exactly as SQLAlchemy would, so
     the store's retry rules (`is_transient`, `connection_invalidated`) see no difference.
     """
 
-    __slots__ = ("_column_keys", "_plans", "_statement")
+    __slots__ = ("_column_keys", "_planned_each_time", "_plans", "_statement")
 
-    def __init__(self, statement: Any, *, column_keys: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        statement: Any,
+        *,
+        column_keys: Sequence[str] | None = None,
+        planned_each_time: bool = False,
+    ) -> None:
         self._statement = statement
         self._column_keys = list(column_keys) if column_keys is not None else None
+        self._planned_each_time = planned_each_time
         self._plans: dict[str, _Plan] = {}
 
     @property
@@ -349,6 +363,8 @@ class Prepared:
         plan = self._plans.get(dialect.name)
         if plan is None:
             plan = _Plan.build(self._statement, dialect, self._column_keys)
+            if self._planned_each_time and dialect.name == "postgresql":
+                plan = replace(plan, prepare=False)
             self._plans[dialect.name] = plan
         return plan
 
@@ -398,6 +414,8 @@ class _Plan:
     results: tuple[tuple[int, Callable[[Any], Any]], ...]
     positional: bool
     dbapi_error: type[Exception]
+    prepare: bool | None = None
+    """psycopg's `prepare` argument: None lets the driver decide, False never prepares."""
 
     @classmethod
     def build(cls, statement: Any, dialect: Dialect, column_keys: list[str] | None) -> _Plan:
@@ -446,7 +464,10 @@ class _Plan:
         cursor = driver.cursor()
         parameters = self._parameters(params)
         try:
-            cursor.execute(self.sql, parameters)
+            if self.prepare is None:
+                cursor.execute(self.sql, parameters)
+            else:
+                cursor.execute(self.sql, parameters, prepare=self.prepare)
         except self.dbapi_error as error:
             raise self._raise(conn, driver, cursor, error, parameters) from error
         return cursor
