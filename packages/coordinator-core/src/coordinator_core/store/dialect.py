@@ -9,6 +9,9 @@ name.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from sqlalchemy import JSON, BigInteger, DateTime, event, exc
+from sqlalchemy import JSON, BigInteger, DateTime, LargeBinary, String, Text, event, exc
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -33,8 +36,11 @@ from coordinator_core.errors import CoordinatorError, Diagnostic
 
 __all__ = [
     "NAMESPACE_MARKER",
+    "CompactJson",
+    "HexKey",
     "JsonDocument",
     "Prepared",
+    "SealedBytes",
     "StoreKind",
     "StoreLocation",
     "UTCDateTime",
@@ -139,8 +145,103 @@ class UTCDateTime(TypeDecorator[datetime]):
         raise TypeError("An instant column returned a value that is not an instant.")
 
 
+class HexKey(TypeDecorator[str]):
+    """A commitment (64 lowercase hex characters, 07 §3) or a digest (`sha256:` and 64 of
+    them): its 32 bytes (`bytea`) on PostgreSQL, where most parked-run rows and the indexes on
+    these columns keep several of them (issue 9); the text itself on SQLite. Both read back
+    the same text. Binds only a well-formed value: these columns never hold anything else."""
+
+    impl = String
+    cache_ok = True
+
+    def __init__(self, prefix: str = "") -> None:
+        super().__init__(len(prefix) + 64)
+        self.prefix = prefix
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(LargeBinary())
+        return dialect.type_descriptor(String(len(self.prefix) + 64))
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> Any:
+        if value is None or dialect.name != "postgresql":
+            return value
+        digits = value[len(self.prefix) :]
+        if not value.startswith(self.prefix) or _HEX.fullmatch(digits) is None:
+            raise ValueError("A commitment or digest column takes only its exact text form.")
+        return bytes.fromhex(digits)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        return self.prefix + bytes(value).hex()
+
+
+_HEX: Final = re.compile(r"[0-9a-f]{64}")
+
+
+class SealedBytes(TypeDecorator[bytes]):
+    """A sealed value (07 §10). The store hands out and takes its stored form, the canonical
+    JSON `{"sealedCoordinatorV1":"<base64 of the envelope>"}`, and keeps the envelope itself
+    (a third less, issue 9); anything else (a row written before schema version 3, or bytes
+    that are not that form) is kept and read back as it is. An envelope begins with its
+    format byte 0x01, the stored form with `{`, so the two never mix up; either way a value
+    that was tampered with fails to open (`protected-state-invalid`)."""
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def process_bind_param(self, value: bytes | None, dialect: Dialect) -> Any:
+        if value is None or not (value.startswith(_SEALED_HEAD) and value.endswith(_SEALED_TAIL)):
+            return value
+        text = value[len(_SEALED_HEAD) : -len(_SEALED_TAIL)]
+        try:
+            envelope = base64.b64decode(text, validate=True)
+        except binascii.Error:
+            return value
+        if envelope[:1] != _ENVELOPE_FORMAT or base64.b64encode(envelope) != text:
+            return value
+        return envelope
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> bytes | None:
+        if value is None:
+            return None
+        stored = bytes(value)
+        if stored[:1] != _ENVELOPE_FORMAT:
+            return stored
+        return _SEALED_HEAD + base64.b64encode(stored) + _SEALED_TAIL
+
+
+_SEALED_HEAD: Final = b'{"sealedCoordinatorV1":"'  # sealing.SEALED_MEMBER, canonical JSON
+_SEALED_TAIL: Final = b'"}'
+_ENVELOPE_FORMAT: Final = b"\x01"
+
+
+class CompactJson(TypeDecorator[Any]):
+    """A store-controlled JSON document kept once per run (a run's retry policy): its
+    canonical text (`text`) on PostgreSQL, a third of the `jsonb` form; JSON on SQLite."""
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return Text()  # not adapted: psycopg's string type would render it VARCHAR
+        return dialect.type_descriptor(JSON())
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None or dialect.name != "postgresql":
+            return value
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if isinstance(value, str) and dialect.name == "postgresql":
+            return json.loads(value)
+        return value
+
+
 JsonDocument: Final[TypeEngine[Any]] = JSON().with_variant(JSONB(), "postgresql")
-"""Store-controlled JSON documents only (custody markers, retry policy). JSONB is safe for them:
+"""Store-controlled JSON documents only (custody markers). JSONB is safe for them:
 they never hold caller data, which is always sealed bytes (`LargeBinary`), so JSONB's refusal
 of `\\u0000` and lone surrogates (STACK.md §4) cannot be reached."""
 
