@@ -13,6 +13,8 @@ too). The workflow starts with a `choose` on the input's `kind`:
 
 Then:
 
+0. measures the CPU of every process while the store is still empty, over
+   `--idle-empty-seconds` (as in 3 below);
 1. parks `--runs` runs (`--wait-for` of them the review variant, spread evenly; the others
    wait a day) by admitting them over HTTP, eight requests in flight, with a caller token
    minted by the sandbox; reports the admission rate overall, per tenth, and of the first
@@ -679,8 +681,12 @@ class Parked:
             ).fetchall()
         return {int(pid): "postgres_shared" if shared else "postgres_ours" for pid, shared in rows}
 
-    def idle(self) -> None:
-        seconds = self.arguments.idle_seconds
+    def idle(self, seconds: float | None = None, *, parked: bool = True) -> None:
+        """The CPU of every process over `seconds` of idleness, as % of one core: with the
+        runs parked (`idle_cpu_percent.*`), or before anything was admitted (`parked=False`,
+        `idle_empty_cpu_percent.*`)."""
+        seconds = self.arguments.idle_seconds if seconds is None else seconds
+        prefix = "idle_cpu_percent" if parked else "idle_empty_cpu_percent"
         time.sleep(2.0)  # the vacuum's own sessions end; the loops fall back to their polls
         backends = self.postgres_processes()
         before = self.cpu()
@@ -698,14 +704,15 @@ class Parked:
         self.check_alive()
         shares = {name: 100 * (after[name] - before[name]) / elapsed for name in before}
         ours = sum(shares[name] for name in ("serve", "worker") if name in shares)
-        self.figures["idle_cpu_percent.ours"] = ours
+        self.figures[f"{prefix}.ours"] = ours
         # ours and what PostgreSQL spends on this database and on its own background work
         with_server = ours + shares["postgres_ours"] + shares.get("postgres_shared", 0.0)
-        self.figures["idle_cpu_percent.ours_and_postgres"] = with_server
+        self.figures[f"{prefix}.ours_and_postgres"] = with_server
         for name, share in shares.items():
-            self.figures[f"idle_cpu_percent.{name}"] = share
+            self.figures[f"{prefix}.{name}"] = share
+        what = f"with {self.arguments.runs} parked" if parked else "with an empty store"
         self.say(
-            f"idle {elapsed:.0f} s with {self.arguments.runs} parked, % of one core: ours {ours:.2f}, "
+            f"idle {elapsed:.0f} s {what}, % of one core: ours {ours:.2f}, "
             f"ours and PostgreSQL's (this database and background) {with_server:.2f} ("
             + ", ".join(f"{name} {share:.2f}" for name, share in shares.items())
             + "; postgres: the whole server, postgres_ours: the sessions and autovacuum workers"
@@ -880,6 +887,8 @@ def bench(admin_url: str, arguments: argparse.Namespace) -> Parked:
             try:
                 state.prepare(directory, role)
                 state.start_service()
+                if arguments.idle_empty_seconds:
+                    state.idle(arguments.idle_empty_seconds, parked=False)
                 began = time.monotonic()
                 state.park()
                 state.vacuum()
@@ -947,6 +956,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--idle-seconds", type=float, default=60.0, help="the idle window (default 60)"
+    )
+    parser.add_argument(
+        "--idle-empty-seconds",
+        type=float,
+        default=30.0,
+        help="an idle window with the store still empty, before the admissions (default 30; "
+        "0: none)",
     )
     parser.add_argument(
         "--analyze-every",

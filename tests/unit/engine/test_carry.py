@@ -5,6 +5,7 @@ same chain and never holds a lease."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from engine_support import KEYS, T0, call, choose, definition, finish, wait_until
@@ -88,11 +89,27 @@ def _check_chain(before: RunState, carried: Carried, now: int) -> None:
     assert sum(1 for record in carried.state.records if record.state == "leased") <= 1
 
 
-@settings(
+_EVERY_STATE = settings(
     max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+
+def _claimable_states(
+    generated: tuple[Definition, dict[str, Any]], data: st.DataObject
+) -> Iterator[tuple[Advance, int, StepRecord]]:
+    """Every state a random run passes through with a record a claim may take: the result
+    that led there, its instant and the record."""
+    definition, run_input = generated
+    script = drive(definition, run_input, data.draw)
+    for (_, now), result in zip(script.events, script.results, strict=True):
+        record = _may_go_on(result.state, now)
+        if record is not None:
+            yield result, now, record
+
+
+@_EVERY_STATE
 @given(definitions(), st.data())
 def test_a_carried_chain_is_the_same_records_claimed_one_by_one(
     generated: tuple[Definition, dict[str, Any]], data: st.DataObject
@@ -100,13 +117,9 @@ def test_a_carried_chain_is_the_same_records_claimed_one_by_one(
     """From every state a random run passes through: a claim that carries the run on gives
     the same state, commands and journal entries as claiming each record on its own; and a
     finish that carries on gives the same as the finish followed by one-by-one claims."""
-    definition, run_input = generated
-    script = drive(definition, run_input, data.draw)
-    for (_, now), result in zip(script.events, script.results, strict=True):
+    definition = generated[0]
+    for result, now, record in _claimable_states(generated, data):
         state = result.state
-        record = _may_go_on(state, now)
-        if record is None:
-            continue
         carried = claim_record(definition, state, record.step, now, KEYS)
         assert carried.refused is None
         expected = _one_by_one(definition, state, now)
@@ -119,11 +132,7 @@ def test_a_carried_chain_is_the_same_records_claimed_one_by_one(
         assert continued.entries == after.entries
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@_EVERY_STATE
 @given(definitions(), st.data())
 def test_a_pure_chain_is_the_start_of_the_carried_chain_and_never_holds_a_lease(
     generated: tuple[Definition, dict[str, Any]], data: st.DataObject
@@ -133,13 +142,9 @@ def test_a_pure_chain_is_the_start_of_the_carried_chain_and_never_holds_a_lease(
     lease and asks for no I/O; the record it stops at is one that needs I/O (left pending and
     due) or the budget is spent; and claiming on from there gives what one carried claim
     gives. A record whose work needs I/O is refused and nothing changes."""
-    definition, run_input = generated
-    script = drive(definition, run_input, data.draw)
-    for (_, now), result in zip(script.events, script.results, strict=True):
+    definition = generated[0]
+    for result, now, record in _claimable_states(generated, data):
         state = result.state
-        record = _may_go_on(state, now)
-        if record is None:
-            continue
         pure = claim_record(definition, state, record.step, now, KEYS, pure_only=True)
         if record.type not in PURE_WORK:
             assert pure.refused is not None and pure.state == state
