@@ -13,6 +13,8 @@ too). The workflow starts with a `choose` on the input's `kind`:
 
 Then:
 
+0. measures the CPU of every process while the store is still empty, over
+   `--idle-empty-seconds` (as in 3 below);
 1. parks `--runs` runs (`--wait-for` of them the review variant, spread evenly; the others
    wait a day) by admitting them over HTTP, eight requests in flight, with a caller token
    minted by the sandbox; reports the admission rate overall, per tenth, and of the first
@@ -251,6 +253,22 @@ SELECT c.relname, pg_total_relation_size(c.oid)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'm')
 ORDER BY 2 DESC
+"""
+# Every relation of the namespace on its own: each table's heap, its TOAST table (with the
+# TOAST index) and each index, so the size per run can be traced to what takes it.
+RELATIONS_SQL = """
+SELECT c.relname, 'heap', pg_relation_size(c.oid),
+       coalesce(pg_total_relation_size(NULLIF(c.reltoastrelid, 0)), 0), c.reltuples
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(namespace)s AND c.relkind = 'r'
+UNION ALL
+SELECT i.relname, t.relname, pg_relation_size(i.oid), 0, i.reltuples
+FROM pg_index x
+JOIN pg_class i ON i.oid = x.indexrelid
+JOIN pg_class t ON t.oid = x.indrelid
+JOIN pg_namespace n ON n.oid = t.relnamespace
+WHERE n.nspname = %(namespace)s
+ORDER BY 3 DESC
 """
 _EXECUTION = re.compile(r"Execution Time: ([0-9.]+) ms")
 _PLANNING = re.compile(r"Planning Time: ([0-9.]+) ms")
@@ -608,6 +626,12 @@ class Parked:
         try:
             batch = self.admit(inputs, arguments.timeout)
             behind = runs - self.parked_count()
+            # The claim as the service plans it now: without --analyze-every (and autovacuum
+            # off) the statistics are those of the empty tables.
+            with self.connect() as connection:
+                self.explain_one(
+                    connection, "claim_at_last_admission", store_module._DUE.statement, 1
+                )
             settle = self.wait_parked(runs, arguments.timeout)
         finally:
             analyzed = stop_analyzer()
@@ -657,8 +681,12 @@ class Parked:
             ).fetchall()
         return {int(pid): "postgres_shared" if shared else "postgres_ours" for pid, shared in rows}
 
-    def idle(self) -> None:
-        seconds = self.arguments.idle_seconds
+    def idle(self, seconds: float | None = None, *, parked: bool = True) -> None:
+        """The CPU of every process over `seconds` of idleness, as % of one core: with the
+        runs parked (`idle_cpu_percent.*`), or before anything was admitted (`parked=False`,
+        `idle_empty_cpu_percent.*`)."""
+        seconds = self.arguments.idle_seconds if seconds is None else seconds
+        prefix = "idle_cpu_percent" if parked else "idle_empty_cpu_percent"
         time.sleep(2.0)  # the vacuum's own sessions end; the loops fall back to their polls
         backends = self.postgres_processes()
         before = self.cpu()
@@ -676,11 +704,16 @@ class Parked:
         self.check_alive()
         shares = {name: 100 * (after[name] - before[name]) / elapsed for name in before}
         ours = sum(shares[name] for name in ("serve", "worker") if name in shares)
-        self.figures["idle_cpu_percent.ours"] = ours
+        self.figures[f"{prefix}.ours"] = ours
+        # ours and what PostgreSQL spends on this database and on its own background work
+        with_server = ours + shares["postgres_ours"] + shares.get("postgres_shared", 0.0)
+        self.figures[f"{prefix}.ours_and_postgres"] = with_server
         for name, share in shares.items():
-            self.figures[f"idle_cpu_percent.{name}"] = share
+            self.figures[f"{prefix}.{name}"] = share
+        what = f"with {self.arguments.runs} parked" if parked else "with an empty store"
         self.say(
-            f"idle {elapsed:.0f} s with {self.arguments.runs} parked, % of one core: ours {ours:.2f} ("
+            f"idle {elapsed:.0f} s {what}, % of one core: ours {ours:.2f}, "
+            f"ours and PostgreSQL's (this database and background) {with_server:.2f} ("
             + ", ".join(f"{name} {share:.2f}" for name, share in shares.items())
             + "; postgres: the whole server, postgres_ours: the sessions and autovacuum workers"
             " of this database, postgres_shared: the server's background processes)"
@@ -697,6 +730,23 @@ class Parked:
             f"store: {total / 1e6:.1f} MB in {len(rows)} tables, {per_run:.0f} bytes per parked "
             "run (" + ", ".join(f"{name} {int(size) / 1e6:.1f} MB" for name, size in rows[:6]) + ")"
         )
+        with self.connect() as connection:
+            relations = connection.execute(RELATIONS_SQL, {"namespace": self.namespace}).fetchall()
+        runs = self.arguments.runs
+        parts = []
+        for name, kind, size, toast, tuples in relations:
+            if int(size) + int(toast) < 64 * 1024:
+                continue  # the one-row tables and their indexes: a few pages each
+            label = f"{name} (heap)" if kind == "heap" else f"{name} (index of {kind})"
+            per_run = (int(size) + int(toast)) / runs
+            key = f"store_bytes_per_parked_run.{name}" + (".heap" if kind == "heap" else "")
+            self.figures[key] = per_run
+            parts.append(
+                f"{label} {per_run:.0f}"
+                + (f" + TOAST {int(toast) / runs:.0f}" if int(toast) else "")
+                + f" ({int(tuples)} rows)"
+            )
+        self.say("    bytes per parked run by relation: " + "; ".join(parts))
 
     def explain(self) -> None:
         statements = (
@@ -837,6 +887,8 @@ def bench(admin_url: str, arguments: argparse.Namespace) -> Parked:
             try:
                 state.prepare(directory, role)
                 state.start_service()
+                if arguments.idle_empty_seconds:
+                    state.idle(arguments.idle_empty_seconds, parked=False)
                 began = time.monotonic()
                 state.park()
                 state.vacuum()
@@ -904,6 +956,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--idle-seconds", type=float, default=60.0, help="the idle window (default 60)"
+    )
+    parser.add_argument(
+        "--idle-empty-seconds",
+        type=float,
+        default=30.0,
+        help="an idle window with the store still empty, before the admissions (default 30; "
+        "0: none)",
     )
     parser.add_argument(
         "--analyze-every",

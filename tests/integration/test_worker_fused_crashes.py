@@ -11,6 +11,11 @@ choose → send Messaging → finish) takes four worker transactions when nothin
 3. **pre-send**: the notice's `dispatched` mark, committed before the request leaves (§7.2);
 4. **notice-finish**: the notice's finish carried on through the finish step (run finished).
 
+A run parked in its wait (instant in the future) falls due in a fifth kind of transaction:
+
+5. **fire**: a batch of due waits (issue 9), each delivered by the engine's claim of pure work
+   only, the read after it left pending and due (claimed by a later claim, as in 1).
+
 For each, the worker process dies (a) just before the transaction commits — its writes are
 issued and its journal entries appended, then `Store._apply_txn` raises inside the store
 transaction — and (b) just after the commit, before the worker does anything else (the store
@@ -60,7 +65,7 @@ class Boundary:
     one run's tick it is."""
 
     name: str
-    method: Literal["claim_due_step", "complete_step", "record_step_progress"]
+    method: Literal["claim_due_step", "complete_step", "record_step_progress", "fire_due_waits"]
     call: int
 
 
@@ -68,6 +73,7 @@ CLAIM = Boundary("claim", "claim_due_step", 1)
 READ_FINISH = Boundary("read-finish", "complete_step", 1)
 PRE_SEND = Boundary("pre-send", "record_step_progress", 1)
 NOTICE_FINISH = Boundary("notice-finish", "complete_step", 2)
+FIRE = Boundary("fire", "fire_due_waits", 1)
 
 
 @dataclass
@@ -458,6 +464,57 @@ def test_a_worker_that_dies_after_the_final_commit_leaves_the_run_finished_with_
     worker = deployed.worker("fresh")
     assert not any(worker.tick(now) for now in list(later_instants())[:3])
     finished_once(deployed, admitted)
+    assert_journal_agrees(deployed, admitted, crash, "after-commit")
+
+
+# -- 5. a batch of due waits ------------------------------------------------------------------
+
+
+def fire_crash(
+    monkeypatch: pytest.MonkeyPatch, deployed: Deployed, moment: Moment
+) -> tuple[Admitted, Crash]:
+    """Admit a run parked until a few seconds from now, park it, then fire the due waits with
+    a worker that dies at the batch transaction, `moment`."""
+    due = datetime.now(UTC) + timedelta(seconds=3)
+    admitted = deployed.admit(run_input(send_after=due.isoformat().replace("+00:00", "Z")))
+    assert deployed.worker("parker").tick()  # T16: pending until `due`
+    assert states(stored(deployed, admitted)) == {"due": ("pending", 1, 0)}
+    crash = arm(monkeypatch, deployed, FIRE, moment)
+    with pytest.raises(ProcessDied):
+        deployed.worker("crashed").fire_due_waits(due + timedelta(seconds=1))
+    monkeypatch.undo()
+    assert crash.happened
+    return admitted, crash
+
+
+def test_a_batch_that_dies_before_its_commit_leaves_the_wait_due_and_it_fires_once_later(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admitted, crash = fire_crash(monkeypatch, deployed, "before-commit")
+    snapshot = stored(deployed, admitted)
+    assert states(snapshot) == {"due": ("pending", 1, 0)}  # nothing of the batch committed
+    assert journaled_by_the_crashed_transaction(deployed, admitted, crash) == [
+        ("due", "attempt", "intent"),
+        ("due", "transition", "delivered"),
+    ]
+    take_over(deployed, admitted, lambda status: status != "running")
+    finished_once(deployed, admitted)
+    assert_journal_agrees(deployed, admitted, crash, "before-commit")
+
+
+def test_a_batch_that_committed_before_its_worker_died_leaves_the_read_due_unleased(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    admitted, crash = fire_crash(monkeypatch, deployed, "after-commit")
+    snapshot = stored(deployed, admitted)
+    read = record(snapshot, READ)
+    assert states(snapshot)["due"] == ("delivered", 1, 1)
+    # no lease for anyone to lose: the read is claimed as usual, with no lapse to wait for
+    assert (read.state, read.attempt, read.lease_token, read.command) == ("pending", 0, None, None)
+    take_over(deployed, admitted, lambda status: status != "running")
+    finished_once(deployed, admitted)
+    read = record(stored(deployed, admitted), READ)
+    assert (read.state, read.generation, read.attempt) == ("delivered", 1, 1)
     assert_journal_agrees(deployed, admitted, crash, "after-commit")
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import sqlite3
 import stat
-from dataclasses import replace
+from dataclasses import asdict, replace
+from datetime import timedelta
 from typing import Any, get_args
 from urllib.parse import urlsplit
 
@@ -13,8 +15,18 @@ import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import CheckConstraint, inspect
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    insert,
+    inspect,
+)
 from store_support import ACTIVATION, IDENTITY, T0, Backend, admit, with_user
+from store_support import admission as store_admission
 
 from coordinator_core.engine.state import TERMINAL_STATUSES as ENGINE_TERMINAL
 from coordinator_core.engine.state import RunStatus, StepState, StepType
@@ -24,17 +36,30 @@ from coordinator_core.store import (
     ActivationRequest,
     ProcessLock,
     Store,
+    guards,
     inspect_deployment,
     locate,
     migrate,
     supported_version,
 )
-from coordinator_core.store.dialect import create_store_engine
+from coordinator_core.store import deployment as store_deployment
+from coordinator_core.store.dialect import (
+    CompactJson,
+    HexKey,
+    JsonDocument,
+    SealedBytes,
+    create_store_engine,
+)
+from coordinator_core.store.migrations import supported_migrations
 from coordinator_core.store.tables import (
+    DEFINITIONS,
+    LIVE_BINDINGS,
     METADATA,
     RUN_STATUSES,
+    RUNS,
     STEP_STATES,
     STEP_TYPES,
+    STEPS,
     TERMINAL_STATUSES,
 )
 
@@ -396,3 +421,149 @@ def test_postgresql_connections_search_the_namespace_first(postgresql_backend: B
     finally:
         engine.dispose()
     assert path == f'"{postgresql_backend.namespace}",pg_catalog'
+
+
+# -- schema version 3: parked runs in less space (issue 9) --------------------------------------
+
+_SEALED = (
+    b'{"sealedCoordinatorV1":"AQAAAAEAAQIDBAUGBwgJCgt/0fkZ7S36igENQmmm7ZpK+xF044HwY5ws02uTe34w'
+    b'pMdO2ZBWx1DmBKO59r+byvLJsH9Jtqel/3pLHHyCwNG0RljVXDctNRo="}'
+)  # the stored value of the 07 §10 test vector
+
+
+def _in_version_2_types(table: Table) -> Table:
+    """`table` with the column types schema version 2 had (text keys, sealed bytes as given)."""
+    version_2: dict[type, Any] = {
+        HexKey: String(),
+        SealedBytes: LargeBinary(),
+        CompactJson: JsonDocument,
+    }
+    columns = [
+        Column(column.name, version_2.get(type(column.type), column.type)) for column in table.c
+    ]
+    return Table(table.name, MetaData(), *columns)
+
+
+def test_a_version_2_store_migrates_to_version_3_and_reads_back_every_value_the_same(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The conversion of commitments and digests to their bytes (PostgreSQL) keeps every value;
+    sealed values written before stay as they were and read back the same; new ones are kept
+    as their envelope and read back in the stored form of 07 §10."""
+    every = supported_migrations()
+    assert [migration.version for migration in every[:3]] == [1, 2, 3]
+    monkeypatch.setattr(guards, "supported_migrations", lambda: every[:2])
+    monkeypatch.setattr(store_deployment, "supported_migrations", lambda: every[:2])
+    assert backend.migrate().to_version == 2
+    admission = store_admission("before", T0, input=_SEALED)
+    step = replace(
+        admission.first_step, command=_SEALED, command_prepared=True, completion_ref="c" * 64
+    )
+    run = {
+        "run_id": admission.run_id,
+        "start_identity": admission.start_identity,
+        "input_digest": admission.input_digest,
+        "owner": admission.owner,
+        "origin": "api",
+        "trigger": None,
+        "workflow_id": "wf",
+        "workflow_version": "1",
+        "revision": admission.revision,
+        "definition_digest": admission.definition_digest,
+        "binding_digest": admission.binding_digest,
+        "snapshot": None,
+        "input": _SEALED,
+        "policy": admission.policy,
+        "current_step": step.step,
+        "status": "running",
+        "cancel_mode": "none",
+        "cancel_requested": False,
+        "restore_review": False,
+        "outcome": None,
+        "terminal_output": None,
+        "failure_code": None,
+        "admitted_at": T0,
+        "deadline_at": T0 + timedelta(hours=1),
+        "completed_at": None,
+        "payload_erased_at": None,
+        "updated_at": T0,
+    }
+    engine = create_store_engine(locate(backend.url, namespace=backend.namespace))
+    try:
+        with engine.begin() as connection:
+            connection.execute(insert(_in_version_2_types(RUNS)).values(run))
+            connection.execute(insert(_in_version_2_types(STEPS)).values(asdict(step)))
+            connection.execute(
+                insert(_in_version_2_types(DEFINITIONS)).values(
+                    definition_digest=admission.definition_digest,
+                    run_id=admission.run_id,
+                    snapshot=_SEALED,
+                    stored_at=T0,
+                )
+            )
+            connection.execute(
+                insert(_in_version_2_types(LIVE_BINDINGS)).values(
+                    definition_digest=admission.definition_digest,
+                    binding_digest=admission.binding_digest,
+                    first_admitted_at=T0,
+                )
+            )
+    finally:
+        engine.dispose()
+    monkeypatch.undo()
+    migrated = backend.migrate()
+    assert (migrated.from_version, migrated.to_version) == (2, supported_version())
+    backend.apply()
+    store = backend.open()
+    try:
+        snapshot = store.get_run_snapshot(admission.run_id)
+        assert snapshot is not None
+        assert {name: getattr(snapshot.run, name) for name in run} == run
+        assert snapshot.current == step
+        assert store.definition_snapshot(admission.definition_digest) == (
+            admission.run_id,
+            _SEALED,
+        )
+        assert store.find_run(admission.start_identity) == snapshot.run
+        assert store.unsettled_bindings(T0) == {
+            (admission.definition_digest, admission.binding_digest)
+        }
+        later = store.admit(store_admission("after", T0, input=_SEALED), T0).run
+        assert store.get_run(later.run_id) == later and later.input == _SEALED
+    finally:
+        store.close()
+    stored = backend.execute(
+        "SELECT input, start_identity FROM runs WHERE run_id = %s",
+        later.run_id if backend.kind == "postgresql" else later.run_id.hex,
+    )
+    envelope, identity = stored[0]
+    assert bytes(envelope) == base64.b64decode(_SEALED[24:-2])  # the envelope alone
+    if backend.kind == "postgresql":
+        assert bytes(identity) == bytes.fromhex(later.start_identity)
+        kinds = backend.execute(
+            "SELECT table_name, column_name FROM information_schema.columns"
+            " WHERE table_schema = %s AND data_type = 'bytea'"
+            " AND column_name NOT IN ('snapshot', 'input', 'terminal_output', 'command',"
+            " 'output')",
+            backend.namespace,
+        )
+        assert sorted(kinds) == sorted(
+            (table, column) for table, columns in _V3_KEYS.items() for column in columns
+        )
+    else:
+        assert identity == later.start_identity  # SQLite keeps the text
+
+
+_V3_KEYS = {
+    "runs": (
+        "start_identity",
+        "input_digest",
+        "owner",
+        "revision",
+        "definition_digest",
+        "binding_digest",
+    ),
+    "steps": ("completion_ref",),
+    "definitions": ("definition_digest",),
+    "live_bindings": ("definition_digest", "binding_digest"),
+}

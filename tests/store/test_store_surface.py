@@ -9,6 +9,7 @@ import sys
 import coordinator_core.store
 
 EXPECTED = {
+    "FIRE_BATCH",
     "LEASE_SECONDS",
     "NAMESPACE_MARKER",
     "ActivationRequest",
@@ -23,6 +24,8 @@ EXPECTED = {
     "HoldState",
     "Written",
     "MigrationResult",
+    "NextInstants",
+    "DecideEach",
     "ProcessLock",
     "Recover",
     "Recovery",

@@ -1,8 +1,11 @@
 """Claiming and carrying a run on (07 §7.2, §7.7): a continued chain is the same sequence of
-events as the same records claimed one by one, and it never crosses what §7.7 item 1 forbids."""
+events as the same records claimed one by one, and it never crosses what §7.7 item 1 forbids;
+a chain of pure work only (`pure_only`, the batch fire of due waits) is the first part of that
+same chain and never holds a lease."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from engine_support import KEYS, T0, call, choose, definition, finish, wait_until
@@ -17,15 +20,22 @@ from coordinator_core.engine import (
     CallOutcome,
     Carried,
     Definition,
+    Dispatch,
     FreezeCommand,
+    LookupReceipt,
+    Observe,
     ObtainCredential,
     Policy,
+    Prepare,
     RunState,
     StepRecord,
     advance,
     carry_on,
     claim_record,
 )
+from coordinator_core.engine.carry import PURE_WORK
+
+_IO = (Prepare, ObtainCredential, Dispatch, Observe, LookupReceipt)
 
 
 def _may_go_on(state: RunState, now: int) -> StepRecord | None:
@@ -41,16 +51,22 @@ def _may_go_on(state: RunState, now: int) -> StepRecord | None:
 
 
 def _one_by_one(
-    definition: Definition, state: RunState, now: int, budget: int = MAX_CARRIED
+    definition: Definition,
+    state: RunState,
+    now: int,
+    budget: int = MAX_CARRIED,
+    *,
+    pure_only: bool = False,
 ) -> Carried:
-    """The records claimed one at a time, each by its own claim (no carrying)."""
+    """The records claimed one at a time, each by its own claim (no carrying); with
+    `pure_only`, only as long as the next record's work needs no I/O."""
     commands: list[Any] = []
     entries: list[Any] = []
     leased = 0
     holding: str | None = None
     while leased < budget and holding is None:
         record = _may_go_on(state, now)
-        if record is None:
+        if record is None or (pure_only and record.type not in PURE_WORK):
             break
         claimed = claim_record(definition, state, record.step, now, KEYS, carry=False)
         assert claimed.refused is None
@@ -73,11 +89,27 @@ def _check_chain(before: RunState, carried: Carried, now: int) -> None:
     assert sum(1 for record in carried.state.records if record.state == "leased") <= 1
 
 
-@settings(
+_EVERY_STATE = settings(
     max_examples=150,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+
+def _claimable_states(
+    generated: tuple[Definition, dict[str, Any]], data: st.DataObject
+) -> Iterator[tuple[Advance, int, StepRecord]]:
+    """Every state a random run passes through with a record a claim may take: the result
+    that led there, its instant and the record."""
+    definition, run_input = generated
+    script = drive(definition, run_input, data.draw)
+    for (_, now), result in zip(script.events, script.results, strict=True):
+        record = _may_go_on(result.state, now)
+        if record is not None:
+            yield result, now, record
+
+
+@_EVERY_STATE
 @given(definitions(), st.data())
 def test_a_carried_chain_is_the_same_records_claimed_one_by_one(
     generated: tuple[Definition, dict[str, Any]], data: st.DataObject
@@ -85,13 +117,9 @@ def test_a_carried_chain_is_the_same_records_claimed_one_by_one(
     """From every state a random run passes through: a claim that carries the run on gives
     the same state, commands and journal entries as claiming each record on its own; and a
     finish that carries on gives the same as the finish followed by one-by-one claims."""
-    definition, run_input = generated
-    script = drive(definition, run_input, data.draw)
-    for (_, now), result in zip(script.events, script.results, strict=True):
+    definition = generated[0]
+    for result, now, record in _claimable_states(generated, data):
         state = result.state
-        record = _may_go_on(state, now)
-        if record is None:
-            continue
         carried = claim_record(definition, state, record.step, now, KEYS)
         assert carried.refused is None
         expected = _one_by_one(definition, state, now)
@@ -102,6 +130,68 @@ def test_a_carried_chain_is_the_same_records_claimed_one_by_one(
         assert continued.state == after.state
         assert continued.commands == result.commands + after.commands
         assert continued.entries == after.entries
+
+
+@_EVERY_STATE
+@given(definitions(), st.data())
+def test_a_pure_chain_is_the_start_of_the_carried_chain_and_never_holds_a_lease(
+    generated: tuple[Definition, dict[str, Any]], data: st.DataObject
+) -> None:
+    """From every state a random run passes through: a claim of pure work only gives the same
+    state, commands and entries as claiming the records of pure work one by one; it holds no
+    lease and asks for no I/O; the record it stops at is one that needs I/O (left pending and
+    due) or the budget is spent; and claiming on from there gives what one carried claim
+    gives. A record whose work needs I/O is refused and nothing changes."""
+    definition = generated[0]
+    for result, now, record in _claimable_states(generated, data):
+        state = result.state
+        pure = claim_record(definition, state, record.step, now, KEYS, pure_only=True)
+        if record.type not in PURE_WORK:
+            assert pure.refused is not None and pure.state == state
+            assert (pure.commands, pure.entries) == ((), ())
+            continue
+        assert pure.refused is None
+        assert pure == _one_by_one(definition, state, now, pure_only=True)
+        assert pure.holding is None
+        assert all(row.state != "leased" for row in pure.state.records)
+        assert not any(isinstance(command, _IO) for command in pure.commands)
+        following = _may_go_on(pure.state, now)
+        if following is not None and pure.leased < MAX_CARRIED:
+            assert following.type not in PURE_WORK
+            assert following.state == "pending" and following.due_at is not None
+            assert following.due_at <= now
+        carried = claim_record(definition, state, record.step, now, KEYS)
+        rest = _one_by_one(definition, pure.state, now, MAX_CARRIED - pure.leased)
+        assert carried.state == rest.state
+        assert carried.commands == pure.commands + rest.commands
+        assert carried.entries == pure.entries + rest.entries
+        assert carried.holding == rest.holding
+
+
+def test_a_pure_claim_of_a_due_wait_leaves_the_call_after_it_pending_and_due() -> None:
+    later = definition(
+        {"wait": wait_until("read"), "read": call("record", "done"), "done": finish()},
+        "wait",
+    )
+    admitted = _admitted(later, {"id": "x", "at": "2026-03-02T10:00:00Z"})
+    parked = claim_record(later, admitted.state, "wait", T0, KEYS)
+    wait = parked.state.record("wait")
+    assert wait is not None and wait.state == "pending" and wait.due_at is not None
+    fired = claim_record(later, parked.state, "wait", wait.due_at, KEYS, pure_only=True)
+    assert [(kind, record.step, record.state) for kind, record in fired.entries] == [
+        ("leased", "wait", "leased"),
+        ("left", "wait", "delivered"),
+    ]
+    assert fired.holding is None
+    read = fired.state.record("read")
+    assert read is not None and (read.state, read.due_at, read.command) == (
+        "pending",
+        wait.due_at,
+        None,
+    )
+    # the call itself is never claimed in this mode
+    refused = claim_record(later, fired.state, "read", wait.due_at, KEYS, pure_only=True)
+    assert refused.refused is not None and refused.state == fired.state
 
 
 def _admitted(definition: Definition, run_input: Any, now: int = T0) -> Advance:

@@ -1,11 +1,16 @@
-"""07 §7.7 item 4: the in-process wake-up of idle worker loops."""
+"""07 §7.7 item 4: the in-process wake-up of idle worker loops: rings, the one poller that
+sleeps until the store can next have work, the sweeps and the batches of due waits."""
 
 from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 
-from coordinator_core.worker import Wakeup
+import pytest
+
+from coordinator_core.store import NextInstants
+from coordinator_core.worker import SWEEP_FALLBACK, Wakeup
 
 
 def test_a_ring_before_the_wait_is_not_lost() -> None:
@@ -82,12 +87,106 @@ def test_one_idle_loop_polls_the_others_wait_for_a_ring() -> None:
     assert sorted(rung for _, rung, _ in results) == [False, True]
 
 
-def test_the_process_sweeps_at_most_once_a_second_of_store_time() -> None:
-    from datetime import UTC, datetime, timedelta
+T = datetime(2030, 1, 1, tzinfo=UTC)
 
+
+def _fixed(at: datetime = T) -> Wakeup:
+    """A wake-up whose wall clock stands at `at` and whose cap is an hour (so that only what a
+    test does can end a wait early)."""
+    return Wakeup(clock=lambda: at, cap=3600.0)
+
+
+def _waiting(wakeup: Wakeup, count: int) -> None:
+    deadline = time.monotonic() + 10  # a hang guard: the threads start waiting at once
+    while len(wakeup._condition._waiters) < count and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.01)
+
+
+def test_the_poller_sleeps_until_the_earliest_instant_the_store_can_have_work() -> None:
+    """07 §7.7 item 4: nothing known → every poll; the earliest of the next due record, the
+    next lease to lapse and the next deadline, at least the poll and at most the cap."""
+    wakeup = _fixed()
+    assert wakeup.poll_seconds(0.1) == pytest.approx(0.1)  # not looked yet
+    wakeup.learn(NextInstants(T + timedelta(seconds=600)), wakeup.scheduled, T)
+    assert wakeup.poll_seconds(0.1) == pytest.approx(600, abs=0.5)
+    wakeup.learn(
+        NextInstants(T + timedelta(days=1), T + timedelta(seconds=20), T + timedelta(days=3)),
+        wakeup.scheduled,
+        T,
+    )
+    assert wakeup.poll_seconds(0.1) == pytest.approx(20, abs=0.5)  # the lease lapses first
+    wakeup.learn(NextInstants(T - timedelta(seconds=5)), wakeup.scheduled, T)
+    assert wakeup.poll_seconds(0.1) == pytest.approx(0.1, abs=0.05)  # due already: the poll
+    wakeup.learn(NextInstants(T + timedelta(days=1)), wakeup.scheduled, T)
+    assert wakeup.poll_seconds(0.1) == pytest.approx(3600, abs=0.5)  # the cap
+    wakeup.learn(NextInstants(), wakeup.scheduled, T)
+    assert wakeup.poll_seconds(0.1) == pytest.approx(3600, abs=0.5)  # nothing to wait for
+    wakeup.forget()  # the store could not be read
+    assert wakeup.poll_seconds(0.1) == pytest.approx(0.1)
+    assert Wakeup().poll_seconds(0.1) == pytest.approx(0.1)
+
+
+def test_a_record_scheduled_earlier_wakes_the_sleeping_poller_and_asks_to_tell_the_others() -> None:
+    wakeup = _fixed()
+    wakeup.learn(NextInstants(T + timedelta(days=1)), wakeup.scheduled, T)
+    results: list[bool] = []
+    poller = threading.Thread(target=lambda: results.append(wakeup.idle(wakeup.generation, 0.01)))
+    poller.start()
+    _waiting(wakeup, 1)
+    assert wakeup.schedule(T + timedelta(days=2)) is False  # later than known: nobody told
+    assert poller.is_alive()
+    assert wakeup.schedule(T) is True  # due now, earlier than known: tell the others
+    poller.join(timeout=60)  # its wait (an hour) ends at the poll after the schedule
+    assert not poller.is_alive() and results == [False]  # woken by the instant, not a ring
+    assert wakeup.poll_seconds(0.01) == pytest.approx(0.01, abs=0.05)
+
+
+def test_a_look_ahead_keeps_what_was_scheduled_while_it_looked() -> None:
+    wakeup = _fixed()
+    wakeup.learn(NextInstants(T + timedelta(days=1)), wakeup.scheduled, T)
+    since = wakeup.scheduled
+    assert wakeup.schedule(T + timedelta(seconds=5))  # written while the look was under way
+    wakeup.learn(NextInstants(T + timedelta(hours=2)), since, T)
+    assert wakeup.poll_seconds(0.1) == pytest.approx(5, abs=0.5)
+    # a look that began after it sees the store as it is (the record was taken since)
+    wakeup.learn(NextInstants(T + timedelta(seconds=300)), wakeup.scheduled, T)
+    assert wakeup.poll_seconds(0.1) == pytest.approx(300, abs=0.5)
+
+
+def test_an_instant_announced_before_anything_was_learnt_is_told_on() -> None:
+    wakeup = _fixed()
+    assert wakeup.schedule(T + timedelta(seconds=5)) is True
+    assert wakeup.poll_seconds(0.1) == pytest.approx(0.1)  # still polling until the first look
+
+
+def test_the_process_sweeps_when_something_can_have_lapsed_and_at_most_once_a_second() -> None:
+    wakeup = _fixed()
+    assert wakeup.sweep_due(T)  # the first tick sweeps (a restart finds lapsed leases)
+    assert not wakeup.sweep_due(T + timedelta(milliseconds=999))
+    assert not wakeup.sweep_due(T + timedelta(seconds=2))  # nothing known can have lapsed
+    wakeup.lapses(T + timedelta(seconds=15))  # an attempt left its lease to lapse
+    assert not wakeup.sweep_due(T + timedelta(seconds=14))
+    assert wakeup.sweep_due(T + timedelta(seconds=15))
+    assert not wakeup.sweep_due(T + timedelta(seconds=17))
+    later = T + timedelta(seconds=20)
+    wakeup.learn(
+        NextInstants(None, later + timedelta(seconds=3), later + timedelta(seconds=9)),
+        wakeup.scheduled,
+        later,
+    )
+    assert not wakeup.sweep_due(later + timedelta(seconds=2))
+    assert wakeup.sweep_due(later + timedelta(seconds=3))  # the lease the look found
+    # a process that neither looked nor swept for SWEEP_FALLBACK sweeps anyway
+    assert not wakeup.sweep_due(later + timedelta(seconds=4) + SWEEP_FALLBACK / 2)
+    assert wakeup.sweep_due(later + timedelta(seconds=3) + SWEEP_FALLBACK)
+    assert wakeup.sweep_due(T)  # the clock went back: sweep at once
+
+
+def test_a_due_wait_asks_one_loop_to_fire_the_others_in_batches() -> None:
     wakeup = Wakeup()
-    now = datetime(2030, 1, 1, tzinfo=UTC)
-    assert wakeup.sweep_due(now)
-    assert not wakeup.sweep_due(now + timedelta(milliseconds=999))
-    assert wakeup.sweep_due(now + timedelta(seconds=1))
-    assert wakeup.sweep_due(now)  # the clock went back: sweep at once
+    seen = wakeup.generation
+    assert not wakeup.take_fire()
+    wakeup.fire_soon()
+    assert wakeup.generation != seen  # an idle loop wakes to take it
+    assert wakeup.take_fire()
+    assert not wakeup.take_fire()  # taken once; a full batch asks again

@@ -18,7 +18,7 @@ import contextlib
 import socket
 import time
 from collections.abc import Coroutine, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from coordinator_core.shell import process
 from coordinator_core.shell.service_log import ServiceLog
@@ -26,6 +26,8 @@ from coordinator_core.shell.service_log import ServiceLog
 T = TypeVar("T")
 
 __all__ = ["build_parser", "main"]
+
+_TICK_SECONDS: Final = 1.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,6 +140,13 @@ def _serve(app: Any, sock: socket.socket, begun: process.Started) -> int:
             # it); the service exits 0 instead, after its workers have finished.
             process.install_signals(shutdown)
             yield
+
+        async def main_loop(self) -> None:
+            # uvicorn's own loop wakes ten times a second to look for a stop; once a second
+            # (the resolution of the `Date` header it refreshes there) is enough for an idle
+            # service, and a stop is seen within that second.
+            while not await self.on_tick(0):
+                await asyncio.sleep(_TICK_SECONDS)
 
     server = _Server(config)
 

@@ -72,8 +72,10 @@ from coordinator_core.engine.definition import DefinitionError, EngineInvariantE
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.sealing import Sealer
 from coordinator_core.store import (
+    FIRE_BATCH,
     LEASE_SECONDS,
     Claim,
+    NextInstants,
     Recovery,
     RunRow,
     RunSnapshot,
@@ -81,6 +83,7 @@ from coordinator_core.store import (
     StaleLease,
     Store,
     Written,
+    from_epoch_ms,
     to_epoch_ms,
     truncate_ms,
 )
@@ -93,7 +96,14 @@ from coordinator_core.worker_state import (
     write_of,
 )
 
-__all__ = ["ATTEMPT_BUDGET_SECONDS", "BindingCheck", "Wakeup", "Worker", "WorkerAudit"]
+__all__ = [
+    "ATTEMPT_BUDGET_SECONDS",
+    "IDLE_CAP_SECONDS",
+    "BindingCheck",
+    "Wakeup",
+    "Worker",
+    "WorkerAudit",
+]
 
 logger = logging.getLogger("coordinator.worker")
 
@@ -105,10 +115,13 @@ BindingCheck = Callable[[RunRow, Snapshot], bool]
 step 4); False → `binding-conflict`."""
 
 SWEEP_INTERVAL: Final = timedelta(seconds=1)
-"""How often (in store time) a process sweeps lapsed leases and overdue records."""
-FOLLOWER_WAIT_SECONDS: Final = 5.0
-"""How long an idle loop that is not its process's poller waits for a ring before it looks
-for work itself (a safety net: every announced change rings)."""
+"""The least time (in store time) between two sweeps of one process."""
+IDLE_CAP_SECONDS: Final = 30.0
+"""The longest an idle loop waits without looking at the store: the fallback of 07 §7.7
+item 4 for what no process announced."""
+SWEEP_FALLBACK: Final = timedelta(seconds=2 * IDLE_CAP_SECONDS)
+"""A process that has not looked ahead (it stayed busy) nor swept for this long sweeps anyway:
+a peer that stopped may have left a lease to lapse."""
 
 _DURABLE: Final = (FreezeCommand, FreezePreparation, MarkMaySend)
 _Mode = Literal["memory", "progress", "finish"]
@@ -123,32 +136,61 @@ class WorkerAudit:
     references: AuditReferences
 
 
+def _earliest(*instants: datetime | None) -> datetime | None:
+    known = [instant for instant in instants if instant is not None]
+    return min(known) if known else None
+
+
 class Wakeup:
     """What the worker loops of one process share (07 §7.1, §7.7 item 4).
 
     * **Wake-ups.** Whatever makes a record claimable now (an admission, a retry-same, a
       settled reconcile, a cancel, a notification from another process) rings it and one
       idle loop wakes, rather than sleeping out a poll interval; the stop of the process
-      wakes them all (`ring_all`). A
-      loop reads `generation` before its tick and waits with it, so a ring that came while the
-      tick was looking (and found nothing) is not lost.
-    * **One poller.** Polling stays the fallback for what nobody announces (waits and retries
-      falling due, leases lapsing), but one idle loop of the process polls: the first to go
-      idle waits `poll` seconds, the others wait for a ring. A loop that finds work after an
-      idle wait rings, so the others join in (`found_work`).
-    * **One sweep schedule.** Lapsed leases and overdue records are swept at most once a
-      second of store time by the whole process (`sweep_due`).
+      wakes them all (`ring_all`). A loop reads `generation` before its tick and waits with
+      it, so a ring that came while the tick was looking (and found nothing) is not lost.
+    * **One poller, sleeping until something can be due.** Polling stays the fallback for
+      what nobody rings for (waits and retries falling due, leases lapsing, deadlines
+      passing), and one idle loop of the process does it: the first to go idle waits until
+      the earliest instant the store can next have work (`learn`, from `Store.next_instants`
+      after a tick found nothing), at least `poll` and at most `cap` seconds; the others wait
+      for a ring (or `cap`). A record this process writes due later lowers that instant
+      (`schedule`, which answers whether it was earlier than known, so that the worker tells
+      the other processes), as does such a notification from another process. A loop that
+      finds work after an idle wait rings, so the others join in (`found_work`).
+    * **Sweeps when something can have lapsed.** Lapsed leases and overdue records are swept
+      when a lease or a deadline the process knows of has come (`lapses`, learnt instants), or
+      when the process has neither looked ahead nor swept for `SWEEP_FALLBACK`; at most once
+      per `SWEEP_INTERVAL` of store time (`sweep_due`).
+    * **Due waits in batches.** A claim that finds a parked wait fallen due asks for the
+      other due waits to be fired in batches (`fire_soon`, `take_fire`).
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, clock: Callable[[], datetime] | None = None, cap: float = IDLE_CAP_SECONDS
+    ) -> None:
         self._condition = threading.Condition()
+        self._clock = clock or _utc_now
+        self._cap = cap
         self._generation = 0
         self._polling = False
+        self._known = False
+        self._due: datetime | None = None
+        self._sweep_at: datetime | None = None
         self._swept_at: datetime | None = None
+        self._looked_at: datetime | None = None
+        self._scheduled = 0
+        self._fire = False
 
     @property
     def generation(self) -> int:
         return self._generation
+
+    @property
+    def scheduled(self) -> int:
+        """Counts `schedule`/`lapses` calls: read it before looking at the store and give it to
+        `learn`, so that an instant scheduled meanwhile is kept."""
+        return self._scheduled
 
     def ring(self) -> None:
         """One record became claimable: wake one idle loop (it wakes the next when it finds
@@ -168,17 +210,91 @@ class Wakeup:
         with self._condition:
             return self._condition.wait_for(lambda: self._generation != seen, timeout)
 
+    # -- what the store can next have ------------------------------------------------------
+
+    def learn(self, instants: NextInstants, since: int, now: datetime) -> None:
+        """What `Store.next_instants` answered at `now`, for a look that began when
+        `scheduled` was `since`: it replaces what was known, except instants scheduled
+        meanwhile, which it may not have seen."""
+        with self._condition:
+            due = instants.due_at
+            sweep_at = _earliest(instants.lapses_at, instants.overdue_at)
+            if self._scheduled != since:
+                due = _earliest(due, self._due)
+                sweep_at = _earliest(sweep_at, self._sweep_at)
+            before = self._next()
+            self._due, self._sweep_at, self._known = due, sweep_at, True
+            self._looked_at = now
+            after = self._next()
+            if after is not None and (before is None or after < before):
+                self._condition.notify_all()  # a waiting poller wakes earlier
+
+    def forget(self) -> None:
+        """The store could not be read: poll every `poll` until a look succeeds."""
+        with self._condition:
+            self._known = False
+
+    def schedule(self, instant: datetime) -> bool:
+        """A record falls due at `instant` (written by this process, or announced by another):
+        the poller wakes then. True when that is earlier than anything known (so that the
+        other processes are told too)."""
+        with self._condition:
+            self._scheduled += 1
+            if self._known and self._due is not None and self._due <= instant:
+                return False
+            if self._known:
+                self._due = instant
+                self._condition.notify_all()
+            return True
+
+    def lapses(self, instant: datetime) -> None:
+        """A lease or a deadline this process knows of passes at `instant`: sweep then."""
+        with self._condition:
+            self._scheduled += 1
+            if self._sweep_at is None or instant < self._sweep_at:
+                self._sweep_at = instant
+                self._condition.notify_all()
+
+    def _next(self) -> datetime | None:
+        return _earliest(self._due, self._sweep_at)
+
+    def poll_seconds(self, poll: float) -> float:
+        """How long the poller sleeps from now: until the earliest known instant, at least
+        `poll` and at most `cap` seconds; `poll` while nothing is known, `cap` when the store
+        has nothing to wait for."""
+        with self._condition:
+            began = time.monotonic()
+            return self._poll_deadline(began, poll) - began
+
+    def _poll_deadline(self, began: float, poll: float) -> float:
+        """The monotonic instant a poller that began waiting at `began` wakes at."""
+        if not self._known:
+            return began + poll
+        cap = began + max(poll, self._cap)
+        instant = self._next()
+        if instant is None:
+            return cap
+        at = time.monotonic() + (instant - self._clock()).total_seconds()
+        return max(began + poll, min(cap, at))
+
     def idle(self, seen: int, poll: float) -> bool:
-        """An idle loop's wait: `poll` seconds for the process's one poller, up to
-        `FOLLOWER_WAIT_SECONDS` for the others; True when rung."""
+        """An idle loop's wait: `poll_seconds` for the process's one poller (recomputed when
+        an earlier instant is scheduled), up to `cap` for the others; True when rung."""
         with self._condition:
             polling = not self._polling
-            self._polling = self._polling or polling
+            self._polling = True
+            began = time.monotonic()
             try:
-                return self._condition.wait_for(
-                    lambda: self._generation != seen,
-                    poll if polling else max(poll, FOLLOWER_WAIT_SECONDS),
-                )
+                while self._generation == seen:
+                    if polling:
+                        limit = self._poll_deadline(began, poll)
+                    else:
+                        limit = began + max(poll, self._cap)
+                    remaining = limit - time.monotonic()
+                    if remaining <= 0:
+                        return False
+                    self._condition.wait(remaining)
+                return True
             finally:
                 if polling:
                     self._polling = False
@@ -187,15 +303,45 @@ class Wakeup:
         """A loop found work after an idle wait: one more idle loop looks too."""
         self.ring()
 
+    # -- sweeps and batches ----------------------------------------------------------------
+
     def sweep_due(self, now: datetime) -> bool:
-        """Whether this process sweeps now (at most once per `SWEEP_INTERVAL` of store time;
-        a clock that went back sweeps at once)."""
+        """Whether this process sweeps now: at its first tick, once a lease or deadline it
+        knows of has come, or after `SWEEP_FALLBACK` without looking; never twice within
+        `SWEEP_INTERVAL` of store time (a clock that went back sweeps at once)."""
         with self._condition:
             last = self._swept_at
             if last is not None and last <= now < last + SWEEP_INTERVAL:
                 return False
+            looked = max(
+                (x for x in (last, self._looked_at) if x is not None and x <= now), default=None
+            )
+            due = (
+                last is None
+                or now < last
+                or looked is None
+                or now >= looked + SWEEP_FALLBACK
+                or (self._sweep_at is not None and self._sweep_at <= now)
+            )
+            if not due:
+                return False
             self._swept_at = now
+            self._sweep_at = None  # learnt again by the next look ahead, or by `lapses`
             return True
+
+    def fire_soon(self) -> None:
+        """A parked wait fell due: others may have too; a loop fires them in batches."""
+        with self._condition:
+            self._fire = True
+            self._generation += 1
+            self._condition.notify(1)
+
+    def take_fire(self) -> bool:
+        """Whether this loop fires due waits now (the request is taken: one loop at a time
+        takes it; a full batch asks again)."""
+        with self._condition:
+            fire, self._fire = self._fire, False
+            return fire
 
 
 class _Discard(Exception):
@@ -276,38 +422,130 @@ class Worker:
 
         `now` fixes the instant of every transaction of this tick (tests); by default each
         transaction reads the clock afresh (fences and lease checks use the current time).
-        The sweeps of lapsed leases and overdue records run first, at most once a second of
-        store time."""
+        The sweeps of lapsed leases and overdue records run first when something can have
+        lapsed, then a batch of due waits when a claim found one (`fire_due_waits`). A tick
+        that finds nothing looks ahead: the poller then sleeps until the store can next have
+        work (`Wakeup.learn`)."""
         fixed = None if now is None else truncate_ms(now)
 
         def clock() -> datetime:
             return fixed if fixed is not None else truncate_ms(self._clock())
 
-        claim_now = clock()
-        self._sweep(claim_now)
-        started = time.monotonic()
-        chain = _Chain(self)
-        written = self._store.claim_due_step(
-            self.worker_id,
-            claim_now,
-            self._lease_seconds,
-            decide=lambda snapshot: chain.claim(snapshot, claim_now),
-        )
-        if written is None:
-            return False
-        chain.adopt(written)
-        claim = written.claim
-        while claim is not None:
-            try:
-                claim = _Attempt(self, claim, chain, clock, started + self._budget).run()
-            except StaleLease:
-                logger.info("worker attempt discarded: lease-stale")
-                claim = None
-            except _Discard:
-                logger.info("worker attempt discarded: not-applicable")
-                claim = None
+        try:
+            claim_now = clock()
+            self._sweep(claim_now)
+            fired = self.fire_due_waits(claim_now) if self.wakeup.take_fire() else 0
+            since = self.wakeup.scheduled
             started = time.monotonic()
+            chain = _Chain(self)
+            written = self._store.claim_due_step(
+                self.worker_id,
+                claim_now,
+                self._lease_seconds,
+                decide=lambda snapshot: chain.claim(snapshot, claim_now),
+            )
+            if written is None:
+                self.wakeup.learn(self._store.next_instants(claim_now), since, claim_now)
+                return fired > 0
+            chain.adopt(written, claim_now)
+        except BaseException:
+            self.wakeup.forget()
+            raise
+        claim = written.claim
+        try:
+            while claim is not None:
+                held = claim
+                try:
+                    claim = _Attempt(self, held, chain, clock, started + self._budget).run()
+                except StaleLease:
+                    logger.info("worker attempt discarded: lease-stale")
+                    claim = None
+                except _Discard:
+                    logger.info("worker attempt discarded: not-applicable")
+                    self.wakeup.lapses(held.lease_expires_at)  # left to its lease
+                    claim = None
+                started = time.monotonic()
+        except BaseException:
+            if claim is not None:
+                self.wakeup.lapses(claim.lease_expires_at)
+            self.wakeup.forget()
+            raise
         return True
+
+    # -- waits due in batches (issue 9) ----------------------------------------------------------
+
+    def fire_due_waits(self, now: datetime | None = None) -> int:
+        """One batch of the waits due at `now` (at most `FIRE_BATCH`, one transaction): each
+        through the engine's claim of pure work only (T18 and the records after it that need
+        no I/O, each with its `attempt` intent and `transition` entries), leaving the record
+        that needs I/O pending and due, so idle loops are rung to claim it as usual. A full
+        batch asks for another (`Wakeup.fire_soon`). Answers how many waits were fired."""
+        moment = truncate_ms(now if now is not None else self._clock())
+        now_ms = to_epoch_ms(moment)
+
+        def decide(snapshots: Sequence[RunSnapshot]) -> list[RunWrite | None]:
+            writes: list[RunWrite | None] = []
+            entries: list[_Entry] = []
+            for snapshot in snapshots:
+                fired = self._fire(snapshot, moment, now_ms)
+                writes.append(None if fired is None else fired[0])
+                if fired is not None:
+                    entries.extend(fired[1])
+            self._journal(entries)
+            return writes
+
+        taken, written = self._store.fire_due_waits(moment, decide)
+        if taken >= FIRE_BATCH and written:
+            self.wakeup.fire_soon()
+        for snapshot in written:
+            self._after_write(snapshot, moment)
+        return len(written)
+
+    def _fire(
+        self, snapshot: RunSnapshot, now: datetime, now_ms: int
+    ) -> tuple[RunWrite, list[_Entry]] | None:
+        """One due wait of a batch through the engine; None leaves it to an ordinary claim (a
+        snapshot that does not restore, T34/T35, or anything the engine refuses here)."""
+        try:
+            state = state_of(self._sealer, snapshot)
+            try:
+                _, definition = self._definitions.restore(snapshot.run)
+            except (CoordinatorError, DefinitionError):
+                return None
+            keys = self._keys_for(snapshot.run.start_identity)
+            carried = claim_record(
+                definition, state, state.current_step, now_ms, keys, pure_only=True
+            )
+            if carried.refused is not None or carried.holding is not None:
+                return None
+            write = write_of(self._sealer, snapshot, state, carried.state, now)
+            if write is None:
+                return None
+            correlation = str(uuid.uuid4())
+            return write, _carried_entries(correlation, snapshot.run.run_id, carried)
+        except (CoordinatorError, DefinitionError, EngineInvariantError, ValueError) as error:
+            logger.warning("worker fire skipped: %s", type(error).__name__)
+            return None
+
+    # -- what a write leaves for later (07 §7.7 item 4) -----------------------------------------
+
+    def _after_write(self, snapshot: RunSnapshot, now: datetime) -> None:
+        """A committed write left the run's current record pending: due now, an idle loop is
+        rung for it; due later, the poller wakes then, and the other processes are told when
+        that is earlier than anything this one knew."""
+        record = snapshot.step(snapshot.run.current_step)
+        if record is None or record.state != "pending" or record.due_at is None:
+            return
+        self._due_again(record.due_at, now)
+
+    def _due_again(self, due_at: datetime, now: datetime) -> None:
+        if due_at <= now:
+            self.wakeup.ring()
+        elif self.wakeup.schedule(due_at):
+            try:
+                self._store.announce(due_at)
+            except Exception as error:  # the others find it by looking ahead in time
+                logger.warning("worker announce failed: %s", type(error).__name__)
 
     # -- sweeps (07 §7.2 steps 2–3), off the claim path -----------------------------------------
 
@@ -315,15 +553,25 @@ class Worker:
         if not self.wakeup.sweep_due(now):
             return
         correlation = str(uuid.uuid4())  # one per sweep that may journal
-        self._store.sweep(
+        due: list[datetime] = []
+        handled = self._store.sweep(
             self.worker_id,
             now,
-            lambda snapshot, kind: self._recover(snapshot, kind, now, correlation),
+            lambda snapshot, kind: self._recover(snapshot, kind, now, correlation, due),
             self._lease_seconds,
         )
+        if handled:
+            self.wakeup.lapses(now)  # there may be more: sweep again as soon as allowed
+        for due_at in due:
+            self._due_again(due_at, now)
 
     def _recover(
-        self, snapshot: RunSnapshot, kind: Recovery, now: datetime, correlation: str
+        self,
+        snapshot: RunSnapshot,
+        kind: Recovery,
+        now: datetime,
+        correlation: str,
+        due: list[datetime],
     ) -> RunWrite | None:
         """07 §7.2 steps 2–3 through the engine (`LeaseLapsed` → T28/T29, `DeadlinePassed` →
         T26/T27). Never raises: a run whose data cannot be read is left for its next turn."""
@@ -347,6 +595,9 @@ class Worker:
                 return None
             write = write_of(self._sealer, snapshot, previous, result.state, now)
             after = result.state.record(record.step)
+            current = result.state.record(result.state.current_step)
+            if current is not None and current.state == "pending" and current.due_at is not None:
+                due.append(from_epoch_ms(current.due_at))  # announced once committed
             self._journal(
                 [
                     (
@@ -461,17 +712,21 @@ class _Chain:
         carried = claim_record(self.definition, state, state.current_step, now_ms, self.keys)
         if carried.refused is not None:
             return None
+        claimed = snapshot.current
+        if claimed.type == "wait-until" and claimed.wait_until is not None:
+            self.worker.wakeup.fire_soon()  # a parked wait fell due: others may have too
         self.worker._journal(_carried_entries(self.correlation, run_id, carried))
         self._pending = (carried.state, carried.commands)
         return write_of(self.sealer, snapshot, state, carried.state, now)
 
-    def adopt(self, written: Written) -> None:
-        """The transaction whose decision is pending committed as `written`."""
+    def adopt(self, written: Written, now: datetime) -> None:
+        """The transaction whose decision is pending committed as `written` at `now`."""
         assert self._pending is not None
         self.stored, self.commands = self._pending
         self.state = self.stored
         self.known = written.snapshot.run
         self._pending = None
+        self.worker._after_write(written.snapshot, now)
 
     def decide(
         self,
@@ -584,7 +839,7 @@ class _Attempt:
             written = store.complete_step(self.claim, now, decide, self.worker._lease_seconds)
         else:
             written = store.record_step_progress(self.claim, now, decide)
-        chain.adopt(written)
+        chain.adopt(written, now)
         held = written.claim
         if (
             held is not None

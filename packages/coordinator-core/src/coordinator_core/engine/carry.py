@@ -8,6 +8,12 @@ after a record finished, the run's next record is leased and worked in the same 
 when it is due at once, as long as the run is not stopping, not under review, not past its
 deadline, and at most `MAX_CARRIED` records were leased in one go.
 
+With `pure_only`, a claim goes only through records whose work needs no I/O (`choose`,
+`finish`, `wait-until`): the claimed record must be one, and the chain stops before the first
+record that would need I/O (a call, a `wait-for`), leaving it `pending` and due, never leased.
+The worker fires due waits this way in batches (issue 9): the records after them are then
+claimed as usual, so no lease is held while a batch is written.
+
 Both are pure and built only from `advance`: a carried chain is by construction the same
 sequence of events a worker would feed claiming each record on its own (the property suite
 checks the equivalence). The result lists every record leased and every record left
@@ -20,17 +26,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from coordinator_core.engine.advance import Advance, advance
+from coordinator_core.engine.advance import NOT_APPLICABLE, Advance, advance
 from coordinator_core.engine.commands import Command
 from coordinator_core.engine.definition import Definition
 from coordinator_core.engine.events import Event, StepDue, Work
 from coordinator_core.engine.keys import Keys
 from coordinator_core.engine.state import RunState, StepRecord
 
-__all__ = ["MAX_CARRIED", "Carried", "carry_on", "claim_record"]
+__all__ = ["MAX_CARRIED", "PURE_WORK", "Carried", "carry_on", "claim_record"]
 
 MAX_CARRIED: Final = 16
 """07 §7.7 item 1: at most 16 records in one transaction."""
+PURE_WORK: Final[frozenset[str]] = frozenset({"choose", "finish", "wait-until"})
+"""The record types whose work needs no I/O (07 §7.7 item 1: the first evaluation of a
+`wait-until`, and its delivery once due, are evaluations of recorded values only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +66,20 @@ class Carried:
 
 
 class _Chain:
-    def __init__(self, definition: Definition, state: RunState, now: int, keys: Keys) -> None:
+    def __init__(
+        self,
+        definition: Definition,
+        state: RunState,
+        now: int,
+        keys: Keys,
+        *,
+        pure_only: bool = False,
+    ) -> None:
         self.definition = definition
         self.state = state
         self.now = now
         self.keys = keys
+        self.pure_only = pure_only
         self.commands: list[Command] = []
         self.entries: list[tuple[Literal["leased", "left"], StepRecord]] = []
         self.leased = 0
@@ -111,6 +129,8 @@ class _Chain:
                 return
             if record.due_at > self.now:
                 return
+            if self.pure_only and record.type not in PURE_WORK:
+                return  # left pending and due: claimed as usual
             if not self.lease_and_work(record.step):
                 return
 
@@ -132,12 +152,18 @@ def claim_record(
     keys: Keys,
     *,
     carry: bool = True,
+    pure_only: bool = False,
 ) -> Carried:
     """Lease `step` (T2) and do its work at once; then, with `carry`, go on through the run's
     following records as `carry_on` does. Refused (nothing applied) when the record is not
-    claimable in `state`."""
-    chain = _Chain(definition, state, now, keys)
+    claimable in `state`, or, with `pure_only`, when its work needs I/O; with `pure_only` the
+    chain leases only records of `PURE_WORK` types, so it never ends holding a lease."""
+    chain = _Chain(definition, state, now, keys, pure_only=pure_only)
     before = chain.state
+    if pure_only:
+        record = before.record(step)
+        if record is None or record.type not in PURE_WORK:
+            return Carried(before, refused=NOT_APPLICABLE)
     result = advance(definition, before, StepDue(step), now, keys)
     if result.refused is not None:
         return Carried(before, refused=result.refused)

@@ -364,7 +364,9 @@ def run_worker(options: argparse.Namespace, log: ServiceLog, started: contextlib
     threads = start_workers(process)
     process.recheck().start()
     log.emit("info", "coordinator.service.ready", "Worker loops running.")
-    while not shutdown.stop.wait(0.5):
+    # A signal interrupts the wait (its handler runs on this thread), so a long wait costs
+    # no wake-ups while the process runs.
+    while not shutdown.stop.wait(RECHECK_SECONDS):
         pass
     join(threads)
     log.emit("info", "coordinator.service.stopped", "Stopped.")
@@ -393,8 +395,8 @@ def recheck_loop(store: Any, shutdown: Shutdown, log: ServiceLog) -> None:
 
 def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceLog) -> None:
     """07 §7.1 with 09 §5 step 7: tick; when idle wait for a wake-up (an admission or re-arm
-    in this process, a notification from another) or, as the process's one poller,
-    `poll_ms`; stop claiming once the
+    in this process, a notification from another) or, as the process's one poller, until the
+    store can next have work (at least `poll_ms`, `Wakeup.idle`); stop claiming once the
     process is stopping (the in-flight tick finishes first). Three consecutive ticks that
     cannot reach the store stop the process (`worker-unavailable`, exit 3); any other failed
     tick is logged by code and the loop goes on (its record is left to its lease)."""
@@ -423,19 +425,20 @@ def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceL
             worker.wakeup.found_work()  # the other idle loops look too
         idle = not worked
         if idle and not shutdown.stop.is_set():
-            # the process's one poller waits `poll_ms`, the other loops for a ring
+            # the process's one poller waits until something can be due, the others for a ring
             worker.wakeup.idle(seen, pause)
 
 
 def start_workers(process: Started) -> list[threading.Thread]:
     """`process.concurrency` worker loops, one thread each, named after host, pid and index,
     sharing one wake-up; on PostgreSQL the store's listener rings it when another process
-    admits or re-arms a run (07 §7.7 item 4)."""
+    admits or re-arms a run, and schedules the instant another announces (07 §7.7 item 4)."""
     threads: list[threading.Thread] = []
     for index in range(process.concurrency):
         worker = process.worker_for(f"{socket.gethostname()}:{os.getpid()}:{index + 1}")
         if index == 0:
-            process.store.listen(worker.wakeup.ring, process.shutdown.stop)
+            wakeup = worker.wakeup
+            process.store.listen(wakeup.ring, process.shutdown.stop, schedule=wakeup.schedule)
         thread = threading.Thread(
             target=worker_loop,
             args=(worker, process.poll_ms, process.shutdown, process.log),

@@ -31,8 +31,10 @@ from coordinator_core.store.rows import (
     Claim,
     ControlRow,
     Decide,
+    DecideEach,
     DeploymentIdentity,
     HoldState,
+    NextInstants,
     Recover,
     Recovery,
     RunPage,
@@ -44,9 +46,16 @@ from coordinator_core.store.rows import (
     StoreSummary,
     Written,
 )
-from coordinator_core.store.store import LEASE_SECONDS, StaleLease, Store, StoreInvariantError
+from coordinator_core.store.store import (
+    FIRE_BATCH,
+    LEASE_SECONDS,
+    StaleLease,
+    Store,
+    StoreInvariantError,
+)
 
 __all__ = [
+    "FIRE_BATCH",
     "LEASE_SECONDS",
     "NAMESPACE_MARKER",
     "ActivationRequest",
@@ -56,10 +65,12 @@ __all__ = [
     "Claim",
     "ControlRow",
     "Decide",
+    "DecideEach",
     "DeploymentIdentity",
     "DeploymentState",
     "HoldState",
     "MigrationResult",
+    "NextInstants",
     "ProcessLock",
     "Recover",
     "Recovery",

@@ -9,17 +9,20 @@ name.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from sqlalchemy import JSON, BigInteger, DateTime, event, exc
+from sqlalchemy import JSON, BigInteger, DateTime, LargeBinary, String, Text, event, exc
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -33,8 +36,11 @@ from coordinator_core.errors import CoordinatorError, Diagnostic
 
 __all__ = [
     "NAMESPACE_MARKER",
+    "CompactJson",
+    "HexKey",
     "JsonDocument",
     "Prepared",
+    "SealedBytes",
     "StoreKind",
     "StoreLocation",
     "UTCDateTime",
@@ -139,8 +145,103 @@ class UTCDateTime(TypeDecorator[datetime]):
         raise TypeError("An instant column returned a value that is not an instant.")
 
 
+class HexKey(TypeDecorator[str]):
+    """A commitment (64 lowercase hex characters, 07 §3) or a digest (`sha256:` and 64 of
+    them): its 32 bytes (`bytea`) on PostgreSQL, where most parked-run rows and the indexes on
+    these columns keep several of them (issue 9); the text itself on SQLite. Both read back
+    the same text. Binds only a well-formed value: these columns never hold anything else."""
+
+    impl = String
+    cache_ok = True
+
+    def __init__(self, prefix: str = "") -> None:
+        super().__init__(len(prefix) + 64)
+        self.prefix = prefix
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(LargeBinary())
+        return dialect.type_descriptor(String(len(self.prefix) + 64))
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> Any:
+        if value is None or dialect.name != "postgresql":
+            return value
+        digits = value[len(self.prefix) :]
+        if not value.startswith(self.prefix) or _HEX.fullmatch(digits) is None:
+            raise ValueError("A commitment or digest column takes only its exact text form.")
+        return bytes.fromhex(digits)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        return self.prefix + bytes(value).hex()
+
+
+_HEX: Final = re.compile(r"[0-9a-f]{64}")
+
+
+class SealedBytes(TypeDecorator[bytes]):
+    """A sealed value (07 §10). The store hands out and takes its stored form, the canonical
+    JSON `{"sealedCoordinatorV1":"<base64 of the envelope>"}`, and keeps the envelope itself
+    (a third less, issue 9); anything else (a row written before schema version 3, or bytes
+    that are not that form) is kept and read back as it is. An envelope begins with its
+    format byte 0x01, the stored form with `{`, so the two never mix up; either way a value
+    that was tampered with fails to open (`protected-state-invalid`)."""
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def process_bind_param(self, value: bytes | None, dialect: Dialect) -> Any:
+        if value is None or not (value.startswith(_SEALED_HEAD) and value.endswith(_SEALED_TAIL)):
+            return value
+        text = value[len(_SEALED_HEAD) : -len(_SEALED_TAIL)]
+        try:
+            envelope = base64.b64decode(text, validate=True)
+        except binascii.Error:
+            return value
+        if envelope[:1] != _ENVELOPE_FORMAT or base64.b64encode(envelope) != text:
+            return value
+        return envelope
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> bytes | None:
+        if value is None:
+            return None
+        stored = bytes(value)
+        if stored[:1] != _ENVELOPE_FORMAT:
+            return stored
+        return _SEALED_HEAD + base64.b64encode(stored) + _SEALED_TAIL
+
+
+_SEALED_HEAD: Final = b'{"sealedCoordinatorV1":"'  # sealing.SEALED_MEMBER, canonical JSON
+_SEALED_TAIL: Final = b'"}'
+_ENVELOPE_FORMAT: Final = b"\x01"
+
+
+class CompactJson(TypeDecorator[Any]):
+    """A store-controlled JSON document kept once per run (a run's retry policy): its
+    canonical text (`text`) on PostgreSQL, a third of the `jsonb` form; JSON on SQLite."""
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return Text()  # not adapted: psycopg's string type would render it VARCHAR
+        return dialect.type_descriptor(JSON())
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None or dialect.name != "postgresql":
+            return value
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if isinstance(value, str) and dialect.name == "postgresql":
+            return json.loads(value)
+        return value
+
+
 JsonDocument: Final[TypeEngine[Any]] = JSON().with_variant(JSONB(), "postgresql")
-"""Store-controlled JSON documents only (custody markers, retry policy). JSONB is safe for them:
+"""Store-controlled JSON documents only (custody markers). JSONB is safe for them:
 they never hold caller data, which is always sealed bytes (`LargeBinary`), so JSONB's refusal
 of `\\u0000` and lone surrogates (STACK.md §4) cannot be reached."""
 
@@ -329,16 +430,30 @@ class Prepared:
     not SQLAlchemy's per-execution set-up (issue 9: it was most of the store's CPU).
 
     The statement must have no expanding (`IN` list) parameters. Rows come back as dicts keyed
-    by the statement's column keys (labels included). Driver errors are raised as SQLAlchemy's
+    by the statement's column keys (labels included).
+
+    `planned_each_time` keeps the driver from preparing the statement on the server (psycopg
+    prepares a statement it has run five times on a connection, and PostgreSQL may then keep
+    one generic plan for the connection's life): such a statement is planned at every execution
+    for its parameters and the tables as they are then. The claim and the idle look-ahead use it
+    (issue 9): a generic plan made while the tables were small (a fresh store, or statistics
+    that no `ANALYZE` refreshed) kept scanning every due record per claim once they were not. Driver errors are raised as SQLAlchemy's
     `DBAPIError` classes, and a lost connection is invalidated, exactly as SQLAlchemy would, so
     the store's retry rules (`is_transient`, `connection_invalidated`) see no difference.
     """
 
-    __slots__ = ("_column_keys", "_plans", "_statement")
+    __slots__ = ("_column_keys", "_planned_each_time", "_plans", "_statement")
 
-    def __init__(self, statement: Any, *, column_keys: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        statement: Any,
+        *,
+        column_keys: Sequence[str] | None = None,
+        planned_each_time: bool = False,
+    ) -> None:
         self._statement = statement
         self._column_keys = list(column_keys) if column_keys is not None else None
+        self._planned_each_time = planned_each_time
         self._plans: dict[str, _Plan] = {}
 
     @property
@@ -350,6 +465,8 @@ class Prepared:
         plan = self._plans.get(dialect.name)
         if plan is None:
             plan = _Plan.build(self._statement, dialect, self._column_keys)
+            if self._planned_each_time and dialect.name == "postgresql":
+                plan = replace(plan, prepare=False)
             self._plans[dialect.name] = plan
         return plan
 
@@ -411,6 +528,8 @@ class _Plan:
     results: tuple[tuple[int, Callable[[Any], Any]], ...]
     positional: bool
     dbapi_error: type[Exception]
+    prepare: bool | None = None
+    """psycopg's `prepare` argument: None lets the driver decide, False never prepares."""
 
     @classmethod
     def build(cls, statement: Any, dialect: Dialect, column_keys: list[str] | None) -> _Plan:
@@ -457,7 +576,10 @@ class _Plan:
         driver, cursor = _cursor_of(conn)
         parameters = self._parameters(params)
         try:
-            cursor.execute(self.sql, parameters)
+            if self.prepare is None:
+                cursor.execute(self.sql, parameters)
+            else:
+                cursor.execute(self.sql, parameters, prepare=self.prepare)
         except self.dbapi_error as error:
             raise self._raise(conn, driver, cursor, error, parameters) from error
         return cursor

@@ -10,7 +10,7 @@ sealer, not the store). Instants are timezone-aware UTC datetimes truncated to m
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -34,8 +34,10 @@ __all__ = [
     "Claim",
     "ControlRow",
     "Decide",
+    "DecideEach",
     "DeploymentIdentity",
     "HoldState",
+    "NextInstants",
     "Recover",
     "Recovery",
     "RunPage",
@@ -327,11 +329,28 @@ transient database error the store retries the whole transaction, so `decide` ma
 than once for one call (an audit intent without a commit is allowed, 07 §11).
 """
 
+DecideEach = Callable[[Sequence[RunSnapshot]], Sequence[RunWrite | None]]
+"""A batch's decision (`Store.fire_due_waits`): given the locked snapshots, one write (or None)
+per snapshot, in order, computed at once so that their audit entries share one append. The
+rules of `Decide` apply."""
+
 Recovery = Literal["lease-lapsed", "deadline-passed"]
 Recover = Callable[[RunSnapshot, Recovery], RunWrite | None]
 """The claim transaction's recovery (07 §7.2 steps 2–3): given the locked snapshot whose current
 record lapsed (`lease-lapsed`: T28/T29) or is overdue (`deadline-passed`: T26/T27), the write
 the engine computes for `LeaseLapsed` / `DeadlinePassed`."""
+
+
+@dataclass(frozen=True, slots=True)
+class NextInstants:
+    """What an idle worker may sleep until (07 §7.7 item 4), as the store stands: the earliest
+    `dueAt` of a pending record a claim could take then, the earliest lease that lapses and the
+    earliest deadline of a live run whose current record is pending and not pure (what the
+    sweeps handle); None where there is none (all None while claims are held)."""
+
+    due_at: datetime | None = None
+    lapses_at: datetime | None = None
+    overdue_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

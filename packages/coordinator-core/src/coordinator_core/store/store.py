@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import select as select_module
 import threading
 import time
 import uuid
@@ -26,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from sqlalchemy import (
+    Integer,
     and_,
     bindparam,
     func,
@@ -49,6 +51,7 @@ from coordinator_core.store.dialect import (
     StoreLocation,
     UTCDateTime,
     create_store_engine,
+    from_epoch_ms,
     insert_ignoring,
     is_transient,
     is_unavailable,
@@ -57,6 +60,7 @@ from coordinator_core.store.dialect import (
     lock_rows,
     read_engine,
     store_unavailable,
+    to_epoch_ms,
     truncate_ms,
 )
 from coordinator_core.store.guards import (
@@ -80,8 +84,10 @@ from coordinator_core.store.rows import (
     Claim,
     ControlRow,
     Decide,
+    DecideEach,
     DeploymentIdentity,
     HoldState,
+    NextInstants,
     Recover,
     Recovery,
     RunPage,
@@ -103,15 +109,19 @@ from coordinator_core.store.tables import (
     TERMINAL_STATUSES,
 )
 
-__all__ = ["LEASE_SECONDS", "StaleLease", "Store", "StoreInvariantError"]
+__all__ = ["FIRE_BATCH", "LEASE_SECONDS", "StaleLease", "Store", "StoreInvariantError"]
 
 T = TypeVar("T")
 
 LEASE_SECONDS: Final = 15
 """07 §16: attempt budget (10 s) + 5 s."""
+FIRE_BATCH: Final = 64
+"""How many due waits `fire_due_waits` takes in one transaction at most."""
 
 _ATTEMPTS: Final = 4
-_LISTEN_TIMEOUT: Final = 1.0
+_LISTEN_TIMEOUT: Final = 60.0
+"""How often the listener looks at its stop flag when nothing arrives (it is a daemon thread:
+the process does not wait for it)."""
 _LISTEN_RETRY_SECONDS: Final = 2.0
 _BACKOFF_SECONDS: Final = (0.01, 0.05, 0.2)
 
@@ -475,39 +485,91 @@ class Store:
         if channel is not None:
             _NOTIFY.run(conn, {"channel": channel})
 
-    def listen(self, ring: Callable[[], None], stop: threading.Event) -> threading.Thread | None:
+    def announce(self, instant: datetime) -> None:
+        """PostgreSQL: tell the other processes that a record this one wrote falls due at
+        `instant`, so that their idle loops wake then rather than at the instant they knew
+        (07 §7.7 item 4). One short transaction, sent only for an instant earlier than the one
+        this process knew (`Wakeup.schedule`): never on the path of a parked run. Nothing on
+        SQLite."""
+        channel = self.wake_channel
+        if channel is None:
+            return
+        payload = {"channel": channel, "payload": str(to_epoch_ms(instant))}
+        self._transact(lambda conn: _NOTIFY_AT.run(conn, payload))
+
+    def listen(
+        self,
+        ring: Callable[[], None],
+        stop: threading.Event,
+        schedule: Callable[[datetime], object] | None = None,
+    ) -> threading.Thread | None:
         """PostgreSQL: a daemon thread that `LISTEN`s on the store's channel on a connection of
-        its own and calls `ring` for every notification (another process admitted or re-armed
-        a run), reconnecting after a failure; it ends soon after `stop` is set. None on SQLite.
-        Polling stays the fallback for what nobody announces (waits falling due, leases
-        lapsing)."""
+        its own and calls `ring` for every notification of a record claimable now (another
+        process admitted or re-armed a run) and `schedule(instant)` for one of a record due
+        later (`announce`; `ring` without `schedule`), reconnecting after a failure. It waits
+        on the connection's socket, so an idle listener does not wake; it ends within
+        `_LISTEN_TIMEOUT` after `stop` is set. None on SQLite."""
         channel = self.wake_channel
         if channel is None:
             return None
         thread = threading.Thread(
-            target=self._listen_loop, args=(channel, ring, stop), name="store-listen", daemon=True
+            target=self._listen_loop,
+            args=(channel, ring, schedule, stop),
+            name="store-listen",
+            daemon=True,
         )
         thread.start()
         return thread
 
-    def _listen_loop(self, channel: str, ring: Callable[[], None], stop: threading.Event) -> None:
+    def _listen_loop(
+        self,
+        channel: str,
+        ring: Callable[[], None],
+        schedule: Callable[[datetime], object] | None,
+        stop: threading.Event,
+    ) -> None:
         while not stop.is_set():
             try:
                 pooled = self._engine.raw_connection()
-                pooled.detach()  # this connection is the listener's own from now on
                 driver: Any = pooled.driver_connection
+                pooled.detach()  # this connection is the listener's own from now on
                 try:
                     driver.rollback()
                     driver.autocommit = True
                     driver.execute(f'LISTEN "{channel}"')
                     ring()  # whatever was announced before the LISTEN is looked for now
+                    # libpq directly: psycopg's `notifies()` wakes every 0.1 s to look for
+                    # interrupts, which an idle service would pay for all day.
+                    pgconn = driver.pgconn
                     while not stop.is_set():
-                        for _ in driver.notifies(timeout=_LISTEN_TIMEOUT):
-                            ring()
+                        readable, _, _ = select_module.select(
+                            [pgconn.socket], [], [], _LISTEN_TIMEOUT
+                        )
+                        if not readable:
+                            continue
+                        pgconn.consume_input()  # raises once the connection is gone
+                        while (notice := pgconn.notifies()) is not None:
+                            _announced(bytes(notice.extra), ring, schedule)
                 finally:
                     pooled.close()
             except Exception:  # the store went away: try again shortly (polling covers it)
                 stop.wait(_LISTEN_RETRY_SECONDS)
+
+    def next_instants(self, now: datetime) -> NextInstants:
+        """07 §7.7 item 4: when an idle worker must look again, from one read (three index
+        probes: `ix_steps_due`, `ix_steps_lease`, `ix_runs_deadline_live`); nothing while the
+        active package is not this process's or a restore hold is set (a hold's release, like
+        every change that makes a record claimable now, rings)."""
+        moment = truncate_ms(now)
+
+        def work(conn: Connection) -> NextInstants:
+            row = _NEXT.first(conn, {"now": moment})
+            control = self._verified(row, prefix="c_")
+            if row is None or not self.may_claim(control):
+                return NextInstants()
+            return NextInstants(row["due_at"], row["lapses_at"], row["overdue_at"])
+
+        return self._transact(work, read_only=True)
 
     # -- deployment check and reads -------------------------------------------------------------
 
@@ -905,6 +967,41 @@ class Store:
             if write is None:
                 return None
             return self._apply_txn(conn, snapshot, write, moment, lease=lease)
+
+        return self._transact(work)
+
+    def fire_due_waits(
+        self, now: datetime, decide: DecideEach, *, limit: int = FIRE_BATCH
+    ) -> tuple[int, tuple[RunSnapshot, ...]]:
+        """Due waits in one transaction (issue 9: a thousand runs due at one instant): up to
+        `limit` claimable `wait-until` records due at `now`, in claim order, locked with their
+        runs `FOR UPDATE SKIP LOCKED` as a claim locks its record; verify the store, claim
+        nothing while the active package is not this process's or a restore hold is set; read
+        each run's records; `decide` is the engine, once for them all (a claim of pure work
+        only, `claim_record(..., pure_only=True)`: T18 and what follows it up to the first
+        record that needs I/O, left pending and due), and the store writes each decision. No
+        record is leased here (a write that leases one is refused), so what follows each wait
+        is claimed as usual. Answers how many records were taken and the runs as written."""
+        moment = truncate_ms(now)
+
+        def work(conn: Connection) -> tuple[int, tuple[RunSnapshot, ...]]:
+            control = self._verify_txn(conn)
+            if not self.may_claim(control):
+                return 0, ()
+            snapshots = []
+            for due in _WAITS_DUE.rows(conn, {"now": moment, "limit": limit}):
+                run = _run_from(due)
+                steps = _STEPS_OF.rows(conn, {"run_id": run.run_id})
+                snapshots.append(RunSnapshot(control, run, tuple(_step_from(s) for s in steps)))
+            if not snapshots:
+                return 0, ()
+            writes = decide(snapshots)
+            written = tuple(
+                self._apply_txn(conn, snapshot, write, moment).snapshot
+                for snapshot, write in zip(snapshots, writes, strict=True)
+                if write is not None
+            )
+            return len(snapshots), written
 
         return self._transact(work)
 
@@ -1427,11 +1524,12 @@ def _among(column: Any, values: tuple[str, ...]) -> Any:
     return column.in_([_fixed(value) for value in values])
 
 
-def _claimable(now: Any) -> tuple[Any, ...]:
-    """07 §7.2 step 4 (and step 5: an overdue non-pure record is expired, never leased)."""
+def _claimable(now: Any, *, due: bool = True) -> tuple[Any, ...]:
+    """07 §7.2 step 4 (and step 5: an overdue non-pure record is expired, never leased);
+    without `due`, whatever its due instant (what may become claimable later)."""
     return (
         STEPS.c.state == _fixed("pending"),
-        STEPS.c.due_at <= now,
+        *((STEPS.c.due_at <= now,) if due else ()),
         RUNS.c.current_step == STEPS.c.step,
         _among(RUNS.c.status, _CLAIMABLE_STATUSES),
         not_(RUNS.c.restore_review),
@@ -1447,14 +1545,66 @@ _DUE: Final = Prepared(
     .where(*_claimable(_NOW))
     .order_by(STEPS.c.due_at, STEPS.c.run_id, STEPS.c.step)
     .limit(1)
-    .with_for_update(skip_locked=True, of=(STEPS, RUNS))
+    .with_for_update(skip_locked=True, of=(STEPS, RUNS)),
+    planned_each_time=True,
 )
 """07 §7.2 step 4: the first claimable record, locked with its run (in that order, 07 §6.1),
 answering the run whole and the control row, so a claim reads what it decides on in two
 statements (this one and the run's records). A bare `SELECT … FOR UPDATE SKIP LOCKED` is safe
 here on both backends: PostgreSQL skips records (or runs) another transaction holds, and on
 SQLite every write transaction is `BEGIN IMMEDIATE`, so one claim runs at a time (the clause
-is dropped there)."""
+is dropped there). Planned at each execution (`Prepared`): the ordered scan of `ix_steps_due`
+then the run by its key is then the plan whatever statistics the tables have, where a generic
+plan kept since the tables were empty scanned or sorted every due record per claim."""
+_WAITS_DUE: Final = Prepared(
+    select(*RUNS.c)
+    .select_from(STEPS.join(RUNS, RUNS.c.run_id == STEPS.c.run_id))
+    .where(*_claimable(_NOW), STEPS.c.type == _fixed("wait-until"))
+    .order_by(STEPS.c.due_at, STEPS.c.run_id, STEPS.c.step)
+    .limit(bindparam("limit", type_=Integer))
+    .with_for_update(skip_locked=True, of=(STEPS, RUNS)),
+    planned_each_time=True,
+)
+"""The claimable `wait-until` records due now, in claim order (`fire_due_waits`), locked like
+the claim's record."""
+_NEXT: Final = Prepared(
+    select(
+        select(STEPS.c.due_at)
+        .select_from(STEPS.join(RUNS, RUNS.c.run_id == STEPS.c.run_id))
+        .where(*_claimable(_NOW, due=False))
+        .order_by(STEPS.c.due_at, STEPS.c.run_id, STEPS.c.step)
+        .limit(1)
+        .scalar_subquery()
+        .label("due_at"),
+        select(STEPS.c.lease_expires_at)
+        .where(STEPS.c.state == _fixed("leased"))
+        .order_by(STEPS.c.lease_expires_at, STEPS.c.run_id, STEPS.c.step)
+        .limit(1)
+        .scalar_subquery()
+        .label("lapses_at"),
+        select(RUNS.c.deadline_at)
+        .select_from(
+            STEPS.join(
+                RUNS, and_(RUNS.c.run_id == STEPS.c.run_id, RUNS.c.current_step == STEPS.c.step)
+            )
+        )
+        .where(
+            STEPS.c.state == _fixed("pending"),
+            not_(STEPS.c.pure),
+            _among(RUNS.c.status, _SWEEPABLE_STATUSES),
+        )
+        .order_by(RUNS.c.deadline_at, STEPS.c.run_id, STEPS.c.step)
+        .limit(1)
+        .scalar_subquery()
+        .label("overdue_at"),
+        *(column.label(f"c_{column.name}") for column in CONTROL.c),
+    ).select_from(CONTROL),
+    planned_each_time=True,
+)
+"""`next_instants`: the claim's, the lapsed-lease sweep's and the overdue sweep's first
+candidates, whatever their instant (each the first entry of its ordered index), with the
+control row."""
+_NOTIFY_AT: Final = Prepared(text("SELECT pg_notify(:channel, :payload)"))
 _TAKE_LAPSED: Final = Prepared(
     update(STEPS)
     .where(
@@ -1594,3 +1744,12 @@ def _check_record(old: StepRow, new: StepRow) -> None:
             raise StoreInvariantError("A frozen command is never replaced.")
     if old.preparation_frozen and not new.preparation_frozen:
         raise StoreInvariantError("A frozen preparation is never removed.")
+
+
+def _announced(payload: bytes, ring: Callable[[], None], schedule: Any) -> None:
+    """One notification on the store's channel: an empty payload (an admission, a re-arm, a
+    hold released…) rings; an instant (`Store.announce`) is scheduled."""
+    if schedule is not None and payload.isdigit():
+        schedule(from_epoch_ms(int(payload)))
+    else:
+        ring()

@@ -1,9 +1,10 @@
 """The store's tables (file 07 §2, §14.1) declared once with SQLModel for both backends.
 
 Names are snake_case forms of the logical names of §14.1. Sealed values (†) are opaque bytes
-(`LargeBinary`), set to NULL by retention. Instants use `UTCDateTime`. The first migration
-(`migrations/versions/v0001_initial.py`) creates exactly this schema; a conformance test compares
-the two on both backends.
+(`SealedBytes`: the envelope is what is kept), set to NULL by retention. Commitments and
+digests use `HexKey` (their 32 bytes on PostgreSQL). Instants use `UTCDateTime`. The migrations
+(`migrations/versions/`) create exactly this schema; a conformance test compares the two on
+both backends.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
-    LargeBinary,
     MetaData,
     String,
     Table,
@@ -30,7 +30,13 @@ from sqlalchemy import (
 from sqlmodel import Field, SQLModel
 
 from coordinator_core.limits import RUN_STATUSES
-from coordinator_core.store.dialect import JsonDocument, UTCDateTime
+from coordinator_core.store.dialect import (
+    CompactJson,
+    HexKey,
+    JsonDocument,
+    SealedBytes,
+    UTCDateTime,
+)
 
 __all__ = [
     "ACTIVATIONS",
@@ -71,6 +77,7 @@ STEP_TYPES: Final = ("call", "choose", "wait-until", "wait-for", "finish")
 # Bounded text columns: digests are `sha256:` + 64 hex, commitments 64 hex.
 _DIGEST: Final = 71
 _COMMITMENT: Final = 64
+_SHA256: Final = "sha256:"
 _ID: Final = 128
 _CODE: Final = 64
 _TEXT: Final = 256
@@ -176,25 +183,23 @@ class RunTable(SQLModel, table=True):
     )
 
     run_id: uuid.UUID = Field(sa_column=Column("run_id", Uuid, primary_key=True))
-    start_identity: str = Field(
-        sa_column=Column("start_identity", String(_COMMITMENT), nullable=False)
-    )
-    input_digest: str = Field(sa_column=Column("input_digest", String(_COMMITMENT), nullable=False))
-    owner: str = Field(sa_column=Column("owner", String(_COMMITMENT), nullable=False))
+    start_identity: str = Field(sa_column=Column("start_identity", HexKey(), nullable=False))
+    input_digest: str = Field(sa_column=Column("input_digest", HexKey(), nullable=False))
+    owner: str = Field(sa_column=Column("owner", HexKey(), nullable=False))
     origin: str = Field(sa_column=Column("origin", String(8), nullable=False))
     trigger: str | None = Field(default=None, sa_column=Column("trigger", String(_ID)))
     workflow_id: str = Field(sa_column=Column("workflow_id", String(_ID), nullable=False))
     workflow_version: str = Field(
         sa_column=Column("workflow_version", String(_TEXT), nullable=False)
     )
-    revision: str = Field(sa_column=Column("revision", String(_DIGEST), nullable=False))
+    revision: str = Field(sa_column=Column("revision", HexKey(_SHA256), nullable=False))
     definition_digest: str = Field(
-        sa_column=Column("definition_digest", String(_DIGEST), nullable=False)
+        sa_column=Column("definition_digest", HexKey(_SHA256), nullable=False)
     )
-    binding_digest: str = Field(sa_column=Column("binding_digest", String(_DIGEST), nullable=False))
-    snapshot: bytes | None = Field(default=None, sa_column=Column("snapshot", LargeBinary))
-    input: bytes | None = Field(default=None, sa_column=Column("input", LargeBinary))
-    policy: dict[str, Any] = Field(sa_column=Column("policy", JsonDocument, nullable=False))
+    binding_digest: str = Field(sa_column=Column("binding_digest", HexKey(_SHA256), nullable=False))
+    snapshot: bytes | None = Field(default=None, sa_column=Column("snapshot", SealedBytes))
+    input: bytes | None = Field(default=None, sa_column=Column("input", SealedBytes))
+    policy: dict[str, Any] = Field(sa_column=Column("policy", CompactJson, nullable=False))
     current_step: str = Field(sa_column=Column("current_step", String(_ID), nullable=False))
     status: str = Field(sa_column=Column("status", String(32), nullable=False))
     cancel_mode: str = Field(sa_column=Column("cancel_mode", String(16), nullable=False))
@@ -202,7 +207,7 @@ class RunTable(SQLModel, table=True):
     restore_review: bool = Field(sa_column=Column("restore_review", Boolean, nullable=False))
     outcome: str | None = Field(default=None, sa_column=Column("outcome", String(_ID)))
     terminal_output: bytes | None = Field(
-        default=None, sa_column=Column("terminal_output", LargeBinary)
+        default=None, sa_column=Column("terminal_output", SealedBytes)
     )
     failure_code: str | None = Field(default=None, sa_column=Column("failure_code", String(_CODE)))
     admitted_at: datetime = Field(sa_column=Column("admitted_at", UTCDateTime, nullable=False))
@@ -277,7 +282,7 @@ class StepTable(SQLModel, table=True):
     finished_at: datetime | None = Field(default=None, sa_column=Column("finished_at", UTCDateTime))
     operation: str | None = Field(default=None, sa_column=Column("operation", String(_ID)))
     effect_kind: str | None = Field(default=None, sa_column=Column("effect_kind", String(16)))
-    command: bytes | None = Field(default=None, sa_column=Column("command", LargeBinary))
+    command: bytes | None = Field(default=None, sa_column=Column("command", SealedBytes))
     command_prepared: bool = Field(sa_column=Column("command_prepared", Boolean, nullable=False))
     preparation_frozen: bool = Field(
         sa_column=Column("preparation_frozen", Boolean, nullable=False)
@@ -287,7 +292,7 @@ class StepTable(SQLModel, table=True):
     uncertain: bool = Field(sa_column=Column("uncertain", Boolean, nullable=False))
     receipt_expired: bool = Field(sa_column=Column("receipt_expired", Boolean, nullable=False))
     settled_by: str | None = Field(default=None, sa_column=Column("settled_by", String(16)))
-    output: bytes | None = Field(default=None, sa_column=Column("output", LargeBinary))
+    output: bytes | None = Field(default=None, sa_column=Column("output", SealedBytes))
     route_kind: str | None = Field(default=None, sa_column=Column("route_kind", String(16)))
     route_label: str | None = Field(default=None, sa_column=Column("route_label", String(_ID)))
     failure_code: str | None = Field(default=None, sa_column=Column("failure_code", String(_CODE)))
@@ -304,9 +309,7 @@ class StepTable(SQLModel, table=True):
     last_observed_at: datetime | None = Field(
         default=None, sa_column=Column("last_observed_at", UTCDateTime)
     )
-    completion_ref: str | None = Field(
-        default=None, sa_column=Column("completion_ref", String(_COMMITMENT))
-    )
+    completion_ref: str | None = Field(default=None, sa_column=Column("completion_ref", HexKey()))
     updated_at: datetime = Field(sa_column=Column("updated_at", UTCDateTime, nullable=False))
 
 
@@ -317,10 +320,10 @@ class DefinitionTable(SQLModel, table=True):
     __tablename__ = "definitions"
 
     definition_digest: str = Field(
-        sa_column=Column("definition_digest", String(_DIGEST), primary_key=True)
+        sa_column=Column("definition_digest", HexKey(_SHA256), primary_key=True)
     )
     run_id: uuid.UUID = Field(sa_column=Column("run_id", Uuid, nullable=False))
-    snapshot: bytes = Field(sa_column=Column("snapshot", LargeBinary, nullable=False))
+    snapshot: bytes = Field(sa_column=Column("snapshot", SealedBytes, nullable=False))
     stored_at: datetime = Field(sa_column=Column("stored_at", UTCDateTime, nullable=False))
 
 
@@ -331,10 +334,10 @@ class LiveBindingTable(SQLModel, table=True):
     __tablename__ = "live_bindings"
 
     definition_digest: str = Field(
-        sa_column=Column("definition_digest", String(_DIGEST), primary_key=True)
+        sa_column=Column("definition_digest", HexKey(_SHA256), primary_key=True)
     )
     binding_digest: str = Field(
-        sa_column=Column("binding_digest", String(_DIGEST), primary_key=True)
+        sa_column=Column("binding_digest", HexKey(_SHA256), primary_key=True)
     )
     first_admitted_at: datetime = Field(
         sa_column=Column("first_admitted_at", UTCDateTime, nullable=False)
@@ -374,10 +377,18 @@ Index(
     postgresql_where=text("type = 'wait-for' AND state = 'pending'"),
     sqlite_where=text("type = 'wait-for' AND state = 'pending'"),
 )
-Index("ix_runs_admitted", RUNS.c.admitted_at.desc(), RUNS.c.run_id.desc())
-Index("ix_runs_owner_admitted", RUNS.c.owner, RUNS.c.admitted_at.desc(), RUNS.c.run_id.desc())
+# Newest first is a backward scan: ascending, a new run's entry goes at the right end of the
+# index, where leaf pages are split full; descending, at the left end, where they were split in
+# half (schema version 3).
+Index("ix_runs_admitted", RUNS.c.admitted_at, RUNS.c.run_id)
+Index("ix_runs_owner_admitted", RUNS.c.owner, RUNS.c.admitted_at, RUNS.c.run_id)
 Index("ix_runs_status", RUNS.c.status)
-Index("ix_runs_completed", RUNS.c.completed_at)
+Index(
+    "ix_runs_completed",
+    RUNS.c.completed_at,
+    postgresql_where=text("completed_at IS NOT NULL"),
+    sqlite_where=text("completed_at IS NOT NULL"),
+)
 Index("ix_runs_definition", RUNS.c.definition_digest)
 Index(
     "ix_runs_deadline_live",

@@ -1,0 +1,213 @@
+"""What an idle worker waits for and how due waits are fired in batches (07 §7.7 item 4;
+issue 9): the store's look-ahead, the batch transaction, the announcement of an instant to the
+other processes, and the claim's plan on tables whose statistics are those of empty tables."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+import psycopg
+import pytest
+from sqlalchemy.dialects import postgresql
+from store_support import (
+    IDENTITY,
+    SECOND,
+    T0,
+    Backend,
+    admit,
+    claim,
+    start_step,
+)
+
+from coordinator_core.store import (
+    LEASE_SECONDS,
+    NextInstants,
+    RunSnapshot,
+    RunWrite,
+    Store,
+    StoreInvariantError,
+)
+from coordinator_core.store import store as store_module
+
+
+def _wait_until(now: datetime, *, instant: datetime | None = None) -> object:
+    """A start record that is a `wait-until` due at `now` (its instant already computed when
+    `instant` is given: a parked wait)."""
+
+    def build(run_id: object) -> object:
+        record = start_step(run_id, now, step="wait", type="wait-until")  # type: ignore[arg-type]
+        return replace(record, wait_until=instant)
+
+    return build
+
+
+def _deliver_each(now: datetime, seen: list[str]) -> object:
+    """A batch decision in its simplest form: each wait delivered (T18-like), nothing leased."""
+
+    def decide(snapshots: Sequence[RunSnapshot]) -> list[RunWrite | None]:
+        writes: list[RunWrite | None] = []
+        for snapshot in snapshots:
+            seen.append(snapshot.current.type)
+            delivered = replace(
+                snapshot.current, state="delivered", route_kind="next", finished_at=now
+            )
+            writes.append(RunWrite(snapshot.run, (delivered,)))
+        return writes
+
+    return decide
+
+
+def test_the_look_ahead_answers_the_first_candidate_of_the_claim_and_of_each_sweep(
+    store: Store,
+) -> None:
+    assert store.next_instants(T0) == NextInstants()  # an empty store: nothing to wait for
+    later = admit(store, "later", T0 + 30 * SECOND, deadline_seconds=7200)
+    admit(store, "sooner", T0 + 10 * SECOND, deadline_seconds=3600)
+    # the earliest record a claim could take (due or not), the earliest deadline of a live run
+    # whose current record is pending and not pure
+    assert store.next_instants(T0) == NextInstants(
+        T0 + 10 * SECOND, None, T0 + 10 * SECOND + 3600 * SECOND
+    )
+    leased = claim(store, T0 + 20 * SECOND)
+    assert leased is not None
+    instants = store.next_instants(T0 + 20 * SECOND)
+    assert instants.due_at == later.admitted_at  # the leased one is no longer a candidate
+    assert instants.lapses_at == T0 + (20 + LEASE_SECONDS) * SECOND
+    assert instants.overdue_at == later.deadline_at
+
+
+def test_the_look_ahead_finds_nothing_while_a_restore_hold_holds_the_claims(
+    store: Store,
+) -> None:
+    admit(store, "held", T0)
+    store.set_restore_hold(T0, lambda _snapshot: None)
+    assert store.next_instants(T0) == NextInstants()
+
+
+def test_a_batch_takes_the_due_waits_only_in_claim_order_and_writes_each_decision(
+    store: Store,
+) -> None:
+    for index in range(3):
+        admit(
+            store,
+            f"wait-{index}",
+            T0 + index * SECOND,
+            step_type="wait-until",
+            first_step=_wait_until(T0 + index * SECOND, instant=T0),
+        )
+    admit(store, "call", T0)  # due too, but a call is claimed as usual
+    admit(store, "not-yet", T0, step_type="wait-until", first_step=_wait_until(T0 + 60 * SECOND))
+    seen: list[str] = []
+    taken, written = store.fire_due_waits(T0 + 5 * SECOND, _deliver_each(T0, seen), limit=2)  # type: ignore[arg-type]
+    assert (taken, seen) == (2, ["wait-until", "wait-until"])
+    assert [snapshot.current.state for snapshot in written] == ["delivered", "delivered"]
+    taken, written = store.fire_due_waits(T0 + 5 * SECOND, _deliver_each(T0, seen))  # type: ignore[arg-type]
+    assert (taken, len(written)) == (1, 1)
+    assert store.fire_due_waits(T0 + 5 * SECOND, _deliver_each(T0, seen)) == (0, ())  # type: ignore[arg-type]
+    leased = claim(store, T0 + 5 * SECOND)
+    assert leased is not None and leased.snapshot.current.type == "call"
+
+
+def test_a_batch_never_leases_a_record_and_a_refused_decision_writes_nothing(
+    store: Store,
+) -> None:
+    run = admit(store, "wait", T0, step_type="wait-until", first_step=_wait_until(T0, instant=T0))
+
+    def lease(snapshots: Sequence[RunSnapshot]) -> list[RunWrite | None]:
+        leased = replace(snapshots[0].current, state="leased", attempt=1, claims=1)
+        return [RunWrite(snapshots[0].run, (leased,))]
+
+    with pytest.raises(StoreInvariantError):
+        store.fire_due_waits(T0, lease)
+    snapshot = store.get_run_snapshot(run.run_id)
+    assert snapshot is not None and snapshot.current.state == "pending"
+    assert store.fire_due_waits(T0, lambda snapshots: [None] * len(snapshots)) == (1, ())
+    taken, written = store.fire_due_waits(T0, _deliver_each(T0, []))  # type: ignore[arg-type]
+    assert taken == 1 and [row.current.state for row in written] == ["delivered"]
+
+
+def test_an_announced_instant_and_an_admission_reach_another_process(
+    postgresql_backend: Backend,
+) -> None:
+    """07 §7.7 item 4 across processes: the listener wakes on its socket (no polling) and
+    hands an announced instant to `schedule`, and rings for a record claimable now."""
+    backend = postgresql_backend
+    backend.migrate()
+    backend.apply()
+    listening, other = backend.open(IDENTITY), backend.open(IDENTITY)
+    stop = threading.Event()
+    rings: list[None] = []
+    scheduled: list[datetime] = []
+    try:
+        thread = listening.listen(lambda: rings.append(None), stop, schedule=scheduled.append)
+        assert thread is not None
+        _eventually(lambda: len(rings) >= 1)  # it rang once it listened
+        other.announce(T0 + 5 * SECOND)
+        _eventually(lambda: scheduled == [T0 + 5 * SECOND])
+        before = len(rings)
+        admit(other, "wakes", T0)
+        _eventually(lambda: len(rings) > before)
+        assert scheduled == [T0 + 5 * SECOND]
+    finally:
+        stop.set()
+        listening.close()
+        other.close()
+
+
+def _eventually(condition: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout  # a hang guard, not a measurement
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "nothing arrived"
+        time.sleep(0.02)
+
+
+def test_the_claim_is_planned_at_each_execution_and_stays_an_ordered_index_scan(
+    postgresql_backend: Backend,
+) -> None:
+    """Issue 9: on a store filled from empty with no statistics taken since, a claim plan kept
+    from the empty tables scanned or sorted every due record per claim. The claim is never a
+    prepared statement of the server (so it is planned for the tables as they are), and that
+    plan is the ordered scan of `ix_steps_due` then the run by its key, with no sort."""
+    backend = postgresql_backend
+    backend.migrate()
+    backend.apply()
+    store = backend.open(IDENTITY, pool_size=1)
+    try:
+        for _ in range(8):  # psycopg prepares a statement it ran five times on a connection
+            assert claim(store, T0 - 3600 * SECOND) is None
+        for index in range(1200):
+            admit(store, f"due-{index}", T0 + index * timedelta(milliseconds=1))
+        for _ in range(8):
+            leased = claim(store, T0 + 3600 * SECOND)
+            assert leased is not None
+        raw = store._engine.raw_connection()
+        try:
+            cursor = raw.driver_connection.cursor()  # type: ignore[union-attr]
+            prepared = [
+                row[0] for row in cursor.execute("SELECT statement FROM pg_prepared_statements")
+            ]
+        finally:
+            raw.close()
+        assert not any("ORDER BY steps.due_at" in text for text in prepared), prepared
+        compiled = store_module._DUE.statement.compile(dialect=postgresql.dialect())
+        parameters = dict(compiled.params) | {"now": T0 + 3600 * SECOND}
+        with psycopg.connect(backend.url, autocommit=True) as connection:
+            connection.execute(f'SET search_path TO "{backend.namespace}"')
+            with connection.transaction(force_rollback=True):
+                plan = "\n".join(
+                    str(row[0])
+                    for row in connection.execute(
+                        "EXPLAIN " + compiled.string,
+                        parameters,  # type: ignore[arg-type]
+                    )
+                )
+    finally:
+        store.close()
+    assert re.search(r"Index Scan using ix_steps_due on steps", plan), plan
+    assert re.search(r"Index Scan using runs_pkey on runs", plan), plan
+    assert "Sort" not in plan and "Bitmap" not in plan, plan
