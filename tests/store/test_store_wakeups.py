@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 import pytest
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql
 from store_support import (
     IDENTITY,
@@ -129,6 +130,38 @@ def test_a_batch_never_leases_a_record_and_a_refused_decision_writes_nothing(
     assert store.fire_due_waits(T0, lambda snapshots: [None] * len(snapshots)) == (1, ())
     taken, written = store.fire_due_waits(T0, _deliver_each(T0, []))  # type: ignore[arg-type]
     assert taken == 1 and [row.current.state for row in written] == ["delivered"]
+
+
+def test_a_batch_whose_write_breaks_a_constraint_fails_whole_as_a_store_error(
+    store: Store,
+) -> None:
+    """The batch's writes are sent together on PostgreSQL (one round trip); a statement that
+    fails there fails the transaction exactly as it would have one by one."""
+    runs = [
+        admit(
+            store,
+            f"wait-{index}",
+            T0,
+            step_type="wait-until",
+            first_step=_wait_until(T0, instant=T0),
+        )
+        for index in range(3)
+    ]
+
+    def breaks(snapshots: Sequence[RunSnapshot]) -> list[RunWrite | None]:
+        writes: list[RunWrite | None] = []
+        for index, snapshot in enumerate(snapshots):
+            record = replace(snapshot.current, state="delivered", finished_at=T0)
+            if index == 1:  # a pending record needs its due instant (ck_steps_pending)
+                record = replace(snapshot.current, due_at=None)
+            writes.append(RunWrite(snapshot.run, (record,)))
+        return writes
+
+    with pytest.raises(sa_exc.IntegrityError):
+        store.fire_due_waits(T0, breaks)
+    for run in runs:
+        snapshot = store.get_run_snapshot(run.run_id)
+        assert snapshot is not None and snapshot.current.state == "pending"
 
 
 def test_an_announced_instant_and_an_admission_reach_another_process(

@@ -190,3 +190,18 @@ def test_a_due_wait_asks_one_loop_to_fire_the_others_in_batches() -> None:
     assert wakeup.generation != seen  # an idle loop wakes to take it
     assert wakeup.take_fire()
     assert not wakeup.take_fire()  # taken once; a full batch asks again
+
+
+def test_an_idle_tick_looks_at_the_store_only_when_what_is_known_may_be_out_of_date() -> None:
+    wakeup = _fixed()
+    assert wakeup.looks_ahead(T)  # nothing known yet
+    wakeup.learn(NextInstants(T + timedelta(seconds=600)), wakeup.scheduled, T)
+    assert not wakeup.looks_ahead(T + timedelta(seconds=10))  # still holds
+    wakeup.schedule(T + timedelta(seconds=20))  # brought forward by this process
+    assert not wakeup.looks_ahead(T + timedelta(seconds=19))
+    assert wakeup.looks_ahead(T + timedelta(seconds=20))  # the instant has come
+    wakeup.learn(NextInstants(T + timedelta(days=1)), wakeup.scheduled, T)
+    assert not wakeup.looks_ahead(T + timedelta(seconds=3599))
+    assert wakeup.looks_ahead(T + timedelta(seconds=3600))  # the cap: look again anyway
+    wakeup.forget()
+    assert wakeup.looks_ahead(T)

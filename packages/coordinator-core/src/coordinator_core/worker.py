@@ -229,6 +229,21 @@ class Wakeup:
             if after is not None and (before is None or after < before):
                 self._condition.notify_all()  # a waiting poller wakes earlier
 
+    def looks_ahead(self, now: datetime) -> bool:
+        """Whether a tick that found nothing at `now` looks at the store: nothing is known yet,
+        the earliest known instant has come, or the last look is `cap` old (what no process
+        announced is found at least that often). Otherwise what is known still holds: this
+        process's own writes and the announcements of the others only ever bring it
+        forward."""
+        with self._condition:
+            if not self._known or self._looked_at is None:
+                return True
+            instant = self._next()
+            if instant is not None and instant <= now:
+                return True
+            looked = self._looked_at
+            return not looked <= now < looked + timedelta(seconds=self._cap)
+
     def forget(self) -> None:
         """The store could not be read: poll every `poll` until a look succeeds."""
         with self._condition:
@@ -424,8 +439,9 @@ class Worker:
         transaction reads the clock afresh (fences and lease checks use the current time).
         The sweeps of lapsed leases and overdue records run first when something can have
         lapsed, then a batch of due waits when a claim found one (`fire_due_waits`). A tick
-        that finds nothing looks ahead: the poller then sleeps until the store can next have
-        work (`Wakeup.learn`)."""
+        that finds nothing looks ahead when what the process knows may be out of date
+        (`Wakeup.looks_ahead`): the poller then sleeps until the store can next have work
+        (`Wakeup.learn`)."""
         fixed = None if now is None else truncate_ms(now)
 
         def clock() -> datetime:
@@ -435,6 +451,8 @@ class Worker:
             claim_now = clock()
             self._sweep(claim_now)
             fired = self.fire_due_waits(claim_now) if self.wakeup.take_fire() else 0
+            if fired >= FIRE_BATCH:
+                return True  # more waits may be due: they go first, the claims after them
             since = self.wakeup.scheduled
             started = time.monotonic()
             chain = _Chain(self)
@@ -445,7 +463,8 @@ class Worker:
                 decide=lambda snapshot: chain.claim(snapshot, claim_now),
             )
             if written is None:
-                self.wakeup.learn(self._store.next_instants(claim_now), since, claim_now)
+                if self.wakeup.looks_ahead(claim_now):
+                    self.wakeup.learn(self._store.next_instants(claim_now), since, claim_now)
                 return fired > 0
             chain.adopt(written, claim_now)
         except BaseException:

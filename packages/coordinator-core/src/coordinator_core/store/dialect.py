@@ -51,6 +51,7 @@ __all__ = [
     "locate",
     "lock_one",
     "lock_rows",
+    "pipelined",
     "quote_namespace",
     "read_engine",
     "store_unavailable",
@@ -487,6 +488,23 @@ class Prepared:
         rows = plan.execute(conn, params or {}).fetchall()
         return plan.read(rows[:1])[0] if rows else None
 
+    def rows_of_each(
+        self, conn: Connection, params: Sequence[Mapping[str, Any]]
+    ) -> list[list[dict[str, Any]]]:
+        """Every row for each parameter set, in order, the statements sent together
+        (`pipelined`: one round trip on PostgreSQL)."""
+        plan = self._plan(conn.dialect)
+        if conn.dialect.name != "postgresql":  # one kept cursor: read each answer at once
+            return [plan.read(plan.execute(conn, one).fetchall()) for one in params]
+        cursors: list[Any] = []
+        try:
+            with pipelined(conn):  # a cursor of its own for each statement
+                cursors.extend(plan.execute(conn, one) for one in params)
+            return [plan.read(cursor.fetchall()) for cursor in cursors]
+        finally:
+            for cursor in cursors:
+                cursor.close()
+
     def run(
         self, conn: Connection, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] = ()
     ) -> None:
@@ -507,15 +525,51 @@ def _cursor_of(conn: Connection) -> tuple[Any, Any]:
     """The driver connection of `conn` and the one cursor kept with it: statements of the
     hot path run on it one after another (a pooled connection serves one thread at a time,
     and each execution replaces the previous result), so none is opened and closed per
-    statement. A connection that was replaced gets a new cursor."""
+    statement. A connection that was replaced gets a new cursor; inside `pipelined`, every
+    statement gets its own (their results arrive together)."""
     driver = conn.connection.driver_connection
     assert driver is not None
+    pgconn = getattr(driver, "pgconn", None)
+    if pgconn is not None and pgconn.pipeline_status:
+        return driver, driver.cursor()  # in a pipeline each statement keeps its own results
     kept = conn.info.get(_CURSOR)
     if kept is not None and kept[0] is driver and not getattr(kept[1], "closed", False):
         return driver, kept[1]
     cursor = driver.cursor()
     conn.info[_CURSOR] = (driver, cursor)
     return driver, cursor
+
+
+@contextmanager
+def pipelined(conn: Connection) -> Iterator[None]:
+    """PostgreSQL: the `Prepared` statements executed inside are sent without waiting for each
+    other's answers (psycopg's pipeline mode), and answered together when the block ends, so
+    many small statements of one transaction cost one round trip; a statement's failure is
+    raised there, as SQLAlchemy raises it (`DBAPIError`, a lost connection invalidated), and
+    fails the transaction as it would have. Nothing changes on SQLite."""
+    if conn.dialect.name != "postgresql":
+        yield
+        return
+    driver: Any = conn.connection.driver_connection
+    dbapi_error = conn.dialect.loaded_dbapi.Error
+    try:
+        with driver.pipeline():
+            yield
+    except exc.DBAPIError:
+        raise
+    except dbapi_error as error:
+        invalidated = bool(conn.dialect.is_disconnect(error, driver, None))
+        if invalidated:
+            conn.invalidate(error)
+        raise exc.DBAPIError.instance(
+            "(pipelined statements)",
+            None,
+            error,
+            dbapi_error,
+            hide_parameters=True,
+            connection_invalidated=invalidated,
+            dialect=conn.dialect,
+        ) from error
 
 
 @dataclass(frozen=True, slots=True)

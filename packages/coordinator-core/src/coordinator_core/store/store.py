@@ -58,6 +58,7 @@ from coordinator_core.store.dialect import (
     locate,
     lock_one,
     lock_rows,
+    pipelined,
     read_engine,
     store_unavailable,
     to_epoch_ms,
@@ -988,19 +989,23 @@ class Store:
             control = self._verify_txn(conn)
             if not self.may_claim(control):
                 return 0, ()
-            snapshots = []
-            for due in _WAITS_DUE.rows(conn, {"now": moment, "limit": limit}):
-                run = _run_from(due)
-                steps = _STEPS_OF.rows(conn, {"run_id": run.run_id})
-                snapshots.append(RunSnapshot(control, run, tuple(_step_from(s) for s in steps)))
-            if not snapshots:
+            runs = [
+                _run_from(due) for due in _WAITS_DUE.rows(conn, {"now": moment, "limit": limit})
+            ]
+            if not runs:
                 return 0, ()
+            records = _STEPS_OF.rows_of_each(conn, [{"run_id": run.run_id} for run in runs])
+            snapshots = [
+                RunSnapshot(control, run, tuple(_step_from(row) for row in rows))
+                for run, rows in zip(runs, records, strict=True)
+            ]
             writes = decide(snapshots)
-            written = tuple(
-                self._apply_txn(conn, snapshot, write, moment).snapshot
-                for snapshot, write in zip(snapshots, writes, strict=True)
-                if write is not None
-            )
+            with pipelined(conn):  # the batch's writes in one round trip on PostgreSQL
+                written = tuple(
+                    self._apply_txn(conn, snapshot, write, moment).snapshot
+                    for snapshot, write in zip(snapshots, writes, strict=True)
+                    if write is not None
+                )
             return len(snapshots), written
 
         return self._transact(work)
