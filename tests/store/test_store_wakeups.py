@@ -20,6 +20,7 @@ from store_support import (
     SECOND,
     T0,
     Backend,
+    admission,
     admit,
     claim,
     start_step,
@@ -186,6 +187,15 @@ def test_an_announced_instant_and_an_admission_reach_another_process(
         admit(other, "wakes", T0)
         _eventually(lambda: len(rings) > before)
         assert scheduled == [T0 + 5 * SECOND]
+        # its own notifications, and an admission another process keeps to itself (one of
+        # its idle loops takes the run), ring nobody here: a later one shows they came first
+        heard = len(rings)
+        admit(listening, "own", T0)
+        other.admit(admission("kept", T0), T0, announce=False)
+        admit(other, "last", T0)
+        _eventually(lambda: len(rings) > heard)
+        time.sleep(0.2)
+        assert len(rings) == heard + 1
     finally:
         stop.set()
         listening.close()

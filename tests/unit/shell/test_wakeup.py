@@ -205,3 +205,36 @@ def test_an_idle_tick_looks_at_the_store_only_when_what_is_known_may_be_out_of_d
     assert wakeup.looks_ahead(T + timedelta(seconds=3600))  # the cap: look again anyway
     wakeup.forget()
     assert wakeup.looks_ahead(T)
+
+
+def test_an_idle_loop_is_taken_once_for_a_new_run_and_none_is_free_while_all_work() -> None:
+    """Issue 9: an admission whose process has an idle loop leaves the run to it (the other
+    processes are not notified); with every loop busy, or each idle one already promised a
+    ring, there is none to take and the admission is announced."""
+    wakeup = Wakeup()
+    assert wakeup.take_idle_loop() is False  # no loop waits
+    woken: list[bool] = []
+    loops = [
+        threading.Thread(target=lambda: woken.append(wakeup.idle(wakeup.generation, 30.0)))
+        for _ in range(2)
+    ]
+    for loop in loops:
+        loop.start()
+    _waiting(wakeup, 2)
+    assert wakeup.take_idle_loop() is True
+    wakeup.ring()  # the admission's ring: that loop, and no other, is promised to it
+    assert wakeup.take_idle_loop() is False
+    deadline = time.monotonic() + 10
+    while not woken and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert woken == [True]
+    wakeup.ring_all()
+    for loop in loops:
+        loop.join(timeout=10)
+    assert wakeup.take_idle_loop() is False  # nobody waits any more
+
+
+def test_a_loop_that_timed_out_is_no_longer_free() -> None:
+    wakeup = Wakeup()
+    assert wakeup.idle(wakeup.generation, 0.01) is False  # the poller came back by itself
+    assert wakeup.take_idle_loop() is False

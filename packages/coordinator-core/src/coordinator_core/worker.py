@@ -181,6 +181,8 @@ class Wakeup:
         self._looked_at: datetime | None = None
         self._scheduled = 0
         self._fire = False
+        self._waiting = 0  # loops inside `idle`
+        self._free = 0  # of those, how many no ring has been made for yet
 
     @property
     def generation(self) -> int:
@@ -197,7 +199,19 @@ class Wakeup:
         work, so a burst is taken up loop by loop and a single run costs one claim)."""
         with self._condition:
             self._generation += 1
+            self._free = max(0, self._free - 1)
             self._condition.notify(1)
+
+    def take_idle_loop(self) -> bool:
+        """Whether an idle loop of this process is free to take a record about to become
+        claimable (the ring that follows wakes it); the loop is counted as taken. When none
+        is, the change is announced to the other processes (07 §7.7 item 4): a process whose
+        own loops are all busy hands new work on instead of queueing it behind them."""
+        with self._condition:
+            if self._free <= 0:
+                return False
+            self._free -= 1
+            return True
 
     def ring_all(self) -> None:
         """Wake every idle loop (the process stops)."""
@@ -299,6 +313,9 @@ class Wakeup:
             polling = not self._polling
             self._polling = True
             began = time.monotonic()
+            rung = False
+            self._waiting += 1
+            self._free += 1
             try:
                 while self._generation == seen:
                     if polling:
@@ -309,10 +326,15 @@ class Wakeup:
                     if remaining <= 0:
                         return False
                     self._condition.wait(remaining)
+                rung = True
                 return True
             finally:
                 if polling:
                     self._polling = False
+                self._waiting -= 1
+                if not rung:
+                    self._free -= 1
+                self._free = max(0, min(self._free, self._waiting))
 
     def found_work(self) -> None:
         """A loop found work after an idle wait: one more idle loop looks too."""

@@ -402,7 +402,7 @@ def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceL
     tick is logged by code and the loop goes on (its record is left to its lease)."""
     pause = poll_ms / 1000
     failures = 0
-    idle = False
+    polled = False
     shutdown.on_stop.append(worker.wakeup.ring_all)
     while not shutdown.stop.is_set():
         seen = worker.wakeup.generation
@@ -421,12 +421,14 @@ def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceL
         except Exception:
             worked = False
             log.emit("error", _WORKER_UNAVAILABLE, "A worker tick failed unexpectedly.")
-        if worked and idle:
-            worker.wakeup.found_work()  # the other idle loops look too
-        idle = not worked
-        if idle and not shutdown.stop.is_set():
+        if worked and polled:
+            # found by polling, not rung for: there may be more, the other idle loops look too
+            # (a ring wakes one loop per record; that loop needs no company)
+            worker.wakeup.found_work()
+        polled = False
+        if not worked and not shutdown.stop.is_set():
             # the process's one poller waits until something can be due, the others for a ring
-            worker.wakeup.idle(seen, pause)
+            polled = not worker.wakeup.idle(seen, pause)
 
 
 def start_workers(process: Started) -> list[threading.Thread]:

@@ -213,6 +213,7 @@ class Store:
         self._identity = identity
         self._lock = lock
         self._seen_control: tuple[tuple[Any, ...], ControlRow] | None = None
+        self._sender = "from:" + secrets.token_hex(8)  # this store's own notifications
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -481,10 +482,12 @@ class Store:
         return "coordinator_due_" + hashlib.sha256(namespace.encode()).hexdigest()[:24]
 
     def _notify_txn(self, conn: Connection) -> None:
-        """`NOTIFY` the store's channel; delivered when (and only if) the transaction commits."""
+        """`NOTIFY` the store's channel; delivered when (and only if) the transaction commits,
+        to the other processes (this store's own listener ignores it: every change made here
+        also rings this process's loops)."""
         channel = self.wake_channel
         if channel is not None:
-            _NOTIFY.run(conn, {"channel": channel})
+            _NOTIFY_AT.run(conn, {"channel": channel, "payload": self._sender})
 
     def announce(self, instant: datetime) -> None:
         """PostgreSQL: tell the other processes that a record this one wrote falls due at
@@ -529,6 +532,7 @@ class Store:
         schedule: Callable[[datetime], object] | None,
         stop: threading.Event,
     ) -> None:
+        own = self._sender.encode()
         while not stop.is_set():
             try:
                 pooled = self._engine.raw_connection()
@@ -550,7 +554,9 @@ class Store:
                             continue
                         pgconn.consume_input()  # raises once the connection is gone
                         while (notice := pgconn.notifies()) is not None:
-                            _announced(bytes(notice.extra), ring, schedule)
+                            payload = bytes(notice.extra)
+                            if payload != own:
+                                _announced(payload, ring, schedule)
                 finally:
                     pooled.close()
             except Exception:  # the store went away: try again shortly (polling covers it)
@@ -794,7 +800,9 @@ class Store:
 
     # -- admission ------------------------------------------------------------------------------
 
-    def admit(self, admission: Admission, now: datetime) -> AdmissionResult:
+    def admit(
+        self, admission: Admission, now: datetime, *, announce: bool = True
+    ) -> AdmissionResult:
         """The admission transaction (07 §6.1; 06 §5.1 step 10), in this order:
 
         admission lock; store identity and custody; the active package is the one this process
@@ -805,7 +813,8 @@ class Store:
         (`admission.revision-mismatch`); the caller's input problem; the live-binding check
         (`command.live-binding-conflict`); then the run (status `running`, cancel mode `none`,
         `deadlineAt = now + deadlineSeconds`) and its start record are inserted together.
-        Concurrent admissions of one start identity resolve to one run.
+        Concurrent admissions of one start identity resolve to one run. Without `announce`
+        the other processes are not notified (an idle loop of this one takes the run).
         """
         moment = truncate_ms(now)
         first = admission.first_step
@@ -906,7 +915,8 @@ class Store:
                 )
             step = evolve(first, lease_token=None, lease_owner=None, lease_expires_at=None)
             _INSERT_STEP.run(conn, {name: getattr(step, name) for name in _STEP_FIELDS})
-            self._notify_txn(conn)
+            if announce:
+                self._notify_txn(conn)
             return AdmissionResult(run, created=True, steps=(step,), control=control)
 
         return self._transact(work)
@@ -1408,7 +1418,6 @@ _RUN_FRESH: Final = (
 cancel, a restore review): every fence reads them fresh; the rest of the run is the claim's."""
 
 _CONTROL: Final = Prepared(select(CONTROL))
-_NOTIFY: Final = Prepared(text("SELECT pg_notify(:channel, '')"))
 _CONTROL_SHARED: Final = Prepared(select(CONTROL).with_for_update(read=True))
 _RUN_BY_START: Final = Prepared(
     select(RUNS).where(RUNS.c.start_identity == bindparam("start_identity"))
@@ -1752,8 +1761,8 @@ def _check_record(old: StepRow, new: StepRow) -> None:
 
 
 def _announced(payload: bytes, ring: Callable[[], None], schedule: Any) -> None:
-    """One notification on the store's channel: an empty payload (an admission, a re-arm, a
-    hold released…) rings; an instant (`Store.announce`) is scheduled."""
+    """Another process's notification on the store's channel: an instant (`Store.announce`)
+    is scheduled; anything else (an admission, a re-arm, a hold released…) rings."""
     if schedule is not None and payload.isdigit():
         schedule(from_epoch_ms(int(payload)))
     else:

@@ -93,7 +93,9 @@ def admit(context: ServiceContext, admission: Admission) -> Admitted:
         input_problem=problem,
         now=now,
     )
-    result = context.store.admit(prepared, now)
+    # an idle loop of this process takes the new run at once: the others are told only when
+    # none is free (07 §7.7 item 4)
+    result = context.store.admit(prepared, now, announce=not context.wakeup.take_idle_loop())
     if result.created:  # its definition's snapshot is stored (inserted or already there)
         context.stored_definitions.add(prepared.definition_digest)
     if result.created and result.control is not None:  # the run as inserted: no read back

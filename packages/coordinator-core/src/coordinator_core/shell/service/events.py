@@ -72,7 +72,7 @@ def admit_event(context: ServiceContext, delivery: EventDelivery) -> EventAdmitt
         now=now,
     )
     try:
-        result = store.admit(prepared, now)
+        result = store.admit(prepared, now, announce=not context.wakeup.take_idle_loop())
     except CoordinatorError as error:
         if error.code in _HOLD_CODES:
             raise ServiceRefusal(_HELD) from None
