@@ -29,7 +29,7 @@ takes over (at a later `now`, after the lease lapsed) and the tests check 07 §1
 * the command frozen before the crash is the command sent after it (guarantee 4);
 * the audit journal verifies, and the entries appended by a transaction that rolled back are
   either intents or are restated (or corrected) by a later committed entry on the same record
-  attempt; the journal's last word on every record attempt agrees with the store (§11).
+  attempt; the journal's last word on every record attempt agrees with the store (07 §11).
 """
 
 from __future__ import annotations

@@ -699,7 +699,7 @@ def test_event_source_may_share_a_connection_name() -> None:
     assert codes(run(base())) == []
 
 
-# -- V4 and §5.4: product connections -----------------------------------------------------
+# -- V4 and 05 §5.4: product connections --------------------------------------------------
 
 
 def test_v4_profile_required_for_breg() -> None:

@@ -2,7 +2,7 @@
 
 This is a shell module (it writes files and reads the clock). The journal never holds a raw
 identifier, reason, input, output, token or contact: every identifying member is a keyed
-reference, and `AuditEntry` refuses any record that is not one of the shapes of the §11 table.
+reference, and `AuditEntry` refuses any record that is not one of the shapes of the 07 §11 table.
 
 Public API
 ----------
@@ -17,7 +17,7 @@ Public API
     `api_request`, `event_request`, `review_completion_request`, `migrate_request`,
     `apply_request`, `response`, `ctl_applied`, `worker_record`; `new_correlation()` and
     `worker_correlation(uuid, action, step_ref)` build the `correlation` member. A record outside
-    the §11 table (an unknown member, a raw value where a reference belongs, …) raises ValueError
+    the 07 §11 table (an unknown member, a raw value where a reference belongs, …) raises ValueError
     with a fixed message that never quotes the value.
 
 `AuditWriter.open(directory, role, clock=…, rotate_bytes=100 MiB)`

@@ -202,7 +202,7 @@ class CaseworkService(Service):
             target = request.url.path
             review = self._review(call, request.path_params["request_id"])
             # Same key and another body is 409, past retention 410; a repeat of the same
-            # withdrawal is answered afresh, which makes it `already_terminal` (§4.3).
+            # withdrawal is answered afresh, which makes it `already_terminal` (08 §4.3).
             repeat = self.idempotency.find("withdrawals", principal, key, target, call.body)
             body = call.body
             if (

@@ -77,7 +77,7 @@ def public_jwk(jwk: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class SigningKey:
-    """A private JWK ready to sign: the algorithm follows from the key type (§2.2 of file 08)."""
+    """A private JWK ready to sign: the algorithm follows from the key type (08 §2.2)."""
 
     def __init__(self, jwk: Mapping[str, Any]) -> None:
         kty = jwk.get("kty")

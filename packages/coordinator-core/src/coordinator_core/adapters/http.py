@@ -144,8 +144,8 @@ class Answer:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """The only members of an `application/problem+json` body the adapter ever keeps (08
-    §2.3), and only when the body's `status` equals the HTTP status."""
+    """The only members of an `application/problem+json` body the adapter ever keeps (08 §2.3),
+    and only when the body's `status` equals the HTTP status."""
 
     code: str
     refusal_code: str | None = None

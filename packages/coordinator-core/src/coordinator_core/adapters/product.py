@@ -1,4 +1,4 @@
-"""The shared body of the product adapters: one attempt's requests and the §9 default table.
+"""The shared body of the product adapters: one attempt's requests and the 08 §9 default table.
 
 `ProductAdapter` implements the `Adapter` protocol once: it checks the binding, obtains the
 credential, runs the product module's handler, and turns whatever happens into exactly one of

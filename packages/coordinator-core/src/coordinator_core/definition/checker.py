@@ -1,7 +1,7 @@
 """`check`: the whole offline proof of a project, in the order of contract 02 §4.1.
 
 Every stage reports every independent problem it finds; later stages run only when the
-conditions of §4.1 hold, so no finding is the mere consequence of another (§4.2).
+conditions of 02 §4.1 hold, so no finding is the mere consequence of another (§4.2).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 `claim_record` is the engine's claim: `StepDue` leases the record (T2, or T26 when a non-pure
 record is overdue), then its `Work` runs at once — a call's request is evaluated and frozen
-with the claim (§7.7 item 2), a `choose`, a `finish` or a first `wait-until` evaluation is
+with the claim (07 §7.7 item 2), a `choose`, a `finish` or a first `wait-until` evaluation is
 applied, a `wait-for` asks for its observation. `carry_on` is the continuation of §7.7 item 1:
 after a record finished, the run's next record is leased and worked in the same transaction
 when it is due at once, as long as the run is not stopping, not under review, not past its

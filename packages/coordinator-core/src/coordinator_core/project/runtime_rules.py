@@ -316,7 +316,7 @@ class RuntimeRules:
     # -- V2 --------------------------------------------------------------------------------
 
     def secret_references(self) -> None:
-        """V2: every reference names a declared provider; some secrets are file-only (§2.2)."""
+        """V2: every reference names a declared provider; some secrets are file-only (05 §2.2)."""
         providers = self.root.get("secretProviders")
         file_provider = providers.get("file") if isinstance(providers, dict) else None
         if isinstance(file_provider, dict):
@@ -391,7 +391,7 @@ class RuntimeRules:
                     message=MESSAGES["too-many-connections"],
                 )
 
-    # -- V4 and §5.4 -----------------------------------------------------------------------
+    # -- V4 and 05 §5.4 --------------------------------------------------------------------
 
     def product_connections(self) -> None:
         code = "coordinator.connection.configuration"
@@ -421,7 +421,7 @@ class RuntimeRules:
             self.report(code, f"{pointer}/baseUrl")
 
     def authorization(self, authorization: Mapping[str, Any], pointer: str) -> None:
-        """§5.4: the connection's client-credentials identity."""
+        """05 §5.4: the connection's client-credentials identity."""
         code = "coordinator.connection.configuration"
         endpoint = self.text(authorization, "tokenEndpoint", pointer)
         if endpoint is not None and not _http_url_ok(endpoint, base=False):
@@ -639,7 +639,7 @@ class RuntimeRules:
             self.report(code, f"{base}/activeStateKey")
 
     def authentication(self, authentication: Mapping[str, Any], pointer: str) -> None:
-        """V10 (§8.1): caller authentication and the one-policy-per-client rule."""
+        """V10 (05 §8.1): caller authentication and the one-policy-per-client rule."""
         code = "coordinator.access.configuration"
         issuer = self.text(authentication, "issuer", pointer)
         if issuer is not None and not _issuer_ok(issuer):

@@ -312,7 +312,7 @@ def create_store_engine(
     """An engine whose every connection is set up for the store (07 §14.2, §14.3).
 
     PostgreSQL: `search_path TO <namespace>, pg_catalog` on every connection. SQLite: the
-    pragmas of §14.3, and every transaction begins `BEGIN IMMEDIATE` (the admission lock and the
+    pragmas of 07 §14.3, and every transaction begins `BEGIN IMMEDIATE` (the admission lock and the
     claim serialisation) unless the connection carries the read-only execution option.
     `read_only_file` opens an existing SQLite file read-only and never creates it.
     """

@@ -387,13 +387,13 @@ class Admission:
     """One admission (07 §6.1) prepared by the caller outside the transaction.
 
     `snapshot` and `input` are sealed for `run_id`; `snapshot` is stored once per definition
-    digest (the first admission that carries it; None when the caller knows it is stored); `first_step` is the start record of §5.1
-    (built for `run_id` with `entered_at = now`). `expected_revision` is the API caller's
-    revision (None for an event admission, which uses the active revision). `input_problem` is
-    the input-schema refusal found before the transaction, raised at its place in the order of
-    06 §5.1 step 10. `bindings_ok` is the live-binding check (05 §10): it receives every
-    distinct (definition digest, binding digest) of the unsettled runs and answers whether
-    they all still match.
+    digest (the first admission that carries it; None when the caller knows it is stored);
+    `first_step` is the start record of 07 §5.1 (built for `run_id` with `entered_at = now`).
+    `expected_revision` is the API caller's revision (None for an event admission, which uses the
+    active revision). `input_problem` is the input-schema refusal found before the transaction,
+    raised at its place in the order of 06 §5.1 step 10. `bindings_ok` is the live-binding check
+    (05 §10): it receives every distinct (definition digest, binding digest) of the unsettled
+    runs and answers whether they all still match.
     """
 
     run_id: uuid.UUID

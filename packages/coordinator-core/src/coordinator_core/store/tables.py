@@ -1,6 +1,6 @@
 """The store's tables (file 07 §2, §14.1) declared once with SQLModel for both backends.
 
-Names are snake_case forms of the logical names of §14.1. Sealed values (†) are opaque bytes
+Names are snake_case forms of the logical names of 07 §14.1. Sealed values (†) are opaque bytes
 (`SealedBytes`: the envelope is what is kept), set to NULL by retention. Commitments and
 digests use `HexKey` (their 32 bytes on PostgreSQL). Instants use `UTCDateTime`. The migrations
 (`migrations/versions/`) create exactly this schema; a conformance test compares the two on
