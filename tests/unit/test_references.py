@@ -96,13 +96,16 @@ class Reference:
         return f"{self.source} {number}" if self.source else f"{number} (no file)"
 
 
-def find_references(text: str, path: str) -> Iterator[Reference]:
-    """Every `§` reference of `text`, with the source the grammar gives it."""
-    source: str | None = None
+def find_references(text: str, path: str, own: str | None = None) -> Iterator[Reference]:
+    """Every `§` reference of `text`, with the source the grammar gives it; `own` is the
+    source a bare `§` has where nothing precedes it (a reference page's own file)."""
+    source: str | None = own
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
-            source = None  # a blank line ends the paragraph
+            source = own  # a blank line ends the paragraph
             continue
+        if own is not None:
+            source = own  # on a reference page, a citation of another file holds on its line
         if SECTION not in line and "file" not in line:
             continue
         for match in TOKEN.finditer(line):
@@ -118,6 +121,8 @@ def find_references(text: str, path: str) -> Iterator[Reference]:
                 source = match["file"]
             elif match["section"]:
                 yield Reference(path, number, source, match["section"])
+                if own is not None:
+                    source = own  # on a reference page a bare `§` is the page's own
             else:
                 yield Reference(path, number, source, None)
 
@@ -180,12 +185,24 @@ def repository_files(root: Path) -> Iterator[Path]:
                     yield path
 
 
+def _own_source(path: Path) -> str | None:
+    """A page of `docs/reference/` is the file its bare `§` references point into."""
+    if path.parent.resolve() != REFERENCE.resolve():
+        return None
+    prefix = path.name.split("-", 1)[0]
+    if prefix.isdigit() and len(prefix) == 2:
+        return prefix
+    return {"rhai-subset.md": "rhai-subset", "STACK.md": "STACK.md"}.get(path.name)
+
+
 def repository_references(root: Path) -> list[Reference]:
     references: list[Reference] = []
     for path in repository_files(root):
         text = path.read_text(encoding="utf-8", errors="replace")
         if SECTION in text:
-            references.extend(find_references(text, path.relative_to(root).as_posix()))
+            references.extend(
+                find_references(text, path.relative_to(root).as_posix(), _own_source(path))
+            )
     return references
 
 
