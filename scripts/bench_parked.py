@@ -235,7 +235,8 @@ REVIEWS_CONNECTION = """\
     reviewCompletions:
       tokenRef: secret:file/casework-completions-token
 """
-OBSERVATION_BLOCK = "observation:\n  minimumIntervalSeconds: 86400\n"
+FLOOR_SECONDS = 86400
+OBSERVATION_BLOCK = f"observation:\n  minimumIntervalSeconds: {FLOOR_SECONDS}\n"
 
 # The current record of every run, by the run's status and the record's type and state.
 SHAPE_SQL = """
@@ -390,8 +391,7 @@ class Parked:
         text = runtime.read_text()
         text = text.replace(
             "connections:\n",
-            OBSERVATION_BLOCK
-            + "connections:\n"
+            "connections:\n"
             + REVIEWS_CONNECTION.format(
                 base_url=self.endpoints["casework"],
                 token_endpoint=self.endpoints["tokenEndpoint"],
@@ -409,12 +409,17 @@ class Parked:
             concurrency=self.arguments.worker_concurrency,
             poll_ms=self.arguments.poll_ms,
         )
-        # bench_service's deployment block names its own workflow in the caller policy.
+        # bench_service's deployment block names its own workflow in the caller policy. The
+        # observation floor goes in after write_runtime, which rewrites what precedes
+        # `connections:`.
         text = runtime.read_text()
         policy = "workflows: [bench-service]"
-        if text.count(policy) != 1:
+        if text.count(policy) != 1 or text.count("\ndeployment:\n") != 1:
             raise BenchError("the runtime file's caller policy is not the expected one")
-        runtime.write_text(text.replace(policy, f"workflows: [{WORKFLOW}]"))
+        text = text.replace(policy, f"workflows: [{WORKFLOW}]")
+        runtime.write_text(
+            text.replace("\ndeployment:\n", "\n" + OBSERVATION_BLOCK + "deployment:\n")
+        )
         self.runtime = str(runtime)
         checked = ctl(env, "check", "--project", str(root), "--runtime-config", self.runtime)
         # The one warning allowed: `dist/`, where write_runtime put the package.
@@ -568,6 +573,18 @@ class Parked:
         wait_for(parked, timeout, f"{expected} runs to be parked", 1.0)
         return time.monotonic() - began
 
+    def check_observation_floor(self) -> None:
+        """The wait-for runs are observed once a day (the deployment's floor): a shorter
+        interval would make the idle window observe them, which is work, not idling."""
+        with self.connect() as connection:
+            row = connection.execute(
+                "SELECT count(*) FROM steps WHERE type = 'wait-for' AND state = 'pending'"
+                " AND interval_seconds < %s",
+                (FLOOR_SECONDS,),
+            ).fetchone()
+        if row is None or int(row[0]) != 0:
+            raise BenchError("wait-for records are observed more often than the floor")
+
     def parked_count(self) -> int:
         """The runs whose current record is a pending wait-until with its instant computed or a
         pending wait-for; fails on a run that settled."""
@@ -633,6 +650,7 @@ class Parked:
                     connection, "claim_at_last_admission", store_module._DUE.statement, 1
                 )
             settle = self.wait_parked(runs, arguments.timeout)
+            self.check_observation_floor()
         finally:
             analyzed = stop_analyzer()
         tenths = batch.tenth_rates()
