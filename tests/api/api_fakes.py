@@ -265,6 +265,7 @@ def settings(keys: SigningKeys, **changes: Any) -> ApiSettings:
             )
         },
         completion_tokens={"reviews": COMPLETION_TOKEN},
+        validate_responses=True,
         clock=lambda: NOW,
     )
     return dataclasses.replace(base, **changes)

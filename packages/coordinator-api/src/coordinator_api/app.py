@@ -14,8 +14,9 @@ Layers, outermost first (each named where it is defined):
    parameters); path and header parameters, media types and bodies are checked by the handlers
    in the order of 06 §1 item 6 (Connexion's body validators are switched off and the edge hands
    it a neutral media type).
-6. Response validation against the 3.0.3 rendering (`ApiSettings.validate_responses`), then the
-   handlers, which return complete Starlette responses with an explicit Content-Type (P1).
+6. Response validation against the 3.0.3 rendering when `ApiSettings.validate_responses` is
+   set (the API tests; not the service), then the handlers, which return complete Starlette
+   responses with an explicit Content-Type (P1).
 
 The document is loaded once from the generated files (`coordinator_api.spec.locate_openapi`) and
 handed to Connexion as a dict; request bodies are validated against the 2020-12 schemas of the
@@ -306,7 +307,7 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
             RoutingMiddleware,
             SecurityMiddleware,
             RequestValidationMiddleware,
-            ResponseValidationMiddleware,
+            *([ResponseValidationMiddleware] if settings.validate_responses else []),
             LifespanMiddleware,
             ContextMiddleware,
         ],
