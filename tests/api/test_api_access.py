@@ -26,6 +26,7 @@ from api_fakes import (
     FakeJournal,
     FakeRunService,
     SigningKeys,
+    authentication,
     bearer,
     claims,
     settings,
@@ -33,7 +34,8 @@ from api_fakes import (
 )
 
 from coordinator_api import JwksUri, OidcDiscovery, create_app
-from coordinator_api.access import KeySetCache, KeySetUnavailable
+from coordinator_api import access as access_module
+from coordinator_api.access import AccessVerifier, KeySetCache, KeySetUnavailable, TokenRefused
 
 pytestmark = pytest.mark.anyio
 
@@ -438,3 +440,55 @@ def test_private_or_short_keys_in_a_key_set_are_ignored(keys: SigningKeys) -> No
     document = {"keys": [{**short_jwk, "kid": "short"}, {**private_jwk, "kid": "private"}]}
     assert numbers.n.bit_length() <= 1024
     assert KeySet.parse(json.dumps(document).encode()).keys == {}
+
+
+async def test_a_token_met_again_is_not_verified_again_but_its_claims_are_checked(
+    keys: SigningKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A caller presents one token for many requests: its signature is verified once for the
+    key that verified it; expiry and the other claim rules hold on every request."""
+    clock = [NOW.timestamp()]
+    verifier = AccessVerifier(authentication(keys), clock=lambda: clock[0])
+    await verifier.start()
+    decodes: list[str] = []
+    real_decode = access_module.jwt.decode
+
+    def counting(presented: str, *args: Any, **kwargs: Any) -> Any:
+        decodes.append(presented)
+        return real_decode(presented, *args, **kwargs)
+
+    monkeypatch.setattr(access_module.jwt, "decode", counting)
+    presented = token(keys, claims(lifetime=600))
+    first = await verifier.verify(presented)
+    again = await verifier.verify(presented)
+    assert first == again and len(decodes) == 1
+    again["sub"] = "someone-else"  # a caller's copy never changes what is kept
+    assert (await verifier.verify(presented))["sub"] == first["sub"]
+    clock[0] += 601 + 30  # past `exp` and the leeway
+    with pytest.raises(TokenRefused):
+        await verifier.verify(presented)
+    forged = token(keys, claims(lifetime=600), key=keys.other_rsa_key)  # same kid, wrong key
+    for _ in range(2):
+        with pytest.raises(TokenRefused):
+            await verifier.verify(forged)
+    assert len(decodes) == 3  # a refused signature is never kept: checked each time
+
+
+async def test_a_kept_token_is_verified_again_once_its_key_set_changed(keys: SigningKeys) -> None:
+    """The kept verdict belongs to the key that gave it: after the key set was fetched anew
+    (a rotation), the token's signature is checked against the key the set now holds."""
+    verifier = AccessVerifier(authentication(keys), clock=NOW.timestamp)
+    await verifier.start()
+    presented = token(keys, claims())
+    await verifier.verify(presented)
+    real_key = verifier._keys.key
+
+    other = jwt.algorithms.RSAAlgorithm.to_jwk(keys.other_rsa_key.public_key(), as_dict=True)
+    replaced = jwt.PyJWK({**other, "kid": "rsa-1", "alg": "RS256"})
+
+    async def rotated(kid: str, algorithm: str) -> Any:
+        return replaced if await real_key(kid, algorithm) is not None else None
+
+    verifier._keys.key = rotated  # type: ignore[method-assign]
+    with pytest.raises(TokenRefused):
+        await verifier.verify(presented)

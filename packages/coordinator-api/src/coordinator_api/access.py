@@ -29,6 +29,7 @@ import logging
 import math
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -47,6 +48,7 @@ from coordinator_api.limits import (
     TOKEN_LEEWAY_SECONDS,
     TOKEN_MAX_BYTES,
     TOKEN_MAX_LIFETIME_SECONDS,
+    VERIFIED_TOKENS,
 )
 from coordinator_api.problems import ApiProblem
 from coordinator_api.settings import (
@@ -281,6 +283,10 @@ class AccessVerifier:
         self._settings = settings
         self._clock = clock
         self._keys = KeySetCache(settings.jwks_source, settings.issuer, transport)
+        self._verified: OrderedDict[str, tuple[object, dict[str, Any]]] = OrderedDict()
+        """Tokens whose signature verified, with the key that verified it (a caller presents
+        the same token for up to an hour): a token met again under the same key is not
+        verified again; its claims are checked every time."""
 
     async def start(self) -> None:
         await self._keys.start()
@@ -306,6 +312,11 @@ class AccessVerifier:
         key = await self._keys.key(kid, algorithm)
         if key is None:
             raise TokenRefused("`kid` names no key of the key set")
+        known = self._verified.get(token)
+        if known is not None and known[0] is key:
+            self._verified.move_to_end(token)
+            self._check_claims(known[1])
+            return dict(known[1])
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,
@@ -326,6 +337,9 @@ class AccessVerifier:
         except jwt.InvalidTokenError as exc:
             raise TokenRefused("the signature does not verify") from exc
         self._check_claims(claims)
+        self._verified[token] = (key, dict(claims))
+        if len(self._verified) > VERIFIED_TOKENS:
+            self._verified.popitem(last=False)
         return claims
 
     def _check_claims(self, claims: Mapping[str, Any]) -> None:

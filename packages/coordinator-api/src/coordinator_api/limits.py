@@ -10,6 +10,9 @@ BODY_MAX_BYTES: Final = 65_536
 TOKEN_MAX_BYTES: Final = 16_384
 """06 §2 item 1: a compact JWS access token."""
 
+VERIFIED_TOKENS: Final = 1024
+"""Tokens kept with the key that verified their signature (`AccessVerifier`)."""
+
 TOKEN_LEEWAY_SECONDS: Final = 30
 """06 §2 item 4: clock leeway for `exp`, `iat` and `nbf`."""
 
