@@ -775,17 +775,22 @@ class AuditWriter:
             self._cond.notify_all()
 
     def _write_batch(self, batch: list[bytes]) -> bool:
+        """Write the batch (one `write` per file it goes to) and fsync it."""
         try:
+            pending: list[bytes] = []
             for line in batch:
                 data = line + b"\n"
                 if self._size and self._size + len(data) > self._rotate_bytes:
+                    _write_all(self._fd, b"".join(pending))
+                    pending = []
                     os.fsync(self._fd)
                     os.close(self._fd)
                     self._fd = -1
                     self._file_number += 1
                     self._create_file()
-                _write_all(self._fd, data)
+                pending.append(data)
                 self._size += len(data)
+            _write_all(self._fd, b"".join(pending))
             os.fsync(self._fd)
         except OSError:
             return False
