@@ -1033,6 +1033,7 @@ def bench(admin_url: str, arguments: argparse.Namespace) -> Results:
 
 
 PROCESSES = ("serve", "worker", "peer", "sandbox", "client", "postgres")
+OWN_PROCESSES = ("serve", "worker", "peer")
 
 
 def median(values: Sequence[float]) -> float:
@@ -1072,6 +1073,16 @@ def summarise(results: Results) -> list[Row]:
                     figures["cpu." + process] = median(
                         [1000 * s.per_run(s.cpu[process]) for s in samples]
                     )
+            if configuration != "bound":
+                figures["cpu.ours"] = median([1000 * s.per_run(_own_cpu(s)) for s in samples])
+            if configuration in OURS and concurrency in results.get("dbos", {}):
+                theirs = results["dbos"][concurrency]
+                figures["cpu_ratio_to_peer"] = median(
+                    [
+                        s.per_run(_own_cpu(s)) / t.per_run(_own_cpu(t))
+                        for s, t in zip(samples, theirs, strict=True)
+                    ]
+                )
             for other, key in (("dbos", "ratio_to_peer"), ("bound", "ratio_to_bound")):
                 if configuration in OURS and concurrency in results.get(other, {}):
                     theirs = results[other][concurrency]
@@ -1082,6 +1093,11 @@ def summarise(results: Results) -> list[Row]:
     return rows
 
 
+def _own_cpu(sample: Sample) -> float:
+    """CPU seconds of the configuration's own processes: serve (+ worker), or the peer."""
+    return sum(sample.cpu.get(name, 0.0) for name in OWN_PROCESSES)
+
+
 COLUMNS = (
     ("runs/s", "runs_per_second", "{:.1f}"),
     ("p50 ms", "p50_ms", "{:.1f}"),
@@ -1089,6 +1105,8 @@ COLUMNS = (
     ("serve", "cpu.serve", "{:.1f}"),
     ("worker", "cpu.worker", "{:.1f}"),
     ("peer", "cpu.peer", "{:.1f}"),
+    ("own", "cpu.ours", "{:.1f}"),
+    ("own/peer", "cpu_ratio_to_peer", "{:.2f}"),
     ("sandbox", "cpu.sandbox", "{:.1f}"),
     ("client", "cpu.client", "{:.1f}"),
     ("pg*", "cpu.postgres", "{:.1f}"),
@@ -1168,7 +1186,8 @@ LEGEND = """\
 c: concurrency (1: admit, wait until finished, admit the next; 8: eight admissions in flight).
 runs/s: finished runs per second (bound: commits per second on c connections); p50/p99:
 admission request start -> the client's poll sees the run finished. serve … pg*: CPU ms per
-finished run of each process (client: this script, pg*: the whole PostgreSQL server).
+finished run of each process (client: this script, pg*: the whole PostgreSQL server); own:
+serve + worker, or the peer; own/peer: ours over the peer's (a machine's speed cancels out).
 wxact*: write transactions (transaction ids consumed), walsync*: WAL flushes, xact:
 transactions of the configuration's database less the client's polls, all per finished run
 (per commit for the bound). * server-wide: whatever else the server runs counts too.

@@ -222,12 +222,52 @@ def test_an_idle_loop_is_taken_once_for_a_new_run_and_none_is_free_while_all_wor
         loop.start()
     _waiting(wakeup, 2)
     assert wakeup.take_idle_loop() is True
-    wakeup.ring()  # the admission's ring: that loop, and no other, is promised to it
-    assert wakeup.take_idle_loop() is False
+    wakeup.ring()  # the admission's ring wakes the loop it took
     deadline = time.monotonic() + 10
     while not woken and time.monotonic() < deadline:
         time.sleep(0.01)
     assert woken == [True]
+    assert wakeup.take_idle_loop() is True  # the other loop still waits, free
+    assert wakeup.take_idle_loop() is False  # and is taken now
+    wakeup.ring()
+    deadline = time.monotonic() + 10
+    while len(woken) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert woken == [True, True]
+    assert wakeup.take_idle_loop() is False  # nobody waits any more
+    for loop in loops:
+        loop.join(timeout=10)
+
+
+def test_loops_that_go_idle_again_are_free_again_run_after_run() -> None:
+    """A lone loop taken for one run after another is found free each time it waits again
+    (the count never drifts, so a quiet process keeps its runs and notifies nobody)."""
+    wakeup = Wakeup()
+    for _ in range(5):
+        woken: list[bool] = []
+        loop = threading.Thread(target=lambda: woken.append(wakeup.idle(wakeup.generation, 30)))
+        loop.start()
+        _waiting(wakeup, 1)
+        assert wakeup.take_idle_loop() is True
+        wakeup.ring()
+        loop.join(timeout=10)
+        assert woken == [True]
+    assert wakeup.take_idle_loop() is False
+
+
+def test_a_ring_nobody_was_promised_takes_a_free_loop() -> None:
+    wakeup = Wakeup()
+    woken: list[bool] = []
+    loops = [
+        threading.Thread(target=lambda: woken.append(wakeup.idle(wakeup.generation, 30.0)))
+        for _ in range(2)
+    ]
+    for loop in loops:
+        loop.start()
+    _waiting(wakeup, 2)
+    wakeup.ring()  # a record another process announced: one loop goes for it
+    assert wakeup.take_idle_loop() is True
+    assert wakeup.take_idle_loop() is False
     wakeup.ring_all()
     for loop in loops:
         loop.join(timeout=10)

@@ -183,6 +183,7 @@ class Wakeup:
         self._fire = False
         self._waiting = 0  # loops inside `idle`
         self._free = 0  # of those, how many no ring has been made for yet
+        self._promised = 0  # loops taken (`take_idle_loop`) whose ring has not come yet
 
     @property
     def generation(self) -> int:
@@ -199,18 +200,23 @@ class Wakeup:
         work, so a burst is taken up loop by loop and a single run costs one claim)."""
         with self._condition:
             self._generation += 1
-            self._free = max(0, self._free - 1)
+            if self._promised > 0:
+                self._promised -= 1  # the ring a taken loop waited for: counted already
+            else:
+                self._free = max(0, self._free - 1)
             self._condition.notify(1)
 
     def take_idle_loop(self) -> bool:
         """Whether an idle loop of this process is free to take a record about to become
-        claimable (the ring that follows wakes it); the loop is counted as taken. When none
-        is, the change is announced to the other processes (07 §7.7 item 4): a process whose
-        own loops are all busy hands new work on instead of queueing it behind them."""
+        claimable; the loop is counted as taken, and the caller rings once the record is
+        (`ring`). When none is free, the change is announced to the other processes (07
+        §7.7 item 4): a process whose own loops are all busy hands new work on instead of
+        queueing it behind them."""
         with self._condition:
             if self._free <= 0:
                 return False
             self._free -= 1
+            self._promised += 1
             return True
 
     def ring_all(self) -> None:
