@@ -207,20 +207,26 @@ def test_an_idle_tick_looks_at_the_store_only_when_what_is_known_may_be_out_of_d
     assert wakeup.looks_ahead(T)
 
 
+def _idle_loops(wakeup: Wakeup, count: int) -> tuple[list[bool], list[threading.Thread]]:
+    """`count` loops waiting in `idle` (what each wait answered is appended to the list)."""
+    woken: list[bool] = []
+    loops = [
+        threading.Thread(target=lambda: woken.append(wakeup.idle(wakeup.generation, 30.0)))
+        for _ in range(count)
+    ]
+    for loop in loops:
+        loop.start()
+    _waiting(wakeup, count)
+    return woken, loops
+
+
 def test_an_idle_loop_is_taken_once_for_a_new_run_and_none_is_free_while_all_work() -> None:
     """Issue 9: an admission whose process has an idle loop leaves the run to it (the other
     processes are not notified); with every loop busy, or each idle one already promised a
     ring, there is none to take and the admission is announced."""
     wakeup = Wakeup()
     assert wakeup.take_idle_loop() is False  # no loop waits
-    woken: list[bool] = []
-    loops = [
-        threading.Thread(target=lambda: woken.append(wakeup.idle(wakeup.generation, 30.0)))
-        for _ in range(2)
-    ]
-    for loop in loops:
-        loop.start()
-    _waiting(wakeup, 2)
+    woken, loops = _idle_loops(wakeup, 2)
     assert wakeup.take_idle_loop() is True
     wakeup.ring()  # the admission's ring wakes the loop it took
     deadline = time.monotonic() + 10
@@ -257,14 +263,7 @@ def test_loops_that_go_idle_again_are_free_again_run_after_run() -> None:
 
 def test_a_ring_nobody_was_promised_takes_a_free_loop() -> None:
     wakeup = Wakeup()
-    woken: list[bool] = []
-    loops = [
-        threading.Thread(target=lambda: woken.append(wakeup.idle(wakeup.generation, 30.0)))
-        for _ in range(2)
-    ]
-    for loop in loops:
-        loop.start()
-    _waiting(wakeup, 2)
+    woken, loops = _idle_loops(wakeup, 2)
     wakeup.ring()  # a record another process announced: one loop goes for it
     assert wakeup.take_idle_loop() is True
     assert wakeup.take_idle_loop() is False
