@@ -250,10 +250,7 @@ def test_loops_that_go_idle_again_are_free_again_run_after_run() -> None:
     (the count never drifts, so a quiet process keeps its runs and notifies nobody)."""
     wakeup = Wakeup()
     for _ in range(5):
-        woken: list[bool] = []
-        loop = threading.Thread(target=lambda: woken.append(wakeup.idle(wakeup.generation, 30)))
-        loop.start()
-        _waiting(wakeup, 1)
+        woken, (loop,) = _idle_loops(wakeup, 1)
         assert wakeup.take_idle_loop() is True
         wakeup.ring()
         loop.join(timeout=10)
@@ -263,7 +260,7 @@ def test_loops_that_go_idle_again_are_free_again_run_after_run() -> None:
 
 def test_a_ring_nobody_was_promised_takes_a_free_loop() -> None:
     wakeup = Wakeup()
-    woken, loops = _idle_loops(wakeup, 2)
+    _, loops = _idle_loops(wakeup, 2)
     wakeup.ring()  # a record another process announced: one loop goes for it
     assert wakeup.take_idle_loop() is True
     assert wakeup.take_idle_loop() is False
