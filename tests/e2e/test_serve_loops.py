@@ -125,3 +125,33 @@ def serve_log_handler(stream: io.StringIO) -> logging.Handler:
     from coordinator_core.shell.service_log import JsonLineHandler
 
     return JsonLineHandler(ServiceLog(stream))
+
+
+class _ScriptedWakeup(Wakeup):
+    """Answers each idle wait from a script (True: rung, False: the poll ran out) at once, and
+    counts the loop's calls for company."""
+
+    def __init__(self, waits: list[bool]) -> None:
+        super().__init__()
+        self.waits = waits
+        self.company = 0
+
+    def idle(self, seen: int, poll: float) -> bool:
+        return self.waits.pop(0) if self.waits else True
+
+    def found_work(self) -> None:
+        self.company += 1
+
+
+def test_a_loop_asks_for_company_only_when_there_is_more_than_one_record() -> None:
+    """Issue 9: a ring is for one record, and the loop it wakes works alone (at one run at a
+    time, another loop woken with it only ran an empty claim per run). A loop that finds a
+    second record in a row, or that found work by polling, wakes the other idle loops."""
+    shutdown, _ = _shutdown()
+    worker = _Worker([True, False, True, True, True, False, True, False, True, False], shutdown)
+    wakeup = _ScriptedWakeup([True, False, True, True])
+    worker.wakeup = wakeup
+    process.worker_loop(worker, 1, shutdown, shutdown.log)
+    # rung → one record (alone) · rung → three in a row (company at the second) · polled →
+    # one record (company) · rung → one record (alone)
+    assert wakeup.company == 2

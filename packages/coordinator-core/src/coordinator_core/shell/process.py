@@ -403,6 +403,7 @@ def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceL
     pause = poll_ms / 1000
     failures = 0
     polled = False
+    streak = 0  # ticks in a row that found work since the loop last waited
     shutdown.on_stop.append(worker.wakeup.ring_all)
     while not shutdown.stop.is_set():
         seen = worker.wakeup.generation
@@ -421,9 +422,10 @@ def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceL
         except Exception:
             worked = False
             log.emit("error", _WORKER_UNAVAILABLE, "A worker tick failed unexpectedly.")
-        if worked and polled:
-            # found by polling, not rung for: there may be more, the other idle loops look too
-            # (a ring wakes one loop per record; that loop needs no company)
+        streak = streak + 1 if worked else 0
+        if streak == 2 or (streak == 1 and polled):
+            # more than the one record a ring is for, or work found by polling (nobody rang
+            # for it): there may be more, so the other idle loops look too
             worker.wakeup.found_work()
         polled = False
         if not worked and not shutdown.stop.is_set():
