@@ -17,6 +17,11 @@ WORKSPACE = (
     "-e", str(ROOT / "packages" / "coordinator-api"),
     "-e", str(ROOT / "packages" / "coordinator-sandbox"),
 )  # fmt: skip
+# The source roots of the workspace packages, for tools that read the code without installing it.
+SOURCE_ROOTS = tuple(
+    str(ROOT / "packages" / package / "src")
+    for package in ("coordinator-core", "coordinatorctl", "coordinator-api", "coordinator-sandbox")
+)
 TEST_TOOLS = (
     "pytest",
     "pytest-xdist",
@@ -55,10 +60,13 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff (lint and formatting) and the OpenAPI documents against their meta-schema."""
-    session.install(*CONSTRAINTS, "ruff", "openapi-spec-validator")
+    """ruff (lint and formatting), the layer contract (import-linter, `[tool.importlinter]` in
+    pyproject.toml) and the OpenAPI documents against their meta-schema."""
+    session.install(*CONSTRAINTS, "ruff", "openapi-spec-validator", "import-linter")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    # import-linter builds its graph from the source trees; it needs no installed workspace.
+    session.run("lint-imports", env={"PYTHONPATH": os.pathsep.join(SOURCE_ROOTS)})
     for document in (
         "spec/openapi.yaml",
         "generated/openapi.bundled.yaml",

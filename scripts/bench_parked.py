@@ -92,8 +92,8 @@ from bench_service import (
 from bench_service import cpu_seconds as process_cpu_seconds
 from sqlalchemy.dialects import postgresql
 
-from coordinator_core.store import store as store_module
-from coordinator_core.store.dialect import truncate_ms
+from coordinator_core.shell.store import store as store_module
+from coordinator_core.shell.store.dialect import truncate_ms
 from coordinator_sandbox.launch import endpoints_in
 
 WORKFLOW = "bench-parked"

@@ -15,8 +15,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-from coordinator_core import sealing
-from coordinator_core.sealing import Sealer, StateKeyRing
+from coordinator_core.shell import sealing
+from coordinator_core.shell.sealing import Sealer, StateKeyRing
 from coordinator_core.values import canonical_json
 
 COUNT = 10_000

@@ -160,7 +160,7 @@ def verify_caller(authorization: str | None) -> dict[str, Any]:
     return claims
 
 
-# -- the products (what coordinator_core.adapters do per call) -------------------------------
+# -- the products (what coordinator_core.shell.adapters do per call) -------------------------------
 
 
 def client_assertion(name: str) -> str:

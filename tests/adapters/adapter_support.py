@@ -28,7 +28,6 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from coordinator_core.adapters import Adapter, ClientCredentials, PreparedCommand, ProductConnection
 from coordinator_core.engine.commands import (
     Dispatch,
     LookupReceipt,
@@ -44,6 +43,12 @@ from coordinator_core.engine.events import (
     to_canonical,
 )
 from coordinator_core.engine.keys import commitment
+from coordinator_core.shell.adapters import (
+    Adapter,
+    ClientCredentials,
+    PreparedCommand,
+    ProductConnection,
+)
 
 TOKEN_PATH = "/oauth/token"
 CANARY = "canary-7f3a9c-SECRET"

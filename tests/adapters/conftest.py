@@ -20,7 +20,7 @@ from adapter_support import (
     rsa_key,
 )
 
-from coordinator_core.adapters import HttpSettings, ProductConnection
+from coordinator_core.shell.adapters import HttpSettings, ProductConnection
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from adapter_support import (
     uncertain,
 )
 
-from coordinator_core.adapters.breg import BregAdapter
+from coordinator_core.shell.adapters.breg import BregAdapter
 from coordinator_core.values import canonical_json
 
 READ = "breg.read-record/v1"

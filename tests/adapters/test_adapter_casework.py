@@ -23,7 +23,7 @@ from adapter_support import (
     uncertain,
 )
 
-from coordinator_core.adapters.casework import CaseworkAdapter
+from coordinator_core.shell.adapters.casework import CaseworkAdapter
 from coordinator_core.values import canonical_json
 
 SUBMIT = "casework.submit-review-request/v1"

@@ -27,10 +27,10 @@ from adapter_support import (
     uncertain,
 )
 
-from coordinator_core.adapters import AccessToken, HttpSettings, ProductConnection
-from coordinator_core.adapters.messaging import MessagingAdapter
-from coordinator_core.adapters.scheduling import SchedulingAdapter
 from coordinator_core.engine.events import CallOutcome
+from coordinator_core.shell.adapters import AccessToken, HttpSettings, ProductConnection
+from coordinator_core.shell.adapters.messaging import MessagingAdapter
+from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
 
 READ = "scheduling.read-scheduling/v1"
 MUTATION = "messaging.submit-message/v1"

@@ -29,17 +29,17 @@ from adapter_support import (
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm
 
-from coordinator_core.adapters import (
+from coordinator_core.shell.adapters import (
     AccessToken,
     CredentialIssuer,
     HttpSettings,
 )
-from coordinator_core.adapters.credentials import (
+from coordinator_core.shell.adapters.credentials import (
     CLIENT_ASSERTION_TYPE,
     SigningKeyError,
     load_signing_key,
 )
-from coordinator_core.adapters.scheduling import SchedulingAdapter
+from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
 
 SCHEDULING = {"schedulingId": "s-1", "policyRevision": "r-1", "policyDigest": "sha256:00"}
 READ = "scheduling.read-scheduling/v1"

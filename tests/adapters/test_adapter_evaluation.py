@@ -29,9 +29,9 @@ from adapter_support import (
     uncertain,
 )
 
-from coordinator_core.adapters import AccessToken, EvaluationConnection
-from coordinator_core.adapters.evaluation import EvaluationAdapter
 from coordinator_core.engine.events import PreparationDone
+from coordinator_core.shell.adapters import AccessToken, EvaluationConnection
+from coordinator_core.shell.adapters.evaluation import EvaluationAdapter
 from coordinator_core.values import canonical_json
 
 EVALUATE = "evaluation.evaluate/v1"

@@ -23,12 +23,12 @@ from adapter_support import (
     success,
 )
 
-from coordinator_core.adapters import (
+from coordinator_core.shell.adapters import (
     AccessToken,
     ClientCredentials,
     ExternalConnection,
 )
-from coordinator_core.adapters.external import ExternalHttpAdapter
+from coordinator_core.shell.adapters.external import ExternalHttpAdapter
 
 GET = "external-http.get/v1"
 HOLIDAYS = {"holidays": ["2026-01-01", "2026-12-25"]}

@@ -18,17 +18,17 @@ from adapter_support import (
     success,
 )
 
-from coordinator_core.adapters import HttpSettings
-from coordinator_core.adapters.breg import BregAdapter
-from coordinator_core.adapters.http import (
+from coordinator_core.shell.adapters import HttpSettings
+from coordinator_core.shell.adapters.breg import BregAdapter
+from coordinator_core.shell.adapters.http import (
     DestinationRefused,
     TransportFailure,
     exchange,
     path_segment,
     user_agent,
 )
-from coordinator_core.adapters.messaging import MessagingAdapter
-from coordinator_core.adapters.scheduling import SchedulingAdapter
+from coordinator_core.shell.adapters.messaging import MessagingAdapter
+from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
 
 RECORD = {"data": {"recordIdentifier": "r"}, "meta": {}}
 SCHEDULING = {"schedulingId": "s-1", "policyRevision": "r-1", "policyDigest": "sha256:00"}

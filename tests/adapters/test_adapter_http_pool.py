@@ -16,9 +16,9 @@ import httpcore
 import pytest
 from adapter_support import Tls, deadline, read_request
 
-from coordinator_core.adapters import HttpSettings
-from coordinator_core.adapters import http as client_http
-from coordinator_core.adapters.http import (
+from coordinator_core.shell.adapters import HttpSettings
+from coordinator_core.shell.adapters import http as client_http
+from coordinator_core.shell.adapters.http import (
     POOL_IDLE_CONNECTIONS,
     DestinationRefused,
     TransportFailure,

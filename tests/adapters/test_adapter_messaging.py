@@ -22,7 +22,7 @@ from adapter_support import (
     success,
 )
 
-from coordinator_core.adapters.messaging import MessagingAdapter
+from coordinator_core.shell.adapters.messaging import MessagingAdapter
 from coordinator_core.values import canonical_json
 
 SUBMIT = "messaging.submit-message/v1"

@@ -20,7 +20,7 @@ from adapter_support import (
     uncertain,
 )
 
-from coordinator_core.adapters.scheduling import SchedulingAdapter
+from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
 from coordinator_core.values import canonical_json
 
 SCHEDULING = {"schedulingId": "s-1", "policyRevision": "r-1", "policyDigest": "sha256:00"}

@@ -35,8 +35,12 @@ from adapter_support import (
     uncertain,
 )
 
-import coordinator_core.adapters as adapters
-from coordinator_core.adapters import (
+import coordinator_core.shell.adapters as adapters
+from coordinator_core.engine import events as engine
+from coordinator_core.engine.codes import REPLY_CODES
+from coordinator_core.engine.commands import Dispatch, ObtainCredential, Prepare
+from coordinator_core.operations import CATALOG
+from coordinator_core.shell.adapters import (
     SERVED_OPERATIONS,
     AccessToken,
     Adapter,
@@ -48,13 +52,9 @@ from coordinator_core.adapters import (
     product_adapters,
     unserved_operations,
 )
-from coordinator_core.adapters import validation as shapes
-from coordinator_core.adapters.messaging import MessagingAdapter
-from coordinator_core.adapters.scheduling import SchedulingAdapter
-from coordinator_core.engine import events as engine
-from coordinator_core.engine.codes import REPLY_CODES
-from coordinator_core.engine.commands import Dispatch, ObtainCredential, Prepare
-from coordinator_core.operations import CATALOG
+from coordinator_core.shell.adapters import validation as shapes
+from coordinator_core.shell.adapters.messaging import MessagingAdapter
+from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
 from coordinator_core.values import canonical_json
 
 MESSAGE = {"senderProfile": "p", "to": {"email": "a@b.c"}, "content": {"text": CANARY}}
@@ -346,7 +346,7 @@ def test_the_adapters_define_no_outcome_type_of_their_own():
     modules = {info.name for info in pkgutil.iter_modules(adapters.__path__)}
     assert "events" not in modules
     for name in modules:
-        module = import_module(f"coordinator_core.adapters.{name}")
+        module = import_module(f"coordinator_core.shell.adapters.{name}")
         for member, value in vars(module).items():
             if inspect.isclass(value) and value.__module__ == module.__name__:
                 assert member not in engine.__all__, f"{name}.{member} spells an engine event"
@@ -393,7 +393,7 @@ def test_an_internal_fault_before_sending_is_remote_retryable(fake, connect, mon
     def broken(value: Any) -> Any:
         raise RuntimeError(CANARY)
 
-    monkeypatch.setattr("coordinator_core.adapters.messaging._message", broken)
+    monkeypatch.setattr("coordinator_core.shell.adapters.messaging._message", broken)
     outcome = call(
         MessagingAdapter(),
         connect("messaging"),
@@ -411,7 +411,7 @@ def test_an_internal_fault_after_a_mutation_may_have_left_is_remote_uncertain(
     def broken(value: Any) -> Any:
         raise KeyError(CANARY)
 
-    monkeypatch.setattr("coordinator_core.adapters.messaging.message_receipt", broken)
+    monkeypatch.setattr("coordinator_core.shell.adapters.messaging.message_receipt", broken)
     outcome = call(
         MessagingAdapter(),
         connect("messaging"),

@@ -23,7 +23,7 @@ import httpx
 import psycopg
 from e2e_support import Project, Sandbox, wait_for
 
-from coordinator_core.audit import verify_directory
+from coordinator_core.shell.audit import verify_directory
 
 READ = "breg.read-record/v1"
 TOKEN = "identity.token"

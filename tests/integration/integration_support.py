@@ -27,10 +27,10 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from coordinator_core.audit import AuditWriter
-from coordinator_core.definition.checker import check_project
-from coordinator_core.definition.package import LoadedPackage, load_package, write_package
-from coordinator_core.deployment import Deployment, Secrets, load_deployment, resolve_secrets
+from coordinator_core.checking.checker import check_project
+from coordinator_core.shell.audit import AuditWriter
+from coordinator_core.shell.deployment import Deployment, Secrets, load_deployment, resolve_secrets
+from coordinator_core.shell.package_files import LoadedPackage, load_package, write_package
 from coordinator_core.shell.service import (
     Admission,
     Admitted,
@@ -40,14 +40,14 @@ from coordinator_core.shell.service import (
     StoreRunService,
     build_service,
 )
-from coordinator_core.store import (
+from coordinator_core.shell.store import (
     ActivationRequest,
     DeploymentIdentity,
     Store,
     apply_activation,
     migrate,
 )
-from coordinator_core.worker import Worker
+from coordinator_core.shell.worker import Worker
 from coordinator_sandbox import launch
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -139,8 +139,8 @@ def test_the_live_binding_check_restores_a_definition_it_does_not_hold_from_a_ru
 ) -> None:
     """One live-binding check, one way to open a snapshot: a process that does not hold a
     run's definition restores it from the run's sealed snapshot through its DefinitionCache."""
+    from coordinator_core.shell.codec import DefinitionCache
     from coordinator_core.shell.service.bindings import UNBOUND, LiveBindings
-    from coordinator_core.worker_state import DefinitionCache
 
     deployed = sqlite_deployed
     admitted = deployed.admit(run_input())

@@ -19,11 +19,11 @@ from integration_support import (
     run_input,
 )
 
-from coordinator_core.audit import verify_directory
 from coordinator_core.engine import Dispatch
+from coordinator_core.shell.audit import verify_directory
 from coordinator_core.shell.process import Shutdown, worker_loop
 from coordinator_core.shell.service_log import ServiceLog
-from coordinator_core.store import LEASE_SECONDS
+from coordinator_core.shell.store import LEASE_SECONDS
 
 
 def test_a_due_follow_up_is_sent_once_and_the_run_finishes(deployed: Deployed) -> None:
@@ -49,7 +49,7 @@ def test_each_durable_event_is_advanced_once_when_nobody_changed_the_run(
 ) -> None:
     """The advance made before a fenced transaction is its decision when the run as committed
     is the state it was made from: no event of an uncontended run is advanced twice."""
-    import coordinator_core.worker as worker_module
+    import coordinator_core.shell.worker as worker_module
 
     calls: list[str] = []
     original = worker_module.advance

@@ -18,7 +18,7 @@ from integration_support import (
 )
 
 from coordinator_core.shell.service import ServiceRefusal, build_service
-from coordinator_core.store import Store
+from coordinator_core.shell.store import Store
 
 APPLICATION = "5c8b1e7a-2f3d-4b6a-9e1c-7d2a4f6b8c90"
 MODEL = "sandbox-router-1"

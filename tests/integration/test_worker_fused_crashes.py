@@ -43,9 +43,9 @@ from typing import Any, Literal
 import pytest
 from integration_support import CALLER, Deployed, run_input
 
-from coordinator_core.audit import verify_directory
+from coordinator_core.shell.audit import verify_directory
 from coordinator_core.shell.service import Admitted
-from coordinator_core.store import LEASE_SECONDS, RunSnapshot, StepRow
+from coordinator_core.shell.store import LEASE_SECONDS, RunSnapshot, StepRow
 
 NOTIFY = "notify"
 READ = "read-application"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from integration_support import APPLICATION_ID, Deployed
 
-from coordinator_core.adapters import PreparedCommand
+from coordinator_core.shell.adapters import PreparedCommand
 
 
 def test_a_decided_review_is_observed_then_recorded_and_notified(

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 from store_support import ACTIVATION, IDENTITY, Backend
 
-from coordinator_core.store import Store, supported_version
+from coordinator_core.shell.store import Store, supported_version
 
 
 def _location(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from coordinator_core.store import (
+from coordinator_core.shell.store import (
     ActivationRequest,
     ActivationRow,
     Admission,

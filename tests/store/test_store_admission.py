@@ -19,7 +19,7 @@ from store_support import (
 )
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.store import ActivationRequest, Store, StoreInvariantError
+from coordinator_core.shell.store import ActivationRequest, Store, StoreInvariantError
 
 
 def _refusal(store: Store, *args: object, **options: object) -> str:

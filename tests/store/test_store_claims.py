@@ -23,7 +23,7 @@ from store_support import (
 )
 
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.store import (
+from coordinator_core.shell.store import (
     LEASE_SECONDS,
     Claim,
     RunSnapshot,

@@ -10,9 +10,9 @@ import uuid
 import pytest
 from sqlalchemy.dialects import postgresql, sqlite
 
-from coordinator_core.sealing import Sealer, StateKeyRing
-from coordinator_core.store.dialect import HexKey, SealedBytes
-from coordinator_core.worker_state import seal_value
+from coordinator_core.shell.codec import seal_value
+from coordinator_core.shell.sealing import Sealer, StateKeyRing
+from coordinator_core.shell.store.dialect import HexKey, SealedBytes
 
 PG = postgresql.dialect()  # type: ignore[no-untyped-call]
 LITE = sqlite.dialect()  # type: ignore[no-untyped-call]

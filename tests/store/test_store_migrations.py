@@ -31,7 +31,7 @@ from store_support import admission as store_admission
 from coordinator_core.engine.state import TERMINAL_STATUSES as ENGINE_TERMINAL
 from coordinator_core.engine.state import RunStatus, StepState, StepType
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.store import (
+from coordinator_core.shell.store import (
     NAMESPACE_MARKER,
     ActivationRequest,
     ProcessLock,
@@ -42,16 +42,16 @@ from coordinator_core.store import (
     migrate,
     supported_version,
 )
-from coordinator_core.store import deployment as store_deployment
-from coordinator_core.store.dialect import (
+from coordinator_core.shell.store import deploy as store_deploy
+from coordinator_core.shell.store.dialect import (
     CompactJson,
     HexKey,
     JsonDocument,
     SealedBytes,
     create_store_engine,
 )
-from coordinator_core.store.migrations import supported_migrations
-from coordinator_core.store.tables import (
+from coordinator_core.shell.store.migrations import RELOCATED_CHECKSUMS, supported_migrations
+from coordinator_core.shell.store.tables import (
     DEFINITIONS,
     LIVE_BINDINGS,
     METADATA,
@@ -238,6 +238,28 @@ def test_a_store_at_another_schema_version_is_refused(backend: Backend, tamper: 
     with pytest.raises(CoordinatorError) as refused:
         backend.open()
     assert _code(refused) == "coordinator.deployment.schema-mismatch"
+
+
+def test_a_ledger_of_the_bytes_released_before_the_store_moved_still_verifies(
+    backend: Backend,
+) -> None:
+    # Versions 1 and 2 changed one import line when the store moved under `shell/`; a store
+    # migrated by their earlier bytes carries the earlier checksums, and still opens.
+    backend.migrate()
+    backend.apply()
+    for version, (earlier,) in RELOCATED_CHECKSUMS.items():
+        backend.execute(f"UPDATE migrations SET checksum = '{earlier}' WHERE version = {version}")
+    backend.open().close()
+    state = inspect_deployment(backend.url, namespace=backend.namespace)
+    assert state.checksums_match
+    # Any other checksum still refuses, the earlier one of another version included.
+    backend.execute(
+        f"UPDATE migrations SET checksum = '{RELOCATED_CHECKSUMS[2][0]}' WHERE version = 1"
+    )
+    with pytest.raises(CoordinatorError) as refused:
+        backend.open()
+    assert _code(refused) == "coordinator.deployment.schema-mismatch"
+    assert not inspect_deployment(backend.url, namespace=backend.namespace).checksums_match
 
 
 def test_an_unmigrated_store_is_refused_by_service_and_apply(backend: Backend) -> None:
@@ -453,7 +475,7 @@ def test_a_version_2_store_migrates_to_version_3_and_reads_back_every_value_the_
     every = supported_migrations()
     assert [migration.version for migration in every[:3]] == [1, 2, 3]
     monkeypatch.setattr(guards, "supported_migrations", lambda: every[:2])
-    monkeypatch.setattr(store_deployment, "supported_migrations", lambda: every[:2])
+    monkeypatch.setattr(store_deploy, "supported_migrations", lambda: every[:2])
     assert backend.migrate().to_version == 2
     admission = store_admission("before", T0, input=_SEALED)
     step = replace(

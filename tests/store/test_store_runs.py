@@ -24,7 +24,7 @@ from store_support import (
 from coordinator_core.engine import StepRecord, is_settled
 from coordinator_core.engine.state import RunState
 from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.store import (
+from coordinator_core.shell.store import (
     Decide,
     RunPosition,
     RunRow,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import coordinator_core.store
+import coordinator_core.shell.store
 
 EXPECTED = {
     "FIRE_BATCH",
@@ -53,14 +53,14 @@ EXPECTED = {
 
 
 def test_the_store_exports_exactly_its_public_names() -> None:
-    assert set(coordinator_core.store.__all__) == EXPECTED
-    assert all(hasattr(coordinator_core.store, name) for name in EXPECTED)
+    assert set(coordinator_core.shell.store.__all__) == EXPECTED
+    assert all(hasattr(coordinator_core.shell.store, name) for name in EXPECTED)
 
 
 def test_the_service_side_of_the_store_does_not_load_alembic() -> None:
     code = (
         "import sys\n"
-        "import coordinator_core.store as store\n"
+        "import coordinator_core.shell.store as store\n"
         "store.supported_version()\n"
         "assert 'alembic' not in sys.modules, 'alembic loaded'\n"
     )
@@ -71,6 +71,6 @@ def test_pure_core_modules_do_not_import_the_store() -> None:
     code = (
         "import sys\n"
         "import coordinator_core.engine, coordinator_core.definition, coordinator_core.values\n"
-        "assert not [m for m in sys.modules if m.startswith('coordinator_core.store')]\n"
+        "assert not [m for m in sys.modules if m.startswith('coordinator_core.shell.store')]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -26,7 +26,7 @@ from store_support import (
     start_step,
 )
 
-from coordinator_core.store import (
+from coordinator_core.shell.store import (
     LEASE_SECONDS,
     NextInstants,
     RunSnapshot,
@@ -34,7 +34,7 @@ from coordinator_core.store import (
     Store,
     StoreInvariantError,
 )
-from coordinator_core.store import store as store_module
+from coordinator_core.shell.store import store as store_module
 
 
 def _wait_until(now: datetime, *, instant: datetime | None = None) -> object:

@@ -24,7 +24,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from coordinator_core.deployment import (
+from coordinator_core.errors import Diagnostic
+from coordinator_core.shell.deployment import (
     BearerAuthorization,
     Deployment,
     DeploymentRefused,
@@ -39,7 +40,6 @@ from coordinator_core.deployment import (
     load_deployment,
     resolve_secrets,
 )
-from coordinator_core.errors import Diagnostic
 from coordinator_core.values import canonical_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -1342,7 +1342,7 @@ def test_secret_files_are_created_owner_only_in_these_tests(development: Layout)
 def test_a_bound_workflow_with_served_operations_has_no_deployment_problems(
     development: Layout,
 ) -> None:
-    from coordinator_core.deployment import package_binding_problems
+    from coordinator_core.shell.deployment import package_binding_problems
 
     assert package_binding_problems(development.load(), WORKFLOW) == []
 
@@ -1352,7 +1352,7 @@ def test_the_bindings_are_checked_against_the_file_as_loaded_without_reading_it_
 ) -> None:
     """The runtime file is read and checked once per process: the package's bindings are
     checked against the check `load_deployment` made, even when the file is gone since."""
-    from coordinator_core.deployment import package_binding_problems
+    from coordinator_core.shell.deployment import package_binding_problems
 
     deployment = development.load()
     assert deployment.runtime_check is not None
@@ -1365,8 +1365,8 @@ def test_an_operation_no_adapter_serves_is_refused_at_its_alias(
 ) -> None:
     """A build whose adapters lost an operation refuses the workflow (apply,
     deployment-status and serve all ask this function) instead of failing every run."""
-    from coordinator_core.adapters import registry
-    from coordinator_core.deployment import package_binding_problems
+    from coordinator_core.shell.adapters import registry
+    from coordinator_core.shell.deployment import package_binding_problems
 
     monkeypatch.setattr(
         registry,
@@ -1391,7 +1391,7 @@ def test_an_operation_no_adapter_serves_is_refused_at_its_alias(
 def test_an_unbound_connection_is_still_the_binding_code_not_unserved(
     development: Layout,
 ) -> None:
-    from coordinator_core.deployment import package_binding_problems
+    from coordinator_core.shell.deployment import package_binding_problems
 
     workflow = {"operations": {"x": {"operation": "breg.read-record/v1", "connection": "absent"}}}
     problems = package_binding_problems(development.load(), workflow)
@@ -1399,7 +1399,7 @@ def test_an_unbound_connection_is_still_the_binding_code_not_unserved(
 
 
 def test_every_connection_map_becomes_an_adapter_connection(production: Layout) -> None:
-    from coordinator_core.adapters import (
+    from coordinator_core.shell.adapters import (
         EvaluationConnection,
         ExternalConnection,
         ProductConnection,

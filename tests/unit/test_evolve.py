@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from coordinator_core.evolve import evolve
-from coordinator_core.store.rows import StepRow
+from coordinator_core.shell.store.rows import StepRow
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

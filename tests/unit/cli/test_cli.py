@@ -316,7 +316,7 @@ def test_eval_missing_file_is_exit_3(capsys: pytest.CaptureFixture[str], tmp_pat
 
 
 def _journal(directory: Path, count: int) -> None:
-    from coordinator_core.audit import (
+    from coordinator_core.shell.audit import (
         AuditReferences,
         AuditWriter,
         api_request,

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator_core.definition.schema_dialect import (
+from coordinator_core.jsonschema.dialect import (
     _accepts_null_directly,
     accepts_null,
     check_schema,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from coordinator_core.definition.checker import check_project
-from coordinator_core.definition.package import load_package, restore_snapshot, write_package
+from coordinator_core.checking.checker import check_project
 from coordinator_core.errors import CoordinatorError
+from coordinator_core.shell.package_files import load_package, restore_snapshot, write_package
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "reviewed-notice"

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from coordinator_core.definition.schema_dialect import (
+from coordinator_core.jsonschema.dialect import (
     FORMATS,
     SCHEMA_URI,
     SchemaFinding,
@@ -924,7 +924,7 @@ def test_messages_are_fixed_sentences() -> None:
 def test_check_schema_does_not_import_jsonschema() -> None:
     code = (
         "import sys\n"
-        "from coordinator_core.definition.schema_dialect import check_schema\n"
+        "from coordinator_core.jsonschema.dialect import check_schema\n"
         "assert check_schema({'type': 'object', 'format': 'uuid', 'pattern': 'a'}, '') == []\n"
         "assert check_schema({'format': 'nope'}, '') != []\n"
         "loaded = [m for m in ('jsonschema', 'referencing') if m in sys.modules]\n"

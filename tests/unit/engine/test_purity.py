@@ -30,14 +30,15 @@ ALLOWED_STDLIB = {
     "typing",
 }
 ALLOWED_CORE = {
+    "coordinator_core.authoring.decode",
     "coordinator_core.definition",
     "coordinator_core.engine",
     "coordinator_core.errors",
     "coordinator_core.evolve",
     "coordinator_core.functions",
+    "coordinator_core.jsonschema",
     "coordinator_core.limits",
     "coordinator_core.operations",
-    "coordinator_core.project.decode",
     "coordinator_core.scenarios",
     "coordinator_core.values",
 }

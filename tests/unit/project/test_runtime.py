@@ -13,14 +13,14 @@ import jsonschema  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from coordinator_core.errors import Diagnostic, exit_code_of
-from coordinator_core.project import runtime_env
-from coordinator_core.project.runtime import (
+from coordinator_core.config import expressions
+from coordinator_core.config.read import (
     RuntimeCheck,
     check_bindings,
     check_runtime_bytes,
     check_runtime_file,
 )
+from coordinator_core.errors import Diagnostic, exit_code_of
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA_PATH = REPO / "spec" / "schemas" / "runtime.schema.json"
@@ -283,7 +283,7 @@ def test_wrong_kind_stops_before_the_body() -> None:
 
 
 def test_expression_forms_parse() -> None:
-    parsed = runtime_env.parse_expressions("a${A}b${B_1:-x y}c${_C:?say}")
+    parsed = expressions.parse_expressions("a${A}b${B_1:-x y}c${_C:?say}")
     assert [(e.name, e.operator, e.argument) for e in parsed] == [
         ("A", "", ""),
         ("B_1", ":-", "x y"),
@@ -295,33 +295,33 @@ def test_expression_forms_parse() -> None:
     "text", ["${a}", "${A", "${A:x}", "${A-x}", "${}", "${1A}", "${A:-${B}}", "x${A }"]
 )
 def test_malformed_expressions_are_refused(text: str) -> None:
-    with pytest.raises(runtime_env.ExpressionSyntaxError):
-        runtime_env.parse_expressions(text)
+    with pytest.raises(expressions.ExpressionSyntaxError):
+        expressions.parse_expressions(text)
 
 
 def test_dollar_without_brace_is_text() -> None:
-    assert runtime_env.parse_expressions("$A $ {B} $$") == []
-    assert not runtime_env.contains_expression("$A")
+    assert expressions.parse_expressions("$A $ {B} $$") == []
+    assert not expressions.contains_expression("$A")
 
 
 def test_substitution_uses_value_default_and_refuses_unset() -> None:
     environment = {"A": "one", "EMPTY": ""}
-    assert runtime_env.substitute("x${A}y", environment) == "xoney"
-    assert runtime_env.substitute("${B:-dflt}", environment) == "dflt"
-    assert runtime_env.substitute("${EMPTY:-dflt}", environment) == "dflt"
-    with pytest.raises(runtime_env.UnsetVariableError):
-        runtime_env.substitute("${EMPTY}", environment)
-    with pytest.raises(runtime_env.UnsetVariableError) as raised:
-        runtime_env.substitute("${B:?operator message}", environment)
+    assert expressions.substitute("x${A}y", environment) == "xoney"
+    assert expressions.substitute("${B:-dflt}", environment) == "dflt"
+    assert expressions.substitute("${EMPTY:-dflt}", environment) == "dflt"
+    with pytest.raises(expressions.UnsetVariableError):
+        expressions.substitute("${EMPTY}", environment)
+    with pytest.raises(expressions.UnsetVariableError) as raised:
+        expressions.substitute("${B:?operator message}", environment)
     assert "operator message" not in str(raised.value)
 
 
 def test_substituted_text_is_not_scanned_again() -> None:
-    assert runtime_env.substitute("${A}", {"A": "${B}", "B": "no"}) == "${B}"
+    assert expressions.substitute("${A}", {"A": "${B}", "B": "no"}) == "${B}"
 
 
 def test_stand_ins_follow_the_last_pointer_segment() -> None:
-    names = runtime_env.StandIns()
+    names = expressions.StandIns()
     assert names.for_member("/connections/a/baseUrl", "${X}") == "https://stand-in.invalid"
     assert names.for_member("/eventSources/a/source", "${X}") == "urn:example:stand-in"
     assert names.for_member("/database/postgresql/namespace", "${X}") == "coordinator_stand_in"
@@ -331,7 +331,7 @@ def test_stand_ins_follow_the_last_pointer_segment() -> None:
 
 
 def test_generic_stand_ins_are_distinct_per_text() -> None:
-    names = runtime_env.StandIns()
+    names = expressions.StandIns()
     assert names.for_member("/a/clientId", "${A}") == "deferred"
     assert names.for_member("/b/clientId", "${B}") == "deferred-2"
     assert names.for_member("/c/model", "${A}") == "deferred"
@@ -1517,7 +1517,7 @@ def test_v1_secret_reference_with_final_line_feed_is_refused() -> None:
 
 
 def test_public_surface() -> None:
-    from coordinator_core.project import runtime
+    from coordinator_core.config import read as runtime
 
     assert runtime.__all__ == [
         "RuntimeCheck",

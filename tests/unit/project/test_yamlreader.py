@@ -12,15 +12,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator_core.errors import Diagnostic
-from coordinator_core.project import yamlreader
-from coordinator_core.project.yamlreader import (
+from coordinator_core.authoring import yamlreader
+from coordinator_core.authoring.yamlreader import (
     INVALID,
     Mark,
     YamlDocument,
     escape_pointer_token,
     read_yaml,
 )
+from coordinator_core.errors import Diagnostic
 
 FILE = "workflow.yaml"
 

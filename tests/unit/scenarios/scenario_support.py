@@ -7,10 +7,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from coordinator_core.definition.checker import check_project
+from coordinator_core.authoring.decode import AuthoredFile, read_authored_file
+from coordinator_core.checking.checker import check_project
 from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import Definition
-from coordinator_core.project.decode import AuthoredFile, read_authored_file
 from coordinator_core.scenarios import CaseResult, ScenarioReport, run_scenarios
 
 DATA = Path(__file__).parent / "data"

@@ -6,7 +6,7 @@ import json
 
 from scenario_support import DATA, definition, snapshot
 
-from coordinator_core.project.decode import AuthoredFile, read_authored_file
+from coordinator_core.authoring.decode import AuthoredFile, read_authored_file
 from coordinator_core.scenarios import ScenarioReport, check_scenario_document, run_scenarios
 
 

@@ -25,8 +25,9 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator_core import audit
-from coordinator_core.audit import (
+from coordinator_core.errors import CoordinatorError
+from coordinator_core.shell import audit
+from coordinator_core.shell.audit import (
     AUDIT_SCHEMA,
     ZERO_HASH,
     AuditEntry,
@@ -46,7 +47,6 @@ from coordinator_core.audit import (
     worker_correlation,
     worker_record,
 )
-from coordinator_core.errors import CoordinatorError
 from coordinator_core.values import canonical_json, sha256_label
 
 DB = "reviewed-notice-dev"

@@ -20,9 +20,9 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator_core import sealing
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.sealing import (
+from coordinator_core.shell import sealing
+from coordinator_core.shell.sealing import (
     ENVELOPE_OVERHEAD,
     PROTECTED_STATE_INVALID,
     SEALED_MEMBER,

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from coordinator_api import settings as api
-from coordinator_core.definition.package import LoadedPackage
-from coordinator_core.deployment import Deployment, JwksStatic, JwksUri, Secrets
+from coordinator_core.shell.deployment import Deployment, JwksStatic, JwksUri, Secrets
+from coordinator_core.shell.package_files import LoadedPackage
 
 __all__ = ["api_settings", "authentication_settings"]
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from coordinator_models.error_catalogue import CODES
+
 Severity = Literal["error", "warning"]
 
 
@@ -40,8 +42,6 @@ def catalogue() -> dict[str, CatalogueEntry]:
     """The error catalogue generated from spec/errors.yaml (loaded once, read-only)."""
     global _catalogue  # noqa: PLW0603 - a lazily built read-only cache
     if _catalogue is None:
-        from coordinator_models.error_catalogue import CODES
-
         _catalogue = {
             code: CatalogueEntry(code, title, hint, exit_code, severity, http)
             for code, (title, hint, exit_code, severity, http) in CODES.items()

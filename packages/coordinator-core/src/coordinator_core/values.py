@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import hashlib  # lazy: keeps `import coordinator_core.values` cheap for the check command
 import json
 import math
 import re
@@ -96,8 +97,6 @@ def is_binary64_integer(n: int) -> bool:
 
 def sha256_label(data: bytes) -> str:
     """The `sha256:` label of `data`: the prefix followed by 64 lowercase hex digits."""
-    import hashlib  # lazy: keeps `import coordinator_core.values` cheap for the check command
-
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 

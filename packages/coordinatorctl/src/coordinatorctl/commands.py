@@ -37,7 +37,7 @@ def check(
     command: str = "check",
 ) -> Outcome:
     """`check` (02 §4.1, §12) and, with `explain`, the explain result (§11)."""
-    from coordinator_core.definition.checker import check_project, check_runtime_only
+    from coordinator_core.checking.checker import check_project, check_runtime_only
 
     if project is None:
         assert runtime_config is not None
@@ -52,7 +52,7 @@ def check(
     definition = checked.definition
     if checked.has_errors or definition is None or definition.snapshot is None:
         return outcome
-    from coordinator_core.definition.explain import check_result, explain_result, render_graph
+    from coordinator_core.checking.explain import check_result, explain_result, render_graph
 
     warnings = checked.has_warnings
     result = (
@@ -125,8 +125,8 @@ def _explain_text(result: Mapping[str, Any]) -> str:
 
 def package(project: Path, output: Path, *, runtime_config: Path | None) -> Outcome:
     """`package` (02 §9.1): the definition part of check, then the immutable package."""
-    from coordinator_core.definition.checker import check_project
-    from coordinator_core.definition.package import write_package
+    from coordinator_core.checking.checker import check_project
+    from coordinator_core.shell.package_files import write_package
 
     checked = check_project(
         project, runtime_config=runtime_config, environment=None, definition_only=True
@@ -157,7 +157,7 @@ def package(project: Path, output: Path, *, runtime_config: Path | None) -> Outc
 
 def schema(name: str) -> Outcome:
     """`schema workflow|runtime|scenarios`: the published JSON Schema of an authored format."""
-    from coordinator_core.project.decode import load_schema
+    from coordinator_core.authoring.decode import load_schema
 
     document = load_schema(name)
     outcome = Outcome("schema", status="printed")
@@ -297,8 +297,8 @@ def test(project: Path, scenarios_file: Path | None) -> Outcome:
     """`test` (04 §5): the definition check, then every case of the scenarios document."""
     import dataclasses
 
-    from coordinator_core.definition.checker import check_project
-    from coordinator_core.project.decode import read_authored_file
+    from coordinator_core.authoring.decode import read_authored_file
+    from coordinator_core.checking.checker import check_project
     from coordinator_core.scenarios import run_scenarios
 
     checked = check_project(project, runtime_config=None, environment=None, definition_only=True)
@@ -351,7 +351,7 @@ def test(project: Path, scenarios_file: Path | None) -> Outcome:
 
 def audit_verify(directory: Path) -> Outcome:
     """`audit verify` (09 §2, 07 §11): every journal file group of a directory, chain by chain."""
-    from coordinator_core.audit import verify_directory
+    from coordinator_core.shell.audit import verify_directory
 
     outcome = Outcome("audit verify")
     verified = verify_directory(directory)  # raises chain-broken (exit 1) or unreadable (exit 3)

@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from coordinator_core.audit import (
+from coordinator_core.definition.snapshot import Snapshot
+from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.shell.audit import (
     AuditWriter,
     apply_request,
     ctl_applied,
@@ -33,9 +35,8 @@ from coordinator_core.audit import (
     new_correlation,
     response,
 )
-from coordinator_core.definition.package import LoadedPackage, load_package
-from coordinator_core.definition.snapshot import Snapshot
-from coordinator_core.deployment import (
+from coordinator_core.shell.codec import DefinitionCache
+from coordinator_core.shell.deployment import (
     Deployment,
     DeploymentRefused,
     DeploymentSettings,
@@ -45,10 +46,10 @@ from coordinator_core.deployment import (
     package_binding_problems,
     resolve_secrets,
 )
-from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.sealing import Sealer
+from coordinator_core.shell.package_files import LoadedPackage, load_package
+from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.service.bindings import LiveBindings
-from coordinator_core.store import (
+from coordinator_core.shell.store import (
     ActivationRequest,
     DeploymentIdentity,
     DeploymentState,
@@ -57,7 +58,6 @@ from coordinator_core.store import (
     inspect_deployment,
     migrate,
 )
-from coordinator_core.worker_state import DefinitionCache
 from coordinatorctl.report import Outcome
 
 __all__ = ["run"]

@@ -13,10 +13,18 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from coordinator_core import limits
+from coordinator_core.authoring.decode import AuthoredFile
+from coordinator_core.authoring.yamlreader import escape_pointer_token
 from coordinator_core.errors import Diagnostic, Related
+from coordinator_core.functions.lexer import (
+    DISABLED,
+    KEYWORD_FUNCTIONS,
+    KEYWORDS,
+    RESERVED_WORDS,
+)
+from coordinator_core.jsonschema.dialect import accepts_null, check_schema
 from coordinator_core.operations import CATALOG, PROPOSAL_OPERATION, product_of
-from coordinator_core.project.decode import AuthoredFile
-from coordinator_core.project.yamlreader import escape_pointer_token
+from coordinator_core.values import JsonBoundsError, check_json_value
 
 __all__ = ["MappingRef", "WorkflowRules", "mappings_of"]
 
@@ -59,13 +67,6 @@ def mappings_of(workflow: Mapping[str, Any]) -> Iterator[MappingRef]:
 def is_function_name(name: str) -> bool:
     """The function-name grammar of 01 §3: an identifier that is no Rhai keyword or reserved
     word (disabled symbols and keyword functions included: a script cannot define them)."""
-    from coordinator_core.functions.lexer import (
-        DISABLED,
-        KEYWORD_FUNCTIONS,
-        KEYWORDS,
-        RESERVED_WORDS,
-    )
-
     return bool(FUNCTION_NAME.match(name)) and name not in (
         KEYWORDS | RESERVED_WORDS | KEYWORD_FUNCTIONS | DISABLED
     )
@@ -292,8 +293,6 @@ class WorkflowRules:
                 )
 
     def mapping_shapes(self) -> None:
-        from coordinator_core.values import JsonBoundsError, check_json_value
-
         for ref in mappings_of(self.workflow):
             function = ref.mapping.get("function")
             if isinstance(function, str) and not is_function_name(function):
@@ -317,8 +316,6 @@ class WorkflowRules:
                         self.report("coordinator.mapping.literal", f"{pointer}/value")
 
     def schemas(self) -> None:
-        from coordinator_core.definition.schema_dialect import check_schema
-
         def check(pointer: str, schema: Any) -> None:
             findings = check_schema(schema, pointer)
             for finding in findings:
@@ -335,8 +332,6 @@ class WorkflowRules:
 
     def finishes_without_output(self) -> None:
         """W20, after S1 compiled the outcome's schema."""
-        from coordinator_core.definition.schema_dialect import accepts_null
-
         outcomes = self.workflow.get("outcomes") or {}
         for step_id, step in self.steps.items():
             if step.get("type") != "finish" or "output" in step:

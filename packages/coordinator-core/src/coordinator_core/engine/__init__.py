@@ -44,22 +44,6 @@ from coordinator_core.engine.commands import (
     ScheduleObservation,
     command_from_json,
 )
-from coordinator_core.engine.definition import (
-    Alias,
-    Argument,
-    CallStep,
-    ChooseStep,
-    Definition,
-    DefinitionError,
-    EngineInvariantError,
-    FinishStep,
-    FunctionProgram,
-    MappingSpec,
-    StepSpec,
-    TriggerSpec,
-    WaitForStep,
-    WaitUntilStep,
-)
 from coordinator_core.engine.events import (
     Admitted,
     AttemptRefused,
@@ -82,6 +66,22 @@ from coordinator_core.engine.events import (
     to_canonical,
 )
 from coordinator_core.engine.keys import CommitmentKeys, Keys, commitment
+from coordinator_core.engine.program import (
+    Alias,
+    Argument,
+    CallStep,
+    ChooseStep,
+    Definition,
+    DefinitionError,
+    EngineInvariantError,
+    FinishStep,
+    FunctionProgram,
+    MappingSpec,
+    StepSpec,
+    TriggerSpec,
+    WaitForStep,
+    WaitUntilStep,
+)
 from coordinator_core.engine.serial import FormatError
 from coordinator_core.engine.state import (
     TERMINAL_STATUSES,

@@ -33,15 +33,6 @@ from coordinator_core.engine.commands import (
     ScheduleDue,
     ScheduleObservation,
 )
-from coordinator_core.engine.definition import (
-    CallStep,
-    ChooseStep,
-    Definition,
-    EngineInvariantError,
-    FinishStep,
-    WaitForStep,
-    WaitUntilStep,
-)
 from coordinator_core.engine.events import (
     Admitted,
     AttemptRefused,
@@ -63,6 +54,15 @@ from coordinator_core.engine.events import (
     to_canonical,
 )
 from coordinator_core.engine.keys import Keys
+from coordinator_core.engine.program import (
+    CallStep,
+    ChooseStep,
+    Definition,
+    EngineInvariantError,
+    FinishStep,
+    WaitForStep,
+    WaitUntilStep,
+)
 from coordinator_core.engine.state import (
     TERMINAL_STATUSES,
     Route,

@@ -28,9 +28,9 @@ from typing import Final, Literal
 
 from coordinator_core.engine.advance import NOT_APPLICABLE, Advance, advance
 from coordinator_core.engine.commands import Command
-from coordinator_core.engine.definition import Definition
 from coordinator_core.engine.events import Event, StepDue, Work
 from coordinator_core.engine.keys import Keys
+from coordinator_core.engine.program import Definition
 from coordinator_core.engine.state import RunState, StepRecord
 
 __all__ = ["MAX_CARRIED", "PURE_WORK", "Carried", "carry_on", "claim_record"]

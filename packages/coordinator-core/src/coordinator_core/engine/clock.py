@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from coordinator_core.definition.schema_dialect import format_matches
+from coordinator_core.jsonschema.dialect import format_matches
 
 __all__ = ["Instant", "format_instant", "parse_instant"]
 

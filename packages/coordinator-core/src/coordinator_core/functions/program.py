@@ -35,6 +35,7 @@ from coordinator_core.limits import (
     JSON_MAX_DEPTH,
     JSON_MAX_NODES,
 )
+from coordinator_core.values import JsonBoundsError, check_json_value
 
 # Python frames needed in the worst case: 33 script call levels, each nesting at most 64
 # parse levels of blocks and expressions (a few frames each), plus deep values. The limit is
@@ -154,8 +155,6 @@ class CompiledFunctions:
             raise FunctionError(CODE_ARITY, MSG_TOO_MANY_ARGUMENTS)
         if len(args) != fn.nparams:
             raise FunctionError(CODE_ARITY, MSG_ARITY)
-
-        from coordinator_core.values import JsonBoundsError, check_json_value
 
         converted: list[Any] = []
         for arg in args:

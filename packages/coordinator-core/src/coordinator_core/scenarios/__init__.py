@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from coordinator_core.authoring.decode import AuthoredFile
 from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import Definition
 from coordinator_core.errors import Diagnostic
-from coordinator_core.project.decode import AuthoredFile
 from coordinator_core.scenarios.rules import SCENARIOS_FILE, document_rules
 from coordinator_core.scenarios.runner import CaseResult, ScenarioKeys, run_case
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from coordinator_core import limits
+from coordinator_core.authoring.decode import AuthoredFile
 from coordinator_core.engine.clock import parse_instant
 from coordinator_core.engine.codes import REPLY_CODES
 from coordinator_core.errors import Diagnostic
 from coordinator_core.operations import CATALOG, OperationDescriptor
-from coordinator_core.project.decode import AuthoredFile
 from coordinator_core.values import JsonBoundsError, check_json_value, pointer_token
 
 __all__ = ["SCENARIOS_FILE", "DocumentFindings", "document_rules", "scenario_diagnostic"]

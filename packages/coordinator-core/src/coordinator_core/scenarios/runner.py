@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, Final
 
+from coordinator_core.authoring.decode import AuthoredFile
 from coordinator_core.engine import (
     Admitted,
     Advance,
@@ -46,11 +47,10 @@ from coordinator_core.engine import (
     parse_instant,
     to_canonical,
 )
-from coordinator_core.engine.definition import EngineInvariantError
 from coordinator_core.engine.events import Event
+from coordinator_core.engine.program import EngineInvariantError
 from coordinator_core.errors import Diagnostic, Related
 from coordinator_core.functions.errors import FunctionError
-from coordinator_core.project.decode import AuthoredFile
 from coordinator_core.scenarios.rules import scenario_diagnostic
 from coordinator_core.values import JsonBoundsError, check_json_value, pointer_token
 

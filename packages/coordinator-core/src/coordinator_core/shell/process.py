@@ -42,19 +42,26 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
+from typing import Any, Final, NoReturn, Protocol
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.shell import process_store
+from coordinator_core.shell.audit import AuditWriter
+from coordinator_core.shell.deployment import (
+    Deployment,
+    DeploymentRefused,
+    DeploymentSettings,
+    Secrets,
+    SqliteDatabase,
+    load_deployment,
+    package_binding_problems,
+    resolve_secrets,
+)
+from coordinator_core.shell.package_files import LoadedPackage, load_package
+from coordinator_core.shell.service import StoreRunService, build_service
 from coordinator_core.shell.service_log import ServiceLog, install
-from coordinator_core.worker import Wakeup
-
-if TYPE_CHECKING:
-    from coordinator_core.audit import AuditWriter
-    from coordinator_core.definition.package import LoadedPackage
-    from coordinator_core.deployment import Deployment, DeploymentSettings, Secrets
-    from coordinator_core.shell.service import StoreRunService
-    from coordinator_core.store import Store
-    from coordinator_core.worker import Worker
+from coordinator_core.shell.store import Store
+from coordinator_core.shell.worker import Wakeup, Worker
 
 __all__ = [
     "EXIT_OK", "EXIT_REFUSED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "GRACE_SECONDS", "ArgumentParser",
@@ -151,8 +158,6 @@ def refusal(code: str, message: str | None = None) -> Refused:
 @contextlib.contextmanager
 def _step(default_code: str | None = None) -> Iterator[None]:
     """Turn a core refusal raised by one start step into `Refused` with its exit class."""
-    from coordinator_core.deployment import DeploymentRefused
-
     try:
         yield
     except DeploymentRefused as refused:
@@ -278,19 +283,6 @@ def start(
     options: argparse.Namespace, log: ServiceLog, started: contextlib.ExitStack, *, serving: bool
 ) -> Started:
     """Steps 1–4 of the start sequence; closes what it opened through `started`."""
-    from coordinator_core.audit import AuditWriter
-    from coordinator_core.definition.package import load_package
-    from coordinator_core.deployment import (
-        DeploymentRefused,
-        SqliteDatabase,
-        load_deployment,
-        package_binding_problems,
-        resolve_secrets,
-    )
-    from coordinator_core.shell import process_store
-    from coordinator_core.shell.service import build_service
-    from coordinator_core.store import Store
-
     recovery_only = bool(getattr(options, "recovery_only", False))
     environment = dict(os.environ)
     log.emit("info", "coordinator.service.starting", "Starting: loading the runtime file.")

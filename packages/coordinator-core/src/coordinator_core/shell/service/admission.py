@@ -9,11 +9,11 @@ from typing import Any
 
 from coordinator_core.engine import Admitted as AdmittedEvent
 from coordinator_core.engine import advance
+from coordinator_core.shell.codec import row_of, seal_value, sealed_snapshot
 from coordinator_core.shell.service.context import ServiceContext
 from coordinator_core.shell.service.model import Admission, Admitted, ServiceRefusal
-from coordinator_core.store import Admission as StoreAdmission
-from coordinator_core.store import RunSnapshot, to_epoch_ms
-from coordinator_core.worker_state import row_of, seal_value, sealed_snapshot
+from coordinator_core.shell.store import Admission as StoreAdmission
+from coordinator_core.shell.store import RunSnapshot, to_epoch_ms
 
 __all__ = ["admit", "store_admission"]
 

@@ -13,11 +13,12 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 
-from coordinator_core.adapters.registry import Adapters
-from coordinator_core.audit import AuditWriter
-from coordinator_core.definition.package import LoadedPackage
-from coordinator_core.deployment import Deployment, Secrets
-from coordinator_core.sealing import Sealer
+from coordinator_core.shell.adapters.registry import Adapters
+from coordinator_core.shell.audit import AuditWriter
+from coordinator_core.shell.codec import DefinitionCache
+from coordinator_core.shell.deployment import Deployment, Secrets
+from coordinator_core.shell.package_files import LoadedPackage
+from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.service import admission, events, holds, recovery, views
 from coordinator_core.shell.service.bindings import LiveBindings
 from coordinator_core.shell.service.context import ServiceContext
@@ -35,9 +36,8 @@ from coordinator_core.shell.service.model import (
     RunQuery,
     RunStatus,
 )
-from coordinator_core.store import Store
-from coordinator_core.worker import Worker, WorkerAudit
-from coordinator_core.worker_state import DefinitionCache
+from coordinator_core.shell.store import Store
+from coordinator_core.shell.worker import Worker, WorkerAudit
 
 __all__ = ["StoreRunService", "build_service"]
 

@@ -18,20 +18,27 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from coordinator_core.adapters.registry import Adapters, bound_connections
-from coordinator_core.audit import AuditWriter
-from coordinator_core.definition.package import LoadedPackage
 from coordinator_core.definition.snapshot import Snapshot
-from coordinator_core.deployment import Deployment, Secrets
 from coordinator_core.engine import Definition, DefinitionError, Event, Policy, RunState, advance
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.sealing import Sealer
+from coordinator_core.shell.adapters.registry import Adapters, bound_connections
+from coordinator_core.shell.audit import AuditWriter
+from coordinator_core.shell.codec import DefinitionCache, RunKeys, state_of, write_of
+from coordinator_core.shell.deployment import Deployment, Secrets
+from coordinator_core.shell.package_files import LoadedPackage
+from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.service.bindings import LiveBindings
 from coordinator_core.shell.service.model import Caller, RunStatus, ServiceRefusal
 from coordinator_core.shell.service.shapes import run_status_of
-from coordinator_core.store import RunRow, RunSnapshot, RunWrite, Store, to_epoch_ms, truncate_ms
-from coordinator_core.worker import Wakeup
-from coordinator_core.worker_state import DefinitionCache, RunKeys, state_of, write_of
+from coordinator_core.shell.store import (
+    RunRow,
+    RunSnapshot,
+    RunWrite,
+    Store,
+    to_epoch_ms,
+    truncate_ms,
+)
+from coordinator_core.shell.worker import Wakeup
 
 __all__ = ["Decide", "ServiceContext"]
 

@@ -9,9 +9,10 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Final
 
-from coordinator_core.audit import ZERO_HASH
 from coordinator_core.engine import EngineInvariantError, RestoreHold
 from coordinator_core.errors import CoordinatorError
+from coordinator_core.shell.audit import ZERO_HASH
+from coordinator_core.shell.codec import state_of, write_of
 from coordinator_core.shell.service.context import Decide, ServiceContext
 from coordinator_core.shell.service.model import (
     RUN_STATUSES,
@@ -20,9 +21,8 @@ from coordinator_core.shell.service.model import (
     HoldState,
     ServiceRefusal,
 )
-from coordinator_core.store import HoldState as StoreHoldState
-from coordinator_core.store import RunSnapshot, RunWrite
-from coordinator_core.worker_state import state_of, write_of
+from coordinator_core.shell.store import HoldState as StoreHoldState
+from coordinator_core.shell.store import RunSnapshot, RunWrite
 
 __all__ = [
     "READY_CACHE_SECONDS",

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 from uuid import UUID
 
-from coordinator_core.audit import (
+from coordinator_core.errors import CoordinatorError, catalogue
+from coordinator_core.shell.audit import (
     AuditEntry,
     AuditReferences,
     AuditWriter,
@@ -24,8 +25,7 @@ from coordinator_core.audit import (
     response,
     review_completion_request,
 )
-from coordinator_core.errors import CoordinatorError, catalogue
-from coordinator_core.sealing import AdmissionKey
+from coordinator_core.shell.sealing import AdmissionKey
 from coordinator_core.shell.service.model import INTERNAL_ERROR, Caller
 
 __all__ = [

@@ -7,7 +7,6 @@ import time
 import uuid
 from typing import Any, Final, cast
 
-from coordinator_core.adapters import CommandFormatError, PreparedCommand
 from coordinator_core.engine import (
     CallStep,
     CancelRequested,
@@ -18,6 +17,8 @@ from coordinator_core.engine import (
     RunState,
     advance,
 )
+from coordinator_core.shell.adapters import CommandFormatError, PreparedCommand
+from coordinator_core.shell.codec import state_of
 from coordinator_core.shell.service.context import ServiceContext
 from coordinator_core.shell.service.model import (
     BlockReason,
@@ -27,8 +28,7 @@ from coordinator_core.shell.service.model import (
     ServiceRefusal,
 )
 from coordinator_core.shell.service.views import inspection
-from coordinator_core.store import RunSnapshot, to_epoch_ms
-from coordinator_core.worker_state import state_of
+from coordinator_core.shell.store import RunSnapshot, to_epoch_ms
 
 __all__ = ["RECONCILE_BUDGET_SECONDS", "cancel", "reconcile", "retry_same"]
 

@@ -18,7 +18,7 @@ from coordinator_core.shell.service.model import (
     WaitFor,
     WaitUntil,
 )
-from coordinator_core.store import RunSnapshot, StepRow
+from coordinator_core.shell.store import RunSnapshot, StepRow
 
 __all__ = ["effects_of", "run_status_of", "step_status_of"]
 

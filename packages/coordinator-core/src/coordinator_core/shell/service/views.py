@@ -21,6 +21,7 @@ from coordinator_core.engine import (
     to_canonical,
 )
 from coordinator_core.errors import CoordinatorError
+from coordinator_core.shell.codec import state_of
 from coordinator_core.shell.service.context import ServiceContext
 from coordinator_core.shell.service.model import (
     BlockReason,
@@ -33,8 +34,7 @@ from coordinator_core.shell.service.model import (
     ServiceRefusal,
 )
 from coordinator_core.shell.service.shapes import effects_of, step_status_of
-from coordinator_core.store import RunPosition, RunSnapshot, from_epoch_ms, to_epoch_ms
-from coordinator_core.worker_state import state_of
+from coordinator_core.shell.store import RunPosition, RunSnapshot, from_epoch_ms, to_epoch_ms
 
 __all__ = ["get_run", "inspect_run", "inspection", "list_runs"]
 

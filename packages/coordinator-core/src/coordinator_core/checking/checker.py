@@ -1,0 +1,573 @@
+"""`check`: the whole offline proof of a project, in the order of contract 02 §4.1.
+
+Every stage reports every independent problem it finds; later stages run only when the
+conditions of 02 §4.1 hold, so no finding is the mere consequence of another (§4.2).
+"""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from coordinator_core import limits
+from coordinator_core.authoring.decode import AuthoredFile, read_authored_file
+from coordinator_core.authoring.yamlreader import escape_pointer_token
+from coordinator_core.config.read import check_bindings, check_runtime_file
+from coordinator_core.definition import graph
+from coordinator_core.definition.rules import (
+    FUNCTIONS_FILE,
+    WORKFLOW_FILE,
+    WorkflowRules,
+    function_rules,
+    mappings_of,
+)
+from coordinator_core.definition.snapshot import Snapshot, build_snapshot
+from coordinator_core.engine import Definition
+from coordinator_core.errors import Diagnostic, Related
+from coordinator_core.functions import compile_functions
+from coordinator_core.scenarios import run_scenarios
+
+__all__ = [
+    "DefinitionCheck",
+    "GraphFacts",
+    "ProjectCheck",
+    "check_definition",
+    "check_project",
+    "check_runtime_only",
+    "finalize",
+]
+
+RUNTIME_FILE: Final = "runtime.yaml"
+SCENARIOS_FILE: Final = "scenarios.yaml"
+COORDINATOR_DIR: Final = ".coordinator"
+
+
+@dataclass(frozen=True)
+class GraphFacts:
+    """The graph of a definition that passed G1–G2: edges, order and availability."""
+
+    edges: tuple[graph.Edge, ...]
+    order: tuple[str, ...]
+    available: Mapping[str, frozenset[str]]
+
+
+@dataclass
+class DefinitionCheck:
+    """The definition part of `check` (02 §4.1 steps 2–7)."""
+
+    diagnostics: list[Diagnostic]
+    workflow: AuthoredFile | None = None
+    source: str | None = None
+    program: Any = None  # coordinator_core.functions.CompiledFunctions when it compiled
+    graph: GraphFacts | None = None
+    snapshot: Snapshot | None = None
+
+    @property
+    def decoded(self) -> dict[str, Any] | None:
+        return self.workflow.decoded if self.workflow is not None else None
+
+
+@dataclass
+class ProjectCheck:
+    """Everything `check` learned about a project; diagnostics are final (sorted, capped)."""
+
+    diagnostics: list[Diagnostic]
+    definition: DefinitionCheck | None = None
+    runtime: list[Any] = field(default_factory=list)  # project.runtime.RuntimeCheck
+    scenarios: AuthoredFile | None = None
+    scenario_report: Any = None  # coordinator_core.scenarios.ScenarioReport when cases ran
+
+    @property
+    def has_errors(self) -> bool:
+        return any(d.effective_severity == "error" for d in self.diagnostics)
+
+    @property
+    def has_warnings(self) -> bool:
+        return any(d.effective_severity == "warning" for d in self.diagnostics)
+
+
+# -- project directory --------------------------------------------------------------------
+
+
+def _entry_diagnostic(code: str, name: str) -> Diagnostic:
+    return Diagnostic(code, path="", file=name)
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """The bytes of a regular, non-symlink file, or None."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _scan_directory(directory: Path, out: list[Diagnostic]) -> list[str] | None:
+    """P1, P3, P4, P5: the names of the project's other YAML files to read under P6."""
+    try:
+        names = sorted(entry.name for entry in directory.iterdir())
+    except OSError:
+        out.append(Diagnostic("coordinator.definition.read", path="", file=WORKFLOW_FILE))
+        return None
+    if len(names) > limits.PROJECT_MAX_ENTRIES:
+        out.append(_entry_diagnostic("coordinator.project.too-many-files", "."))
+        names = names[: limits.PROJECT_MAX_ENTRIES]
+    extra_yaml: list[str] = []
+    for name in names:
+        path = directory / name
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            if name != COORDINATOR_DIR:
+                out.append(_entry_diagnostic("coordinator.project.unread-directory", name))
+            continue
+        if not name.endswith((".yaml", ".yml")):
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            if name != WORKFLOW_FILE:  # P2 speaks for workflow.yaml
+                out.append(_entry_diagnostic("coordinator.project.not-a-regular-file", name))
+            continue
+        if name not in (WORKFLOW_FILE, RUNTIME_FILE, SCENARIOS_FILE):
+            extra_yaml.append(name)
+    return extra_yaml
+
+
+def _read_workflow_bytes(directory: Path, out: list[Diagnostic]) -> bytes | None:
+    """P1 (missing workflow.yaml) and P2 (not a regular file, too large)."""
+    path = directory / WORKFLOW_FILE
+    try:
+        info = path.lstat()
+    except OSError:
+        out.append(Diagnostic("coordinator.definition.read", path="", file=WORKFLOW_FILE))
+        return None
+    if not stat.S_ISREG(info.st_mode) or info.st_size > limits.YAML_MAX_BYTES:
+        out.append(Diagnostic("coordinator.definition.file", path="", file=WORKFLOW_FILE))
+        return None
+    data = _read_regular(path)
+    if data is None:
+        out.append(Diagnostic("coordinator.definition.read", path="", file=WORKFLOW_FILE))
+    return data
+
+
+def _functions_diagnostic(code: str, workflow: AuthoredFile | None) -> Diagnostic:
+    line, column = workflow.position("/functionsFile") if workflow else (None, None)
+    return Diagnostic(
+        code,
+        path="/functionsFile",
+        file=WORKFLOW_FILE,
+        line=line if workflow and workflow.document else None,
+        column=column if workflow and workflow.document else None,
+        artifact=limits.KIND_PROJECT,
+    )
+
+
+def _read_functions(
+    directory: Path, workflow: AuthoredFile | None, out: list[Diagnostic]
+) -> str | None:
+    """W2: functions.rhai exists, is a regular non-symlink file and is valid UTF-8."""
+    path = directory / FUNCTIONS_FILE
+    try:
+        info = path.lstat()
+    except OSError:
+        out.append(_functions_diagnostic("coordinator.definition.read", workflow))
+        return None
+    data = _read_regular(path) if stat.S_ISREG(info.st_mode) else None
+    if data is None:
+        out.append(_functions_diagnostic("coordinator.definition.functions-file", workflow))
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        out.append(_functions_diagnostic("coordinator.definition.functions-file", workflow))
+        return None
+
+
+# -- definition -----------------------------------------------------------------------------
+
+
+def _compile(source: str, out: list[Diagnostic]) -> Any:
+    """F1–F3: compile functions.rhai; its errors are reported at their own positions."""
+    result = compile_functions(source)
+    for error in result.errors:
+        out.append(
+            Diagnostic(
+                error.code,
+                path="",
+                file=FUNCTIONS_FILE,
+                line=error.line,
+                column=error.column,
+                message=error.message,
+                artifact="functions",
+            )
+        )
+    return result.program
+
+
+def _steps_decoded(authored: AuthoredFile) -> bool:
+    """Whether `steps` and every step in it decoded without a reader finding."""
+    decoded = authored.decoded or {}
+    return "steps" in decoded and not authored.has_findings_under("/steps")
+
+
+def _graph_rules(
+    authored: AuthoredFile, workflow: Mapping[str, Any], out: list[Diagnostic]
+) -> GraphFacts | None:
+    """G1, G2 and then A1–A3 (02 §5.3, §5.4, §6)."""
+    steps: Mapping[str, Any] = workflow["steps"]
+    start: str = workflow["start"]
+    edges: list[graph.Edge] = []
+    for step_id, step in steps.items():
+        edges.extend(graph.edges_of(step_id, step))
+
+    def report(code: str, pointer: str, **extra: Any) -> None:
+        line, column = authored.position(pointer)
+        out.append(
+            Diagnostic(
+                code,
+                path=pointer,
+                file=WORKFLOW_FILE,
+                line=line,
+                column=column,
+                artifact=limits.KIND_PROJECT,
+                **extra,
+            )
+        )
+
+    reached = graph.reachable_from(start, edges)
+    reached_set = set(reached)
+    found = False
+    for step_id in steps:
+        if step_id not in reached_set:
+            found = True
+            pointer = f"/steps/{escape_pointer_token(step_id)}"
+            line, column = authored.key_position(pointer)
+            out.append(
+                Diagnostic(
+                    "coordinator.definition.unreachable",
+                    path=pointer,
+                    file=WORKFLOW_FILE,
+                    line=line,
+                    column=column,
+                    artifact=limits.KIND_PROJECT,
+                    message=f"Step {step_id} cannot be reached from the start step.",
+                )
+            )
+    nodes = [step_id for step_id in steps if step_id in reached_set]
+    reachable_edges = [e for e in edges if e.source in reached_set]
+    order, stuck = graph.topological_order(start, nodes, reachable_edges)
+    if stuck:
+        found = True
+        cycle = graph.find_cycle(stuck, reachable_edges)
+        related = []
+        for step_id in cycle:
+            pointer = f"/steps/{escape_pointer_token(step_id)}"
+            line, column = authored.key_position(pointer)
+            related.append(
+                Related(WORKFLOW_FILE, pointer, "a step on the cycle", line=line, column=column)
+            )
+        report("coordinator.definition.cycle", "/steps", related=tuple(related))
+    if found:
+        return None
+    available = graph.availability(order, start, reachable_edges)
+    _availability_rules(authored, workflow, reachable_edges, available, report)
+    return GraphFacts(tuple(reachable_edges), tuple(order), available)
+
+
+def _availability_rules(
+    authored: AuthoredFile,
+    workflow: Mapping[str, Any],
+    edges: Sequence[graph.Edge],
+    available: Mapping[str, frozenset[str]],
+    report: Any,
+) -> None:
+    steps: Mapping[str, Any] = workflow["steps"]
+
+    def missing_note(step_id: str, needed: str) -> tuple[Related, ...]:
+        edge = graph.missing_route(step_id, needed, edges, available)
+        if edge is None:
+            return ()
+        line, column = authored.position(edge.pointer)
+        return (
+            Related(
+                WORKFLOW_FILE,
+                edge.pointer,
+                "a route on which it is missing",
+                line=line,
+                column=column,
+            ),
+        )
+
+    for ref in mappings_of(workflow):
+        if ref.step is None or not isinstance(ref.mapping.get("arguments"), list):
+            continue
+        for index, argument in enumerate(ref.mapping["arguments"]):
+            if argument.get("type") != "step" or not isinstance(argument.get("step"), str):
+                continue
+            needed = argument["step"]
+            pointer = f"{ref.pointer}/arguments/{index}"
+            needed_type = steps.get(needed, {}).get("type")
+            if needed_type not in ("call", "wait-for"):
+                report(
+                    "coordinator.mapping.reference",
+                    f"{pointer}/step",
+                    message=f"Step {needed} is not a call or wait-for step with an output.",
+                )
+            elif needed not in available.get(ref.step, frozenset()):
+                report(
+                    "coordinator.mapping.dominance",
+                    pointer,
+                    message=f"Step {needed} is not available on every route into step {ref.step}.",
+                    related=missing_note(ref.step, needed),
+                )
+    for step_id, step in steps.items():
+        if step.get("type") != "wait-for" or not isinstance(step.get("call"), str):
+            continue
+        called = step["call"]
+        if steps.get(called, {}).get("type") == "call" and called not in available.get(
+            step_id, frozenset()
+        ):
+            report(
+                "coordinator.mapping.dominance",
+                f"/steps/{escape_pointer_token(step_id)}/call",
+                message=f"Step {called} has not succeeded on every route into step {step_id}.",
+                related=missing_note(step_id, called),
+            )
+
+
+def check_definition(
+    authored: AuthoredFile | None,
+    source: str | None,
+    out: list[Diagnostic],
+) -> DefinitionCheck:
+    """02 §4.1 steps 3–7 over an already read workflow and functions source."""
+    result = DefinitionCheck(diagnostics=out, workflow=authored, source=source)
+    functions_start = len(out)
+    if source is not None:
+        result.program = _compile(source, out)
+    functions_failed = source is None or len(out) > functions_start
+    if authored is None or authored.decoded is None:
+        return result
+    workflow = authored.decoded
+    rules = WorkflowRules(authored, out)
+    rules.run()
+    if not functions_failed and result.program is not None:
+        function_rules(authored, workflow, result.program.functions, out, authored.position)
+    if (
+        _steps_decoded(authored)
+        and isinstance(workflow.get("start"), str)
+        and not rules.route_errors
+    ):
+        result.graph = _graph_rules(authored, workflow, out)
+    definition_errors = any(
+        d.effective_severity == "error" and d.file in (WORKFLOW_FILE, FUNCTIONS_FILE) for d in out
+    )
+    if not definition_errors and source is not None and authored.document is not None:
+        snapshot = build_snapshot(authored.document.value, source)  # type: ignore[arg-type]
+        if len(snapshot.canonical) > limits.SNAPSHOT_MAX_BYTES:
+            out.append(
+                Diagnostic(
+                    "coordinator.definition.snapshot-limit",
+                    path="",
+                    file=WORKFLOW_FILE,
+                    artifact=limits.KIND_PROJECT,
+                )
+            )
+        else:
+            result.snapshot = snapshot
+    return result
+
+
+# -- the whole check ------------------------------------------------------------------------
+
+
+def _file_rank(name: str | None, runtime_files: Sequence[str]) -> tuple[int, str]:
+    if name == WORKFLOW_FILE:
+        return (0, "")
+    if name == FUNCTIONS_FILE:
+        return (1, "")
+    if name in runtime_files:
+        return (2, str(name))
+    if name == SCENARIOS_FILE:
+        return (3, "")
+    return (4, name or "")
+
+
+def finalize(
+    diagnostics: Sequence[Diagnostic], runtime_files: Sequence[str] = ()
+) -> list[Diagnostic]:
+    """Deduplicate, cap at 100 per file and sort as contract 02 §4.2–§4.3 require."""
+    seen: set[tuple[Any, ...]] = set()
+    per_file: dict[str | None, int] = {}
+    capped: set[str | None] = set()
+    kept: list[Diagnostic] = []
+    for diagnostic in diagnostics:
+        key = diagnostic.dedupe_key()
+        if key in seen:
+            continue
+        seen.add(key)
+        if diagnostic.file in capped:
+            continue
+        count = per_file.get(diagnostic.file, 0)
+        if count == limits.MAX_DIAGNOSTICS_PER_FILE:
+            capped.add(diagnostic.file)
+            kept.append(
+                Diagnostic(
+                    "config.too-many-problems",
+                    path="",
+                    file=diagnostic.file,
+                    artifact=diagnostic.artifact,
+                )
+            )
+            continue
+        per_file[diagnostic.file] = count + 1
+        kept.append(diagnostic)
+
+    def order(d: Diagnostic) -> tuple[Any, ...]:
+        whole_file = d.line is None
+        return (
+            _file_rank(d.file, runtime_files),
+            not whole_file,
+            d.line or 0,
+            d.column or 0,
+            d.path.encode("utf-8"),
+            d.code,
+        )
+
+    return sorted(kept, key=order)
+
+
+def check_project(
+    directory: Path,
+    *,
+    runtime_config: Path | None = None,
+    environment: Mapping[str, str] | None = None,
+    definition_only: bool = False,
+) -> ProjectCheck:
+    """Check a project directory, its runtime file(s) and its scenarios document.
+
+    `definition_only` is the part `package` runs (02 §9.1): the definition, plus only the
+    runtime file given by `runtime_config`; the project's own runtime.yaml and scenarios.yaml
+    are not read.
+    """
+    out: list[Diagnostic] = []
+    runtime_names: list[str] = []
+    if not directory.is_dir():
+        out.append(Diagnostic("coordinator.definition.read", path="", file=WORKFLOW_FILE))
+        return ProjectCheck(finalize(out))
+    extra_yaml = _scan_directory(directory, out)
+    if extra_yaml is None:
+        return ProjectCheck(finalize(out))
+    workflow_bytes = _read_workflow_bytes(directory, out)
+    authored = None
+    if workflow_bytes is not None:
+        authored = read_authored_file(
+            workflow_bytes, file=WORKFLOW_FILE, expected_kind=limits.KIND_PROJECT
+        )
+        out.extend(authored.diagnostics)
+    source = _read_functions(directory, authored, out) if workflow_bytes is not None else None
+    if workflow_bytes is None and (directory / FUNCTIONS_FILE).exists():
+        source = _read_functions(directory, None, out)
+    for name in extra_yaml:
+        data = _read_regular(directory / name)
+        if data is not None:
+            out.extend(read_authored_file(data, file=name, expected_kind=None).diagnostics)
+    definition = check_definition(authored, source, out)
+
+    runtime_checks = _check_runtime_files(
+        None if definition_only else directory,
+        runtime_config,
+        environment,
+        definition,
+        out,
+        runtime_names,
+    )
+    scenarios = None
+    report = None
+    scenarios_path = directory / SCENARIOS_FILE
+    if not definition_only and _is_regular(scenarios_path):
+        data = _read_regular(scenarios_path)
+        if data is not None:
+            scenarios = read_authored_file(
+                data, file=SCENARIOS_FILE, expected_kind=limits.KIND_SCENARIOS
+            )
+            out.extend(scenarios.diagnostics)
+            if definition.snapshot is not None and scenarios.decoded is not None:
+                # 02 §4.1 step 9: the document rules, then every case, on a valid definition.
+
+                engine_definition = Definition.from_snapshot(
+                    definition.snapshot, program=definition.program
+                )
+                report = run_scenarios(scenarios, definition.snapshot, definition=engine_definition)
+                out.extend(report.diagnostics)
+    return ProjectCheck(finalize(out, runtime_names), definition, runtime_checks, scenarios, report)
+
+
+def _check_runtime_files(
+    directory: Path | None,
+    runtime_config: Path | None,
+    environment: Mapping[str, str] | None,
+    definition: DefinitionCheck | None,
+    out: list[Diagnostic],
+    names: list[str],
+) -> list[Any]:
+    """02 §4.1 step 8: each runtime file alone, then its bindings against the workflow."""
+    candidates: list[tuple[Path, str]] = []
+    if runtime_config is not None:
+        candidates.append((runtime_config, str(runtime_config)))
+    if directory is not None:
+        own = directory / RUNTIME_FILE
+        if _is_regular(own):  # a symlink or special file is P5's finding alone
+            same = runtime_config is not None and _same_file(own, runtime_config)
+            if not same:
+                candidates.append((own, RUNTIME_FILE))
+    checks = []
+    for path, display in candidates:
+        names.append(display)
+        runtime = check_runtime_file(path, display_file=display, environment=environment)
+        out.extend(runtime.diagnostics)
+        workflow_ok = (
+            definition is not None
+            and definition.decoded is not None
+            and definition.workflow is not None
+            and not definition.workflow.has_findings_under("/operations")
+            and not definition.workflow.has_findings_under("/triggers")
+        )
+        if workflow_ok and runtime.ok_for_bindings and definition is not None:
+            assert definition.decoded is not None
+            out.extend(check_bindings(definition.decoded, runtime))
+        checks.append(runtime)
+    return checks
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    try:
+        return first.resolve() == second.resolve()
+    except OSError:
+        return False
+
+
+def check_runtime_only(
+    runtime_config: Path, environment: Mapping[str, str] | None = None
+) -> ProjectCheck:
+    """`check --runtime-config FILE` without `--project`: the standalone runtime-file check."""
+    out: list[Diagnostic] = []
+    names: list[str] = []
+    checks = _check_runtime_files(None, runtime_config, environment, None, out, names)
+    return ProjectCheck(finalize(out, names), None, checks)

@@ -1,0 +1,253 @@
+"""What `explain` reports about a checked definition (contract 02 §11), and its graph pictures."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from coordinator_core import limits
+from coordinator_core.checking.checker import DefinitionCheck
+from coordinator_core.definition.rules import MAPPING_ROLE
+from coordinator_core.operations import CATALOG
+
+__all__ = ["LIMITS", "RECOVERY_SENTENCE", "check_result", "explain_result", "render_graph"]
+
+LIMITS: Final = {
+    "operations": limits.FUNCTION_MAX_OPERATIONS,
+    "callLevels": limits.FUNCTION_MAX_CALL_LEVELS,
+    "expressionDepth": limits.FUNCTION_MAX_EXPRESSION_DEPTH,
+    "stringBytes": limits.FUNCTION_MAX_STRING_BYTES,
+    "arrayItems": limits.FUNCTION_MAX_ARRAY_ITEMS,
+    "mapEntries": limits.FUNCTION_MAX_MAP_ENTRIES,
+    "sourceBytes": limits.FUNCTION_MAX_SOURCE_BYTES,
+    "jsonBytes": limits.JSON_MAX_CANONICAL_BYTES,
+    "jsonDepth": limits.JSON_MAX_DEPTH,
+    "jsonNodes": limits.JSON_MAX_NODES,
+    "maximumArguments": limits.FUNCTION_MAX_ARGUMENTS,
+    "maximumFunctions": limits.FUNCTION_MAX_FUNCTIONS,
+    "modules": 0,
+}
+
+RECOVERY_SENTENCE: Final = (
+    "A run restores exactly this snapshot; retry-same resends saved commands and never adopts "
+    "edited mappings."
+)
+
+
+def check_result(definition: DefinitionCheck, *, warnings: bool) -> dict[str, Any]:
+    """The `check` result members of 02 §12 (without scenario counts)."""
+    assert definition.snapshot is not None and definition.decoded is not None
+    workflow = definition.decoded
+    return {
+        "status": "valid-with-warnings" if warnings else "valid",
+        "workflow": workflow["project"]["id"],
+        "version": workflow["project"]["version"],
+        "revision": definition.snapshot.revision,
+        "definitionDigest": definition.snapshot.definition_digest,
+        "steps": len(workflow["steps"]),
+    }
+
+
+def _mapping(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    arguments = []
+    for argument in mapping.get("arguments", []):
+        shown: dict[str, Any] = {"type": argument["type"]}
+        if argument["type"] == "step":
+            shown["step"] = argument["step"]
+        arguments.append(shown)  # literal values are never printed
+    return {"function": mapping["function"], "arity": len(arguments), "arguments": arguments}
+
+
+def _routes(step: Mapping[str, Any]) -> list[dict[str, Any]]:
+    routes: list[dict[str, Any]] = []
+    if "next" in step:
+        routes.append({"kind": "next", "target": step["next"]})
+    for label, target in (step.get("cases") or {}).items():
+        routes.append({"kind": "case", "label": label, "target": target})
+    for code, target in (step.get("onDeclaredRefusal") or {}).items():
+        routes.append({"kind": "refusal", "code": code, "target": target})
+    if "onTimeout" in step:
+        routes.append({"kind": "timeout", "target": step["onTimeout"]})
+    if "onCancel" in step:
+        routes.append({"kind": "cancel", "target": step["onCancel"]})
+    return routes
+
+
+def explain_result(definition: DefinitionCheck, *, warnings: bool) -> dict[str, Any]:
+    """The `explain` result of 02 §11: the check result extended with the whole structure."""
+    assert definition.snapshot is not None and definition.decoded is not None
+    assert definition.graph is not None
+    workflow = definition.decoded
+    project = workflow["project"]
+    result = check_result(definition, warnings=warnings)
+    if "title" in project:
+        result["title"] = project["title"]
+    result["start"] = workflow["start"]
+    result["deadlineSeconds"] = workflow["deadlineSeconds"]
+    operations: dict[str, Any] = {}
+    connections: dict[str, str] = {}
+    for alias, entry in workflow["operations"].items():
+        descriptor = CATALOG[entry["operation"]]
+        described: dict[str, Any] = {
+            "operation": entry["operation"],
+            "connection": entry["connection"],
+        }
+        if "action" in entry:
+            described["action"] = entry["action"]
+        identity = descriptor.to_json()
+        for member in (
+            "product",
+            "effect",
+            "keyRequirement",
+            "recovery",
+            "readReceipt",
+            "declaredRefusals",
+            "completions",
+        ):
+            described[member] = identity[member]
+        operations[alias] = described
+        connections[entry["connection"]] = descriptor.product
+    result["operations"] = operations
+    result["connections"] = dict(sorted(connections.items()))
+    result["triggers"] = [
+        {
+            "id": trigger_id,
+            "source": trigger["source"],
+            "event": trigger["event"],
+            "mapping": _mapping(trigger["input"]),
+        }
+        for trigger_id, trigger in (workflow.get("triggers") or {}).items()
+    ]
+    result["outcomes"] = list(workflow["outcomes"])
+    steps = []
+    for step_id in definition.graph.order:
+        step = workflow["steps"][step_id]
+        described = {"id": step_id, "type": step["type"]}
+        if "title" in step:
+            described["title"] = step["title"]
+        described["routes"] = _routes(step)
+        role = MAPPING_ROLE.get(step["type"])
+        if role and role in step:
+            described["mapping"] = _mapping(step[role])
+        if step["type"] == "call":
+            entry = workflow["operations"][step["operation"]]
+            descriptor = CATALOG[entry["operation"]]
+            described.update(
+                alias=step["operation"],
+                operation=descriptor.id,
+                product=descriptor.product,
+                effect=descriptor.effect,
+                recovery=descriptor.recovery,
+            )
+        elif step["type"] == "wait-for":
+            called = workflow["steps"][step["call"]]
+            descriptor = CATALOG[workflow["operations"][called["operation"]]["operation"]]
+            completion = descriptor.completions[step["completion"]]
+            described.update(
+                call=step["call"],
+                completion=step["completion"],
+                timeoutSeconds=step["timeoutSeconds"],
+                observeOperation=completion.observe,
+                defaultIntervalSeconds=completion.default_interval_seconds,
+            )
+        elif step["type"] == "choose":
+            described["cases"] = dict(step["cases"])
+        elif step["type"] == "finish":
+            described["outcome"] = step["outcome"]
+        described["available"] = sorted(definition.graph.available[step_id])
+        steps.append(described)
+    result["steps"] = steps
+    result["limits"] = dict(LIMITS)
+    result["interpreterAbi"] = limits.INTERPRETER_ABI
+    result["schemaAbi"] = limits.SCHEMA_ABI
+    result["adapterAbi"] = limits.ADAPTER_ABI
+    result["networkAccess"] = False
+    result["databaseAccess"] = False
+    result["secretResolution"] = False
+    result["recovery"] = RECOVERY_SENTENCE
+    return result
+
+
+def _edge_label(step_type: str, route: Mapping[str, Any]) -> str:
+    kind = route["kind"]
+    if kind == "case":
+        return str(route["label"])
+    if kind == "refusal":
+        return f"refusal: {route['code']}"
+    if kind == "next":
+        return {"call": "success", "wait-for": "completed", "wait-until": "due"}.get(
+            step_type, "next"
+        )
+    return str(kind)
+
+
+def render_graph(explained: Mapping[str, Any], style: str) -> str:
+    """The step graph as Mermaid (`mermaid`) or Graphviz (`dot`), edges labelled by route."""
+    steps = explained["steps"]
+    node_id = {step["id"]: f"s{index}" for index, step in enumerate(steps)}
+    lines: list[str] = []
+    if style == "mermaid":
+        lines.append("flowchart TD")
+        shapes = {
+            "call": ('["', '"]'),
+            "choose": ('{"', '"}'),
+            "wait-until": ('(["', '"])'),
+            "wait-for": (('(["', '"])')),
+            "finish": ('[["', '"]]'),
+        }
+        for step in steps:
+            opening, closing = shapes[step["type"]]
+            label = f"{step['id']}<br/><small>{_node_detail(step)}</small>"
+            lines.append(f"    {node_id[step['id']]}{opening}{label}{closing}")
+        for step in steps:
+            for route in step["routes"]:
+                arrow = "-.->" if route["kind"] in ("timeout", "cancel", "refusal") else "-->"
+                label = _edge_label(step["type"], route)
+                lines.append(
+                    f'    {node_id[step["id"]]} {arrow}|"{label}"| {node_id[route["target"]]}'
+                )
+        lines.append("    classDef finish fill:#e8f5e9,stroke:#2e7d32")
+        lines.append("    classDef wait fill:#e3f2fd,stroke:#1565c0")
+        finishes = [node_id[s["id"]] for s in steps if s["type"] == "finish"]
+        waits = [node_id[s["id"]] for s in steps if s["type"] in ("wait-for", "wait-until")]
+        if finishes:
+            lines.append(f"    class {','.join(finishes)} finish")
+        if waits:
+            lines.append(f"    class {','.join(waits)} wait")
+        return "\n".join(lines) + "\n"
+    shapes_dot = {
+        "call": "box",
+        "choose": "diamond",
+        "wait-until": "ellipse",
+        "wait-for": "ellipse",
+        "finish": "doubleoctagon",
+    }
+    lines.append(f'digraph "{explained["workflow"]}" {{')
+    lines.append("    rankdir=TB;")
+    lines.append('    node [fontname="Helvetica"]; edge [fontname="Helvetica", fontsize=10];')
+    for step in steps:
+        label = f"{step['id']}\\n{_node_detail(step)}"
+        lines.append(
+            f'    {node_id[step["id"]]} [shape={shapes_dot[step["type"]]}, label="{label}"];'
+        )
+    for step in steps:
+        for route in step["routes"]:
+            style_attr = (
+                ", style=dashed" if route["kind"] in ("timeout", "cancel", "refusal") else ""
+            )
+            label = _edge_label(step["type"], route)
+            lines.append(
+                f'    {node_id[step["id"]]} -> {node_id[route["target"]]} [label="{label}"{style_attr}];'
+            )
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _node_detail(step: Mapping[str, Any]) -> str:
+    if step["type"] == "call":
+        return str(step["operation"])
+    if step["type"] == "wait-for":
+        return f"wait for {step['call']}.{step['completion']}"
+    if step["type"] == "finish":
+        return f"finish: {step['outcome']}"
+    return str(step["type"])

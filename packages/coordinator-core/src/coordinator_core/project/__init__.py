@@ -1,1 +1,0 @@
-"""Reading authored project files: the strict YAML reader and the project-file readers."""

@@ -1,0 +1,276 @@
+"""The worker's one entry point to the adapters: operation → adapter, name → connection.
+
+Every operation of the catalog that a run can contain has exactly one adapter here
+(`SERVED_OPERATIONS`; a test walks the catalog, and `unserved_operations` lets a deployment
+refuse a workflow before any run is admitted). A connection the runtime file does not bind,
+or binds in another map or to another product, is refused `operation-unbound` (08 §9) before
+any adapter runs. Each method takes the engine's I/O command and answers the engine's event for
+it; like the adapters, nothing but such an event (or an attempt's credential) leaves here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from coordinator_core.engine.commands import (
+    Dispatch,
+    LookupReceipt,
+    Observe,
+    ObtainCredential,
+    Prepare,
+)
+from coordinator_core.engine.events import (
+    CallOutcome,
+    ObservationOutcome,
+    PreparationDone,
+    ReceiptAnswer,
+)
+from coordinator_core.operations import product_of
+from coordinator_core.shell.adapters.base import (
+    AccessToken,
+    Adapter,
+    ClientCredentials,
+    Connection,
+    EvaluationConnection,
+    ExternalConnection,
+    PreparedCommand,
+    ProductConnection,
+)
+from coordinator_core.shell.adapters.breg import BregAdapter
+from coordinator_core.shell.adapters.casework import CaseworkAdapter
+from coordinator_core.shell.adapters.credentials import CredentialIssuer
+from coordinator_core.shell.adapters.evaluation import EvaluationAdapter
+from coordinator_core.shell.adapters.external import ExternalHttpAdapter
+from coordinator_core.shell.adapters.http import HttpSettings
+from coordinator_core.shell.adapters.messaging import MessagingAdapter
+from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
+
+if TYPE_CHECKING:
+    from coordinator_core.shell.deployment import Deployment, Secrets
+
+__all__ = [
+    "SERVED_OPERATIONS",
+    "Adapters",
+    "bound_connections",
+    "product_adapters",
+    "unserved_operations",
+]
+
+_ADAPTER_CLASSES: Final = (
+    BregAdapter,
+    CaseworkAdapter,
+    MessagingAdapter,
+    SchedulingAdapter,
+    ExternalHttpAdapter,
+    EvaluationAdapter,
+)
+
+SERVED_OPERATIONS: Final = frozenset().union(*(cls.call_operations for cls in _ADAPTER_CLASSES))
+"""Every operation an adapter of this build calls (observations are served by the adapter of
+the observed operation's product)."""
+
+
+def product_adapters(
+    settings: HttpSettings | None = None, *, credentials: CredentialIssuer | None = None
+) -> tuple[Adapter, ...]:
+    """One adapter per product of 08 §1, sharing the client policy and token issuer."""
+    settings = settings or HttpSettings()
+    credentials = credentials or CredentialIssuer(settings)
+    return tuple(cls(settings, credentials=credentials) for cls in _ADAPTER_CLASSES)
+
+
+def unserved_operations(workflow: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The `(alias, operation)` pairs of a decoded workflow that no adapter of this build
+    serves (`breg.propose-action/v1` among them: `check` refuses it, and no adapter sends it)."""
+    found: list[tuple[str, str]] = []
+    operations = workflow.get("operations")
+    if not isinstance(operations, Mapping):
+        return found
+    for alias, entry in sorted(operations.items()):
+        operation = entry.get("operation") if isinstance(entry, Mapping) else None
+        if not isinstance(operation, str):
+            continue
+        if operation not in SERVED_OPERATIONS:
+            found.append((str(alias), operation))
+    return found
+
+
+def bound_connections(deployment: Deployment, secrets: Secrets) -> dict[str, Connection]:
+    """Every connection of the runtime file's three maps (05 §5), with its resolved secret:
+    the signing key of an `authorization`, or an evaluation connection's bearer token."""
+
+    def credentials(name: str, authorization: Any) -> ClientCredentials:
+        return ClientCredentials(
+            token_endpoint=authorization.token_endpoint,
+            client_id=authorization.client_id,
+            signing_key=secrets.client_signing_keys.get(name, ""),
+            resource=authorization.resource,
+            scopes=tuple(authorization.scopes),
+            client_assertion_audience=authorization.client_assertion_audience,
+        )
+
+    found: dict[str, Connection] = {}
+    for name, product in deployment.connections.items():
+        found[name] = ProductConnection(
+            name=name,
+            product=product.product,
+            base_url=product.base_url,
+            profile=product.profile,
+            authorization=credentials(name, product.authorization),
+        )
+    for name, external in deployment.external_http_connections.items():
+        found[name] = ExternalConnection(
+            name=name,
+            base_url=external.base_url,
+            paths=frozenset(external.paths),
+            query_parameters=frozenset(external.query_parameters),
+            response_schema=external.response_schema,
+            authorization=(
+                None
+                if external.authorization is None
+                else credentials(name, external.authorization)
+            ),
+            attempt_timeout_milliseconds=external.attempt_timeout_milliseconds,
+            maximum_response_bytes=external.maximum_response_bytes,
+        )
+    for name, evaluation in deployment.evaluation_connections.items():
+        found[name] = EvaluationConnection(
+            name=name,
+            base_url=evaluation.base_url,
+            model=evaluation.model,
+            bearer_token=secrets.evaluation_tokens.get(name),
+            protocol=evaluation.protocol,
+            attempt_timeout_milliseconds=evaluation.attempt_timeout_milliseconds,
+            maximum_request_bytes=evaluation.maximum_request_bytes,
+            maximum_response_bytes=evaluation.maximum_response_bytes,
+        )
+    return found
+
+
+class Adapters:
+    """The bound product connections of one runtime file and the adapters that call them."""
+
+    def __init__(
+        self,
+        connections: Mapping[str, Connection],
+        *,
+        settings: HttpSettings | None = None,
+        adapters: Iterable[Adapter] | None = None,
+    ) -> None:
+        self._connections = dict(connections)
+        chosen = product_adapters(settings) if adapters is None else tuple(adapters)
+        self._adapters = {adapter.product: adapter for adapter in chosen}
+
+    def _bound(
+        self, step: str, operation: str, connection: str
+    ) -> tuple[Adapter, Connection] | CallOutcome:
+        adapter = self._adapters.get(product_of(operation))
+        if adapter is None or operation not in adapter.operations:
+            # No adapter of this registry serves the operation. A deployment refuses such a
+            # workflow before admitting runs (`unserved_operations`); never `operation-unbound`,
+            # which is reserved for a connection that really is unbound.
+            return CallOutcome(step, "refused", code="remote-refused")
+        bound = self._connections.get(connection)
+        if bound is None or bound.product != adapter.product:
+            return CallOutcome(step, "refused", code="operation-unbound")
+        return adapter, bound
+
+    def obtain_credential(
+        self, command: ObtainCredential, *, attempt_deadline: float
+    ) -> AccessToken | CallOutcome:
+        """A fresh token for the named connection (the engine's `ObtainCredential` names only
+        the connection: an identity belongs to the connection, not to an operation), or the
+        definite failure that answers the command. The worker keeps the token for the
+        `Dispatch` and answers `ReadyToSend` itself: a token never travels in an event."""
+        bound = self._connections.get(command.connection)
+        adapter = self._adapters.get(bound.product) if bound is not None else None
+        if bound is None or adapter is None:
+            return CallOutcome(command.step, "refused", code="operation-unbound")
+        return adapter.obtain_credential(bound, command, attempt_deadline=attempt_deadline)
+
+    def prepare(
+        self,
+        command: Prepare,
+        frozen: PreparedCommand,
+        *,
+        attempt_deadline: float,
+        credential: AccessToken | None = None,
+        traceparent: str | None = None,
+    ) -> PreparationDone | CallOutcome:
+        found = self._bound(command.step, command.operation, command.connection)
+        if isinstance(found, CallOutcome):
+            return found
+        adapter, bound = found
+        return adapter.prepare(
+            bound,
+            command,
+            frozen,
+            attempt_deadline=attempt_deadline,
+            credential=credential,
+            traceparent=traceparent,
+        )
+
+    def dispatch(
+        self,
+        command: Dispatch,
+        frozen: PreparedCommand,
+        *,
+        attempt_deadline: float,
+        credential: AccessToken | None = None,
+        traceparent: str | None = None,
+    ) -> CallOutcome:
+        found = self._bound(command.step, command.operation, command.connection)
+        if isinstance(found, CallOutcome):
+            return found
+        adapter, bound = found
+        return adapter.dispatch(
+            bound,
+            command,
+            frozen,
+            attempt_deadline=attempt_deadline,
+            credential=credential,
+            traceparent=traceparent,
+        )
+
+    def observe(
+        self,
+        command: Observe,
+        *,
+        attempt_deadline: float,
+        credential: AccessToken | None = None,
+        traceparent: str | None = None,
+    ) -> ObservationOutcome:
+        found = self._bound(command.step, command.operation, command.connection)
+        if isinstance(found, CallOutcome):
+            return ObservationOutcome(command.step, "refused", code=found.code)
+        adapter, bound = found
+        return adapter.observe(
+            bound,
+            command,
+            attempt_deadline=attempt_deadline,
+            credential=credential,
+            traceparent=traceparent,
+        )
+
+    def lookup_receipt(
+        self,
+        command: LookupReceipt,
+        frozen: PreparedCommand,
+        *,
+        attempt_deadline: float,
+        credential: AccessToken | None = None,
+        traceparent: str | None = None,
+    ) -> ReceiptAnswer:
+        found = self._bound(command.step, command.operation, command.connection)
+        if isinstance(found, CallOutcome):
+            return ReceiptAnswer(command.step, command.generation, "unavailable")
+        adapter, bound = found
+        return adapter.lookup_receipt(
+            bound,
+            command,
+            frozen,
+            attempt_deadline=attempt_deadline,
+            credential=credential,
+            traceparent=traceparent,
+        )

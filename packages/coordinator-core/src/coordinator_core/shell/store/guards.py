@@ -1,0 +1,294 @@
+"""The store's refusals: schema ledger, store identity, key custody, PostgreSQL role split and
+namespace ownership, and the SQLite process lock (07 §6.1 step 1, §14, §15; 09 §3).
+
+Every function here raises a `CoordinatorError` whose code is in spec/errors.yaml; none of them
+writes anything.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hmac
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from sqlalchemy import inspect, select, text
+from sqlalchemy.engine import Connection
+
+from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.shell.store.dialect import NAMESPACE_MARKER, StoreLocation
+from coordinator_core.shell.store.migrations import supported_migrations
+from coordinator_core.shell.store.rows import ControlRow, DeploymentIdentity
+from coordinator_core.shell.store.tables import CONTROL, LEDGER
+
+__all__ = [
+    "ProcessLock",
+    "check_identity",
+    "check_known",
+    "check_ledger",
+    "check_runtime_role",
+    "control_from",
+    "namespace_state",
+    "read_control",
+    "read_ledger",
+    "refuse",
+    "supported_version",
+]
+
+NamespaceState = Literal["absent", "foreign", "store"]
+_ROLE: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+# 07 §14.2: what the runtime role may do, and nothing more.
+RUNTIME_DML_TABLES: Final = ("runs", "steps", "admission_lock", "definitions", "live_bindings")
+RUNTIME_READ_TABLES: Final = ("control", "activations", "migrations")
+RUNTIME_CONTROL_COLUMNS: Final = (
+    "restore_hold",
+    "admissions_hold",
+    "restore_evidence_ref",
+    "admission_recovery_ref",
+)
+_FORBIDDEN_TABLE_PRIVILEGES: Final = ("TRIGGER", "TRUNCATE", "REFERENCES")
+
+
+def refuse(code: str) -> CoordinatorError:
+    """The refusal with catalogue code `code` (message and hint come from the catalogue)."""
+    return CoordinatorError(Diagnostic(code=code))
+
+
+def supported_version() -> int:
+    """The schema version this build supports (the highest migration it ships)."""
+    return supported_migrations()[-1].version
+
+
+def quote_role(role: str) -> str:
+    if not _ROLE.fullmatch(role):
+        raise refuse("coordinator.deployment.refused")
+    return f'"{role}"'
+
+
+# -- namespace and ledger -----------------------------------------------------------------------
+
+
+def namespace_state(conn: Connection, namespace: str) -> NamespaceState:
+    """Whether the PostgreSQL schema is absent, a coordinator store (marker comment), or not."""
+    row = conn.execute(
+        text(
+            "SELECT obj_description(oid, 'pg_namespace') AS marker"
+            " FROM pg_catalog.pg_namespace WHERE nspname = :namespace"
+        ),
+        {"namespace": namespace},
+    ).first()
+    if row is None:
+        return "absent"
+    return "store" if row.marker == NAMESPACE_MARKER else "foreign"
+
+
+def _has_table(conn: Connection, location: StoreLocation, table: str) -> bool:
+    return inspect(conn).has_table(table, schema=location.namespace)
+
+
+def read_ledger(conn: Connection, location: StoreLocation) -> dict[int, str] | None:
+    """The ledger (version → checksum), or None when the store has no ledger table yet."""
+    if not _has_table(conn, location, "migrations"):
+        return None
+    rows = conn.execute(select(LEDGER.c.version, LEDGER.c.checksum).order_by(LEDGER.c.version))
+    return {int(row.version): str(row.checksum) for row in rows}
+
+
+def check_known(applied: Mapping[int, str]) -> None:
+    """The ledger holds a prefix 1‥n of this build's migrations with their exact checksums
+    (`schema-mismatch` otherwise: another build's store, or an edited migration)."""
+    known = {migration.version: migration for migration in supported_migrations()}
+    if sorted(applied) != list(range(1, len(applied) + 1)):
+        raise refuse("coordinator.deployment.schema-mismatch")
+    for version, checksum in applied.items():
+        migration = known.get(version)
+        if migration is None or not migration.accepts(checksum):
+            raise refuse("coordinator.deployment.schema-mismatch")
+
+
+def check_ledger(applied: Mapping[int, str] | None, *, pending_code: str) -> None:
+    """07 §14.4: the ledger must hold exactly this build's migrations with their checksums.
+
+    A store missing some of them (older, or never migrated) is refused with `pending_code`
+    (`schema-mismatch` for the service, `schema-pending` for `apply`); a store with a version
+    this build does not know, or with a different checksum, is `schema-mismatch`.
+    """
+    check_known(applied or {})
+    if not applied or max(applied) < supported_version():
+        raise refuse(pending_code)
+
+
+# -- the control row ----------------------------------------------------------------------------
+
+
+def control_from(row: Mapping[Any, Any]) -> ControlRow:
+    markers: Any = row["state_key_commitments"] or {}
+    return ControlRow(
+        database_id=row["database_id"],
+        schema_version=row["schema_version"],
+        restore_hold=bool(row["restore_hold"]),
+        admissions_hold=bool(row["admissions_hold"]),
+        restore_evidence_ref=row["restore_evidence_ref"],
+        admission_recovery_ref=row["admission_recovery_ref"],
+        active_package_digest=row["active_package_digest"],
+        active_revision=row["active_revision"],
+        admission_key_commitment=row["admission_key_commitment"],
+        state_key_commitments={int(version): str(marker) for version, marker in markers.items()},
+        created_at=row["created_at"],
+    )
+
+
+def read_control(conn: Connection, location: StoreLocation) -> ControlRow | None:
+    """The control row, or None when the store has none (never migrated, or interrupted)."""
+    if not _has_table(conn, location, "control"):
+        return None
+    row = conn.execute(select(CONTROL)).mappings().first()
+    return None if row is None else control_from(row)
+
+
+def _same(left: str, right: str) -> bool:
+    return hmac.compare_digest(left.encode(), right.encode())
+
+
+def check_state_keys(
+    registered: Mapping[int, str], configured: Mapping[int, str], active: int | None
+) -> None:
+    """07 §10 custody: every registered version is configured with a matching key, and the
+    active version is registered. (`active=None` checks only configured ∩ registered, as
+    `migrate` and `apply` do before registering new versions.)"""
+    for version, marker in registered.items():
+        mine = configured.get(version)
+        if mine is None:
+            if active is not None:
+                raise refuse("coordinator.command.state-key-custody")
+            continue
+        if not _same(mine, marker):
+            raise refuse("coordinator.command.state-key-custody")
+    if active is not None and active not in registered:
+        raise refuse("coordinator.command.state-key-custody")
+
+
+def check_identity(
+    control: ControlRow | None, identity: DeploymentIdentity, *, registering: bool = False
+) -> ControlRow:
+    """The store belongs to this deployment: databaseId, admission-key and state-key custody.
+
+    `registering` (migrate, apply) tolerates state-key versions that are configured but not
+    registered yet, or registered but no longer configured; the service does not.
+    """
+    if control is None or control.schema_version != supported_version():
+        raise refuse("coordinator.deployment.schema-mismatch")
+    if control.database_id != identity.database_id:
+        raise refuse("coordinator.deployment.database-id-mismatch")
+    if not _same(control.admission_key_commitment, identity.admission_key_commitment):
+        raise refuse("coordinator.command.admission-key-custody")
+    check_state_keys(
+        control.state_key_commitments,
+        identity.state_key_commitments,
+        None if registering else identity.active_state_key,
+    )
+    return control
+
+
+# -- the PostgreSQL role split ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Privileges:
+    current_user: str
+    superuser: bool
+    owns_namespace: bool
+    can_create: bool
+
+
+def check_runtime_role(conn: Connection, namespace: str, runtime_role: str) -> None:
+    """07 §14.2, §15: the connection runs as `runtimeRole`, which does not own the namespace
+    (directly or through membership), cannot create objects in it, holds the runtime grants
+    and no TRIGGER, TRUNCATE or REFERENCES privilege on any store table."""
+    row = conn.execute(
+        text(
+            "SELECT current_user AS current_user,"
+            " (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user) AS superuser,"
+            " pg_has_role(current_user, n.nspowner, 'MEMBER') AS owns_namespace,"
+            " has_schema_privilege(current_user, n.oid, 'CREATE') AS can_create"
+            " FROM pg_catalog.pg_namespace n WHERE n.nspname = :namespace"
+        ),
+        {"namespace": namespace},
+    ).first()
+    if row is None:
+        raise refuse("coordinator.deployment.schema-mismatch")
+    facts = _Privileges(row.current_user, bool(row.superuser), row.owns_namespace, row.can_create)
+    if facts.current_user != runtime_role or facts.superuser:
+        raise refuse("coordinator.deployment.refused")
+    if facts.owns_namespace or facts.can_create:
+        raise refuse("coordinator.deployment.refused")
+    if not role_has_exact_grants(conn, namespace, "current_user"):
+        raise refuse("coordinator.deployment.refused")
+
+
+def role_has_exact_grants(conn: Connection, namespace: str, role_expression: str) -> bool:
+    """Whether the role holds the runtime grants of 07 §14.2 and no forbidden privilege."""
+    checks: list[str] = []
+    for table in RUNTIME_DML_TABLES:
+        for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE"):
+            checks.append(f"has_table_privilege({{role}}, '{namespace}.{table}', '{privilege}')")
+    for table in RUNTIME_READ_TABLES:
+        checks.append(f"has_table_privilege({{role}}, '{namespace}.{table}', 'SELECT')")
+    for column in RUNTIME_CONTROL_COLUMNS:
+        checks.append(
+            f"has_column_privilege({{role}}, '{namespace}.control', '{column}', 'UPDATE')"
+        )
+    forbidden = [
+        f"NOT has_table_privilege({{role}}, '{namespace}.{table}', '{privilege}')"
+        for table in RUNTIME_DML_TABLES + RUNTIME_READ_TABLES
+        for privilege in _FORBIDDEN_TABLE_PRIVILEGES
+    ]
+    forbidden += [
+        f"NOT has_table_privilege({{role}}, '{namespace}.{table}', '{privilege}')"
+        for table in RUNTIME_READ_TABLES
+        for privilege in ("INSERT", "DELETE")
+    ]
+    forbidden.append(
+        f"NOT has_column_privilege({{role}}, '{namespace}.control', 'database_id', 'UPDATE')"
+    )
+    clause = " AND ".join(checks + forbidden).replace("{role}", role_expression)
+    return bool(conn.execute(text(f"SELECT {clause}")).scalar())
+
+
+# -- SQLite: one process ------------------------------------------------------------------------
+
+
+class ProcessLock:
+    """The exclusive lock on `<path>.lock` that `coordinator serve` holds for its lifetime and
+    `migrate`/`apply` take for theirs (07 §14.3; `coordinator.command.store-busy` if taken)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> ProcessLock:
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            os.close(fd)
+            raise refuse("coordinator.command.store-busy") from error
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> ProcessLock:
+        return self.acquire()
+
+    def __exit__(self, *_: object) -> None:
+        self.release()

@@ -1,0 +1,71 @@
+"""SQL forms of the run predicates the store filters by (file 07 §5, §13; 06 §11.5).
+
+Each mirrors a rule of the pure engine exactly (`is_settled`, `StepRecord.effect_state`,
+`RunState.reported_status`) so that the store can select by it; a conformance test compares
+both forms over the same states.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import and_, case, exists, not_, or_, select
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.expression import FromClause
+
+from coordinator_core.engine.codes import NON_RECOVERABLE_CODES
+from coordinator_core.shell.store.tables import RUNS, STEPS, TERMINAL_STATUSES
+
+__all__ = ["has_unknown_effect", "reported_status", "settled", "unknown_effect"]
+
+_RISKY = ("mutation", "evaluation")
+
+
+def unknown_effect(steps: FromClause) -> ColumnElement[bool]:
+    """The record is a prepared mutation or evaluation whose effect is `unknown`."""
+    return and_(
+        steps.c.effect_kind.in_(_RISKY),
+        steps.c.command_prepared,
+        steps.c.settled_by.is_(None),
+        or_(steps.c.uncertain, steps.c.dispatched),
+    )
+
+
+def has_unknown_effect() -> ColumnElement[bool]:
+    """The run (of the enclosing query over `runs`) has a record with an unknown effect."""
+    return exists(
+        select(STEPS.c.step).where(STEPS.c.run_id == RUNS.c.run_id, unknown_effect(STEPS))
+    )
+
+
+def settled(now: datetime) -> ColumnElement[bool]:
+    """07 §13: terminal, or `failed` with `retry-same` no longer possible (non-recoverable code
+    or, for a non-pure current record, the deadline passed) — with no unknown effect and no
+    restore review. `now` is the instant the deadline is compared with."""
+    current = STEPS.alias("settled_current")
+    failed_for_good = exists(
+        select(current.c.step).where(
+            current.c.run_id == RUNS.c.run_id,
+            current.c.step == RUNS.c.current_step,
+            or_(
+                current.c.failure_code.in_(sorted(NON_RECOVERABLE_CODES)),
+                and_(not_(current.c.pure), RUNS.c.deadline_at <= now),
+            ),
+        )
+    )
+    return and_(
+        not_(RUNS.c.restore_review),
+        not_(has_unknown_effect()),
+        or_(
+            RUNS.c.status.in_(TERMINAL_STATUSES),
+            and_(RUNS.c.status == "failed", failed_for_good),
+        ),
+    )
+
+
+def reported_status() -> ColumnElement[str]:
+    """06 §11.5 / 07 §5: a non-terminal run under restore review reports `attention`."""
+    return case(
+        (and_(RUNS.c.restore_review, RUNS.c.status.not_in(TERMINAL_STATUSES)), "attention"),
+        else_=RUNS.c.status,
+    )
