@@ -209,8 +209,8 @@ class Wakeup:
     def take_idle_loop(self) -> bool:
         """Whether an idle loop of this process is free to take a record about to become
         claimable; the loop is counted as taken, and the caller rings once the record is
-        (`ring`). When none is free, the change is announced to the other processes (07
-        §7.7 item 4): a process whose own loops are all busy hands new work on instead of
+        (`ring`). When none is free, the change is announced to the other processes
+        (07 §7.7 item 4): a process whose own loops are all busy hands new work on instead of
         queueing it behind them."""
         with self._condition:
             if self._free <= 0:
