@@ -43,3 +43,17 @@ def test_a_class_with_post_init_still_runs_it() -> None:
     assert evolve(_Checked(1), value=2) == _Checked(2)
     with pytest.raises(ValueError, match="negative"):
         evolve(_Checked(1), value=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plain:
+    name: str
+    count: int = 0
+
+
+def test_a_frozen_class_without_slots_is_copied_alike() -> None:
+    plain = _Plain("a", 1)
+    assert evolve(plain, count=2) == dataclasses.replace(plain, count=2) == _Plain("a", 2)
+    assert evolve(plain) == plain and evolve(plain) is not plain
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        evolve(plain, count=3).count = 4  # type: ignore[misc]
