@@ -799,4 +799,4 @@ def test_entry_lines_are_the_canonical_form(line: dict[str, object]) -> None:
     """A journal line written by the fast encoder is byte for byte RFC 8785 (`audit verify`
     checks lines with `canonical_json`) for every kind of value a checked entry holds: ASCII
     names, strings (control characters, quotes, non-ASCII included), counters and null."""
-    assert audit._entry_line(line) == canonical_json(line)
+    assert audit.writer._entry_line(line) == canonical_json(line)

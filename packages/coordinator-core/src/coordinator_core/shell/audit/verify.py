@@ -1,0 +1,216 @@
+"""`coordinatorctl audit verify` (09 §2): every file group checked line by line."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Final
+
+from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.shell.audit.entries import (
+    _PHASES,
+    _TIME_RE,
+    _UUID_RE,
+    AUDIT_SCHEMA,
+    MAX_ENTRY_BYTES,
+    ZERO_HASH,
+)
+from coordinator_core.shell.audit.writer import _FILE_NAME_RE
+from coordinator_core.values import canonical_json, parse_strict_json, sha256_label
+
+# --------------------------------------------------------------------------------------------
+# Verification
+# --------------------------------------------------------------------------------------------
+
+_ENTRY_MEMBERS: Final = frozenset(
+    {"schema", "sequence", "eventId", "time", "phase", "correlation", "record", "previous"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResult:
+    """One process's file group: its prefix, file and entry counts and the last line's hash."""
+
+    prefix: str
+    files: int
+    entries: int
+    head: str
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "prefix": self.prefix,
+            "files": self.files,
+            "entries": self.entries,
+            "head": self.head,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """The `audit verify` result (09 §2): totals and one item per group, sorted by prefix."""
+
+    files: int
+    entries: int
+    groups: tuple[GroupResult, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "files": self.files,
+            "entries": self.entries,
+            "groups": [group.to_json() for group in self.groups],
+        }
+
+
+def _unreadable(file: str | None) -> CoordinatorError:
+    return CoordinatorError(Diagnostic(code="coordinator.audit.unreadable", file=file))
+
+
+def _broken(file: str, line: int, path: str, message: str) -> CoordinatorError:
+    return CoordinatorError(
+        Diagnostic(
+            code="coordinator.audit.chain-broken", file=file, line=line, path=path, message=message
+        )
+    )
+
+
+def verify_directory(directory: str | os.PathLike[str]) -> VerifyResult:
+    """Verify every journal file group in `directory` (07 §11 "Verification").
+
+    Files are grouped by prefix (`<role>-<stamp>-<hex>`) and read in order (the base file, then
+    `-2`, `-3`, …). Each line must be canonical JSON with exactly the eight members, `sequence`
+    must run 1, 2, 3, … across the group, and `previous` must be the hash of the line before.
+    The first broken line, in prefix order, raises `coordinator.audit.chain-broken` with the file
+    name and 1-based line; a `.jsonl` file whose name breaks the naming rule, or a missing file
+    number, is broken at its line 1. Files not ending in `.jsonl` are ignored. A change to a
+    group's last line keeps the chain valid but changes `head`: compare heads with a copy kept
+    elsewhere.
+    """
+    root = Path(directory)
+    try:
+        with os.scandir(root) as listing:
+            names = sorted(item.name for item in listing if item.name.endswith(".jsonl"))
+    except OSError:
+        names = None
+    if names is None:
+        raise _unreadable(None)
+
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        match = _FILE_NAME_RE.fullmatch(name)
+        if match is None:
+            raise _broken(name, 1, "", "The file name does not follow the journal naming rule.")
+        groups.setdefault(match["prefix"], []).append(name)
+
+    ordered: list[tuple[str, list[str]]] = []
+    for prefix in sorted(groups):
+        files = sorted(groups[prefix], key=_file_number)
+        for expected, name in enumerate(files, start=1):
+            if _file_number(name) != expected:
+                raise _broken(name, 1, "", "An earlier file of this journal is missing.")
+        ordered.append((prefix, files))
+
+    # Every file must be readable before any verdict, so exit 3 never hides behind exit 1.
+    for _, files in ordered:
+        for name in files:
+            if not _can_read(root / name):
+                raise _unreadable(name)
+
+    results: list[GroupResult] = []
+    for prefix, files in ordered:
+        sequence, head = 0, ZERO_HASH
+        for name in files:
+            sequence, head = _verify_file(root / name, name, sequence, head)
+        results.append(GroupResult(prefix, len(files), sequence, head))
+    return VerifyResult(
+        files=sum(group.files for group in results),
+        entries=sum(group.entries for group in results),
+        groups=tuple(results),
+    )
+
+
+def _file_number(name: str) -> int:
+    match = _FILE_NAME_RE.fullmatch(name)
+    number = match["n"] if match is not None else None
+    return int(number) if number else 1
+
+
+def _can_read(path: Path) -> bool:
+    try:
+        with path.open("rb"):
+            return True
+    except OSError:
+        return False
+
+
+def _verify_file(path: Path, name: str, sequence: int, head: str) -> tuple[int, str]:
+    """Check each line of one file, continuing the group's sequence and chain."""
+    line_number = 0
+    try:
+        with path.open("rb") as handle:
+            while raw := handle.readline(MAX_ENTRY_BYTES + 2):
+                line_number += 1
+                if not raw.endswith(b"\n"):
+                    raise _broken(
+                        name, line_number, "", "The line is incomplete or longer than 1 MiB."
+                    )
+                line = raw[:-1]
+                _verify_line(line, name, line_number, sequence + 1, head)
+                sequence, head = sequence + 1, sha256_label(line)
+    except OSError:
+        raise _unreadable(name) from None
+    return sequence, head
+
+
+def _verify_line(line: bytes, name: str, line_number: int, sequence: int, previous: str) -> None:
+    if len(line) > MAX_ENTRY_BYTES:
+        raise _broken(name, line_number, "", "The line is longer than 1 MiB.")
+    entry = _canonical_object(line)
+    if entry is None:
+        raise _broken(name, line_number, "", "The line is not canonical JSON of one object.")
+    if set(entry) != _ENTRY_MEMBERS:
+        raise _broken(name, line_number, "", "The entry does not have exactly the journal members.")
+    if entry["schema"] != AUDIT_SCHEMA:
+        raise _broken(name, line_number, "/schema", "The entry's schema is not the journal schema.")
+    if type(entry["sequence"]) is not int or entry["sequence"] != sequence:
+        raise _broken(
+            name, line_number, "/sequence", "The sequence does not continue the file group."
+        )
+    if entry["previous"] != previous:
+        raise _broken(
+            name, line_number, "/previous", "The previous hash does not match the line before."
+        )
+    event_id = entry["eventId"]
+    if not isinstance(event_id, str) or _UUID_RE.fullmatch(event_id) is None:
+        raise _broken(name, line_number, "/eventId", "The event id is not a UUID.")
+    if not _time_ok(entry["time"]):
+        raise _broken(name, line_number, "/time", "The time is not a UTC time with milliseconds.")
+    phase = entry["phase"]
+    if not isinstance(phase, str) or phase not in _PHASES:
+        raise _broken(name, line_number, "/phase", "The phase is not request, response or record.")
+    if not isinstance(entry["correlation"], str) or not entry["correlation"]:
+        raise _broken(name, line_number, "/correlation", "The correlation is not a string.")
+    if not isinstance(entry["record"], dict):
+        raise _broken(name, line_number, "/record", "The record is not an object.")
+
+
+def _canonical_object(line: bytes) -> dict[str, object] | None:
+    """The object `line` holds if it is the RFC 8785 form of one JSON object, else None."""
+    try:
+        value = parse_strict_json(line)
+        if isinstance(value, dict) and canonical_json(value) == line:
+            return value
+    except ValueError:  # StrictJsonError, CanonicalJsonError
+        pass
+    return None
+
+
+def _time_ok(value: object) -> bool:
+    if not isinstance(value, str) or _TIME_RE.fullmatch(value) is None:
+        return False
+    try:
+        datetime.strptime(value[:19], "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return False
+    return True

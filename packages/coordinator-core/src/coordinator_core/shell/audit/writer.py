@@ -1,0 +1,346 @@
+"""One process's journal file group: append, group commit, rotation (07 §11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import stat
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Final
+
+from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.shell.audit.entries import (
+    _ROLES,
+    AUDIT_SCHEMA,
+    FILE_ROTATE_BYTES,
+    MAX_ENTRY_BYTES,
+    ZERO_HASH,
+    AuditEntry,
+    Role,
+    _check_entry,
+)
+from coordinator_core.values import sha256_label
+
+# --------------------------------------------------------------------------------------------
+# Writer
+# --------------------------------------------------------------------------------------------
+
+_FILE_NAME_RE: Final = re.compile(
+    r"(?P<prefix>(?:serve|worker|ctl)-\d{8}T\d{6}Z-[0-9a-f]{8})(?:-(?P<n>[2-9]|[1-9]\d+))?\.jsonl"
+)
+_OPEN_FLAGS: Final = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | os.O_APPEND
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+)
+
+
+def _unavailable(message: str) -> CoordinatorError:
+    return CoordinatorError(
+        Diagnostic(code="coordinator.command.audit-unavailable", message=message)
+    )
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_ENTRY_ENCODER: Final = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":")
+)
+
+
+def _entry_line(line: dict[str, object]) -> bytes:
+    """The canonical bytes (RFC 8785, as `canonical_json`) of one journal line, the fast way.
+
+    Only checked entries get here (`_check_entry`): member names are ASCII, values are
+    strings of fixed sets or patterns, references, catalogue codes, UUIDs and instants, or
+    integers in [0, 2**53), and the line adds the same kinds. For such values the standard
+    encoder with sorted keys, no whitespace and no ASCII escaping writes exactly the RFC 8785
+    form: code-point order is UTF-16 order for these names, integers print alike, and both
+    escape only `"`, `\\` and control characters, the same way. `audit verify` checks every
+    line against `canonical_json`, so a difference could not go unnoticed."""
+    return _ENTRY_ENCODER.encode(line).encode("utf-8")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+class AuditWriter:
+    """One process's journal. Appends are serialised in sequence order; each returns only after
+    its line is on stable storage, and a single fsync covers every line queued meanwhile."""
+
+    def __init__(
+        self,
+        directory: Path,
+        prefix: str,
+        *,
+        clock: Callable[[], datetime],
+        rotate_bytes: int,
+    ) -> None:
+        self._directory = directory
+        self._prefix = prefix
+        self._clock = clock
+        self._rotate_bytes = rotate_bytes
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: list[bytes] = []
+        self._next_sequence = 1
+        self._previous = ZERO_HASH  # hash of the last line queued
+        self._durable_sequence = 0
+        self._head = ZERO_HASH  # hash of the last line made durable
+        self._flushing = False
+        self._failed = False
+        self._closed = False
+        self._background: threading.Thread | None = None
+        # Owned by the thread that flushes (at most one at a time) and by open/close.
+        self._file_number = 1
+        self._fd = -1
+        self._size = 0
+        try:
+            self._create_file()
+        except OSError:
+            self._failed = True
+        if self._failed:
+            self.close()
+            raise _unavailable("The audit journal file cannot be created.")
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        role: Role,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+        rotate_bytes: int = FILE_ROTATE_BYTES,
+    ) -> AuditWriter:
+        """Create this process's first journal file; failure is `audit-unavailable` (exit 3).
+
+        The directory is created owner-only when absent; an existing one must be a directory
+        without group or other permissions."""
+        if role not in _ROLES:
+            raise ValueError("The audit role is not serve, worker or ctl.")
+        path = Path(directory)
+        try:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            info = os.stat(path)
+        except OSError:
+            info = None
+        if info is None:
+            raise _unavailable("The audit directory cannot be created or read.")
+        if not stat.S_ISDIR(info.st_mode) or info.st_mode & 0o077:
+            raise _unavailable(
+                "The audit directory is not a directory that only its owner can use."
+            )
+        stamp = clock().astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+        prefix = f"{role}-{stamp}-{secrets.token_hex(4)}"
+        return cls(path, prefix, clock=clock, rotate_bytes=rotate_bytes)
+
+    def __enter__(self) -> AuditWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def prefix(self) -> str:
+        """The file group's name: `<role>-<YYYYMMDDTHHMMSSZ>-<8 hex>`."""
+        return self._prefix
+
+    @property
+    def path(self) -> Path:
+        """The file currently written."""
+        return self._directory / self._file_name(self._file_number)
+
+    @property
+    def head(self) -> str:
+        """`sha256:<hex>` of the last line on stable storage (`ZERO_HASH` before the first)."""
+        with self._cond:
+            return self._head
+
+    @property
+    def sequence(self) -> int:
+        """The sequence of the last line on stable storage (0 before the first)."""
+        with self._cond:
+            return self._durable_sequence
+
+    @property
+    def ready(self) -> bool:
+        """False after a write failure or close: every later append is refused."""
+        with self._cond:
+            return not (self._failed or self._closed)
+
+    def append(self, entry: AuditEntry, *, wait: bool = True) -> None:
+        """Journal `entry`; returns only after its line is written and fsynced.
+
+        `wait=False` (API read actions, 07 §7.7 item 5) queues the line in sequence order and
+        returns at once; the next durable append, or `close`, makes it durable.
+
+        Raises `coordinator.command.audit-unavailable` when the line may not be durable, and for
+        every later call: the protected action must then not proceed."""
+        self.append_all((entry,), wait=wait)
+
+    def append_all(self, entries: Sequence[AuditEntry], *, wait: bool = True) -> None:
+        """Journal `entries` in order, covered by one fsync (the entries of one transaction,
+        07 §7.7 item 5); returns only after all of them are on stable storage."""
+        for entry in entries:
+            _check_entry(entry.phase, entry.correlation, entry.record)
+        if not entries:
+            return
+        with self._cond:
+            if self._failed or self._closed:
+                raise _unavailable("The audit journal refuses entries after a write failure.")
+            lines = []
+            previous = self._previous
+            sequence = self._next_sequence - 1
+            for entry in entries:
+                sequence += 1
+                line = _entry_line(
+                    {
+                        "schema": AUDIT_SCHEMA,
+                        "sequence": sequence,
+                        "eventId": str(uuid.uuid4()),
+                        "time": self._time(),
+                        "phase": entry.phase,
+                        "correlation": entry.correlation,
+                        "record": entry.record,
+                        "previous": previous,
+                    }
+                )
+                if len(line) > MAX_ENTRY_BYTES:
+                    raise ValueError("The audit entry is larger than 1 MiB.")
+                previous = sha256_label(line)
+                lines.append(line)
+            self._next_sequence = sequence + 1
+            self._previous = previous
+            self._queue.extend(lines)
+            if not wait:
+                self._start_background()
+                self._cond.notify_all()
+                return
+            while self._durable_sequence < sequence:
+                if self._failed:
+                    raise _unavailable("The audit journal could not be written.")
+                if self._flushing:
+                    self._cond.wait()
+                else:
+                    self._flush_queue()
+
+    def _start_background(self) -> None:
+        """The flusher of lines queued without waiting (lock held): one daemon thread that
+        makes them durable soon after they were queued."""
+        if self._background is not None:
+            return
+        self._background = threading.Thread(
+            target=self._flush_in_background, name="audit-flush", daemon=True
+        )
+        self._background.start()
+
+    def _flush_in_background(self) -> None:
+        with self._cond:
+            while not (self._closed or self._failed):
+                if self._queue and not self._flushing:
+                    self._flush_queue()
+                else:
+                    self._cond.wait()
+
+    def close(self) -> None:
+        """Close the current file (every queued line is made durable first); later appends
+        are refused."""
+        with self._cond:
+            while self._flushing:
+                self._cond.wait()
+            if self._queue and not self._failed and self._fd >= 0:
+                self._flush_queue()
+            self._closed = True
+            self._cond.notify_all()
+            if self._fd >= 0:
+                fd, self._fd = self._fd, -1
+                try:
+                    os.close(fd)
+                except OSError:
+                    self._failed = True
+
+    # ---------------------------------------------------------------------------------------
+
+    def _time(self) -> str:
+        return self._clock().astimezone(UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+    def _file_name(self, number: int) -> str:
+        suffix = "" if number == 1 else f"-{number}"
+        return f"{self._prefix}{suffix}.jsonl"
+
+    def _create_file(self) -> None:
+        """Create the current file of the group (never an existing one: O_EXCL) owner-only,
+        and make its directory entry durable."""
+        path = self._directory / self._file_name(self._file_number)
+        self._fd = os.open(path, _OPEN_FLAGS, 0o600)
+        self._size = 0
+        _fsync_directory(self._directory)
+
+    def _flush_queue(self) -> None:
+        """Called with the lock held by the thread that becomes the flusher: writes and fsyncs
+        everything queued, with the lock released so that others can queue meanwhile."""
+        batch, self._queue = self._queue, []
+        self._flushing = True
+        written = False
+        self._cond.release()
+        try:
+            written = self._write_batch(batch)
+        finally:
+            self._cond.acquire()
+            self._flushing = False
+            if written:
+                self._durable_sequence += len(batch)
+                self._head = sha256_label(batch[-1])
+            else:
+                self._failed = True
+            self._cond.notify_all()
+
+    def _write_batch(self, batch: list[bytes]) -> bool:
+        """Write the batch (one `write` per file it goes to) and fsync it."""
+        try:
+            pending: list[bytes] = []
+            for line in batch:
+                data = line + b"\n"
+                if self._size and self._size + len(data) > self._rotate_bytes:
+                    _write_all(self._fd, b"".join(pending))
+                    pending = []
+                    os.fsync(self._fd)
+                    os.close(self._fd)
+                    self._fd = -1
+                    self._file_number += 1
+                    self._create_file()
+                pending.append(data)
+                self._size += len(data)
+            _write_all(self._fd, b"".join(pending))
+            os.fsync(self._fd)
+        except OSError:
+            return False
+        return True
