@@ -16,7 +16,7 @@ import pytest
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell import process
 from coordinator_core.shell.service_log import ServiceLog
-from coordinator_core.shell.worker import Wakeup
+from coordinator_core.shell.wakeup import Wakeup
 
 
 def _shutdown() -> tuple[process.Shutdown, io.StringIO]:

@@ -61,7 +61,8 @@ from coordinator_core.shell.package_files import LoadedPackage, load_package
 from coordinator_core.shell.service import StoreRunService, build_service
 from coordinator_core.shell.service_log import ServiceLog, install
 from coordinator_core.shell.store import Store
-from coordinator_core.shell.worker import Wakeup, Worker
+from coordinator_core.shell.wakeup import Wakeup
+from coordinator_core.shell.worker import Worker
 
 __all__ = [
     "EXIT_OK", "EXIT_REFUSED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "GRACE_SECONDS", "ArgumentParser",

@@ -38,7 +38,7 @@ from coordinator_core.shell.store import (
     to_epoch_ms,
     truncate_ms,
 )
-from coordinator_core.shell.worker import Wakeup
+from coordinator_core.shell.wakeup import Wakeup
 
 __all__ = ["Decide", "ServiceContext"]
 
