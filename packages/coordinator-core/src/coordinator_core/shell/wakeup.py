@@ -49,7 +49,9 @@ class Wakeup:
       for a ring (or `cap`). A record this process writes due later lowers that instant
       (`schedule`, which answers whether it was earlier than known, so that the worker tells
       the other processes), as does such a notification from another process. A loop that
-      finds work after an idle wait rings, so the others join in (`found_work`).
+      finds a second record in a row after an idle wait, or work its poll found, rings, so
+      the others join in (`found_work`; `process.worker_loop`). An admission takes an idle
+      loop of its own process when one is free (`take_idle_loop`) and then tells no other.
     * **Sweeps when something can have lapsed.** Lapsed leases and overdue records are swept
       when a lease or a deadline the process knows of has come (`lapses`, learnt instants), or
       when the process has neither looked ahead nor swept for `SWEEP_FALLBACK`; at most once
@@ -88,8 +90,9 @@ class Wakeup:
         return self._scheduled
 
     def ring(self) -> None:
-        """One record became claimable: wake one idle loop (it wakes the next when it finds
-        work, so a burst is taken up loop by loop and a single run costs one claim)."""
+        """One record became claimable: wake one idle loop (which wakes the next when it finds
+        more than that record, so a burst is taken up loop by loop and a single run costs one
+        claim)."""
         with self._condition:
             self._generation += 1
             if self._promised > 0:
@@ -235,7 +238,7 @@ class Wakeup:
                 self._free = max(0, min(self._free, self._waiting))
 
     def found_work(self) -> None:
-        """A loop found work after an idle wait: one more idle loop looks too."""
+        """A loop found more work than it was rung for: one more idle loop looks too."""
         self.ring()
 
     # -- sweeps and batches ----------------------------------------------------------------
