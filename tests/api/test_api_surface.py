@@ -13,8 +13,8 @@ from coordinator_api.wire import timestamp
 from coordinator_core.shell.service import AuditJournal, RunService
 
 PUBLIC = {
-    "ApiSettings", "AppState", "AuthenticationSettings", "EventTrigger", "JwksUri",
-    "OidcDiscovery", "Policy", "StaticJwks", "WorkflowSummary", "create_app",
+    "ApiSettings", "AppState", "AuthenticationSettings", "CallerPolicy", "EventTrigger",
+    "JwksUri", "OidcDiscovery", "StaticJwks", "WorkflowSummary", "create_app",
 }  # fmt: skip
 
 
