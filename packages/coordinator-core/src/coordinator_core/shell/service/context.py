@@ -195,6 +195,8 @@ class ServiceContext:
         """Run `work` in a thread; a core refusal becomes the `ServiceRefusal` of its code."""
         try:
             return await asyncio.to_thread(work)
+        except ServiceRefusal:
+            raise  # already one, with its reason
         except CoordinatorError as error:
             raise ServiceRefusal(error.code) from None
 

@@ -22,6 +22,7 @@ from typing import Final, Literal, Protocol, get_args, runtime_checkable
 from uuid import UUID
 
 from coordinator_core.engine.state import StepRoute
+from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.operations import OperationDescriptor
 from coordinator_core.shell.store.rows import HoldState
 
@@ -328,12 +329,12 @@ class Doctor:
     state: DoctorState
 
 
-class ServiceRefusal(Exception):
-    """A domain refusal with a code of 06 §3.1 (`reason` only for retry/reconcile refusals)."""
+class ServiceRefusal(CoordinatorError):
+    """A domain refusal with a code of 06 §3.1 (`reason` only for retry/reconcile refusals): the
+    one error type, its diagnostic the bare code (no position: a request has no file)."""
 
     def __init__(self, code: str, reason: BlockReason | None = None) -> None:
-        super().__init__(code)
-        self.code = code
+        super().__init__(Diagnostic(code))
         self.reason = reason
 
 
