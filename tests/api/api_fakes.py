@@ -18,15 +18,14 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from coordinator_api import (
     ApiSettings,
     AuthenticationSettings,
+    CallerPolicy,
     EventTrigger,
-    Policy,
     StaticJwks,
     WorkflowSummary,
 )
 from coordinator_core.operations import descriptor
 from coordinator_core.shell.service import (
-    Admission,
-    Admitted,
+    AdmissionRequest,
     AuditRequest,
     AuditResponse,
     AuditUnavailable,
@@ -41,8 +40,9 @@ from coordinator_core.shell.service import (
     HoldState,
     ReconcileResult,
     Recovery,
+    RunAdmitted,
     RunInspection,
-    RunPage,
+    RunList,
     RunQuery,
     RunStatus,
     ServiceRefusal,
@@ -209,26 +209,26 @@ def authentication(keys: SigningKeys) -> AuthenticationSettings:
         jwks_source=StaticJwks(json.dumps(keys.jwks()).encode()),
         allowed_clients=frozenset({"ops-console", "starter", "reader", "stranger"}),
         policies=(
-            Policy(
+            CallerPolicy(
                 client_id="ops-console",
                 required_scopes=frozenset({"coordinator:operate"}),
                 workflows=frozenset({WORKFLOW, "retired-flow"}),
                 actions=ALL_ACTIONS,
                 operator=True,
             ),
-            Policy(
+            CallerPolicy(
                 client_id="starter",
                 required_scopes=frozenset({"coordinator:start"}),
                 workflows=frozenset({WORKFLOW}),
                 actions=RUN_ACTIONS,
             ),
-            Policy(
+            CallerPolicy(
                 client_id="reader",
                 required_scopes=frozenset({"coordinator:read"}),
                 workflows=frozenset({WORKFLOW}),
                 actions=frozenset({"status"}),
             ),
-            Policy(
+            CallerPolicy(
                 client_id="stranger",
                 required_scopes=frozenset({"coordinator:start"}),
                 workflows=frozenset({"other-workflow"}),
@@ -349,7 +349,7 @@ class FakeRunService:
     async def ready(self) -> bool:
         return self.is_ready and not (self.hold.restore_hold or self.hold.admissions_hold)
 
-    async def admit(self, admission: Admission) -> Admitted:
+    async def admit(self, admission: AdmissionRequest) -> RunAdmitted:
         self._command("admit")
         owner = (admission.caller.issuer, admission.caller.subject)
         identity = (owner, admission.workflow, admission.idempotency_key)
@@ -362,20 +362,20 @@ class FakeRunService:
             if run.identity == identity:
                 if run.digest != digest:
                     raise ServiceRefusal("idempotency.key-reused")
-                return Admitted(run=run.status, created=False)
+                return RunAdmitted(run=run.status, created=False)
         if admission.revision != REVISION:
             raise ServiceRefusal("admission.revision-mismatch")
         if not isinstance(admission.input, dict) or "applicationId" not in admission.input:
             raise ServiceRefusal("coordinator.definition.input")
         status = self._new_run(origin="api", trigger=None)
         self.runs[status.run_id] = _Run(owner, status, identity, digest)
-        return Admitted(run=status, created=True)
+        return RunAdmitted(run=status, created=True)
 
     async def get_run(self, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
         run = self.runs.get(run_id)
         return run.status if run is not None and self._visible(caller, run) else None
 
-    async def list_runs(self, caller: Caller, query: RunQuery) -> RunPage:
+    async def list_runs(self, caller: Caller, query: RunQuery) -> RunList:
         filters = [query.status, query.workflow]
         visible = sorted(
             (
@@ -404,7 +404,7 @@ class FakeRunService:
             cursor = base64.urlsafe_b64encode(
                 json.dumps({"o": following, "f": filters}).encode()
             ).decode()
-        return RunPage(runs=page, next_cursor=cursor)
+        return RunList(runs=page, next_cursor=cursor)
 
     async def inspect_run(self, caller: Caller, run_id: uuid.UUID) -> RunInspection | None:
         status = await self.get_run(caller, run_id)

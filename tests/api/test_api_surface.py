@@ -13,8 +13,8 @@ from coordinator_api.wire import timestamp
 from coordinator_core.shell.service import AuditJournal, RunService
 
 PUBLIC = {
-    "ApiSettings", "AppState", "AuthenticationSettings", "EventTrigger", "JwksUri",
-    "OidcDiscovery", "Policy", "StaticJwks", "WorkflowSummary", "create_app",
+    "ApiSettings", "AppState", "AuthenticationSettings", "CallerPolicy", "EventTrigger",
+    "JwksUri", "OidcDiscovery", "StaticJwks", "WorkflowSummary", "create_app",
 }  # fmt: skip
 
 
@@ -82,3 +82,28 @@ def test_patterns_anchor_like_ecma_262() -> None:
 )
 def test_json_media_types(content_type: str | None, accepted: bool) -> None:
     assert is_json_media_type(content_type) is accepted
+
+
+def test_one_error_type_carries_every_catalogue_code() -> None:
+    """Architecture rule 4: the service's refusals and the HTTP problems are `CoordinatorError`s
+    whose diagnostic is the code, and keep their code, reason and message as before."""
+    from coordinator_api.problems import ApiProblem
+    from coordinator_core.errors import CoordinatorError
+    from coordinator_core.shell.service import ServiceRefusal
+
+    refusal = ServiceRefusal("coordinator.command.retry-refused", "terminal")
+    assert isinstance(refusal, CoordinatorError)
+    assert (refusal.code, refusal.reason, str(refusal)) == (
+        "coordinator.command.retry-refused",
+        "terminal",
+        "coordinator.command.retry-refused",
+    )
+    assert refusal.diagnostic.code == refusal.code and refusal.diagnostic.path == ""
+    problem = ApiProblem("coordinator.access.denied", headers={"X-Test": "1"})
+    assert isinstance(problem, ServiceRefusal) and isinstance(problem, CoordinatorError)
+    assert (problem.code, problem.reason, problem.status_code) == (
+        "coordinator.access.denied",
+        None,
+        403,
+    )
+    assert problem.headers == {"X-Test": "1"}

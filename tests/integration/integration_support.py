@@ -32,9 +32,9 @@ from coordinator_core.shell.audit import AuditWriter
 from coordinator_core.shell.deployment import Deployment, Secrets, load_deployment, resolve_secrets
 from coordinator_core.shell.package_files import LoadedPackage, load_package, write_package
 from coordinator_core.shell.service import (
-    Admission,
-    Admitted,
+    AdmissionRequest,
     Caller,
+    RunAdmitted,
     RunInspection,
     RunStatus,
     StoreRunService,
@@ -369,15 +369,15 @@ class Deployed:
         key: str | None = None,
         caller: Caller | None = None,
         revision: str | None = None,
-    ) -> Admitted:
-        admission = Admission(
+    ) -> RunAdmitted:
+        admission = AdmissionRequest(
             caller=caller or _caller_for(self.workflow),
             workflow=self.workflow,
             revision=revision or self.package.snapshot.revision,
             input=run_input,
             idempotency_key=key or f"key-{uuid.uuid4()}",
         )
-        result: Admitted = self.run(self.service.admit(admission))
+        result: RunAdmitted = self.run(self.service.admit(admission))
         return result
 
     def status(self, run_id: uuid.UUID, caller: Caller | None = None) -> RunStatus | None:
@@ -425,7 +425,7 @@ class Deployed:
             else:
                 time.sleep(0.05)
 
-    def command_key(self, admitted: Admitted, step: str = "notify") -> str:
+    def command_key(self, admitted: RunAdmitted, step: str = "notify") -> str:
         snapshot = self.store.get_run_snapshot(admitted.run.run_id)
         assert snapshot is not None
         return self.secrets.admission_key.command_key(

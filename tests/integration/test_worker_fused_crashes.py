@@ -44,7 +44,7 @@ import pytest
 from integration_support import CALLER, Deployed, run_input
 
 from coordinator_core.shell.audit import verify_directory
-from coordinator_core.shell.service import Admitted
+from coordinator_core.shell.service import RunAdmitted
 from coordinator_core.shell.store import LEASE_SECONDS, RunSnapshot, StepRow
 
 NOTIFY = "notify"
@@ -129,7 +129,7 @@ def arm(
 
 def crash_at(
     monkeypatch: pytest.MonkeyPatch, deployed: Deployed, boundary: Boundary, moment: Moment
-) -> tuple[Admitted, Crash]:
+) -> tuple[RunAdmitted, Crash]:
     """Admit a run, tick it with a worker that dies at `boundary`, `moment`; the crash hooks
     are removed afterwards (the fresh worker runs the real store)."""
     admitted = deployed.admit(run_input())
@@ -141,7 +141,7 @@ def crash_at(
     return admitted, crash
 
 
-def stored(deployed: Deployed, admitted: Admitted) -> RunSnapshot:
+def stored(deployed: Deployed, admitted: RunAdmitted) -> RunSnapshot:
     snapshot = deployed.store.get_run_snapshot(admitted.run.run_id)
     assert snapshot is not None
     return snapshot
@@ -164,7 +164,7 @@ def later_instants() -> Iterator[datetime]:
 
 
 def take_over(
-    deployed: Deployed, admitted: Admitted, until: Callable[[str], bool], *, name: str = "fresh"
+    deployed: Deployed, admitted: RunAdmitted, until: Callable[[str], bool], *, name: str = "fresh"
 ) -> str:
     """A fresh worker ticks at later instants until the run's status satisfies `until`;
     answers the status."""
@@ -178,7 +178,7 @@ def take_over(
     raise AssertionError("the run did not get on")
 
 
-def finished_once(deployed: Deployed, admitted: Admitted, *, sends: int = 1) -> None:
+def finished_once(deployed: Deployed, admitted: RunAdmitted, *, sends: int = 1) -> None:
     """The run finished with the notice's receipt; Messaging received `sends` submissions of
     the one frozen command (same body, same key), and accepted at most one message."""
     status = deployed.status(admitted.run.run_id)
@@ -202,7 +202,7 @@ def _journal(deployed: Deployed) -> list[dict[str, Any]]:
     return lines
 
 
-def _worker_entries(deployed: Deployed, admitted: Admitted) -> list[dict[str, Any]]:
+def _worker_entries(deployed: Deployed, admitted: RunAdmitted) -> list[dict[str, Any]]:
     run_ref = deployed.secrets.audit_references.run(str(admitted.run.run_id))
     return [
         line
@@ -217,7 +217,7 @@ def _attempt_of(line: dict[str, Any]) -> tuple[str, int, int]:
 
 
 def journaled_by_the_crashed_transaction(
-    deployed: Deployed, admitted: Admitted, crash: Crash
+    deployed: Deployed, admitted: RunAdmitted, crash: Crash
 ) -> list[tuple[str, str, str]]:
     """The entries appended by the transaction at the crash (rolled back before its commit,
     or committed just before the process died), as (step, action, outcome); "?" names a
@@ -239,7 +239,7 @@ _LAST_WORD = {"delivered": {"delivered"}, "unknown": {"unknown", "lease-lapsed"}
 
 
 def assert_journal_agrees(
-    deployed: Deployed, admitted: Admitted, crash: Crash, moment: Moment
+    deployed: Deployed, admitted: RunAdmitted, crash: Crash, moment: Moment
 ) -> None:
     """07 §11 after a crash: the journal verifies; no entry claims an effect that did not
     commit unless a later committed entry restates or corrects it; the last word on every
@@ -472,7 +472,7 @@ def test_a_worker_that_dies_after_the_final_commit_leaves_the_run_finished_with_
 
 def fire_crash(
     monkeypatch: pytest.MonkeyPatch, deployed: Deployed, moment: Moment
-) -> tuple[Admitted, Crash]:
+) -> tuple[RunAdmitted, Crash]:
     """Admit a run parked until a few seconds from now, park it, then fire the due waits with
     a worker that dies at the batch transaction, `moment`."""
     due = datetime.now(UTC) + timedelta(seconds=3)

@@ -13,7 +13,7 @@ import pytest
 from integration_support import Deployed, run_input
 
 from coordinator_core.engine import format_instant
-from coordinator_core.shell.service import Admitted
+from coordinator_core.shell.service import RunAdmitted
 from coordinator_core.shell.store import FIRE_BATCH, to_epoch_ms, truncate_ms
 from coordinator_core.shell.wakeup import Wakeup
 
@@ -21,7 +21,7 @@ WAIT = "due"
 READ = "read-application"
 
 
-def _parked(deployed: Deployed, count: int, due: datetime) -> list[Admitted]:
+def _parked(deployed: Deployed, count: int, due: datetime) -> list[RunAdmitted]:
     """`count` runs whose wait-until is due at `due`, each parked by one claim (T16)."""
     instant = format_instant(to_epoch_ms(due))
     runs = [deployed.admit(run_input(send_after=instant)) for _ in range(count)]
@@ -35,7 +35,7 @@ def _parked(deployed: Deployed, count: int, due: datetime) -> list[Admitted]:
     return runs
 
 
-def _entries(deployed: Deployed, admitted: Admitted, step: str) -> list[tuple[str, str, int]]:
+def _entries(deployed: Deployed, admitted: RunAdmitted, step: str) -> list[tuple[str, str, int]]:
     """The worker entries journaled for one record of one run: (action, outcome, attempt)."""
     references = deployed.secrets.audit_references
     run_ref = references.run(str(admitted.run.run_id))
@@ -159,5 +159,5 @@ def test_an_idle_worker_sleeps_until_the_next_due_wait_and_an_earlier_one_wakes_
     assert first.run.status == "running"
 
 
-def _admit_parked(deployed: Deployed, due: datetime) -> Admitted:
+def _admit_parked(deployed: Deployed, due: datetime) -> RunAdmitted:
     return deployed.admit(run_input(send_after=format_instant(to_epoch_ms(due))))

@@ -22,11 +22,11 @@ import psycopg
 from coordinator_core.shell.store import (
     ActivationRequest,
     ActivationRow,
-    Admission,
     Claim,
     Decide,
     DeploymentIdentity,
     MigrationResult,
+    NewRun,
     Recover,
     Recovery,
     RunRow,
@@ -139,7 +139,7 @@ def admission(
     deadline_seconds: int = 3600,
     expected_revision: str | None = REVISION,
     **changes: Any,
-) -> Admission:
+) -> NewRun:
     run_id = uuid.uuid4()
     values: dict[str, Any] = {
         "run_id": run_id,
@@ -166,7 +166,7 @@ def admission(
     first_step = changes.pop("first_step", None)
     if callable(first_step):
         values["first_step"] = first_step(run_id)
-    return Admission(**(values | changes))
+    return NewRun(**(values | changes))
 
 
 def admit(store: Store, key: object, now: datetime = T0, **options: Any) -> RunRow:

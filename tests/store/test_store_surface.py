@@ -14,7 +14,7 @@ EXPECTED = {
     "NAMESPACE_MARKER",
     "ActivationRequest",
     "ActivationRow",
-    "Admission",
+    "NewRun",
     "AdmissionResult",
     "Claim",
     "ControlRow",

@@ -15,13 +15,13 @@ from coordinator_core.engine import (
     Definition,
     Dispatch,
     ObtainCredential,
-    Policy,
     PreparationDone,
     Prepare,
     ReadyToSend,
     RunState,
     StepDue,
     StepRecord,
+    TimingPolicy,
     Work,
     advance,
     parse_instant,
@@ -151,7 +151,7 @@ class Driver:
         run_input: Any = None,
         *,
         at: int = T0,
-        policy: Policy | None = None,
+        policy: TimingPolicy | None = None,
     ) -> None:
         self.definition = definition
         self.now = at

@@ -25,10 +25,10 @@ from coordinator_core.engine import (
     LookupReceipt,
     Observe,
     ObtainCredential,
-    Policy,
     Prepare,
     RunState,
     StepRecord,
+    TimingPolicy,
     advance,
     carry_on,
     claim_record,
@@ -195,7 +195,7 @@ def test_a_pure_claim_of_a_due_wait_leaves_the_call_after_it_pending_and_due() -
 
 
 def _admitted(definition: Definition, run_input: Any, now: int = T0) -> Advance:
-    return advance(definition, None, Admitted.of(run_input, Policy()), now, KEYS)
+    return advance(definition, None, Admitted.of(run_input, TimingPolicy()), now, KEYS)
 
 
 def test_a_claim_freezes_the_request_and_carries_through_pure_records() -> None:

@@ -18,7 +18,6 @@ from coordinator_core.engine import (
     FormatError,
     LeaseLapsed,
     ObservationOutcome,
-    Policy,
     PreparationDone,
     ReadyToSend,
     ReceiptAnswer,
@@ -27,6 +26,7 @@ from coordinator_core.engine import (
     RetrySame,
     RunState,
     StepDue,
+    TimingPolicy,
     Work,
     command_from_json,
     commitment,
@@ -80,7 +80,7 @@ def test_run_state_round_trips_through_json() -> None:
     review = definition(
         {"ask": call("review", "wait"), "wait": wait_for("ask", "end"), "end": finish()}, "ask"
     )
-    run = Driver(review, policy=Policy((0, 0), 60))
+    run = Driver(review, policy=TimingPolicy((0, 0), 60))
     run.succeed("ask", {"requestId": "r", "n": 2.5})
     text = json.dumps(run.state.to_json())
     assert RunState.from_json(json.loads(text)) == run.state
@@ -99,7 +99,7 @@ def test_run_state_from_json_refuses_unknown_and_mistyped_members() -> None:
 
 
 EVENTS = [
-    Admitted.of({"a": [1, 2.5, None]}, Policy((0, 0), 45)),
+    Admitted.of({"a": [1, 2.5, None]}, TimingPolicy((0, 0), 45)),
     StepDue("s"),
     Work("s"),
     PreparationDone("s", "cA=="),

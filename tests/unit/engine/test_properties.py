@@ -32,7 +32,6 @@ from coordinator_core.engine import (
     ObservationOutcome,
     Observe,
     ObtainCredential,
-    Policy,
     PreparationDone,
     Prepare,
     ReadyToSend,
@@ -41,6 +40,7 @@ from coordinator_core.engine import (
     RetrySame,
     RunState,
     StepDue,
+    TimingPolicy,
     Work,
     advance,
     format_instant,
@@ -275,7 +275,7 @@ IoCommand = Claimed | Prepare | ObtainCredential | Dispatch | Observe | LookupRe
 def drive(definition: Definition, run_input: Any, draw: Any) -> Script:
     """Play the shell and the operator with random choices until the run rests."""
     script = Script()
-    policy = Policy(draw(st.sampled_from([(100, 500), (0, 0)])), 30)
+    policy = TimingPolicy(draw(st.sampled_from([(100, 500), (0, 0)])), 30)
     now = T0
 
     def feed(state: RunState | None, event: Event) -> Advance:

@@ -32,10 +32,10 @@ from coordinator_core.engine import (
     ReconcileRequested,
     RestoreHold,
     RetrySame,
-    Route,
     ScheduleDue,
     ScheduleObservation,
     StepDue,
+    StepRoute,
     parse_instant,
     unrestorable,
 )
@@ -107,7 +107,7 @@ def test_t3_call_success_delivers_through_next_and_records_the_output() -> None:
     run.send("read")
     run.answer("read", "success", value={"data": 1})
     record = run.record("read")
-    assert record.state == "delivered" and record.route == Route("next")
+    assert record.state == "delivered" and record.route == StepRoute("next")
     assert record.output == '{"data":1}' and record.settled_by == "response"
     assert run.state.current_step == "end" and run.record("end").state == "pending"
     assert run.status() == "running"
@@ -138,7 +138,7 @@ def test_t5_routed_declared_refusal_continues_at_the_refusal_target() -> None:
     run.send("act")
     run.answer("act", "declared-refusal", refusal_code="withdrawn")
     record = run.record("act")
-    assert record.state == "delivered" and record.route == Route("refusal", "withdrawn")
+    assert record.state == "delivered" and record.route == StepRoute("refusal", "withdrawn")
     assert record.output is None and record.effect_state == "refused"
     assert run.state.current_step == "other"
 
@@ -254,7 +254,7 @@ def test_t11_any_non_success_while_uncertain_stays_unknown_with_its_code() -> No
 def test_t12_choose_label_delivers_through_its_case() -> None:
     run = Driver(PICK)
     run.claim("pick")
-    assert run.record("pick").route == Route("case", "yes")
+    assert run.record("pick").route == StepRoute("case", "yes")
     assert run.state.current_step == "a"
 
 
@@ -374,7 +374,7 @@ def test_t21_timeout_takes_on_timeout_without_a_read() -> None:
     assert run.record("wait").due_at == T0 + 3600 * SECOND
     result = run.claim("wait")
     assert "observe" not in kinds(result.commands)
-    assert run.record("wait").route == Route("timeout")
+    assert run.record("wait").route == StepRoute("timeout")
     assert run.state.current_step == "late"
 
 
@@ -404,7 +404,7 @@ def test_t24_retryable_observation_reads_again_after_the_floor() -> None:
 def test_t25_cancel_of_a_pending_wait_with_on_cancel_takes_the_cancel_route() -> None:
     run = _waiting_review()
     run.feed(CancelRequested(), at=T0 + 60 * SECOND)
-    assert run.record("wait").route == Route("cancel")
+    assert run.record("wait").route == StepRoute("cancel")
     assert run.state.cancel_mode == "on-cancel-path"
     assert run.status() == "cancel-requested" and run.state.cancel_requested
     assert run.state.current_step == "undo" and run.record("undo").state == "pending"

@@ -7,8 +7,8 @@ from engine_support import KEYS, SECOND, T0, Driver, call, definition, finish, w
 from coordinator_core.engine import (
     CompletionNotified,
     ObservationOutcome,
-    Policy,
     ScheduleObservation,
+    TimingPolicy,
 )
 
 REVIEW = definition(
@@ -17,7 +17,7 @@ REVIEW = definition(
 )
 
 
-def _waiting(policy: Policy | None = None) -> Driver:
+def _waiting(policy: TimingPolicy | None = None) -> Driver:
     run = Driver(REVIEW, policy=policy)
     run.succeed("ask", {"requestId": "req-9"})
     return run
@@ -25,7 +25,10 @@ def _waiting(policy: Policy | None = None) -> Driver:
 
 def test_wait_for_interval_is_the_larger_of_floor_and_completion_default() -> None:
     assert _waiting().record("wait").interval_seconds == 900
-    assert _waiting(Policy(observation_floor_seconds=1200)).record("wait").interval_seconds == 1200
+    assert (
+        _waiting(TimingPolicy(observation_floor_seconds=1200)).record("wait").interval_seconds
+        == 1200
+    )
 
 
 def test_wait_for_records_the_completion_reference_commitment() -> None:

@@ -19,10 +19,10 @@ warnings.filterwarnings("ignore", message=r"Using `httpx` with `starlette\.testc
 from coordinator_api.settings import (
     ApiSettings,
     AuthenticationSettings,
+    CallerPolicy,
     EventTrigger,
     JwksUri,
     OidcDiscovery,
-    Policy,
     StaticJwks,
     WorkflowSummary,
 )
@@ -34,10 +34,10 @@ __all__ = [
     "ApiSettings",
     "AppState",
     "AuthenticationSettings",
+    "CallerPolicy",
     "EventTrigger",
     "JwksUri",
     "OidcDiscovery",
-    "Policy",
     "StaticJwks",
     "WorkflowSummary",
     "create_app",

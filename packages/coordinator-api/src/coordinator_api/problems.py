@@ -16,7 +16,7 @@ from starlette.responses import Response
 from coordinator_api.limits import RETRY_AFTER_SECONDS
 from coordinator_api.wire import dumps
 from coordinator_core.errors import catalogue
-from coordinator_core.shell.service import INTERNAL_ERROR, BlockReason
+from coordinator_core.shell.service import INTERNAL_ERROR, BlockReason, ServiceRefusal
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -108,8 +108,9 @@ def status_of(code: str) -> int:
     return entry.http
 
 
-class ApiProblem(Exception):
-    """Raised anywhere in the app to answer with the problem of `code`.
+class ApiProblem(ServiceRefusal):
+    """Raised anywhere in the app to answer with the problem of `code`: a `ServiceRefusal` (so
+    a `CoordinatorError`) found by the HTTP half, with the headers of its answer.
 
     `status_code` lets Connexion's security layer pick the most specific failure.
     """
@@ -121,9 +122,7 @@ class ApiProblem(Exception):
         reason: BlockReason | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(code)
-        self.code = code
-        self.reason = reason
+        super().__init__(code, reason)
         self.headers = dict(headers or {})
         self.status_code = status_of(code)
 

@@ -26,7 +26,7 @@ def authentication_settings(deployment: Deployment, secrets: Secrets) -> api.Aut
         assert secrets.caller_jwks is not None
         source = api.StaticJwks(secrets.caller_jwks)
     elif isinstance(written.jwks_source, JwksUri):
-        source = api.JwksUri(written.jwks_source.uri)
+        source = written.jwks_source
     else:
         source = api.OidcDiscovery()
     return api.AuthenticationSettings(
@@ -35,7 +35,7 @@ def authentication_settings(deployment: Deployment, secrets: Secrets) -> api.Aut
         jwks_source=source,
         allowed_clients=frozenset(written.allowed_clients),
         policies=tuple(
-            api.Policy(
+            api.CallerPolicy(
                 client_id=policy.client_id,
                 required_scopes=frozenset(policy.required_scopes),
                 workflows=frozenset(policy.workflows),

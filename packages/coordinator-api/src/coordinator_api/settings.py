@@ -13,17 +13,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from coordinator_core.config.model import JwksUri
+
 if TYPE_CHECKING:
     import httpx
 
 __all__ = [
     "ApiSettings",
     "AuthenticationSettings",
+    "CallerPolicy",
     "EventTrigger",
     "JwksSource",
     "JwksUri",
     "OidcDiscovery",
-    "Policy",
     "StaticJwks",
     "WorkflowSummary",
     "utc_now",
@@ -35,8 +37,8 @@ def utc_now() -> datetime:
 
 
 @dataclass(frozen=True, slots=True)
-class Policy:
-    """`deployment.authentication.policies[]` (05 §8.1)."""
+class CallerPolicy:
+    """`deployment.authentication.policies[]` (05 §8.1), its lists as sets."""
 
     client_id: str
     required_scopes: frozenset[str]
@@ -50,13 +52,6 @@ class StaticJwks:
     """`jwksSource: {type: static, documentRef}`: the resolved JWKS document (JSON bytes)."""
 
     document: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class JwksUri:
-    """`jwksSource: {type: uri, uri}`."""
-
-    uri: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +70,7 @@ class AuthenticationSettings:
     audience: str
     jwks_source: JwksSource
     allowed_clients: frozenset[str]
-    policies: tuple[Policy, ...]
+    policies: tuple[CallerPolicy, ...]
     assertion_issuers: frozenset[str] = frozenset()
     scope_claim: str = "registry_scopes"
     client_id_claim: str = "client_id"

@@ -17,7 +17,7 @@ from coordinator_core.shell.service import (
     ReconcileResult,
     Recovery,
     RunInspection,
-    RunPage,
+    RunList,
     RunStatus,
     RunStatusValue,
     StepStatus,
@@ -161,7 +161,7 @@ def reconcile_json(result: ReconcileResult) -> dict[str, Any]:
     return {"result": result.result, "inspection": inspection_json(result.inspection)}
 
 
-def run_page_json(page: RunPage) -> dict[str, Any]:
+def run_page_json(page: RunList) -> dict[str, Any]:
     return {
         "runs": [run_status_json(run) for run in page.runs],
         "nextCursor": page.next_cursor,

@@ -470,7 +470,7 @@ Failure = Literal["unreachable", "timeout", "oversize", "invalid", "redirect"]
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class RemoteAnswer:
     """A complete answer: status, media type (lowercase, without parameters) and body."""
 
     status: int
@@ -506,7 +506,7 @@ def _media_type(value: str | None) -> str:
     return (value or "").split(";", 1)[0].strip().lower()
 
 
-async def _exchange(origin: str, request: ApiRequest, token: str) -> Answer | Failure:
+async def _exchange(origin: str, request: ApiRequest, token: str) -> RemoteAnswer | Failure:
     import asyncio
 
     import httpx  # noqa: TID251 - remote commands are a shell module; see the module docstring
@@ -558,7 +558,9 @@ async def _exchange(origin: str, request: ApiRequest, token: str) -> Answer | Fa
                 body += chunk
                 if len(body) > MAX_RESPONSE_BYTES:
                     return "oversize"
-            return Answer(status, _media_type(response.headers.get("content-type")), bytes(body))
+            return RemoteAnswer(
+                status, _media_type(response.headers.get("content-type")), bytes(body)
+            )
     except (TimeoutError, httpx.TimeoutException):
         return "timeout"
     except (httpx.ConnectError, httpx.UnsupportedProtocol):
@@ -567,7 +569,7 @@ async def _exchange(origin: str, request: ApiRequest, token: str) -> Answer | Fa
         return "invalid"
 
 
-def send(origin: str, request: ApiRequest, token: str) -> Answer | Failure:
+def send(origin: str, request: ApiRequest, token: str) -> RemoteAnswer | Failure:
     """Send one request and read its complete answer (blocking)."""
     import asyncio
 
@@ -611,14 +613,14 @@ def passed_text(text: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
+class RemoteProblem:
     code: str
     detail: str
     suggested_action: str | None
     reason: str | None
 
 
-def problem_of(answer: Answer) -> Problem | None:
+def problem_of(answer: RemoteAnswer) -> RemoteProblem | None:
     """The problem body of 06 §3, or None unless the answer carries a valid one."""
     from coordinator_core.values import StrictJsonError, parse_strict_json
 
@@ -647,7 +649,7 @@ def problem_of(answer: Answer) -> Problem | None:
     ):
         return None
     reason = body.get("reason")
-    return Problem(
+    return RemoteProblem(
         code=code,
         detail=passed_text(detail),
         suggested_action=passed_text(action) if isinstance(action, str) else None,
@@ -670,7 +672,7 @@ def _unavailable(command: str, kind: str) -> RemoteOutcome:
     )
 
 
-def _refusal(command: str, answer: Answer) -> RemoteOutcome:
+def _refusal(command: str, answer: RemoteAnswer) -> RemoteOutcome:
     server_failure = answer.status >= 500
     problem = problem_of(answer)
     if problem is None:
@@ -750,7 +752,9 @@ def _shape_result(shape: Shape, body: object) -> dict[str, Any] | None:
     return body if _merged_members(body) else None
 
 
-def outcome_of(command: str, answer: Answer | Failure, *, stdout_is_terminal: bool) -> Outcome:
+def outcome_of(
+    command: str, answer: RemoteAnswer | Failure, *, stdout_is_terminal: bool
+) -> Outcome:
     """09 §4's mapping of one answer to the command's outcome."""
     from coordinator_core.values import StrictJsonError, parse_strict_json
 
@@ -837,7 +841,7 @@ def run(options: argparse.Namespace) -> Outcome:
     if local or isinstance(token, Diagnostic) or isinstance(request, list):
         return Outcome(command, local)
     answer = send(origin, request, token)
-    if isinstance(answer, Answer) and token.encode("ascii") in answer.body:
+    if isinstance(answer, RemoteAnswer) and token.encode("ascii") in answer.body:
         # 06 §12: the service never returns a token; an answer that repeats the caller's is not
         # a valid answer of the service, and it must not reach the output.
         answer = "invalid"

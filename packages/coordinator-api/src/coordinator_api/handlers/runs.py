@@ -32,7 +32,13 @@ from coordinator_api.wire import (
     run_page_json,
     run_status_json,
 )
-from coordinator_core.shell.service import Admission, AuditRequest, Caller, RunQuery, RunStatusValue
+from coordinator_core.shell.service import (
+    AdmissionRequest,
+    AuditRequest,
+    Caller,
+    RunQuery,
+    RunStatusValue,
+)
 from coordinator_core.values import JsonBoundsError, check_json_value
 
 __all__ = [
@@ -68,7 +74,7 @@ async def start_run(token_info: dict[str, Any], coordinator: RequestContext) -> 
             raise ApiProblem("coordinator.command.input-invalid") from None
         await audit.begin()
         admitted = await state.service.admit(
-            Admission(
+            AdmissionRequest(
                 caller=caller,
                 workflow=workflow,
                 revision=revision,

@@ -65,10 +65,10 @@ from coordinator_core.engine.program import (
 )
 from coordinator_core.engine.state import (
     TERMINAL_STATUSES,
-    Route,
     RunState,
     RunStatus,
     StepRecord,
+    StepRoute,
 )
 from coordinator_core.evolve import evolve
 from coordinator_core.functions.errors import FunctionError
@@ -351,7 +351,7 @@ def _cancel_wait_for(tx: _Tx, record: StepRecord) -> None:
     tx.update(
         record,
         state="delivered",
-        route=Route("cancel"),
+        route=StepRoute("cancel"),
         finished_at=tx.now,
         due_at=None,
         awaiting=None,
@@ -486,7 +486,7 @@ def _choose(tx: _Tx, record: StepRecord, spec: ChooseStep) -> None:
         _dead_letter(tx, record, "choice-invalid", detail="coordinator.mapping.branch")  # T13
         return
     tx.update(  # T12
-        record, state="delivered", route=Route("case", label), finished_at=tx.now, awaiting=None
+        record, state="delivered", route=StepRoute("case", label), finished_at=tx.now, awaiting=None
     )
     tx.set(status=_live_status(tx))
     _enter(tx, spec.cases[label])
@@ -514,7 +514,9 @@ def _finish(tx: _Tx, record: StepRecord, spec: FinishStep) -> None:
 def _wait_until(tx: _Tx, record: StepRecord, spec: WaitUntilStep) -> None:
     if record.wait_until is not None:
         # A later claim: the instant has come (T18); the deadline case was decided at claim.
-        tx.update(record, state="delivered", route=Route("next"), finished_at=tx.now, awaiting=None)
+        tx.update(
+            record, state="delivered", route=StepRoute("next"), finished_at=tx.now, awaiting=None
+        )
         tx.set(status=_live_status(tx))
         _enter(tx, spec.next)
         return
@@ -536,7 +538,11 @@ def _wait_for_claim(tx: _Tx, record: StepRecord, spec: WaitForStep) -> None:
     if tx.now >= record.timeout_at:  # 07 §7.3 step 2: no read at the timeout instant
         if spec.on_timeout is not None:  # T21
             tx.update(
-                record, state="delivered", route=Route("timeout"), finished_at=tx.now, awaiting=None
+                record,
+                state="delivered",
+                route=StepRoute("timeout"),
+                finished_at=tx.now,
+                awaiting=None,
             )
             tx.set(status=_live_status(tx))
             _enter(tx, spec.on_timeout)
@@ -711,7 +717,7 @@ def _call_outcome(tx: _Tx, event: CallOutcome) -> Advance:
             tx.update(
                 record,
                 state="delivered",
-                route=Route("refusal", event.refusal_code),
+                route=StepRoute("refusal", event.refusal_code),
                 finished_at=tx.now,
                 awaiting=None,
                 failure_code=None,
@@ -746,7 +752,7 @@ def _call_success(tx: _Tx, record: StepRecord, spec: CallStep, value: str, settl
     tx.update(
         record,
         state="delivered",
-        route=Route("next"),
+        route=StepRoute("next"),
         output=value,
         uncertain=False,
         dispatched=False,
@@ -800,7 +806,7 @@ def _observation_outcome(tx: _Tx, event: ObservationOutcome) -> Advance:
         tx.update(
             record,
             state="delivered",
-            route=Route("next"),
+            route=StepRoute("next"),
             output=event.value,
             finished_at=tx.now,
         )

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from coordinator_core.engine.serial import FormatError, Tagged, decode
-from coordinator_core.engine.state import Policy
+from coordinator_core.engine.state import TimingPolicy
 from coordinator_core.values import canonical_json
 
 __all__ = [
@@ -56,11 +56,11 @@ class Admitted(Tagged):
 
     kind: ClassVar[str] = "admitted"
     input: str
-    policy: Policy = field(default_factory=Policy)
+    policy: TimingPolicy = field(default_factory=TimingPolicy)
 
     @classmethod
-    def of(cls, run_input: Any, policy: Policy | None = None) -> Admitted:
-        return cls(to_canonical(run_input), policy or Policy())
+    def of(cls, run_input: Any, policy: TimingPolicy | None = None) -> Admitted:
+        return cls(to_canonical(run_input), policy or TimingPolicy())
 
 
 @dataclass(frozen=True, slots=True)

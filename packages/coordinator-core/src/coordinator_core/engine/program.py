@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal, Protocol
 
 from coordinator_core.definition import graph
 from coordinator_core.definition.snapshot import Snapshot
-from coordinator_core.engine.state import Route
+from coordinator_core.engine.state import StepRoute
 from coordinator_core.functions import compile_functions
 from coordinator_core.jsonschema.dialect import SchemaValidator, compile_validator
 from coordinator_core.operations import CATALOG, Completion, OperationDescriptor
@@ -340,7 +340,7 @@ class Definition:
         """Whether `value` is valid against the schema of `outcome`."""
         return self._outcome_validators[outcome].is_valid(value)
 
-    def route_pointer(self, step_id: str, route: Route) -> str:
+    def route_pointer(self, step_id: str, route: StepRoute) -> str:
         """The JSON pointer in workflow.yaml of the route member a run took out of a step."""
         base = f"/steps/{pointer_token(step_id)}"
         if route.kind == "next":

@@ -19,15 +19,15 @@ __all__ = [
     "TERMINAL_STATUSES",
     "CancelMode",
     "EffectState",
-    "Policy",
-    "Route",
     "RouteKind",
     "RunState",
     "RunStatus",
     "SettledBy",
     "StepRecord",
+    "StepRoute",
     "StepState",
     "StepType",
+    "TimingPolicy",
 ]
 
 RunStatus = Literal[
@@ -59,7 +59,7 @@ ACTIVE_STATUSES: Final[frozenset[str]] = frozenset({"running", "cancel-requested
 
 
 @dataclass(frozen=True, slots=True)
-class Policy:
+class TimingPolicy:
     """Timing rules captured at admission and never changed for the run (07 §7.4, §16).
 
     `retry_delays_ms[i]` is the delay after attempt i+1; a generation has one attempt more
@@ -79,12 +79,12 @@ class Policy:
         return result
 
     @classmethod
-    def from_json(cls, data: Any) -> Policy:
+    def from_json(cls, data: Any) -> TimingPolicy:
         return decode(cls, data)
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
+class StepRoute:
     """How the run left a step: the route kind and, for a case or a refusal, its label."""
 
     kind: RouteKind
@@ -111,7 +111,7 @@ class StepRecord:
     attempt_started_at: Instant | None = None
     finished_at: Instant | None = None
     awaiting: Awaiting | None = None
-    route: Route | None = None
+    route: StepRoute | None = None
     failure_code: str | None = None
     detail: str | None = None
     # calls
@@ -174,7 +174,7 @@ class RunState:
     admitted_at: Instant
     deadline_at: Instant
     input: str
-    policy: Policy = field(default_factory=Policy)
+    policy: TimingPolicy = field(default_factory=TimingPolicy)
     cancel_mode: CancelMode = "none"
     cancel_requested: bool = False
     restore_review: bool = False

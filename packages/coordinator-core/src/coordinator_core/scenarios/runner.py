@@ -33,7 +33,6 @@ from coordinator_core.engine import (
     ObservationOutcome,
     Observe,
     ObtainCredential,
-    Policy,
     PreparationDone,
     Prepare,
     ReadyToSend,
@@ -42,6 +41,7 @@ from coordinator_core.engine import (
     RetrySame,
     RunState,
     StepRecord,
+    TimingPolicy,
     advance,
     claim_record,
     parse_instant,
@@ -396,7 +396,7 @@ class _Case:
 
     def run(self, run_input: Any) -> None:
         floor = int(self.case.get("observationFloorSeconds", DEFAULT_FLOOR_SECONDS))
-        policy = Policy(retry_delays_ms=(0, 0), observation_floor_seconds=floor)
+        policy = TimingPolicy(retry_delays_ms=(0, 0), observation_floor_seconds=floor)
         self.feed(Admitted(to_canonical(run_input), policy))
         while True:
             self.drain()

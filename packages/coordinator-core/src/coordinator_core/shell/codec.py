@@ -25,10 +25,10 @@ from typing import Any, cast
 from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import (
     Definition,
-    Policy,
-    Route,
     RunState,
     StepRecord,
+    StepRoute,
+    TimingPolicy,
     to_canonical,
 )
 from coordinator_core.errors import CoordinatorError, Diagnostic
@@ -126,7 +126,7 @@ def record_of(sealer: Sealer, row: StepRow) -> StepRecord:
         attempt_started_at=_ms(row.attempt_started_at),
         finished_at=_ms(row.finished_at),
         awaiting=cast(Any, row.awaiting),
-        route=None if row.route_kind is None else Route(row.route_kind, row.route_label),
+        route=None if row.route_kind is None else StepRoute(row.route_kind, row.route_label),
         failure_code=row.failure_code,
         detail=row.detail,
         operation=row.operation,
@@ -160,7 +160,7 @@ def state_of(sealer: Sealer, snapshot: RunSnapshot) -> RunState:
         admitted_at=to_epoch_ms(run.admitted_at),
         deadline_at=to_epoch_ms(run.deadline_at),
         input=run_input if run_input is not None else "null",
-        policy=Policy.from_json(run.policy),
+        policy=TimingPolicy.from_json(run.policy),
         cancel_mode=run.cancel_mode,
         cancel_requested=run.cancel_requested,
         restore_review=run.restore_review,

@@ -15,7 +15,7 @@ from typing import Any, Final
 from coordinator_core.engine.events import CallOutcome
 from coordinator_core.jsonschema.dialect import check_schema, compile_validator
 from coordinator_core.shell.adapters.base import Connection, PreparedCommand, ProductConnection
-from coordinator_core.shell.adapters.http import Answer, path_segment, problem_of
+from coordinator_core.shell.adapters.http import ProductAnswer, path_segment, problem_of
 from coordinator_core.shell.adapters.product import Attempt, ProductAdapter, Stop
 from coordinator_core.shell.adapters.validation import (
     REFUSAL_CODE,
@@ -278,7 +278,7 @@ def _invoke_action(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
     return attempt.classify(answer, "mutation")
 
 
-def _action_result(attempt: Attempt, answer: Answer) -> CallOutcome:
+def _action_result(attempt: Attempt, answer: ProductAnswer) -> CallOutcome:
     body = attempt.body(answer, "mutation")
     try:
         found = json_object(body)

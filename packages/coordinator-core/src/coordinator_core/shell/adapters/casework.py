@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from coordinator_core.engine.events import CallOutcome, ObservationOutcome
 from coordinator_core.shell.adapters.base import PreparedCommand
-from coordinator_core.shell.adapters.http import Answer, path_segment
+from coordinator_core.shell.adapters.http import ProductAnswer, path_segment
 from coordinator_core.shell.adapters.product import Attempt, ProductAdapter, Stop
 from coordinator_core.shell.adapters.validation import (
     ShapeError,
@@ -135,7 +135,7 @@ def _accepted(value: Any) -> dict[str, Any]:
     return accepted
 
 
-def _checked(answer: Answer, attempt: Attempt, check: Any) -> CallOutcome:
+def _checked(answer: ProductAnswer, attempt: Attempt, check: Any) -> CallOutcome:
     body = attempt.body(answer, "mutation")
     try:
         check(body)

@@ -26,7 +26,7 @@ from coordinator_core.shell.adapters.base import (
     EvaluationConnection,
     PreparedCommand,
 )
-from coordinator_core.shell.adapters.http import Answer, TransportFailure, problem_of
+from coordinator_core.shell.adapters.http import ProductAnswer, TransportFailure, problem_of
 from coordinator_core.shell.adapters.product import Attempt, Effect, ProductAdapter, Stop
 from coordinator_core.shell.adapters.validation import ShapeError, closed_object, json_object, text
 from coordinator_core.values import (
@@ -155,7 +155,7 @@ def _question(value: Any) -> None:
 
 
 def _answered(
-    attempt: Attempt, connection: EvaluationConnection, request: Any, answer: Answer
+    attempt: Attempt, connection: EvaluationConnection, request: Any, answer: ProductAnswer
 ) -> CallOutcome:
     """A `200`: the content type, a strict bounded JSON body, and answers that pass every
     check of 08 §8; anything else is uncertain `evaluation-invalid-response` (the provider did

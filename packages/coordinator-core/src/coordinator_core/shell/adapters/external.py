@@ -21,7 +21,7 @@ from coordinator_core.shell.adapters.base import (
     ExternalConnection,
     PreparedCommand,
 )
-from coordinator_core.shell.adapters.http import Answer, TransportFailure, json_body
+from coordinator_core.shell.adapters.http import ProductAnswer, TransportFailure, json_body
 from coordinator_core.shell.adapters.product import Attempt, Effect, ProductAdapter, Stop
 from coordinator_core.shell.adapters.validation import ShapeError, closed_object, json_object
 
@@ -98,7 +98,7 @@ def external_url(connection: ExternalConnection, request: Any) -> str:
     return "/" + path + ("?" + "&".join(pairs) if pairs else "")
 
 
-def _body(attempt: Attempt, answer: Answer) -> Any:
+def _body(attempt: Attempt, answer: ProductAnswer) -> Any:
     """The parsed body: None for an empty one; refused `external-invalid-response` when it is
     larger than the maximum, unreadable, or not strict JSON within the value bounds."""
     if answer.body_problem is not None:

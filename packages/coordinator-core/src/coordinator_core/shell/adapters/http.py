@@ -62,10 +62,10 @@ __all__ = [
     "POOL_IDLE_CONNECTIONS",
     "POOL_IDLE_SECONDS",
     "TOTAL_TIMEOUT_SECONDS",
-    "Answer",
     "DestinationRefused",
     "HttpSettings",
-    "Problem",
+    "ProductAnswer",
+    "ProductProblem",
     "TransportFailure",
     "close_pools",
     "exchange",
@@ -134,7 +134,7 @@ BodyProblem = Literal["oversize", "undecodable"]
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class ProductAnswer:
     """A complete HTTP answer. `body` is None when it could not be kept (`body_problem`)."""
 
     status: int
@@ -144,7 +144,7 @@ class Answer:
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
+class ProductProblem:
     """The only members of an `application/problem+json` body the adapter ever keeps (08 §2.3),
     and only when the body's `status` equals the HTTP status."""
 
@@ -177,7 +177,7 @@ def path_segment(value: str) -> str:
     return encoded
 
 
-def json_body(answer: Answer) -> object | None:
+def json_body(answer: ProductAnswer) -> object | None:
     """The body as a strict JSON value within the value bounds (03 §4), or None when it is
     missing, oversize, not strict JSON or out of bounds (08 §2.1: `invalid-response`)."""
     if answer.body is None or not answer.body:
@@ -190,7 +190,7 @@ def json_body(answer: Answer) -> object | None:
     return value
 
 
-def problem_of(answer: Answer) -> Problem | None:
+def problem_of(answer: ProductAnswer) -> ProductProblem | None:
     """The trusted `code` (and `refusalCode`) of a problem body, or None (08 §2.3)."""
     value = json_body(answer)
     if not isinstance(value, dict):
@@ -199,7 +199,7 @@ def problem_of(answer: Answer) -> Problem | None:
     if isinstance(status, bool) or status != answer.status or not isinstance(code, str):
         return None
     refusal = value.get("refusalCode")
-    return Problem(code, refusal if isinstance(refusal, str) else None)
+    return ProductProblem(code, refusal if isinstance(refusal, str) else None)
 
 
 # -- destination policy --------------------------------------------------------------------------
@@ -520,7 +520,7 @@ def exchange(
     body: bytes | None = None,
     attempt_deadline: float,
     settings: HttpSettings,
-) -> Answer:
+) -> ProductAnswer:
     """Send one request under the client policy and read its complete answer.
 
     Raises DestinationRefused or TransportFailure; any other exception is a fault of this
@@ -589,7 +589,7 @@ def exchange(
             raise _failure(exc, clock) from exc
         except OSError as exc:
             raise _failure(exc, clock) from exc
-        answer: Answer | None = None
+        answer: ProductAnswer | None = None
         try:
             answer = _read_answer(response, clock, settings.max_body_bytes)
             return answer
@@ -664,16 +664,16 @@ def _field(response: httpcore.Response, name: bytes) -> str | None:
     return None
 
 
-def _read_answer(response: httpcore.Response, clock: _Clock, limit: int) -> Answer:
+def _read_answer(response: httpcore.Response, clock: _Clock, limit: int) -> ProductAnswer:
     status = response.status
     success = 200 <= status < 300
     content_type = _field(response, b"content-type")
     declared = _field(response, b"content-length") or ""
     if declared.strip().isdigit() and int(declared) > limit:
-        return Answer(status, None, "oversize", content_type)
+        return ProductAnswer(status, None, "oversize", content_type)
     coding = (_field(response, b"content-encoding") or "identity").strip().lower()
     if coding != "identity":  # none was accepted (`Accept-Encoding: identity`)
-        return Answer(status, None, "undecodable", content_type)
+        return ProductAnswer(status, None, "undecodable", content_type)
     stream = response.stream
     assert isinstance(stream, Iterable)
     chunks: list[bytes] = []
@@ -682,7 +682,7 @@ def _read_answer(response: httpcore.Response, clock: _Clock, limit: int) -> Answ
         for chunk in stream:
             size += len(chunk)
             if size > limit:
-                return Answer(status, None, "oversize", content_type)
+                return ProductAnswer(status, None, "oversize", content_type)
             chunks.append(chunk)
     except (
         httpcore.TimeoutException,
@@ -693,5 +693,5 @@ def _read_answer(response: httpcore.Response, clock: _Clock, limit: int) -> Answ
         if success:
             raise _failure(exc, clock) from exc
         # the status alone decides
-        return Answer(status, None, "undecodable", content_type)
-    return Answer(status, b"".join(chunks), None, content_type)
+        return ProductAnswer(status, None, "undecodable", content_type)
+    return ProductAnswer(status, b"".join(chunks), None, content_type)

@@ -38,9 +38,9 @@ from coordinator_core.shell.adapters.base import (
 )
 from coordinator_core.shell.adapters.credentials import CredentialIssuer
 from coordinator_core.shell.adapters.http import (
-    Answer,
     DestinationRefused,
     HttpSettings,
+    ProductAnswer,
     TransportFailure,
     exchange,
     json_body,
@@ -130,7 +130,7 @@ class Attempt:
             return self.uncertain("invalid-response")
         return self.refused("invalid-response")
 
-    def classify(self, answer: Answer, effect: Effect) -> CallOutcome:
+    def classify(self, answer: ProductAnswer, effect: Effect) -> CallOutcome:
         """The default rows of 08 §9 for an answer that is not the operation's expected success.
 
         Product-specific rows (declared refusals, Casework's 404/410 on results, Messaging's
@@ -189,7 +189,7 @@ class Attempt:
         effect: Effect,
         body: bytes | None = None,
         key: str | None = None,
-    ) -> Answer:
+    ) -> ProductAnswer:
         """One request to `baseUrl + path`; transport failures stop the attempt, classified."""
         headers = self.adapter.product_headers(self)
         authorization = self.token().authorization()
@@ -219,13 +219,15 @@ class Attempt:
         except TransportFailure as failure:
             raise Stop(self.adapter.transport_outcome(self, failure, effect)) from None
 
-    def stop_unless(self, answer: Answer, status: int | tuple[int, ...], effect: Effect) -> None:
+    def stop_unless(
+        self, answer: ProductAnswer, status: int | tuple[int, ...], effect: Effect
+    ) -> None:
         """Stop with the default classification unless the answer has an expected status."""
         expected = (status,) if isinstance(status, int) else status
         if answer.status not in expected:
             raise Stop(self.classify(answer, effect))
 
-    def body(self, answer: Answer, effect: Effect) -> Any:
+    def body(self, answer: ProductAnswer, effect: Effect) -> Any:
         """The strict, bounded JSON body of an expected 2xx, or stop `invalid-response`."""
         value = json_body(answer)
         if value is None:

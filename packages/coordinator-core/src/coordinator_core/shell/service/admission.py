@@ -7,13 +7,11 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from coordinator_core.engine import Admitted as AdmittedEvent
-from coordinator_core.engine import advance
+from coordinator_core.engine import Admitted, advance
 from coordinator_core.shell.codec import row_of, seal_value, sealed_snapshot
 from coordinator_core.shell.service.context import ServiceContext
-from coordinator_core.shell.service.model import Admission, Admitted, ServiceRefusal
-from coordinator_core.shell.store import Admission as StoreAdmission
-from coordinator_core.shell.store import RunSnapshot, to_epoch_ms
+from coordinator_core.shell.service.model import AdmissionRequest, RunAdmitted, ServiceRefusal
+from coordinator_core.shell.store import NewRun, RunSnapshot, to_epoch_ms
 
 __all__ = ["admit", "store_admission"]
 
@@ -30,7 +28,7 @@ def store_admission(
     expected_revision: str | None,
     input_problem: Exception | None,
     now: datetime,
-) -> StoreAdmission:
+) -> NewRun:
     """The store's admission of a run of the served definition (API or event origin)."""
     snapshot = context.package.snapshot
     definition = context.definition
@@ -38,10 +36,10 @@ def store_admission(
     run_id = uuid.uuid4()
     keys = context.keys_for(start_identity)
     admitted = advance(
-        definition, None, AdmittedEvent.of(run_input, context.policy), to_epoch_ms(now), keys
+        definition, None, Admitted.of(run_input, context.policy), to_epoch_ms(now), keys
     )
     first = admitted.state.current
-    return StoreAdmission(
+    return NewRun(
         run_id=run_id,
         start_identity=start_identity,
         input_digest=input_digest,
@@ -68,7 +66,7 @@ def store_admission(
     )
 
 
-def admit(context: ServiceContext, admission: Admission) -> Admitted:
+def admit(context: ServiceContext, admission: AdmissionRequest) -> RunAdmitted:
     """06 §5.1 steps 8–10: identity, one admission transaction, the new or replayed run."""
     caller = admission.caller
     key, database_id = context.key, context.database_id
@@ -104,4 +102,4 @@ def admit(context: ServiceContext, admission: Admission) -> Admitted:
         found = context.store.get_run_snapshot(result.run.run_id)
         assert found is not None
         snapshot = found
-    return Admitted(context.status(snapshot), result.created)
+    return RunAdmitted(context.status(snapshot), result.created)

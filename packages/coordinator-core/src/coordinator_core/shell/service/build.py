@@ -23,16 +23,16 @@ from coordinator_core.shell.service import admission, events, holds, recovery, v
 from coordinator_core.shell.service.bindings import LiveBindings
 from coordinator_core.shell.service.context import ServiceContext
 from coordinator_core.shell.service.model import (
-    Admission,
-    Admitted,
+    AdmissionRequest,
     Caller,
     Doctor,
     EventAdmitted,
     EventDelivery,
     HoldState,
     ReconcileResult,
+    RunAdmitted,
     RunInspection,
-    RunPage,
+    RunList,
     RunQuery,
     RunStatus,
 )
@@ -94,8 +94,8 @@ class StoreRunService:
 
     # -- admission --------------------------------------------------------------------------------
 
-    async def admit(self, request: Admission) -> Admitted:
-        result: Admitted = await self._context.changing(
+    async def admit(self, request: AdmissionRequest) -> RunAdmitted:
+        result: RunAdmitted = await self._context.changing(
             lambda: admission.admit(self._context, request)
         )
         return result
@@ -114,8 +114,8 @@ class StoreRunService:
         )
         return result
 
-    async def list_runs(self, caller: Caller, query: RunQuery) -> RunPage:
-        result: RunPage = await self._context.call(
+    async def list_runs(self, caller: Caller, query: RunQuery) -> RunList:
+        result: RunList = await self._context.call(
             lambda: views.list_runs(self._context, caller, query)
         )
         return result

@@ -19,7 +19,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from coordinator_core.definition.snapshot import Snapshot
-from coordinator_core.engine import Definition, DefinitionError, Event, Policy, RunState, advance
+from coordinator_core.engine import (
+    Definition,
+    DefinitionError,
+    Event,
+    RunState,
+    TimingPolicy,
+    advance,
+)
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.adapters.registry import Adapters, bound_connections
 from coordinator_core.shell.audit import AuditWriter
@@ -82,7 +89,7 @@ class ServiceContext:
         self.definition = Definition.from_snapshot(package.snapshot)
         self.definitions.add(package.snapshot, self.definition)
         self.adapters = adapters or Adapters(bound_connections(deployment, secrets))
-        self.policy = Policy(
+        self.policy = TimingPolicy(
             observation_floor_seconds=deployment.observation_minimum_interval_seconds
         )
         self.bindings = LiveBindings(deployment, self.definitions, store)
@@ -188,6 +195,8 @@ class ServiceContext:
         """Run `work` in a thread; a core refusal becomes the `ServiceRefusal` of its code."""
         try:
             return await asyncio.to_thread(work)
+        except ServiceRefusal:
+            raise  # already one, with its reason
         except CoordinatorError as error:
             raise ServiceRefusal(error.code) from None
 

@@ -18,11 +18,9 @@ from coordinator_core.shell.service.model import (
     RUN_STATUSES,
     Doctor,
     DoctorState,
-    HoldState,
     ServiceRefusal,
 )
-from coordinator_core.shell.store import HoldState as StoreHoldState
-from coordinator_core.shell.store import RunSnapshot, RunWrite
+from coordinator_core.shell.store import HoldState, RunSnapshot, RunWrite
 
 __all__ = [
     "READY_CACHE_SECONDS",
@@ -94,10 +92,6 @@ def doctor(context: ServiceContext) -> Doctor:
     return Doctor(activation_ready=ready, state=state)
 
 
-def _hold(state: StoreHoldState) -> HoldState:
-    return HoldState(state.restore_hold, state.admissions_hold, state.restore_review)
-
-
 def _review(context: ServiceContext, now: datetime) -> Decide:
     inner = context.decide(now, lambda _s, _p: RestoreHold())
 
@@ -116,22 +110,20 @@ def _review(context: ServiceContext, now: datetime) -> Decide:
 def restore_hold(context: ServiceContext) -> HoldState:
     """06 §7.2 / 07 §12 step 3; idempotent."""
     now = context.now()
-    return _hold(context.store.set_restore_hold(now, _review(context, now)))
+    return context.store.set_restore_hold(now, _review(context, now))
 
 
 def release_restore_hold(context: ServiceContext, reason: str) -> HoldState:
     """06 §7.3; idempotent."""
     evidence = context.secrets.audit_references.restore_evidence(reason)
-    return _hold(context.store.release_restore_hold(evidence))
+    return context.store.release_restore_hold(evidence)
 
 
 def release_admission_hold(context: ServiceContext, reason: str) -> HoldState:
     """06 §7.4, after the API checked both attestations."""
     evidence = context.secrets.audit_references.admission_recovery(reason)
-    return _hold(
-        context.store.release_admission_hold(
-            evidence, admission_history_complete=True, prior_deployment_fenced=True
-        )
+    return context.store.release_admission_hold(
+        evidence, admission_history_complete=True, prior_deployment_fenced=True
     )
 
 

@@ -21,14 +21,16 @@ from datetime import datetime
 from typing import Final, Literal, Protocol, get_args, runtime_checkable
 from uuid import UUID
 
+from coordinator_core.engine.state import StepRoute
+from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.operations import OperationDescriptor
+from coordinator_core.shell.store.rows import HoldState
 
 __all__ = [
     "INTERNAL_ERROR",
     "RUN_STATUSES",
     "Action",
-    "Admission",
-    "Admitted",
+    "AdmissionRequest",
     "BlockReason",
     "CallDetails",
     "Caller",
@@ -40,8 +42,9 @@ __all__ = [
     "HoldState",
     "ReconcileResult",
     "Recovery",
+    "RunAdmitted",
     "RunInspection",
-    "RunPage",
+    "RunList",
     "RunQuery",
     "RunService",
     "RunStatus",
@@ -159,12 +162,6 @@ class RunStatus:
 
 
 @dataclass(frozen=True, slots=True)
-class StepRoute:
-    kind: Literal["next", "case", "refusal", "timeout", "cancel"]
-    label: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class WaitUntil:
     until: datetime
 
@@ -262,13 +259,13 @@ class RunQuery:
 
 
 @dataclass(frozen=True, slots=True)
-class RunPage:
+class RunList:
     runs: Sequence[RunStatus]
     next_cursor: str | None
 
 
 @dataclass(frozen=True, slots=True)
-class Admission:
+class AdmissionRequest:
     """`POST /v1/runs` after API checks 1–7 of 06 §5.1: the caller may start `workflow`, the
     service is not recovery-only, `workflow` is the active workflow id, `idempotency_key` is
     well formed and `input` is within the JSON value bounds."""
@@ -281,7 +278,7 @@ class Admission:
 
 
 @dataclass(frozen=True, slots=True)
-class Admitted:
+class RunAdmitted:
     """`created` is True for a new run (201), False for an idempotent replay (200)."""
 
     run: RunStatus
@@ -304,13 +301,6 @@ class EventDelivery:
 class EventAdmitted:
     run_id: UUID
     created: bool
-
-
-@dataclass(frozen=True, slots=True)
-class HoldState:
-    restore_hold: bool
-    admissions_hold: bool
-    restore_review: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,12 +329,12 @@ class Doctor:
     state: DoctorState
 
 
-class ServiceRefusal(Exception):
-    """A domain refusal with a code of 06 §3.1 (`reason` only for retry/reconcile refusals)."""
+class ServiceRefusal(CoordinatorError):
+    """A domain refusal with a code of 06 §3.1 (`reason` only for retry/reconcile refusals): the
+    one error type, its diagnostic the bare code (no position: a request has no file)."""
 
     def __init__(self, code: str, reason: BlockReason | None = None) -> None:
-        super().__init__(code)
-        self.code = code
+        super().__init__(Diagnostic(code))
         self.reason = reason
 
 
@@ -380,7 +370,7 @@ class RunService(Protocol):
         """06 §10 readiness, except recovery-only mode (which the API knows)."""
         ...
 
-    async def admit(self, admission: Admission) -> Admitted:
+    async def admit(self, admission: AdmissionRequest) -> RunAdmitted:
         """06 §5.1 steps 8–10: identity, one admission transaction, the new or replayed run."""
         ...
 
@@ -388,7 +378,7 @@ class RunService(Protocol):
         """06 §5.3; None when absent or not visible to `caller`."""
         ...
 
-    async def list_runs(self, caller: Caller, query: RunQuery) -> RunPage:
+    async def list_runs(self, caller: Caller, query: RunQuery) -> RunList:
         """06 §5.2: runs visible to `caller`, newest first, keyset-paginated."""
         ...
 

@@ -28,7 +28,7 @@ from coordinator_core.shell.service.model import (
     Caller,
     Recovery,
     RunInspection,
-    RunPage,
+    RunList,
     RunQuery,
     RunStatus,
     ServiceRefusal,
@@ -91,7 +91,7 @@ def _decode_cursor(
         raise invalid from None
 
 
-def list_runs(context: ServiceContext, caller: Caller, query: RunQuery) -> RunPage:
+def list_runs(context: ServiceContext, caller: Caller, query: RunQuery) -> RunList:
     """Runs visible to `caller`, newest first, keyset-paginated."""
     after = None if query.cursor is None else _decode_cursor(context, query.cursor, query, caller)
     store = context.store
@@ -109,7 +109,7 @@ def list_runs(context: ServiceContext, caller: Caller, query: RunQuery) -> RunPa
         if snapshot is not None:
             statuses.append(context.status(snapshot))
     cursor = None if page.next is None else _encode_cursor(context, page.next, query, caller)
-    return RunPage(statuses, cursor)
+    return RunList(statuses, cursor)
 
 
 # -- the inspection -------------------------------------------------------------------------------

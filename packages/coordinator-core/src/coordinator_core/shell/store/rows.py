@@ -29,7 +29,6 @@ from coordinator_core.engine.state import (
 __all__ = [
     "ActivationRequest",
     "ActivationRow",
-    "Admission",
     "AdmissionResult",
     "Claim",
     "ControlRow",
@@ -37,6 +36,7 @@ __all__ = [
     "DecideEach",
     "DeploymentIdentity",
     "HoldState",
+    "NewRun",
     "NextInstants",
     "Recover",
     "Recovery",
@@ -383,7 +383,7 @@ class Written:
 
 
 @dataclass(frozen=True, slots=True)
-class Admission:
+class NewRun:
     """One admission (07 §6.1) prepared by the caller outside the transaction.
 
     `snapshot` and `input` are sealed for `run_id`; `snapshot` is stored once per definition

@@ -80,7 +80,6 @@ from coordinator_core.shell.store.queries import (
     unknown_effect,
 )
 from coordinator_core.shell.store.rows import (
-    Admission,
     AdmissionResult,
     Claim,
     ControlRow,
@@ -88,6 +87,7 @@ from coordinator_core.shell.store.rows import (
     DecideEach,
     DeploymentIdentity,
     HoldState,
+    NewRun,
     NextInstants,
     Recover,
     Recovery,
@@ -800,9 +800,7 @@ class Store:
 
     # -- admission ------------------------------------------------------------------------------
 
-    def admit(
-        self, admission: Admission, now: datetime, *, announce: bool = True
-    ) -> AdmissionResult:
+    def admit(self, admission: NewRun, now: datetime, *, announce: bool = True) -> AdmissionResult:
         """The admission transaction (07 §6.1; 06 §5.1 step 10), in this order:
 
         admission lock; store identity and custody; the active package is the one this process
@@ -921,7 +919,7 @@ class Store:
 
         return self._transact(work)
 
-    def _replay_txn(self, conn: Connection, admission: Admission) -> AdmissionResult | None:
+    def _replay_txn(self, conn: Connection, admission: NewRun) -> AdmissionResult | None:
         """The run admitted under the admission's start identity (a replay, tombstones
         included, when the input digest is the same; `idempotency.key-reused` otherwise), or
         None when there is none."""
