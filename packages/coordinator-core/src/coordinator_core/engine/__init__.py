@@ -7,14 +7,7 @@ does I/O or draws randomness.
 
 from __future__ import annotations
 
-from coordinator_core.engine.advance import (
-    Advance,
-    advance,
-    is_settled,
-    reconcile_blocked_by,
-    retry_blocked_by,
-    unrestorable,
-)
+from coordinator_core.engine.advance import advance
 from coordinator_core.engine.carry import MAX_CARRIED, Carried, carry_on, claim_record
 from coordinator_core.engine.clock import Instant, format_instant, parse_instant
 from coordinator_core.engine.codes import (
@@ -82,6 +75,12 @@ from coordinator_core.engine.program import (
     WaitForStep,
     WaitUntilStep,
 )
+from coordinator_core.engine.recovery import (
+    is_settled,
+    reconcile_blocked_by,
+    retry_blocked_by,
+    unrestorable,
+)
 from coordinator_core.engine.serial import FormatError
 from coordinator_core.engine.state import (
     TERMINAL_STATUSES,
@@ -95,6 +94,7 @@ from coordinator_core.engine.state import (
     StepState,
     TimingPolicy,
 )
+from coordinator_core.engine.transition import Advance
 
 __all__ = [
     "ADAPTER_CODES",
