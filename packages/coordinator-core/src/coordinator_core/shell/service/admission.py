@@ -11,9 +11,9 @@ from coordinator_core.engine import Admitted, advance
 from coordinator_core.shell.codec import row_of, seal_value, sealed_snapshot
 from coordinator_core.shell.service.context import ServiceContext
 from coordinator_core.shell.service.model import AdmissionRequest, RunAdmitted, ServiceRefusal
-from coordinator_core.shell.store import NewRun, RunSnapshot, to_epoch_ms
+from coordinator_core.shell.store import AdmissionResult, NewRun, RunSnapshot, to_epoch_ms
 
-__all__ = ["admit", "store_admission"]
+__all__ = ["admit", "insert_run", "store_admission"]
 
 
 def store_admission(
@@ -66,6 +66,16 @@ def store_admission(
     )
 
 
+def insert_run(context: ServiceContext, prepared: NewRun, now: datetime) -> AdmissionResult:
+    """The store's admission transaction for a prepared run (API or event origin). An idle
+    loop of this process takes the new run at once, so the other processes are told only when
+    none is free (07 §7.7 item 4); once created, its definition's snapshot is known stored."""
+    result = context.store.admit(prepared, now, announce=not context.wakeup.take_idle_loop())
+    if result.created:  # its definition's snapshot is stored (inserted or already there)
+        context.stored_definitions.add(prepared.definition_digest)
+    return result
+
+
 def admit(context: ServiceContext, admission: AdmissionRequest) -> RunAdmitted:
     """06 §5.1 steps 8–10: identity, one admission transaction, the new or replayed run."""
     caller = admission.caller
@@ -91,11 +101,7 @@ def admit(context: ServiceContext, admission: AdmissionRequest) -> RunAdmitted:
         input_problem=problem,
         now=now,
     )
-    # an idle loop of this process takes the new run at once: the others are told only when
-    # none is free (07 §7.7 item 4)
-    result = context.store.admit(prepared, now, announce=not context.wakeup.take_idle_loop())
-    if result.created:  # its definition's snapshot is stored (inserted or already there)
-        context.stored_definitions.add(prepared.definition_digest)
+    result = insert_run(context, prepared, now)
     if result.created and result.control is not None:  # the run as inserted: no read back
         snapshot = RunSnapshot(result.control, result.run, result.steps)
     else:

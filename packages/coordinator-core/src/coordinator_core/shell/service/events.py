@@ -8,7 +8,7 @@ from typing import Final
 
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.functions.errors import FunctionError
-from coordinator_core.shell.service.admission import store_admission
+from coordinator_core.shell.service.admission import insert_run, store_admission
 from coordinator_core.shell.service.context import ServiceContext
 from coordinator_core.shell.service.model import EventAdmitted, EventDelivery, ServiceRefusal
 from coordinator_core.values import JsonBoundsError, check_json_value
@@ -72,13 +72,11 @@ def admit_event(context: ServiceContext, delivery: EventDelivery) -> EventAdmitt
         now=now,
     )
     try:
-        result = store.admit(prepared, now, announce=not context.wakeup.take_idle_loop())
+        result = insert_run(context, prepared, now)
     except CoordinatorError as error:
         if error.code in _HOLD_CODES:
             raise ServiceRefusal(_HELD) from None
         raise
-    if result.created:  # its definition's snapshot is stored (inserted or already there)
-        context.stored_definitions.add(prepared.definition_digest)
     return EventAdmitted(result.run.run_id, result.created)
 
 
