@@ -92,7 +92,7 @@ from bench_service import (
 from bench_service import cpu_seconds as process_cpu_seconds
 from sqlalchemy.dialects import postgresql
 
-from coordinator_core.shell.store import store as store_module
+from coordinator_core.shell.store import statements
 from coordinator_core.shell.store.dialect import truncate_ms
 from coordinator_sandbox.launch import endpoints_in
 
@@ -646,9 +646,7 @@ class Parked:
             # The claim as the service plans it now: without --analyze-every (and autovacuum
             # off) the statistics are those of the empty tables.
             with self.connect() as connection:
-                self.explain_one(
-                    connection, "claim_at_last_admission", store_module._DUE.statement, 1
-                )
+                self.explain_one(connection, "claim_at_last_admission", statements.DUE.statement, 1)
             settle = self.wait_parked(runs, arguments.timeout)
             self.check_observation_floor()
         finally:
@@ -767,13 +765,13 @@ class Parked:
         self.say("    bytes per parked run by relation: " + "; ".join(parts))
 
     def explain(self) -> None:
-        statements = (
-            ("claim", store_module._DUE.statement),
-            ("lapsed_sweep", store_module._TAKE_LAPSED.statement),
-            ("overdue_sweep", store_module._TOUCH_OVERDUE.statement),
+        chosen = (
+            ("claim", statements.DUE.statement),
+            ("lapsed_sweep", statements.TAKE_LAPSED.statement),
+            ("overdue_sweep", statements.TOUCH_OVERDUE.statement),
         )
         with self.connect() as connection:
-            for name, statement in statements:
+            for name, statement in chosen:
                 self.explain_one(connection, name, statement, EXPLAIN_REPEATS)
 
     def explain_one(
@@ -844,7 +842,7 @@ class Parked:
         # The claim once while the due runs are being claimed: the plan the service gets when
         # records are due that the statistics (taken with none due) know nothing of.
         with self.connect() as connection:
-            self.explain_one(connection, "claim_during_fire", store_module._DUE.statement, 1)
+            self.explain_one(connection, "claim_during_fire", statements.DUE.statement, 1)
         deadline = time.monotonic() + arguments.timeout
         while True:
             self.check_alive()

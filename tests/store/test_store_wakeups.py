@@ -33,8 +33,8 @@ from coordinator_core.shell.store import (
     RunWrite,
     Store,
     StoreInvariantError,
+    statements,
 )
-from coordinator_core.shell.store import store as store_module
 
 
 def _wait_until(now: datetime, *, instant: datetime | None = None) -> object:
@@ -237,7 +237,7 @@ def test_the_claim_is_planned_at_each_execution_and_stays_an_ordered_index_scan(
         finally:
             raw.close()
         assert not any("ORDER BY steps.due_at" in text for text in prepared), prepared
-        compiled = store_module._DUE.statement.compile(dialect=postgresql.dialect())
+        compiled = statements.DUE.statement.compile(dialect=postgresql.dialect())
         parameters = dict(compiled.params) | {"now": T0 + 3600 * SECOND}
         with psycopg.connect(backend.url, autocommit=True) as connection:
             connection.execute(f'SET search_path TO "{backend.namespace}"')

@@ -1,0 +1,131 @@
+"""Wake-ups across processes (07 §7.7 item 4): PostgreSQL notifications announced and
+listened for, and the instants an idle worker must look again."""
+
+from __future__ import annotations
+
+import select as select_module
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy.engine import Connection
+
+from coordinator_core.shell.store.base import StoreBase
+from coordinator_core.shell.store.dialect import (
+    from_epoch_ms,
+    to_epoch_ms,
+    truncate_ms,
+)
+from coordinator_core.shell.store.rows import (
+    NextInstants,
+)
+from coordinator_core.shell.store.statements import (
+    NEXT,
+    NOTIFY_AT,
+)
+
+_LISTEN_TIMEOUT: Final = 60.0
+"""How often the listener looks at its stop flag when nothing arrives (it is a daemon thread:
+the process does not wait for it)."""
+_LISTEN_RETRY_SECONDS: Final = 2.0
+
+
+class WakeUps(StoreBase):
+    def announce(self, instant: datetime) -> None:
+        """PostgreSQL: tell the other processes that a record this one wrote falls due at
+        `instant`, so that their idle loops wake then rather than at the instant they knew
+        (07 §7.7 item 4). One short transaction, sent only for an instant earlier than the one
+        this process knew (`Wakeup.schedule`): never on the path of a parked run. Nothing on
+        SQLite."""
+        channel = self.wake_channel
+        if channel is None:
+            return
+        payload = {"channel": channel, "payload": str(to_epoch_ms(instant))}
+        self._transact(lambda conn: NOTIFY_AT.run(conn, payload))
+
+    def listen(
+        self,
+        ring: Callable[[], None],
+        stop: threading.Event,
+        schedule: Callable[[datetime], object] | None = None,
+    ) -> threading.Thread | None:
+        """PostgreSQL: a daemon thread that `LISTEN`s on the store's channel on a connection of
+        its own and calls `ring` for every notification of a record claimable now (another
+        process admitted or re-armed a run) and `schedule(instant)` for one of a record due
+        later (`announce`; `ring` without `schedule`), reconnecting after a failure. It waits
+        on the connection's socket, so an idle listener does not wake; it ends within
+        `_LISTEN_TIMEOUT` after `stop` is set. None on SQLite."""
+        channel = self.wake_channel
+        if channel is None:
+            return None
+        thread = threading.Thread(
+            target=self._listen_loop,
+            args=(channel, ring, schedule, stop),
+            name="store-listen",
+            daemon=True,
+        )
+        thread.start()
+        return thread
+
+    def _listen_loop(
+        self,
+        channel: str,
+        ring: Callable[[], None],
+        schedule: Callable[[datetime], object] | None,
+        stop: threading.Event,
+    ) -> None:
+        own = self._sender.encode()
+        while not stop.is_set():
+            try:
+                pooled = self._engine.raw_connection()
+                driver: Any = pooled.driver_connection
+                pooled.detach()  # this connection is the listener's own from now on
+                try:
+                    driver.rollback()
+                    driver.autocommit = True
+                    driver.execute(f'LISTEN "{channel}"')
+                    ring()  # whatever was announced before the LISTEN is looked for now
+                    # libpq directly: psycopg's `notifies()` wakes every 0.1 s to look for
+                    # interrupts, which an idle service would pay for all day.
+                    pgconn = driver.pgconn
+                    while not stop.is_set():
+                        readable, _, _ = select_module.select(
+                            [pgconn.socket], [], [], _LISTEN_TIMEOUT
+                        )
+                        if not readable:
+                            continue
+                        pgconn.consume_input()  # raises once the connection is gone
+                        while (notice := pgconn.notifies()) is not None:
+                            payload = bytes(notice.extra)
+                            if payload != own:
+                                announced(payload, ring, schedule)
+                finally:
+                    pooled.close()
+            except Exception:  # the store went away: try again shortly (polling covers it)
+                stop.wait(_LISTEN_RETRY_SECONDS)
+
+    def next_instants(self, now: datetime) -> NextInstants:
+        """07 §7.7 item 4: when an idle worker must look again, from one read (three index
+        probes: `ix_steps_due`, `ix_steps_lease`, `ix_runs_deadline_live`); nothing while the
+        active package is not this process's or a restore hold is set (a hold's release, like
+        every change that makes a record claimable now, rings)."""
+        moment = truncate_ms(now)
+
+        def work(conn: Connection) -> NextInstants:
+            row = NEXT.first(conn, {"now": moment})
+            control = self._verified(row, prefix="c_")
+            if row is None or not self.may_claim(control):
+                return NextInstants()
+            return NextInstants(row["due_at"], row["lapses_at"], row["overdue_at"])
+
+        return self._transact(work, read_only=True)
+
+
+def announced(payload: bytes, ring: Callable[[], None], schedule: Any) -> None:
+    """Another process's notification on the store's channel: an instant (`Store.announce`)
+    is scheduled; anything else (an admission, a re-arm, a hold released…) rings."""
+    if schedule is not None and payload.isdigit():
+        schedule(from_epoch_ms(int(payload)))
+    else:
+        ring()
