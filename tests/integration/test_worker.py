@@ -49,16 +49,16 @@ def test_each_durable_event_is_advanced_once_when_nobody_changed_the_run(
 ) -> None:
     """The advance made before a fenced transaction is its decision when the run as committed
     is the state it was made from: no event of an uncontended run is advanced twice."""
-    import coordinator_core.shell.worker as worker_module
+    import coordinator_core.shell.attempt as attempt_module
 
     calls: list[str] = []
-    original = worker_module.advance
+    original = attempt_module.advance
 
     def counted(definition: Any, state: Any, event: Any, now: Any, keys: Any) -> Any:
         calls.append(type(event).__name__)
         return original(definition, state, event, now, keys)
 
-    monkeypatch.setattr(worker_module, "advance", counted)
+    monkeypatch.setattr(attempt_module, "advance", counted)
     admitted = deployed.admit(run_input())
     status, _ = deployed.drive(admitted.run.run_id)
     assert status.status == "finished", status
