@@ -20,15 +20,11 @@ from adapter_support import (
 
 from coordinator_core.shell.adapters import HttpSettings
 from coordinator_core.shell.adapters.breg import BregAdapter
-from coordinator_core.shell.adapters.http import (
-    DestinationRefused,
-    TransportFailure,
-    exchange,
-    path_segment,
-    user_agent,
-)
+from coordinator_core.shell.adapters.destinations import DestinationRefused
+from coordinator_core.shell.adapters.http import exchange, path_segment, user_agent
 from coordinator_core.shell.adapters.messaging import MessagingAdapter
 from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
+from coordinator_core.shell.adapters.transport import TransportFailure
 
 RECORD = {"data": {"recordIdentifier": "r"}, "meta": {}}
 SCHEDULING = {"schedulingId": "s-1", "policyRevision": "r-1", "policyDigest": "sha256:00"}

@@ -16,14 +16,13 @@ import httpcore
 import pytest
 from adapter_support import Tls, deadline, read_request
 
-from coordinator_core.shell.adapters import HttpSettings
-from coordinator_core.shell.adapters import http as client_http
-from coordinator_core.shell.adapters.http import (
+from coordinator_core.shell.adapters import HttpSettings, transport
+from coordinator_core.shell.adapters.destinations import DestinationRefused
+from coordinator_core.shell.adapters.http import exchange
+from coordinator_core.shell.adapters.transport import (
     POOL_IDLE_CONNECTIONS,
-    DestinationRefused,
     TransportFailure,
     close_pools,
-    exchange,
 )
 
 
@@ -229,11 +228,11 @@ def test_a_refused_destination_never_reaches_the_pool():
         get("http://localhost:1/x")
     with pytest.raises(DestinationRefused):
         get("https://x.test/", HttpSettings(resolver=lambda h, p: ["169.254.169.254"]))
-    assert not client_http._pools._destinations
+    assert not transport._pools._destinations
 
 
 def test_a_connection_idle_longer_than_the_idle_time_is_not_reused(server, monkeypatch):
-    monkeypatch.setattr(client_http, "POOL_IDLE_SECONDS", 0.2)
+    monkeypatch.setattr(transport, "POOL_IDLE_SECONDS", 0.2)
     product = server()
     get(product.url())
     time.sleep(0.35)

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from coordinatorctl import remote
+from coordinatorctl import remote_exchange, remote_inputs, remote_outcome
 from coordinatorctl.cli import main
 from coordinatorctl.remote_args import COMMANDS
 
@@ -442,7 +442,7 @@ def remote_envelope_names() -> set[str]:
 
 
 def test_every_remote_command_has_a_spec_and_a_case() -> None:
-    assert set(remote.SPECS) == COMMANDS
+    assert set(remote_outcome.SPECS) == COMMANDS
     covered = {case.argv[0] for case in CASES.values()} | {"start"}
     assert covered == COMMANDS
 
@@ -541,7 +541,7 @@ def test_4xx_problem_without_suggested_action_gets_a_fixed_default(
     assert code == 1
     [diagnostic] = document["diagnostics"]
     assert diagnostic["code"] == "coordinator.command.no-such-code-here"
-    assert diagnostic["suggestedAction"] == remote._PROBLEM_DEFAULT_HINT
+    assert diagnostic["suggestedAction"] == remote_outcome._PROBLEM_DEFAULT_HINT
 
 
 def test_problem_detail_is_stripped_of_control_characters_and_capped(
@@ -555,7 +555,7 @@ def test_problem_detail_is_stripped_of_control_characters_and_capped(
     assert "\x1b" not in err and "\u202e" not in err and "\u0085" not in err
     message_line = err.splitlines()[1]
     assert message_line.startswith("  Refused[31m red next line xxx")
-    assert len(message_line) <= 2 + remote.MAX_PASSED_TEXT_CHARS
+    assert len(message_line) <= 2 + remote_outcome.MAX_PASSED_TEXT_CHARS
     assert out == ""
 
 
@@ -634,7 +634,7 @@ def test_5xx_without_a_valid_problem_is_service_unavailable(
         capsys, *remote_args(service, token_file), "cancel", "--run", RUN_ID, "--reason", "I-1"
     )
     assert code == 3
-    assert unavailable(document) == remote._FAILURE_MESSAGES["failed"]
+    assert unavailable(document) == remote_outcome._FAILURE_MESSAGES["failed"]
     assert "inspect" in document["diagnostics"][0]["suggestedAction"]
 
 
@@ -650,7 +650,7 @@ def test_timeout_is_service_unavailable_with_the_inspect_advice(
     token_file: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(remote, "TOTAL_TIMEOUT_SECONDS", 0.3)
+    monkeypatch.setattr(remote_exchange, "TOTAL_TIMEOUT_SECONDS", 0.3)
     service.answer(200, RUN_STATUS, delay=1.5)
     began = time.monotonic()
     code, document = report(
@@ -669,7 +669,7 @@ def test_the_total_timeout_bounds_a_slowly_dripping_answer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Each byte arrives well within the read timeout; only the total deadline stops it.
-    monkeypatch.setattr(remote, "TOTAL_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(remote_exchange, "TOTAL_TIMEOUT_SECONDS", 0.5)
     service.answer(200, b" " * 40 + b"{}", drip=True)
     began = time.monotonic()
     code, document = report(capsys, *remote_args(service, token_file), "doctor")
@@ -678,9 +678,9 @@ def test_the_total_timeout_bounds_a_slowly_dripping_answer(
 
 
 def test_the_client_timeouts_are_the_contract_values() -> None:
-    assert remote.TOTAL_TIMEOUT_SECONDS == 30.0
-    assert remote.CONNECT_TIMEOUT_SECONDS == 5.0
-    assert remote.MAX_RESPONSE_BYTES == 1_048_576
+    assert remote_exchange.TOTAL_TIMEOUT_SECONDS == 30.0
+    assert remote_exchange.CONNECT_TIMEOUT_SECONDS == 5.0
+    assert remote_exchange.MAX_RESPONSE_BYTES == 1_048_576
 
 
 def test_connection_refused_is_service_unavailable(
@@ -704,7 +704,7 @@ def test_an_answer_over_1_mib_is_service_unavailable(
     chunked: bool,
     status: int,
 ) -> None:
-    body = b'{"pad": "' + b"x" * remote.MAX_RESPONSE_BYTES + b'"}'
+    body = b'{"pad": "' + b"x" * remote_exchange.MAX_RESPONSE_BYTES + b'"}'
     service.answer(
         status, body, chunked=chunked, media_type=PROBLEM if status >= 400 else "application/json"
     )
@@ -716,8 +716,8 @@ def test_an_answer_of_exactly_1_mib_is_read(
     capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path
 ) -> None:
     head = b'{"erased": 1, "pad": "'
-    body = head + b"x" * (remote.MAX_RESPONSE_BYTES - len(head) - 2) + b'"}'
-    assert len(body) == remote.MAX_RESPONSE_BYTES
+    body = head + b"x" * (remote_exchange.MAX_RESPONSE_BYTES - len(head) - 2) + b'"}'
+    assert len(body) == remote_exchange.MAX_RESPONSE_BYTES
     service.answer(200, body, chunked=True)
     code, document = report(
         capsys, *remote_args(service, token_file), "retain", "--before", "2025-01-01T00:00:00Z"
@@ -835,7 +835,7 @@ def test_proxies_from_the_environment_are_not_used(
     ],
 )
 def test_acceptable_origins(text: str, origin: str) -> None:
-    assert remote.parse_origin(text) == origin
+    assert remote_inputs.parse_origin(text) == origin
 
 
 BAD_URLS = [
@@ -874,7 +874,7 @@ BAD_URLS = [
 def test_an_unacceptable_url_is_command_usage_and_never_echoed(
     capsys: pytest.CaptureFixture[str], token_file: Path, url: str
 ) -> None:
-    assert remote.parse_origin(url) is None
+    assert remote_inputs.parse_origin(url) is None
     code, document = report(capsys, "--url", url, "--token-file", str(token_file), "workflow")
     assert code == 2 and document["status"] == "usage-error"
     assert codes(document) == ["coordinator.command.usage"]

@@ -23,13 +23,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from coordinator_core.engine.events import CallOutcome
 from coordinator_core.shell.adapters.base import AccessToken, ClientCredentials
-from coordinator_core.shell.adapters.http import (
-    DestinationRefused,
-    HttpSettings,
-    TransportFailure,
-    exchange,
-    json_body,
-)
+from coordinator_core.shell.adapters.destinations import DestinationRefused
+from coordinator_core.shell.adapters.http import HttpSettings, exchange, json_body
+from coordinator_core.shell.adapters.transport import TransportFailure
 
 __all__ = [
     "ASSERTION_LIFETIME_SECONDS",

@@ -26,8 +26,9 @@ from coordinator_core.shell.adapters.base import (
     EvaluationConnection,
     PreparedCommand,
 )
-from coordinator_core.shell.adapters.http import ProductAnswer, TransportFailure, problem_of
+from coordinator_core.shell.adapters.http import ProductAnswer, problem_of
 from coordinator_core.shell.adapters.product import Attempt, Effect, ProductAdapter, Stop
+from coordinator_core.shell.adapters.transport import TransportFailure
 from coordinator_core.shell.adapters.validation import ShapeError, closed_object, json_object, text
 from coordinator_core.values import (
     JsonBoundsError,

@@ -21,8 +21,9 @@ from coordinator_core.shell.adapters.base import (
     ExternalConnection,
     PreparedCommand,
 )
-from coordinator_core.shell.adapters.http import ProductAnswer, TransportFailure, json_body
+from coordinator_core.shell.adapters.http import ProductAnswer, json_body
 from coordinator_core.shell.adapters.product import Attempt, Effect, ProductAdapter, Stop
+from coordinator_core.shell.adapters.transport import TransportFailure
 from coordinator_core.shell.adapters.validation import ShapeError, closed_object, json_object
 
 __all__ = ["EXTERNAL_GET", "ExternalHttpAdapter", "external_url"]

@@ -37,15 +37,15 @@ from coordinator_core.shell.adapters.base import (
     ProductConnection,
 )
 from coordinator_core.shell.adapters.credentials import CredentialIssuer
+from coordinator_core.shell.adapters.destinations import DestinationRefused
 from coordinator_core.shell.adapters.http import (
-    DestinationRefused,
     HttpSettings,
     ProductAnswer,
-    TransportFailure,
     exchange,
     json_body,
     problem_of,
 )
+from coordinator_core.shell.adapters.transport import TransportFailure
 from coordinator_core.shell.adapters.validation import ShapeError
 from coordinator_core.values import canonical_json
 
