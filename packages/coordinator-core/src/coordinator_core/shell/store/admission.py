@@ -36,7 +36,7 @@ from coordinator_core.shell.store.statements import (
 )
 
 
-class Admissions(StoreBase):
+class StoreAdmissions(StoreBase):
     def admit(self, admission: NewRun, now: datetime, *, announce: bool = True) -> AdmissionResult:
         """The admission transaction (07 §6.1; 06 §5.1 step 10), in this order:
 

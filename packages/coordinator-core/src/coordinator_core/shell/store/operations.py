@@ -42,7 +42,7 @@ from coordinator_core.shell.store.tables import (
 )
 
 
-class Operations(StoreBase):
+class StoreOperations(StoreBase):
     def request_cancel(
         self, run_id: uuid.UUID, now: datetime, decide: Decide
     ) -> RunSnapshot | None:

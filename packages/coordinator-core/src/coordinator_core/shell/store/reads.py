@@ -50,7 +50,7 @@ from coordinator_core.shell.store.tables import (
 )
 
 
-class Reads(StoreBase):
+class StoreReads(StoreBase):
     def control(self) -> ControlRow:
         """The control row as it is now (no identity check)."""
 

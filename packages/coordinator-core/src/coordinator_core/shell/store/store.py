@@ -16,17 +16,17 @@ they run are built once in `statements`, the rules every write keeps are in `inv
 
 from __future__ import annotations
 
-from coordinator_core.shell.store.admission import Admissions
+from coordinator_core.shell.store.admission import StoreAdmissions
 from coordinator_core.shell.store.invariants import StaleLease, StoreInvariantError
-from coordinator_core.shell.store.operations import Operations
-from coordinator_core.shell.store.reads import Reads
-from coordinator_core.shell.store.wakeups import WakeUps
-from coordinator_core.shell.store.work import FIRE_BATCH, LEASE_SECONDS, Work
+from coordinator_core.shell.store.operations import StoreOperations
+from coordinator_core.shell.store.reads import StoreReads
+from coordinator_core.shell.store.wakeups import StoreWakeUps
+from coordinator_core.shell.store.work import FIRE_BATCH, LEASE_SECONDS, StoreWork
 
 __all__ = ["FIRE_BATCH", "LEASE_SECONDS", "StaleLease", "Store", "StoreInvariantError"]
 
 
-class Store(Reads, Admissions, Work, Operations, WakeUps):
+class Store(StoreReads, StoreAdmissions, StoreWork, StoreOperations, StoreWakeUps):
     """The store of one deployment, opened by the service or a worker process.
 
     Open it with `Store.open`, which refuses a store that is not at this build's schema version

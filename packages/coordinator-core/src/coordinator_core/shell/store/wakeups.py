@@ -31,7 +31,7 @@ the process does not wait for it)."""
 _LISTEN_RETRY_SECONDS: Final = 2.0
 
 
-class WakeUps(StoreBase):
+class StoreWakeUps(StoreBase):
     def announce(self, instant: datetime) -> None:
         """PostgreSQL: tell the other processes that a record this one wrote falls due at
         `instant`, so that their idle loops wake then rather than at the instant they knew

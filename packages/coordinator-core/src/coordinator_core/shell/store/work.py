@@ -46,7 +46,7 @@ FIRE_BATCH: Final = 64
 """How many due waits `fire_due_waits` takes in one transaction at most."""
 
 
-class Work(StoreBase):
+class StoreWork(StoreBase):
     def claim_due_step(
         self,
         worker_id: str,
