@@ -201,6 +201,13 @@ CODES: Final[dict[str, tuple[str, str, int, str, int | None]]] = {
         "error",
         None,
     ),
+    "coordinator.audit.journal-truncated": (
+        "An audit journal file group is shorter than the store recorded, missing, or its line at the recorded position differs.",
+        "Restore the journal directory that belongs with this store (the store and the journal are backed up and restored together); if the journal was lost, start `coordinator serve --recovery-only` and set the restore hold, which records the journal as it is now.",
+        1,
+        "error",
+        None,
+    ),
     "coordinator.audit.unreadable": (
         "An audit journal file or directory cannot be read.",
         "Check that the directory exists and that this user may read it and every journal file in it.",
@@ -687,6 +694,13 @@ CODES: Final[dict[str, tuple[str, str, int, str, int | None]]] = {
     "coordinator.deployment.schema-pending": (
         "The store schema is older than this build supports.",
         "Run `coordinatorctl migrate` with the same runtime file, then run `apply` again.",
+        1,
+        "error",
+        None,
+    ),
+    "coordinator.deployment.store-behind-journal": (
+        "The store is older than its audit journal, as after a restore from a backup.",
+        "Do not work this store with the ordinary service: start `coordinator serve --recovery-only` and follow the restore runbook (docs/operations.md): restore hold, review, release. Setting the restore hold records the journal as reviewed.",
         1,
         "error",
         None,

@@ -66,7 +66,11 @@ def add_remote_commands(command: Callable[[str, str], argparse.ArgumentParser]) 
 
     for name, what in (
         ("cancel", "cancel a run"),
-        ("retry-same", "resend a run's current call with the same key"),
+        (
+            "retry-same",
+            "continue a run as recorded: resend its saved command with the same key, or (under"
+            " restore review) clear the review mark",
+        ),
         ("reconcile", "ask the product whether a run's unknown effect was accepted"),
     ):
         sub = command(name, f"{what} (POST /v1/runs/{{run}}/{name})")

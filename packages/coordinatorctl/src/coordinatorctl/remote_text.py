@@ -58,7 +58,18 @@ def _lines_of_run(run: Mapping[str, Any]) -> list[str]:
         rows.append(("Flags", ", ".join(flags)))
     if run.get("output") is not None:
         rows.append(("Output", run.get("output")))
-    return [f"{label + ':':<11} {_show(value)}" for label, value in rows]
+    lines = [f"{label + ':':<11} {_show(value)}" for label, value in rows]
+    if run.get("restoreReview") is True:
+        lines.append(f"{'Next:':<11} {REVIEW_NEXT}")
+    return lines
+
+
+REVIEW_NEXT: Final = (
+    "under restore review (07 §12): `retry-same` continues the run as recorded, `cancel` stops"
+    " it; a settled `reconcile` leaves the review mark for `retry-same`"
+)
+"""What an operator does next with a run under restore review: the one action that clears the
+mark is `retry-same`, also after a `reconcile` settled the run's effect."""
 
 
 def _objects(value: object) -> list[dict[str, Any]]:

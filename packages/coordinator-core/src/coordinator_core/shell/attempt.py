@@ -109,6 +109,11 @@ def _ending(record: StepRecord) -> Literal["observation", "transition"]:
     return "observation" if record.type == "wait-for" else "transition"
 
 
+def _marked(snapshot: RunSnapshot) -> frozenset[str]:
+    """The records of a locked snapshot already marked `dispatched`."""
+    return frozenset(row.step for row in snapshot.steps if row.dispatched)
+
+
 def carried_entries(correlation: str, run_id: uuid.UUID, carried: Carried) -> list[Entry]:
     """One `attempt` intent per record leased and one `transition` (or `observation`) per
     record left, in the order they happened."""
@@ -139,6 +144,7 @@ class Chain:
         self.known: RunRow | None = None
         self.commands: tuple[Command, ...] = ()
         self._pending: tuple[RunState, tuple[Command, ...]] | None = None
+        self._marked: frozenset[str] = frozenset()  # records `dispatched` before the write
 
     @property
     def correlation(self) -> str:
@@ -155,6 +161,7 @@ class Chain:
         state = state_of(self.sealer, snapshot)
         now_ms = to_epoch_ms(now)
         run_id = snapshot.run.run_id
+        self._marked = _marked(snapshot)
         self.keys = self.worker.keys_for(snapshot.run.start_identity)
         try:
             self.snapshot, self.definition = self.worker.definitions.restore(snapshot.run)
@@ -179,12 +186,20 @@ class Chain:
         return write_of(self.sealer, snapshot, state, carried.state, now)
 
     def adopt(self, written: Written, now: datetime) -> None:
-        """The transaction whose decision is pending committed as `written` at `now`."""
+        """The transaction whose decision is pending committed as `written` at `now`. A
+        record it marked `dispatched` gets its proof of commit in the journal now, before
+        anything is sent (07 §12.1 item 1)."""
         assert self._pending is not None
         self.stored, self.commands = self._pending
         self.state = self.stored
         self.known = written.snapshot.run
         self._pending = None
+        proofs: list[Entry] = []
+        for row in written.snapshot.steps:
+            record = self.stored.record(row.step)
+            if row.dispatched and row.step not in self._marked and record is not None:
+                proofs.append((self.correlation, "dispatch", row.run_id, record, "committed"))
+        self.worker.journal(proofs)
         self.worker.after_write(written.snapshot, now)
 
     def decide(
@@ -206,6 +221,7 @@ class Chain:
         assert self.definition is not None and self.keys is not None
         assert self.stored is not None and self.known is not None
         now_ms = to_epoch_ms(now)
+        self._marked = _marked(snapshot)
         previous = refreshed(self.sealer, self.stored, self.known, snapshot.run)
         basis = overlay(previous, own)
         if guessed is not None and guessed[0] == basis:

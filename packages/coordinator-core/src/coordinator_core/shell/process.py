@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final, NoReturn, Protocol
@@ -58,6 +59,7 @@ from coordinator_core.shell.deployment import (
     resolve_secrets,
 )
 from coordinator_core.shell.package_files import LoadedPackage, load_package
+from coordinator_core.shell.restore_detection import check_journal
 from coordinator_core.shell.service import StoreRunService, build_service
 from coordinator_core.shell.service_log import ServiceLog, install
 from coordinator_core.shell.store import Store
@@ -325,6 +327,12 @@ def start(
             pool_size=concurrency + (8 if serving else 2),
         )
     started.callback(store.close)
+    # 07 §12.1: a store older than the journal (a restore) is never worked ordinarily.
+    if not recovery_only:
+        with _step("coordinator.command.store-unavailable"):
+            check_journal(store, Path(settings.audit_directory), secrets.audit_references)
+    store.follow_journal(lambda: writer.position)
+    started.callback(_save_head, store, log)
     with _step():
         service, worker_for = build_service(deployment, secrets, store, package, audit=writer)
     if not recovery_only:
@@ -346,6 +354,18 @@ def start(
         shutdown=shutdown,
         log=log,
     )
+
+
+def _save_head(store: Store, log: ServiceLog) -> None:
+    """At a stop: the journal's last line becomes this process's head in the store."""
+    try:
+        store.save_journal_head(datetime.now(UTC))
+    except Exception:  # the next start reads a little more of the journal
+        log.emit(
+            "warning",
+            "coordinator.command.store-unavailable",
+            "The journal head was not saved at the stop.",
+        )
 
 
 def run_worker(options: argparse.Namespace, log: ServiceLog, started: contextlib.ExitStack) -> int:

@@ -45,6 +45,7 @@ WorkerOutcome = Literal[
     "pending",
     "timed-out",
     "lease-lapsed",
+    "committed",
 ]
 ResponseOutcome = Literal["accepted", "refused", "unknown"]
 ReferenceClass = Literal[

@@ -10,6 +10,7 @@ import stat
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -27,6 +28,20 @@ from coordinator_core.shell.audit.entries import (
     _check_entry,
 )
 from coordinator_core.values import sha256_label
+
+
+@dataclass(frozen=True, slots=True)
+class JournalPosition:
+    """Where one durable line of a file group is (07 §12.1): the group's prefix, the line's
+    sequence and `sha256:` hash, the number of the group's file that holds it (1, 2, …) and
+    the byte offset at which the line starts in that file."""
+
+    group: str
+    sequence: int
+    line_hash: str
+    file_number: int
+    line_offset: int
+
 
 # --------------------------------------------------------------------------------------------
 # Writer
@@ -110,6 +125,7 @@ class AuditWriter:
         self._previous = ZERO_HASH  # hash of the last line queued
         self._durable_sequence = 0
         self._head = ZERO_HASH  # hash of the last line made durable
+        self._head_at = (1, 0)  # its file number and start offset
         self._flushing = False
         self._failed = False
         self._closed = False
@@ -174,6 +190,11 @@ class AuditWriter:
         return self._prefix
 
     @property
+    def directory(self) -> Path:
+        """The audit directory this journal writes in."""
+        return self._directory
+
+    @property
     def path(self) -> Path:
         """The file currently written."""
         return self._directory / self._file_name(self._file_number)
@@ -189,6 +210,14 @@ class AuditWriter:
         """The sequence of the last line on stable storage (0 before the first)."""
         with self._cond:
             return self._durable_sequence
+
+    @property
+    def position(self) -> JournalPosition | None:
+        """The last line on stable storage, with where it is (None before the first)."""
+        with self._cond:
+            if self._durable_sequence == 0:
+                return None
+            return JournalPosition(self._prefix, self._durable_sequence, self._head, *self._head_at)
 
     @property
     def ready(self) -> bool:
@@ -309,22 +338,25 @@ class AuditWriter:
         everything queued, with the lock released so that others can queue meanwhile."""
         batch, self._queue = self._queue, []
         self._flushing = True
-        written = False
+        written: tuple[int, int] | None = None
         self._cond.release()
         try:
             written = self._write_batch(batch)
         finally:
             self._cond.acquire()
             self._flushing = False
-            if written:
+            if written is not None:
                 self._durable_sequence += len(batch)
                 self._head = sha256_label(batch[-1])
+                self._head_at = written
             else:
                 self._failed = True
             self._cond.notify_all()
 
-    def _write_batch(self, batch: list[bytes]) -> bool:
-        """Write the batch (one `write` per file it goes to) and fsync it."""
+    def _write_batch(self, batch: list[bytes]) -> tuple[int, int] | None:
+        """Write the batch (one `write` per file it goes to) and fsync it; answers the file
+        number and start offset of its last line, None on failure."""
+        last = (self._file_number, self._size)
         try:
             pending: list[bytes] = []
             for line in batch:
@@ -337,10 +369,11 @@ class AuditWriter:
                     self._fd = -1
                     self._file_number += 1
                     self._create_file()
+                last = (self._file_number, self._size)
                 pending.append(data)
                 self._size += len(data)
             _write_all(self._fd, b"".join(pending))
             os.fsync(self._fd)
         except OSError:
-            return False
-        return True
+            return None
+        return last

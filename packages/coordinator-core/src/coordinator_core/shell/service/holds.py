@@ -12,6 +12,7 @@ from typing import Final
 from coordinator_core.engine import EngineInvariantError, RestoreHold
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.audit import ZERO_HASH
+from coordinator_core.shell.audit.heads import journal_ends
 from coordinator_core.shell.codec import state_of, write_of
 from coordinator_core.shell.service.context import Decide, ServiceContext
 from coordinator_core.shell.service.model import (
@@ -108,9 +109,12 @@ def _review(context: ServiceContext, now: datetime) -> Decide:
 
 
 def restore_hold(context: ServiceContext) -> HoldState:
-    """06 §7.2 / 07 §12 step 3; idempotent."""
+    """06 §7.2 / 07 §12 step 3; idempotent. The journal as it is now becomes the store's
+    journal heads (07 §12.1): the reviewed store goes on from it, so the ordinary service
+    starts on it again once the holds are released."""
     now = context.now()
-    return context.store.set_restore_hold(now, _review(context, now))
+    heads = journal_ends(context.audit.directory) if context.audit is not None else None
+    return context.store.set_restore_hold(now, _review(context, now), heads)
 
 
 def release_restore_hold(context: ServiceContext, reason: str) -> HoldState:

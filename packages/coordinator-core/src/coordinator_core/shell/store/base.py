@@ -27,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Connection, Engine
 
 from coordinator_core.evolve import evolve
+from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.store.dialect import (
     StoreKind,
     StoreLocation,
@@ -37,6 +38,7 @@ from coordinator_core.shell.store.dialect import (
     lock_rows,
     read_engine,
     store_unavailable,
+    truncate_ms,
 )
 from coordinator_core.shell.store.guards import (
     ProcessLock,
@@ -73,6 +75,7 @@ from coordinator_core.shell.store.statements import (
     RUN_LOCKED,
     RUN_MUTABLE,
     RUN_READ,
+    SAVE_HEAD,
     STEP_FIELDS,
     STEP_MUTABLE,
     STEPS_OF,
@@ -92,6 +95,8 @@ T = TypeVar("T")
 
 _ATTEMPTS: Final = 4
 _BACKOFF_SECONDS: Final = (0.01, 0.05, 0.2)
+_HEAD_SECONDS: Final = 1.0
+"""How often a write transaction saves the journal head at most."""
 
 
 class StoreBase:
@@ -113,6 +118,8 @@ class StoreBase:
         self._lock = lock
         self._seen_control: tuple[tuple[Any, ...], ControlRow] | None = None
         self._sender = "from:" + secrets.token_hex(8)  # this store's own notifications
+        self._journal: Callable[[], JournalPosition | None] | None = None
+        self._head_due = 0.0  # monotonic instant from which a write saves the journal head
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -198,6 +205,46 @@ class StoreBase:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+    def follow_journal(self, position: Callable[[], JournalPosition | None]) -> None:
+        """Keep this process's journal head in the store (07 §12.1): `position` answers the
+        last line of the process's journal on stable storage; a write transaction saves it at
+        most once a second (`_save_head_txn`), and `save_journal_head` at once."""
+        self._journal = position
+
+    def save_journal_head(self, now: datetime) -> None:
+        """Save the journal head now (at a clean stop: the last line the process wrote)."""
+        if self._journal is not None and (position := self._journal()) is not None:
+            moment = truncate_ms(now)
+            self._transact(lambda conn: self._write_head_txn(conn, position, moment))
+
+    def _save_head_txn(self, conn: Connection, now: datetime) -> None:
+        """Inside a write transaction: the journal's current durable line becomes the group's
+        head when it commits, at most once per `_HEAD_SECONDS` (every line is on stable storage
+        before the transaction that journaled it commits, so any durable line is a head the
+        store may hold; the start-up check reads what follows it)."""
+        if self._journal is None:
+            return
+        moment = time.monotonic()
+        if moment < self._head_due:
+            return
+        position = self._journal()
+        if position is not None:
+            self._head_due = moment + _HEAD_SECONDS
+            self._write_head_txn(conn, position, now)
+
+    def _write_head_txn(self, conn: Connection, position: JournalPosition, now: datetime) -> None:
+        SAVE_HEAD[self._location.kind].run(
+            conn,
+            {
+                "group_name": position.group,
+                "sequence": position.sequence,
+                "line_hash": position.line_hash,
+                "file_number": position.file_number,
+                "line_offset": position.line_offset,
+                "updated_at": now,
+            },
+        )
 
     @property
     def kind(self) -> StoreKind:
@@ -334,6 +381,7 @@ class StoreBase:
         that becomes `leased` gets a new random token, `lease` (owner and expiry) and a claim;
         the record `held` by the caller keeps its token; every other record has none."""
         check_write(before, write, may_lease=lease is not None, held=held)
+        self._save_head_txn(conn, now)
         run = before.run
         if write.run != before.run:
             run = evolve(write.run, updated_at=now)

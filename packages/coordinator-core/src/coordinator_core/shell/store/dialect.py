@@ -410,6 +410,20 @@ def insert_ignoring(table: Table, kind: StoreKind, on: Sequence[str] | None = No
     return sqlite_insert(table).on_conflict_do_nothing(index_elements=on)
 
 
+def upsert_advancing(
+    table: Table, kind: StoreKind, key: Sequence[str], order: str, values: Sequence[str]
+) -> Any:
+    """`INSERT … ON CONFLICT (key) DO UPDATE` for the backend, updating `values` only when the
+    new row's `order` column is greater than the stored one (a row only moves forward)."""
+    build = postgresql_insert if kind == "postgresql" else sqlite_insert
+    statement = build(table)
+    return statement.on_conflict_do_update(
+        index_elements=list(key),
+        set_={name: statement.excluded[name] for name in values},
+        where=table.c[order] < statement.excluded[order],
+    )
+
+
 def lock_rows(
     statement: Select[Any], of: FromClause | tuple[FromClause, ...] | None = None
 ) -> Select[Any]:

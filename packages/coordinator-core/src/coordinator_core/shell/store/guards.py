@@ -43,7 +43,14 @@ NamespaceState = Literal["absent", "foreign", "store"]
 _ROLE: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 # 07 §14.2: what the runtime role may do, and nothing more.
-RUNTIME_DML_TABLES: Final = ("runs", "steps", "admission_lock", "definitions", "live_bindings")
+RUNTIME_DML_TABLES: Final = (
+    "runs",
+    "steps",
+    "admission_lock",
+    "definitions",
+    "live_bindings",
+    "journal_heads",
+)
 RUNTIME_READ_TABLES: Final = ("control", "activations", "migrations")
 RUNTIME_CONTROL_COLUMNS: Final = (
     "restore_hold",

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    delete,
     not_,
     or_,
     select,
@@ -15,6 +17,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
+from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.store.base import StoreBase
 from coordinator_core.shell.store.dialect import (
     lock_rows,
@@ -36,6 +39,7 @@ from coordinator_core.shell.store.rows import (
 )
 from coordinator_core.shell.store.tables import (
     CONTROL,
+    JOURNAL_HEADS,
     RUNS,
     STEPS,
     TERMINAL_STATUSES,
@@ -145,11 +149,15 @@ class StoreOperations(StoreBase):
 
     # -- holds (07 §12) -------------------------------------------------------------------------
 
-    def set_restore_hold(self, now: datetime, review: Decide) -> HoldState:
+    def set_restore_hold(
+        self, now: datetime, review: Decide, heads: Sequence[JournalPosition] | None = None
+    ) -> HoldState:
         """07 §12 step 3, in one transaction (admission lock → control → records → runs):
         `restoreHold := true`, `admissionsHold := true`, evidence references cleared; then
         `review` (the engine's T33) runs for every run that is not settled or has a leased
-        record, each locked in turn. Idempotent."""
+        record, each locked in turn. With `heads` (the journal as it is now, 07 §12.1), they
+        replace the journal heads the store held: the reviewed store goes on from this
+        journal, so its earlier entries no longer refuse a start. Idempotent."""
         moment = truncate_ms(now)
 
         def work(conn: Connection) -> HoldState:
@@ -178,6 +186,10 @@ class StoreOperations(StoreBase):
                 snapshot = self._lock_run_txn(conn, control, run_id)
                 if snapshot is not None:
                     self._decide_txn(conn, snapshot, review, moment)
+            if heads is not None:
+                conn.execute(delete(JOURNAL_HEADS))
+                for head in heads:
+                    self._write_head_txn(conn, head, moment)
             return self._hold_state_txn(conn)
 
         return self._transact(work)

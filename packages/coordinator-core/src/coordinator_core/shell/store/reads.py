@@ -15,6 +15,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
+from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.store.base import StoreBase
 from coordinator_core.shell.store.dialect import (
     truncate_ms,
@@ -44,6 +45,7 @@ from coordinator_core.shell.store.statements import (
 )
 from coordinator_core.shell.store.tables import (
     CONTROL,
+    JOURNAL_HEADS,
     RUN_STATUSES,
     RUNS,
     STEPS,
@@ -229,3 +231,28 @@ class StoreReads(StoreBase):
             )
 
         return self._transact(work, read_only=True)
+
+    def journal_heads(self) -> dict[str, JournalPosition]:
+        """The journal head the store holds for each file group (07 §12.1)."""
+
+        def work(conn: Connection) -> dict[str, JournalPosition]:
+            rows = conn.execute(select(JOURNAL_HEADS)).mappings()
+            return {
+                str(row["group_name"]): JournalPosition(
+                    str(row["group_name"]),
+                    int(row["sequence"]),
+                    str(row["line_hash"]),
+                    int(row["file_number"]),
+                    int(row["line_offset"]),
+                )
+                for row in rows
+            }
+
+        return self._transact(work, read_only=True)
+
+    def run_ids(self) -> list[uuid.UUID]:
+        """Every run's id (tombstones included): what keyed journal references are matched
+        against."""
+        return self._transact(
+            lambda conn: list(conn.execute(select(RUNS.c.run_id)).scalars()), read_only=True
+        )

@@ -30,6 +30,7 @@ from coordinator_core.shell.store.dialect import (
     insert_ignoring,
     lock_one,
     lock_rows,
+    upsert_advancing,
 )
 from coordinator_core.shell.store.queries import (
     settled,
@@ -41,6 +42,7 @@ from coordinator_core.shell.store.rows import (
 from coordinator_core.shell.store.tables import (
     CONTROL,
     DEFINITIONS,
+    JOURNAL_HEADS,
     LIVE_BINDINGS,
     RUNS,
     STEPS,
@@ -375,3 +377,21 @@ def unsettled_txn(conn: Connection, now: datetime) -> frozenset[tuple[str, str]]
         .exists()
     )
     return frozenset((str(row[0]), str(row[1])) for row in conn.execute(pairs))
+
+
+HEAD_COLUMNS: Final = (
+    "group_name",
+    "sequence",
+    "line_hash",
+    "file_number",
+    "line_offset",
+    "updated_at",
+)
+SAVE_HEAD: Final = {
+    kind: Prepared(
+        upsert_advancing(JOURNAL_HEADS, kind, ("group_name",), "sequence", HEAD_COLUMNS[1:]),
+        column_keys=HEAD_COLUMNS,
+    )
+    for kind in ("postgresql", "sqlite")
+}
+"""A journal group's head, moved forward only (07 §12.1)."""

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
@@ -344,6 +345,21 @@ class LiveBindingTable(SQLModel, table=True):
     )
 
 
+class JournalHeadTable(SQLModel, table=True):
+    """`journal_heads`: per audit journal file group, the last line the store knows was on
+    stable storage when a transaction of its process committed (07 §12.1): its sequence, hash
+    and position (file number of the group, byte offset of the line's start)."""
+
+    __tablename__ = "journal_heads"
+
+    group_name: str = Field(sa_column=Column("group_name", String(64), primary_key=True))
+    sequence: int = Field(sa_column=Column("sequence", BigInteger, nullable=False))
+    line_hash: str = Field(sa_column=Column("line_hash", String(71), nullable=False))
+    file_number: int = Field(sa_column=Column("file_number", Integer, nullable=False))
+    line_offset: int = Field(sa_column=Column("line_offset", BigInteger, nullable=False))
+    updated_at: datetime = Field(sa_column=Column("updated_at", UTCDateTime, nullable=False))
+
+
 METADATA: Final[MetaData] = SQLModel.metadata
 CONTROL: Final[Table] = METADATA.tables["control"]
 ACTIVATIONS: Final[Table] = METADATA.tables["activations"]
@@ -353,6 +369,7 @@ RUNS: Final[Table] = METADATA.tables["runs"]
 STEPS: Final[Table] = METADATA.tables["steps"]
 DEFINITIONS: Final[Table] = METADATA.tables["definitions"]
 LIVE_BINDINGS: Final[Table] = METADATA.tables["live_bindings"]
+JOURNAL_HEADS: Final[Table] = METADATA.tables["journal_heads"]
 
 # Indexes of 07 §14.1 (partial where the contract says so; both backends support them).
 Index(

@@ -1,0 +1,163 @@
+"""The journal read against a store's heads (07 §12.1): positions of durable lines, the checks
+that a group is still there and as long, the `dispatch`/`committed` entries after a head, and
+the journal's ends that a restore hold records. Real writers, real files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from coordinator_core.errors import CoordinatorError
+from coordinator_core.shell.audit import AuditReferences, AuditWriter, worker_record
+from coordinator_core.shell.audit.heads import (
+    check_heads,
+    committed_dispatches,
+    journal_ends,
+    line_number,
+)
+from coordinator_core.shell.audit.writer import JournalPosition
+from coordinator_core.values import sha256_label
+
+REFS = AuditReferences(b"\x07" * 32, "heads-test")
+RUN = "0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4f"
+
+
+def record(action: str, outcome: str, *, attempt: int = 1, step: str = "notify") -> object:
+    step_ref = REFS.step(RUN, step)
+    return worker_record(
+        f"5d0c6f7e-3b1a-4c2d-9e8f-0a1b2c3d4e5f:{action}:{step_ref}",
+        action,  # type: ignore[arg-type]
+        REFS.run(RUN),
+        step_ref,
+        1,
+        attempt,
+        outcome,  # type: ignore[arg-type]
+    )
+
+
+def lines(path: Path) -> list[bytes]:
+    return path.read_bytes().splitlines(keepends=True)
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Path:
+    path = tmp_path / "audit"
+    path.mkdir(mode=0o700)
+    return path
+
+
+def test_the_position_names_the_last_durable_line_by_file_and_offset(directory: Path) -> None:
+    with AuditWriter.open(directory, "worker") as writer:
+        assert writer.position is None
+        writer.append_all([record("attempt", "intent"), record("dispatch", "intent")])  # type: ignore[list-item]
+        position = writer.position
+        path = writer.path
+    assert position is not None
+    content = lines(path)
+    assert (position.group, position.sequence, position.file_number) == (writer.prefix, 2, 1)
+    assert position.line_offset == len(content[0])
+    assert position.line_hash == sha256_label(content[1][:-1])
+
+
+def test_positions_follow_rotation_into_the_next_file(directory: Path) -> None:
+    with AuditWriter.open(directory, "worker", rotate_bytes=600) as writer:
+        for _ in range(6):
+            writer.append(record("attempt", "intent"))  # type: ignore[arg-type]
+        position = writer.position
+    assert position is not None and position.file_number > 1
+    name = f"{position.group}-{position.file_number}.jsonl"
+    raw = (directory / name).read_bytes()[position.line_offset :].split(b"\n", 1)[0]
+    assert sha256_label(raw) == position.line_hash
+    check_heads(directory, {position.group: position})  # the head is found where it says
+
+
+def write(directory: Path, entries: list[object]) -> tuple[AuditWriter, JournalPosition]:
+    writer = AuditWriter.open(directory, "serve")
+    writer.append_all(entries)  # type: ignore[arg-type]
+    position = writer.position
+    writer.close()
+    assert position is not None
+    return writer, position
+
+
+def test_a_journal_that_holds_its_heads_passes(directory: Path) -> None:
+    _, head = write(directory, [record("attempt", "intent")] * 3)
+    check_heads(directory, {head.group: head})
+    assert committed_dispatches(directory, {head.group: head}) == []
+
+
+def test_a_deleted_tail_line_is_reported_with_its_file_and_line(directory: Path) -> None:
+    writer, head = write(directory, [record("attempt", "intent")] * 3)
+    path = directory / f"{writer.prefix}.jsonl"
+    path.write_bytes(b"".join(lines(path)[:-1]))
+    with pytest.raises(CoordinatorError) as caught:
+        check_heads(directory, {head.group: head})
+    diagnostic = caught.value.diagnostic
+    assert diagnostic.code == "coordinator.audit.journal-truncated"
+    assert (diagnostic.file, diagnostic.line) == (path.name, 3)
+
+
+def test_a_deleted_file_is_reported(directory: Path) -> None:
+    writer, head = write(directory, [record("attempt", "intent")])
+    (directory / f"{writer.prefix}.jsonl").unlink()
+    with pytest.raises(CoordinatorError) as caught:
+        check_heads(directory, {head.group: head})
+    assert caught.value.diagnostic.code == "coordinator.audit.journal-truncated"
+    assert caught.value.diagnostic.file == f"{writer.prefix}.jsonl"
+
+
+def test_a_changed_head_line_is_reported(directory: Path) -> None:
+    writer, head = write(directory, [record("attempt", "intent"), record("attempt", "intent")])
+    path = directory / f"{writer.prefix}.jsonl"
+    content = lines(path)
+    content[-1] = content[-1].replace(b'"attempt":1', b'"attempt":2')
+    path.write_bytes(b"".join(content))
+    with pytest.raises(CoordinatorError) as caught:
+        check_heads(directory, {head.group: head})
+    assert caught.value.diagnostic.code == "coordinator.audit.journal-truncated"
+    assert caught.value.diagnostic.line == 2
+
+
+def test_a_fifo_where_a_journal_file_should_be_never_blocks(directory: Path) -> None:
+    writer, head = write(directory, [record("attempt", "intent")])
+    path = directory / f"{writer.prefix}.jsonl"
+    path.unlink()
+    os.mkfifo(path)
+    with pytest.raises(CoordinatorError) as caught:
+        check_heads(directory, {head.group: head})
+    assert caught.value.diagnostic.code == "coordinator.audit.unreadable"
+
+
+def test_only_the_committed_dispatches_after_the_head_are_read(directory: Path) -> None:
+    writer = AuditWriter.open(directory, "worker")
+    writer.append_all([record("dispatch", "intent"), record("dispatch", "committed")])  # type: ignore[list-item]
+    head = writer.position
+    writer.append_all([record("dispatch", "intent", attempt=2), record("dispatch", "committed", attempt=2)])  # type: ignore[list-item]
+    writer.close()
+    assert head is not None
+    everything = committed_dispatches(directory, {})
+    assert [dispatch.attempt for dispatch in everything] == [1, 2]
+    after = committed_dispatches(directory, {head.group: head})
+    assert [(d.run_ref, d.step_ref, d.generation, d.attempt) for d in after] == [
+        (REFS.run(RUN), REFS.step(RUN, "notify"), 1, 2)
+    ]
+    assert line_number(directory / after[0].file, after[0].offset) == 4
+
+
+def test_an_incomplete_last_line_is_not_there_yet(directory: Path) -> None:
+    writer, _ = write(directory, [record("dispatch", "committed")])
+    path = directory / f"{writer.prefix}.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])  # a crash mid-write leaves no line feed
+    assert committed_dispatches(directory, {}) == []
+    assert journal_ends(directory) == []
+
+
+def test_the_ends_are_the_last_complete_line_of_every_group(directory: Path) -> None:
+    first, first_head = write(directory, [record("attempt", "intent")] * 2)
+    second, second_head = write(directory, [record("attempt", "intent")] * 5)
+    path = directory / f"{second.prefix}.jsonl"
+    path.write_bytes(path.read_bytes() + b'{"torn":')
+    ends = {end.group: end for end in journal_ends(directory)}
+    assert ends == {first.prefix: first_head, second.prefix: second_head}
