@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell.audit import AuditReferences, AuditWriter, worker_record
+from coordinator_core.shell.audit import (
+    AuditEntry,
+    AuditReferences,
+    AuditWriter,
+    WorkerAction,
+    WorkerOutcome,
+    worker_record,
+)
 from coordinator_core.shell.audit.heads import (
     check_heads,
     committed_dispatches,
@@ -24,16 +31,18 @@ REFS = AuditReferences(b"\x07" * 32, "heads-test")
 RUN = "0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4f"
 
 
-def record(action: str, outcome: str, *, attempt: int = 1, step: str = "notify") -> object:
+def record(
+    action: WorkerAction, outcome: WorkerOutcome, *, attempt: int = 1, step: str = "notify"
+) -> AuditEntry:
     step_ref = REFS.step(RUN, step)
     return worker_record(
         f"5d0c6f7e-3b1a-4c2d-9e8f-0a1b2c3d4e5f:{action}:{step_ref}",
-        action,  # type: ignore[arg-type]
+        action,
         REFS.run(RUN),
         step_ref,
         1,
         attempt,
-        outcome,  # type: ignore[arg-type]
+        outcome,
     )
 
 
@@ -51,7 +60,7 @@ def directory(tmp_path: Path) -> Path:
 def test_the_position_names_the_last_durable_line_by_file_and_offset(directory: Path) -> None:
     with AuditWriter.open(directory, "worker") as writer:
         assert writer.position is None
-        writer.append_all([record("attempt", "intent"), record("dispatch", "intent")])  # type: ignore[list-item]
+        writer.append_all([record("attempt", "intent"), record("dispatch", "intent")])
         position = writer.position
         path = writer.path
     assert position is not None
@@ -64,7 +73,7 @@ def test_the_position_names_the_last_durable_line_by_file_and_offset(directory: 
 def test_positions_follow_rotation_into_the_next_file(directory: Path) -> None:
     with AuditWriter.open(directory, "worker", rotate_bytes=600) as writer:
         for _ in range(6):
-            writer.append(record("attempt", "intent"))  # type: ignore[arg-type]
+            writer.append(record("attempt", "intent"))
         position = writer.position
     assert position is not None and position.file_number > 1
     name = f"{position.group}-{position.file_number}.jsonl"
@@ -73,9 +82,9 @@ def test_positions_follow_rotation_into_the_next_file(directory: Path) -> None:
     check_heads(directory, {position.group: position})  # the head is found where it says
 
 
-def write(directory: Path, entries: list[object]) -> tuple[AuditWriter, JournalPosition]:
+def write(directory: Path, entries: list[AuditEntry]) -> tuple[AuditWriter, JournalPosition]:
     writer = AuditWriter.open(directory, "serve")
-    writer.append_all(entries)  # type: ignore[arg-type]
+    writer.append_all(entries)
     position = writer.position
     writer.close()
     assert position is not None
@@ -132,9 +141,11 @@ def test_a_fifo_where_a_journal_file_should_be_never_blocks(directory: Path) -> 
 
 def test_only_the_committed_dispatches_after_the_head_are_read(directory: Path) -> None:
     writer = AuditWriter.open(directory, "worker")
-    writer.append_all([record("dispatch", "intent"), record("dispatch", "committed")])  # type: ignore[list-item]
+    writer.append_all([record("dispatch", "intent"), record("dispatch", "committed")])
     head = writer.position
-    writer.append_all([record("dispatch", "intent", attempt=2), record("dispatch", "committed", attempt=2)])  # type: ignore[list-item]
+    writer.append_all(
+        [record("dispatch", "intent", attempt=2), record("dispatch", "committed", attempt=2)]
+    )
     writer.close()
     assert head is not None
     everything = committed_dispatches(directory, {})
