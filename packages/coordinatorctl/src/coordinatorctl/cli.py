@@ -208,7 +208,15 @@ def _run(options: argparse.Namespace) -> Outcome:
     if options.command == "audit":
         if getattr(options, "audit_command", None) != "verify":
             return _usage_outcome()
-        return commands.audit_verify(Path(options.directory))
+        heads = None
+        if options.runtime_config is not None:
+            from coordinatorctl import deploy
+
+            found = deploy.journal_heads(options.runtime_config)
+            if isinstance(found, Outcome):
+                return found
+            heads = found
+        return commands.audit_verify(Path(options.directory), heads)
     if options.command == "schema":
         return commands.schema(SCHEMA_NAMES[options.name])
     if options.command == "eval":

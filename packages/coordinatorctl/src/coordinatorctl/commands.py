@@ -9,11 +9,14 @@ import stat
 from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from coordinator_core import limits
 from coordinator_core.errors import Diagnostic
 from coordinatorctl.report import Outcome
+
+if TYPE_CHECKING:
+    from coordinator_core.shell.audit.writer import JournalPosition
 
 __all__ = ["audit_verify", "check", "evaluate", "explain", "init", "package", "schema", "test"]
 
@@ -349,12 +352,17 @@ def test(project: Path, scenarios_file: Path | None) -> Outcome:
     return outcome
 
 
-def audit_verify(directory: Path) -> Outcome:
-    """`audit verify` (09 §2, 07 §11): every journal file group of a directory, chain by chain."""
+def audit_verify(directory: Path, heads: Mapping[str, JournalPosition] | None = None) -> Outcome:
+    """`audit verify` (09 §2, 07 §11): every journal file group of a directory, chain by chain;
+    with `heads` (`--runtime-config`: the store's journal heads, 07 §12.1 item 4), also that
+    every group the store recorded is there and reaches its head (`journal-truncated`)."""
     from coordinator_core.shell.audit import verify_directory
+    from coordinator_core.shell.audit.heads import check_heads
 
     outcome = Outcome("audit verify")
     verified = verify_directory(directory)  # raises chain-broken (exit 1) or unreadable (exit 3)
+    if heads is not None:
+        check_heads(directory, heads)  # raises journal-truncated (exit 1)
     outcome.status = "verified"
     outcome.result = verified.to_json()
     outcome.text = f"Verified {verified.entries} entries in {verified.files} files\n" + "".join(

@@ -35,6 +35,7 @@ from coordinator_core.shell.audit import (
     new_correlation,
     response,
 )
+from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.codec import DefinitionCache
 from coordinator_core.shell.deployment import (
     Deployment,
@@ -70,6 +71,7 @@ _ROLE_OF: Final[Mapping[str, DatabaseRole]] = {
     "apply": "migration",
     "plan": "runtime",
     "deployment-status": "runtime",
+    "audit verify": "runtime",
 }
 _STORE_UNAVAILABLE: Final = "coordinator.command.store-unavailable"
 
@@ -101,6 +103,28 @@ class _Context:
             package_digest=self.settings.package.expected_digest,
             runtime_role=self.settings.runtime_role,
         )
+
+
+def journal_heads(runtime_config: str) -> dict[str, JournalPosition] | Outcome:
+    """The journal heads the deployment's store holds (07 §12.1 item 4, `audit verify
+    --runtime-config`), read after the deployment check; an Outcome when that refuses."""
+    command = "audit verify"
+    environment = dict(os.environ)
+    try:
+        deployment = load_deployment(runtime_config, environment=environment)
+        settings = deployment.deployment
+        assert settings is not None
+        secrets = resolve_secrets(deployment, environment=environment, database_role="runtime")
+        context = _Context(deployment, settings, secrets, environment)
+        with (
+            _store_url(context) as url,
+            Store.open(url, context.identity(), namespace=context.namespace, pool_size=1) as store,
+        ):
+            return store.journal_heads()
+    except DeploymentRefused as refused:
+        return Outcome(command, list(refused.diagnostics))
+    except CoordinatorError as error:
+        return Outcome(command, [error.diagnostic])
 
 
 def run(options: argparse.Namespace) -> Outcome:
