@@ -1,7 +1,7 @@
-"""One tick's run, from its claim through the records it carries the run on to (`Chain`), and
-the work of one leased record between its fences (`Attempt`), with the journal entries they
-append (07 §7.2–§7.4, §7.7, §11). The worker loop (`shell.worker`) makes them; they hold no
-state beyond the tick.
+"""One tick's run, from its claim through the records it carries the run on to (`TickRun`),
+and the work of one leased record between its fences (`RecordAttempt`), with the journal
+entries they append (07 §7.2–§7.4, §7.7, §11). The worker loop (`shell.worker`) makes them;
+they hold no state beyond the tick.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def carried_entries(correlation: str, run_id: uuid.UUID, carried: Carried) -> li
     return entries
 
 
-class Chain:
+class TickRun:
     """The run one tick works on, kept in memory from its claim to the last record the tick
     carries it through: the definition and keys, the state as last committed (`stored`, with
     the run row it was read or written as), the state including what only this lease holder
@@ -248,7 +248,7 @@ class Chain:
         return write_of(self.sealer, snapshot, previous, state, now)
 
 
-class Attempt:
+class RecordAttempt:
     """The work of one leased record, from the I/O its claim asked for to the transaction
     that ends it; answers the claim the loop goes on with (a continuation), or None."""
 
@@ -256,7 +256,7 @@ class Attempt:
         self,
         worker: Worker,
         claim: Claim,
-        chain: Chain,
+        chain: TickRun,
         clock: Callable[[], datetime],
         deadline: float,
     ) -> None:

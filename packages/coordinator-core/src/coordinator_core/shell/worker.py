@@ -44,10 +44,10 @@ from coordinator_core.engine.program import DefinitionError, EngineInvariantErro
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.attempt import (
-    Attempt,
-    Chain,
     Discard,
     Entry,
+    RecordAttempt,
+    TickRun,
     carried_entries,
     outcome_of,
 )
@@ -172,7 +172,7 @@ class Worker:
                 return True  # more waits may be due: they go first, the claims after them
             since = self.wakeup.scheduled
             started = time.monotonic()
-            chain = Chain(self)
+            chain = TickRun(self)
             written = self.store.claim_due_step(
                 self.worker_id,
                 claim_now,
@@ -192,7 +192,7 @@ class Worker:
             while claim is not None:
                 held = claim
                 try:
-                    claim = Attempt(self, held, chain, clock, started + self._budget).run()
+                    claim = RecordAttempt(self, held, chain, clock, started + self._budget).run()
                 except StaleLease:
                     logger.info("worker attempt discarded: lease-stale")
                     claim = None
