@@ -75,3 +75,18 @@ def postgres_role(postgres_url: str, postgres_admin_url: str) -> Iterator[Callab
             database.execute(f'DROP OWNED BY "{role}"')
         with psycopg.connect(postgres_admin_url, autocommit=True) as admin:
             admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--chaos", action="store_true", help="collect tests/chaos (what `nox -s chaos` runs)"
+    )
+
+
+def pytest_ignore_collect(collection_path: object, config: pytest.Config) -> bool | None:
+    """tests/chaos is the chaos suite's (`nox -s chaos`), not the ordinary run's."""
+    name = getattr(collection_path, "name", "")
+    parent = getattr(getattr(collection_path, "parent", None), "name", "")
+    if name == "chaos" and parent == "tests" and not config.getoption("--chaos"):
+        return True
+    return None

@@ -145,12 +145,16 @@ def test_a_worker_killed_after_the_read_finish_commit_is_taken_over_and_sends_th
     assert (notify["state"], notify["attempt"], notify["uncertain"]) == ("delivered", 2, False)
     assert len(sandbox.requests(MESSAGING)) == 1
     assert len(sandbox.messages()) == 1
-    # Both workers' journals verify; the killed one never journaled a dispatch.
+    # Both workers' journals verify; the killed one never journaled a dispatch: the restarted
+    # one journaled its intent and, once the pre-send fence committed, its proof (07 §12.1).
     audit = project.root / ".coordinator" / "audit"
     verified = verify_directory(audit)
     assert verified.files >= 2
-    dispatches = sum(
-        text.count('"action":"dispatch"')
-        for text in (path.read_text() for path in sorted(audit.glob("worker-*.jsonl")))
-    )
-    assert dispatches == 1
+    lines = [
+        line
+        for path in sorted(audit.glob("worker-*.jsonl"))
+        for line in path.read_text().splitlines()
+        if '"action":"dispatch"' in line
+    ]
+    assert ['"outcome":"intent"' in line for line in lines] == [True, False]
+    assert '"outcome":"committed"' in lines[1]
