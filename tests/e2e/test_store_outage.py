@@ -170,7 +170,9 @@ def _start_both(project: Project) -> tuple[Any, Any]:
     project.wait_healthy(service)
     wait_for(lambda: _ready(project) == 200, READY_TIMEOUT, "serve to be ready", 0.1)
     wait_for(
-        lambda: any(line["code"] == "coordinator.service.ready" for line in _lines(project, "worker")),
+        lambda: any(
+            line["code"] == "coordinator.service.ready" for line in _lines(project, "worker")
+        ),
         READY_TIMEOUT,
         "the worker to run its loops",
         0.1,
@@ -251,11 +253,13 @@ def test_a_killed_postmaster_started_again_later_is_ridden_out_by_serve_and_work
     admitted = project.api_start(token, application, uuid.uuid4().hex, datetime.now(UTC))
     assert (admitted[0], admitted[1].get("code")) == (503, "coordinator.command.store-unavailable")
     assert httpx.get(project.origin + "/health", timeout=5).status_code == 200
-    wait_for(lambda: _outage_lines(project, "worker")[0], 20, "the worker to log the loss", 0.1)
     time.sleep(max(0.0, 4.0 - (time.monotonic() - lost_at)))  # a few seconds down, not a wait
     assert service.poll() is None, project.processes.log("serve")
     assert worker.poll() is None, project.processes.log("worker")
     assert _ready(project) == 503
+    for name in ("serve", "worker"):  # the loss is logged while it lasts, no recovery yet
+        wait_for(lambda n=name: _outage_lines(project, n)[0], 20, f"{name} to log the loss", 0.1)
+        assert _outage_lines(project, name)[1] == []
     cluster.start()
     back_at = time.monotonic()
 
@@ -277,3 +281,25 @@ def test_a_store_unreachable_at_start_still_refuses_with_exit_3(
     for name in ("serve", "worker"):
         codes = [line["code"] for line in _lines(project, name)]
         assert "coordinator.command.store-unavailable" in codes, codes
+
+
+def test_an_idle_process_notices_a_restart_through_its_listener_and_logs_it_once(
+    project: Project, cluster: PrivatePostgres
+) -> None:
+    """No run in flight: the store's listener connection (07 §7.7 item 4) is what sees the
+    restart; each process still logs one loss and one recovery, and stays up."""
+    sandbox = project.start_sandbox()
+    _deploy(project, sandbox, cluster)
+    service, worker = _start_both(project)
+    cluster.restart_fast()
+    for name in ("serve", "worker"):
+        wait_for(
+            lambda n=name: _outage_lines(project, n)[1], 30, f"{name} to log the recovery", 0.1
+        )
+        lost, back = _outage_lines(project, name)
+        assert (len(lost), len(back)) == (1, 1), (name, lost, back)
+    wait_for(lambda: _ready(project) == 200, READY_TIMEOUT, "serve to be ready again", 0.05)
+    assert service.poll() is None, project.processes.log("serve")
+    assert worker.poll() is None, project.processes.log("worker")
+    assert project.processes.stop(worker) == 0
+    assert project.processes.stop(service) == 0
