@@ -13,6 +13,9 @@ loss once and the recovery once. A store unreachable at start still refuses (exi
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -303,3 +306,38 @@ def test_an_idle_process_notices_a_restart_through_its_listener_and_logs_it_once
     assert worker.poll() is None, project.processes.log("worker")
     assert project.processes.stop(worker) == 0
     assert project.processes.stop(service) == 0
+
+
+PROBE = """
+from support.private_postgres import PrivatePostgres
+
+def test_probe():
+    with PrivatePostgres.running():
+        pass
+"""
+
+
+@pytest.mark.parametrize(("ci", "outcome"), [("", "1 skipped"), ("true", "1 failed")])
+def test_the_private_cluster_skips_without_binaries_and_fails_under_ci(
+    tmp_path: Path, ci: str, outcome: str
+) -> None:
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(PROBE)
+    tests = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tests),
+        "CI": ci,
+        "COORDINATOR_TEST_PG_BIN": str(tmp_path / "no-binaries"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", str(probe)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert outcome in done.stdout, done.stdout + done.stderr
+    assert "cannot be run: no PostgreSQL server binaries" in done.stdout, done.stdout

@@ -13,8 +13,8 @@ the chaos suite): never the shared server at 127.0.0.1:5432, which nobody may st
 `initdb` into a fresh directory under the system temporary directory, owned by the `postgres`
 OS user when the tests run as root (initdb and the server refuse to run as root; both are run
 with `runuser -u postgres --`); trust authentication, the superuser `postgres`, listening on
-127.0.0.1 only on a free port, no Unix socket. The binaries are the newest
-/usr/lib/postgresql/*/bin, or the directory named by `COORDINATOR_TEST_PG_BIN`. Where they (or
+127.0.0.1 only on a free port, no Unix socket. The binaries are those of the directory named
+by `COORDINATOR_TEST_PG_BIN`, or else of the newest /usr/lib/postgresql/*/bin. Where they (or
 `runuser` and the `postgres` user, as root) are missing, `PrivatePostgres.running()` skips the
 test with the reason, and fails it when `CI=true` (CI must run these tests).
 """
@@ -55,13 +55,15 @@ def _unavailable(reason: str) -> None:
 def postgres_binaries() -> Path | None:
     """The directory holding `initdb`, `pg_ctl` and `postgres`, or None."""
     named = os.environ.get(BIN_VARIABLE)
-    candidates = [Path(named)] if named else []
-    versions = sorted(
-        Path("/usr/lib/postgresql").glob("*/bin"),
-        key=lambda path: int(path.parent.name) if path.parent.name.isdigit() else 0,
-        reverse=True,
+    candidates = (
+        [Path(named)]
+        if named
+        else sorted(
+            Path("/usr/lib/postgresql").glob("*/bin"),
+            key=lambda path: int(path.parent.name) if path.parent.name.isdigit() else 0,
+            reverse=True,
+        )
     )
-    candidates.extend(versions)
     for candidate in candidates:
         if all((candidate / tool).is_file() for tool in ("initdb", "pg_ctl", "postgres")):
             return candidate
@@ -223,9 +225,9 @@ class PrivatePostgres:
                         os.kill(each, signal.SIGKILL)
                 deadline = time.monotonic() + timeout
             time.sleep(0.05)
-        # Where nobody reaps orphans (a container whose PID 1 does not), the dead postmaster
-        # stays a zombie that the next server would take for a running one: its lock file is
-        # stale, as after a machine crash, and goes.
+        # Until its new parent reaps it (late in some containers, whose PID 1 is slow to), the
+        # dead postmaster is a zombie that the next server would take for a running one: its
+        # lock file is stale, as after a machine crash, and goes.
         with contextlib.suppress(FileNotFoundError):
             (self.data / "postmaster.pid").unlink()
 
