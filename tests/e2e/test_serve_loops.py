@@ -1,8 +1,9 @@
 """The rules of a service process's background loops (09 §5 step 7, shared by `coordinator
 serve` and `worker` in coordinator_core.shell.process), in-process and fast: the 30 s
-deployment re-check stops the process on failure, a worker loop that cannot reach the store
-three ticks in a row stops it with `worker-unavailable`, and a stop request ends the loops
-after the in-flight tick. The process-level behaviour is in test_service.py."""
+deployment re-check stops the process on a definite failure and retries a check the store did
+not let run, a worker loop that cannot reach the store backs off and never stops the process
+(the loss and the recovery logged once), and a stop request ends the loops after the in-flight
+tick. The process-level behaviour is in test_service.py and test_store_outage.py."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import io
 import json
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell import process
+from coordinator_core.shell.outage import Backoff, StoreOutage
 from coordinator_core.shell.service_log import ServiceLog
 from coordinator_core.shell.wakeup import Wakeup
 
@@ -28,36 +32,70 @@ def _codes(stream: io.StringIO) -> list[str]:
     return [json.loads(line)["code"] for line in stream.getvalue().splitlines()]
 
 
+UNAVAILABLE = "coordinator.command.store-unavailable"
+AVAILABLE = "coordinator.service.store-available"
+
+
 class _Store:
-    def __init__(self, failure: str | None) -> None:
-        self.failure = failure
+    """Answers the checks from a script of failure codes (None: the check passes); the check
+    after the script stops the process."""
+
+    def __init__(self, script: list[str | None], shutdown: process.Shutdown) -> None:
+        self.script = script
+        self.shutdown = shutdown
         self.checks = 0
 
     def verify(self) -> None:
         self.checks += 1
-        if self.failure is not None and self.checks >= 2:
-            raise CoordinatorError(Diagnostic(self.failure))
+        if not self.script:
+            self.shutdown.request()
+            return
+        failure = self.script.pop(0)
+        if failure is not None:
+            raise CoordinatorError(Diagnostic(failure))
+
+
+@pytest.fixture(autouse=True)
+def _quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(process, "Backoff", lambda: Backoff(0.001, 0.004))
 
 
 @pytest.mark.parametrize(
-    ("failure", "exit_code"),
-    [("coordinator.deployment.refused", 1), ("coordinator.command.store-unavailable", 3)],
+    "failure",
+    [
+        "coordinator.deployment.refused",
+        "coordinator.deployment.schema-mismatch",
+        "coordinator.command.state-key-custody",
+    ],
 )
-def test_a_failed_periodic_check_stops_the_process(
-    monkeypatch: pytest.MonkeyPatch, failure: str, exit_code: int
+def test_a_definite_failure_of_the_periodic_check_stops_the_process(
+    monkeypatch: pytest.MonkeyPatch, failure: str
 ) -> None:
     monkeypatch.setattr(process, "RECHECK_SECONDS", 0.01)
     shutdown, stream = _shutdown()
-    store = _Store(failure)
+    store = _Store([None, failure, None], shutdown)
     process.recheck_loop(store, shutdown, shutdown.log)
+    assert store.checks == 2
     assert shutdown.stop.is_set()
-    assert shutdown.exit_code == exit_code
+    assert shutdown.exit_code == 1
     assert failure in _codes(stream)
+
+
+def test_a_periodic_check_the_store_did_not_let_run_is_retried_not_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(process, "RECHECK_SECONDS", 0.01)
+    shutdown, stream = _shutdown()
+    store = _Store([None, *[UNAVAILABLE] * 5, None], shutdown)
+    process.recheck_loop(store, shutdown, shutdown.log)
+    assert store.checks == 8
+    assert shutdown.exit_code == 0
+    assert _codes(stream) == [UNAVAILABLE, AVAILABLE, "coordinator.service.stopping"]
 
 
 def test_the_periodic_check_ends_with_the_process() -> None:
     shutdown, _ = _shutdown()
-    store = _Store(None)
+    store = _Store([None] * 1000, shutdown)
     thread = threading.Thread(target=process.recheck_loop, args=(store, shutdown, shutdown.log))
     thread.start()
     shutdown.request()
@@ -88,13 +126,75 @@ def _unavailable() -> CoordinatorError:
     return CoordinatorError(Diagnostic("coordinator.command.store-unavailable"))
 
 
-def test_three_unreachable_ticks_in_a_row_stop_the_process() -> None:
+def test_unreachable_ticks_never_stop_the_process_and_the_outage_is_logged_once() -> None:
     shutdown, stream = _shutdown()
-    worker = _Worker([_unavailable(), _unavailable(), True, *[_unavailable()] * 3], shutdown)
+    worker = _Worker([*[_unavailable()] * 6, True, False], shutdown)
     process.worker_loop(worker, 1, shutdown, shutdown.log)
-    assert worker.ticks == 6
-    assert shutdown.exit_code == 3
-    assert _codes(stream).count("coordinator.command.worker-unavailable") == 1
+    assert worker.ticks == 9  # every failed tick was followed by another, after a backoff
+    assert shutdown.exit_code == 0
+    assert _codes(stream) == [UNAVAILABLE, AVAILABLE, "coordinator.service.stopping"]
+
+
+class _SharedStore:
+    """One store for several loops: unreachable while `down` is set."""
+
+    def __init__(self) -> None:
+        self.down = threading.Event()
+        self.lock = threading.Lock()
+        self.failed: dict[int, int] = {}
+        self.answered: dict[int, int] = {}
+
+    def tick(self, loop: int) -> bool:
+        with self.lock:
+            if self.down.is_set():
+                self.failed[loop] = self.failed.get(loop, 0) + 1
+                raise _unavailable()
+            self.answered[loop] = self.answered.get(loop, 0) + 1
+        return False
+
+
+class _LoopOf:
+    def __init__(self, store: _SharedStore, loop: int, wakeup: Wakeup) -> None:
+        self.store, self.loop, self.wakeup = store, loop, wakeup
+
+    def tick(self) -> bool:
+        return self.store.tick(self.loop)
+
+
+def _until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def test_the_loops_of_a_process_log_one_outage_between_them() -> None:
+    """Per process, not per loop: the loops that lose and regain the store share one
+    `StoreOutage`, so the process logs one loss and one recovery."""
+    shutdown, stream = _shutdown()
+    outage = StoreOutage(shutdown.log)
+    store = _SharedStore()
+    store.down.set()
+    wakeup = Wakeup()
+    threads = [
+        threading.Thread(
+            target=process.worker_loop,
+            args=(_LoopOf(store, loop, wakeup), 1, shutdown, shutdown.log, outage),
+        )
+        for loop in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        _until(lambda: all(store.failed.get(loop, 0) >= 3 for loop in range(3)), "failures")
+        store.down.clear()
+        _until(lambda: len(store.answered) == 3, "every loop to reach the store again")
+    finally:
+        shutdown.request()
+        for thread in threads:
+            thread.join(10)
+    assert shutdown.exit_code == 0
+    assert _codes(stream) == [UNAVAILABLE, AVAILABLE, "coordinator.service.stopping"]
 
 
 def test_other_failed_ticks_are_logged_and_the_loop_goes_on() -> None:

@@ -16,9 +16,11 @@ Start sequence (`worker` skips the HTTP parts), each step refusing with its exit
 5. (`serve`) Obtain the caller JWKS (exit 3).
 6. (`serve`) Bind the listener (`listener-unavailable`, exit 3) and serve; start the worker
    loops unless `--recovery-only`.
-7. Every 30 s re-run the deployment check; a failure stops the process after the in-flight
-   tick (exit 1, or 3 when the store cannot be reached). A worker loop that fails stops the
-   process with `coordinator.command.worker-unavailable` (exit 3).
+7. Every 30 s re-run the deployment check; a definite mismatch stops the process after the
+   in-flight tick (exit 1). A store that cannot be reached after start is ridden out, not
+   fatal: the loops back off (`outage.Backoff`: 100 ms doubling to at most 5 s, jittered) and
+   resume by themselves, a check that could not run is retried, and the process logs one line
+   when the store is lost and one when it is back (`outage.StoreOutage`).
 
 SIGTERM or SIGINT stops accepting connections and claims, lets in-flight requests and ticks
 finish (bounded by the lease), and exits 0. The service never migrates the store.
@@ -58,6 +60,7 @@ from coordinator_core.shell.deployment import (
     package_binding_problems,
     resolve_secrets,
 )
+from coordinator_core.shell.outage import Backoff, StoreOutage
 from coordinator_core.shell.package_files import LoadedPackage, load_package
 from coordinator_core.shell.restore_detection import check_journal
 from coordinator_core.shell.service import StoreRunService, build_service
@@ -82,8 +85,6 @@ RECHECK_SECONDS: Final = 30.0
 GRACE_SECONDS: Final = 15  # the lease (07 §16): in-flight requests and ticks finish within it
 MIN_POLL_MS: Final = 10
 MAX_POLL_MS: Final = 10_000
-
-MAX_FAILED_TICKS: Final = 3
 
 _USAGE: Final = "coordinator.cli.usage"
 _STORE_UNAVAILABLE: Final = "coordinator.command.store-unavailable"
@@ -264,12 +265,16 @@ class Started:
     poll_ms: int
     shutdown: Shutdown
     log: ServiceLog
+    outage: StoreOutage = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.outage = StoreOutage(self.log)
 
     def recheck(self) -> threading.Thread:
         """The step 7 deployment re-check thread (not started)."""
         return threading.Thread(
             target=recheck_loop,
-            args=(self.store, self.shutdown, self.log),
+            args=(self.store, self.shutdown, self.log, self.outage),
             name="deployment-recheck",
             daemon=True,
         )
@@ -389,12 +394,24 @@ def run_worker(options: argparse.Namespace, log: ServiceLog, started: contextlib
 # -- the loops ----------------------------------------------------------------------------------
 
 
-def recheck_loop(store: Any, shutdown: Shutdown, log: ServiceLog) -> None:
-    """07 §15: the deployment check every 30 s; a failure stops the process."""
-    while not shutdown.stop.wait(RECHECK_SECONDS):
+def recheck_loop(
+    store: Any, shutdown: Shutdown, log: ServiceLog, outage: StoreOutage | None = None
+) -> None:
+    """07 §15 with 09 §5 step 7: the deployment check every 30 s; a definite failure stops the
+    process. A check that could not run because the store was unreachable is not a failure:
+    it is reported to `outage` and retried after a backoff until it runs."""
+    outage = outage or StoreOutage(log)
+    backoff = Backoff()
+    pause = RECHECK_SECONDS
+    while not shutdown.stop.wait(pause):
+        began = time.monotonic()
         try:
             store.verify()
         except CoordinatorError as error:
+            if error.diagnostic.code == _STORE_UNAVAILABLE:
+                outage.lost(began)
+                pause = backoff.next()
+                continue
             log.emit("error", error.diagnostic.code, error.diagnostic.effective_message)
             shutdown.request(error.diagnostic.exit_code or EXIT_REFUSED)
             return
@@ -404,37 +421,53 @@ def recheck_loop(store: Any, shutdown: Shutdown, log: ServiceLog) -> None:
             )
             shutdown.request(EXIT_REFUSED)
             return
+        outage.answered(began)
+        backoff.reset()
+        pause = RECHECK_SECONDS
 
 
-def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceLog) -> None:
+def worker_loop(
+    worker: Ticking,
+    poll_ms: int,
+    shutdown: Shutdown,
+    log: ServiceLog,
+    outage: StoreOutage | None = None,
+) -> None:
     """07 §7.1 with 09 §5 step 7: tick; when idle wait for a wake-up (an admission or re-arm
     in this process, a notification from another) or, as the process's one poller, until the
     store can next have work (at least `poll_ms`, `Wakeup.idle`); stop claiming once the
-    process is stopping (the in-flight tick finishes first). Three consecutive ticks that
-    cannot reach the store stop the process (`worker-unavailable`, exit 3); any other failed
-    tick is logged by code and the loop goes on (its record is left to its lease)."""
+    process is stopping (the in-flight tick finishes first).
+
+    A tick that fails waits out a backoff (`Backoff`, interrupted by a stop) before the next.
+    One that cannot reach the store is reported to `outage` (which logs the loss and the
+    recovery once per process) and never ends the process: what it left in flight is settled
+    by its lease (07 §7). Any other failed tick is logged by code and the loop goes on."""
     pause = poll_ms / 1000
-    failures = 0
+    outage = outage or StoreOutage(log)
+    backoff = Backoff()
     polled = False
     streak = 0  # ticks in a row that found work since the loop last waited
     shutdown.on_stop.append(worker.wakeup.ring_all)
     while not shutdown.stop.is_set():
         seen = worker.wakeup.generation
+        began = time.monotonic()
         try:
             worked = worker.tick()
-            failures = 0
         except CoordinatorError as error:
-            worked = False
             if error.diagnostic.code == _STORE_UNAVAILABLE:
-                failures += 1
-                if failures >= MAX_FAILED_TICKS:
-                    log.emit("error", _WORKER_UNAVAILABLE, "A worker loop cannot reach the store.")
-                    shutdown.request(EXIT_UNAVAILABLE)
-                    return
-            log.emit("warning", error.diagnostic.code, error.diagnostic.effective_message)
+                outage.lost(began)
+            else:
+                log.emit("warning", error.diagnostic.code, error.diagnostic.effective_message)
+            streak, polled = 0, False
+            shutdown.stop.wait(backoff.next())
+            continue
         except Exception:
-            worked = False
             log.emit("error", _WORKER_UNAVAILABLE, "A worker tick failed unexpectedly.")
+            streak, polled = 0, False
+            shutdown.stop.wait(backoff.next())
+            continue
+        outage.answered(began)
+        backoff.reset()
         streak = streak + 1 if worked else 0
         if streak == 2 or (streak == 1 and polled):
             # more than the one record a ring is for, or work found by polling (nobody rang
@@ -449,16 +482,22 @@ def worker_loop(worker: Ticking, poll_ms: int, shutdown: Shutdown, log: ServiceL
 def start_workers(process: Started) -> list[threading.Thread]:
     """`process.concurrency` worker loops, one thread each, named after host, pid and index,
     sharing one wake-up; on PostgreSQL the store's listener rings it when another process
-    admits or re-arms a run, and schedules the instant another announces (07 §7.7 item 4)."""
+    admits or re-arms a run, and schedules the instant another announces (07 §7.7 item 4); the
+    listener reports a lost connection and its return to the process's `outage`."""
     threads: list[threading.Thread] = []
     for index in range(process.concurrency):
         worker = process.worker_for(f"{socket.gethostname()}:{os.getpid()}:{index + 1}")
         if index == 0:
             wakeup = worker.wakeup
-            process.store.listen(wakeup.ring, process.shutdown.stop, schedule=wakeup.schedule)
+            process.store.listen(
+                wakeup.ring,
+                process.shutdown.stop,
+                schedule=wakeup.schedule,
+                watch=process.outage,
+            )
         thread = threading.Thread(
             target=worker_loop,
-            args=(worker, process.poll_ms, process.shutdown, process.log),
+            args=(worker, process.poll_ms, process.shutdown, process.log, process.outage),
             name=f"worker-{index + 1}",
         )
         thread.start()

@@ -34,12 +34,14 @@ __all__ = [
 ]
 
 READY_CACHE_SECONDS: Final = 30.0
+STORE_UNAVAILABLE: Final = "coordinator.command.store-unavailable"
 
 
 class Readiness:
     """06 §10 readiness except recovery-only mode (which the API knows): the store verifies,
     no hold is set, the journal can append and the live-binding check passes (its result is
-    kept for `READY_CACHE_SECONDS`)."""
+    kept for `READY_CACHE_SECONDS`; a check the unreachable store did not let run is not kept,
+    so readiness returns with the store, 09 §5 step 7)."""
 
     def __init__(self, context: ServiceContext) -> None:
         self._context = context
@@ -61,7 +63,9 @@ class Readiness:
             if time.monotonic() >= self._until:
                 try:
                     self._bindings = context.bindings.unsettled_match(context.now())
-                except CoordinatorError:
+                except CoordinatorError as error:
+                    if error.code == STORE_UNAVAILABLE:
+                        return False  # the check could not run: not ready, nothing cached
                     self._bindings = False
                 self._until = time.monotonic() + READY_CACHE_SECONDS
             return self._bindings

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import select as select_module
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from sqlalchemy.engine import Connection
 
@@ -31,6 +32,15 @@ the process does not wait for it)."""
 _LISTEN_RETRY_SECONDS: Final = 2.0
 
 
+class ConnectionWatch(Protocol):
+    """Told when the listener's connection is lost and when it is back (`StoreOutage`), with
+    the monotonic instant the look began."""
+
+    def lost(self, began: float) -> None: ...
+
+    def answered(self, began: float) -> None: ...
+
+
 class StoreWakeUps(StoreBase):
     def announce(self, instant: datetime) -> None:
         """PostgreSQL: tell the other processes that a record this one wrote falls due at
@@ -49,19 +59,22 @@ class StoreWakeUps(StoreBase):
         ring: Callable[[], None],
         stop: threading.Event,
         schedule: Callable[[datetime], object] | None = None,
+        watch: ConnectionWatch | None = None,
     ) -> threading.Thread | None:
         """PostgreSQL: a daemon thread that `LISTEN`s on the store's channel on a connection of
         its own and calls `ring` for every notification of a record claimable now (another
         process admitted or re-armed a run) and `schedule(instant)` for one of a record due
         later (`announce`; `ring` without `schedule`), reconnecting after a failure. It waits
         on the connection's socket, so an idle listener does not wake; it ends within
-        `_LISTEN_TIMEOUT` after `stop` is set. None on SQLite."""
+        `_LISTEN_TIMEOUT` after `stop` is set. `watch` hears of every failure (a connection
+        that broke, or could not be made) and of every `LISTEN` that succeeded. None on
+        SQLite."""
         channel = self.wake_channel
         if channel is None:
             return None
         thread = threading.Thread(
             target=self._listen_loop,
-            args=(channel, ring, schedule, stop),
+            args=(channel, ring, schedule, stop, watch),
             name="store-listen",
             daemon=True,
         )
@@ -74,9 +87,12 @@ class StoreWakeUps(StoreBase):
         ring: Callable[[], None],
         schedule: Callable[[datetime], object] | None,
         stop: threading.Event,
+        watch: ConnectionWatch | None = None,
     ) -> None:
         own = self._sender.encode()
         while not stop.is_set():
+            began = time.monotonic()
+            listening = False
             try:
                 pooled = self._engine.raw_connection()
                 driver: Any = pooled.driver_connection
@@ -85,6 +101,9 @@ class StoreWakeUps(StoreBase):
                     driver.rollback()
                     driver.autocommit = True
                     driver.execute(f'LISTEN "{channel}"')
+                    listening = True
+                    if watch is not None:
+                        watch.answered(began)
                     ring()  # whatever was announced before the LISTEN is looked for now
                     # libpq directly: psycopg's `notifies()` wakes every 0.1 s to look for
                     # interrupts, which an idle service would pay for all day.
@@ -103,6 +122,10 @@ class StoreWakeUps(StoreBase):
                 finally:
                     pooled.close()
             except Exception:  # the store went away: try again shortly (polling covers it)
+                if watch is not None and not stop.is_set():
+                    # a connection that listened was good until now; a failed connect is as
+                    # old as the attempt
+                    watch.lost(time.monotonic() if listening else began)
                 stop.wait(_LISTEN_RETRY_SECONDS)
 
     def next_instants(self, now: datetime) -> NextInstants:

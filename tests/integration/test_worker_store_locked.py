@@ -1,0 +1,92 @@
+"""SQLite: a store that stays `database is locked` beyond its busy timeout is ridden out by the
+worker loop like any unreachable store (09 §5 step 7): the ticks fail with
+`coordinator.command.store-unavailable`, the loop backs off, the process is never stopped, the
+loss and the recovery are logged once each, and the run finishes once the lock is gone."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from integration_support import Deployed, Products, deploy, run_input
+
+from coordinator_core.shell.outage import StoreOutage
+from coordinator_core.shell.package_files import LoadedPackage
+from coordinator_core.shell.process import Shutdown, worker_loop
+from coordinator_core.shell.service_log import ServiceLog
+from coordinator_core.shell.store import dialect
+
+BUSY_MS = 100  # the store's busy timeout, shortened so that a tick gives up within a second
+
+
+@pytest.fixture
+def quickly_busy(
+    monkeypatch: pytest.MonkeyPatch, products: Products, package: LoadedPackage, tmp_path: Path
+) -> Deployed:
+    pragmas = tuple(
+        f"PRAGMA busy_timeout={BUSY_MS}" if pragma.startswith("PRAGMA busy_timeout") else pragma
+        for pragma in dialect._SQLITE_PRAGMAS
+    )
+    monkeypatch.setattr(dialect, "_SQLITE_PRAGMAS", pragmas)
+    monkeypatch.setattr(dialect, "_SQLITE_BUSY_TIMEOUT_MS", BUSY_MS)
+    return deploy(products, package, tmp_path)
+
+
+def _lines(stream: io.StringIO) -> list[dict[str, str]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_a_locked_sqlite_store_never_ends_the_loop_and_the_run_finishes_after(
+    quickly_busy: Deployed,
+) -> None:
+    deployed = quickly_busy
+    try:
+        stream = io.StringIO()
+        shutdown = Shutdown(ServiceLog(stream))
+        outage = StoreOutage(shutdown.log)
+        due = (datetime.now(UTC) + timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
+        admitted = deployed.admit(run_input(send_after=due))
+        path = deployed.store.location.path
+        assert path is not None
+        # Another writer holds the write lock for longer than several ticks' retries.
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        loop = threading.Thread(
+            target=worker_loop,
+            args=(deployed.worker("locked"), 10, shutdown, shutdown.log, outage),
+        )
+        loop.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not outage.unreachable and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert outage.unreachable, "no tick found the store locked"
+            time.sleep(4)  # the lock stays: ticks keep failing (more than three in a row)
+            assert loop.is_alive()
+            assert not shutdown.stop.is_set()
+            holder.rollback()
+            deadline = time.monotonic() + 30
+            while (status := deployed.status(admitted.run.run_id)) is not None:
+                if status.status != "running" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        finally:
+            holder.close()
+            shutdown.request()
+            loop.join(timeout=20)
+        assert status is not None and status.status == "finished"
+        assert shutdown.exit_code == 0
+        lines = _lines(stream)
+        codes = [line["code"] for line in lines]
+        assert codes.count("coordinator.command.store-unavailable") == 1, lines
+        assert codes.count("coordinator.service.store-available") == 1, lines
+        assert "coordinator.command.worker-unavailable" not in codes
+    finally:
+        deployed.store.close()
+        deployed.audit.close()
