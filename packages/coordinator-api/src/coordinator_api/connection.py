@@ -89,8 +89,10 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._in_head = True
         self._began = False  # the parser has seen the first byte of the current request
         self._head_bytes = 0
+        self._completed = 0  # requests whose body was read in full
         self._deadline: asyncio.TimerHandle | None = None
         self._closing = False
+        self._deferred = False  # a 431 waits for the answers before it
         self._refused = False
 
     # -- asyncio.Protocol -----------------------------------------------------------------
@@ -111,24 +113,22 @@ class _GuardedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return  # a refused connection's remaining bytes are dropped, never parsed
-        if not self._in_head:
-            super().data_received(data)
-            if self._between_requests():
-                self._check_pipelined()
-            return
-        allowed = self.limits.head_max_bytes - self._head_bytes
-        piece, rest = data[:allowed], data[allowed:]
-        self._head_bytes += len(piece)
-        if piece:
+        while data and not self._stopped():
+            if self._in_head:
+                allowed = self.limits.head_max_bytes - self._head_bytes
+                if allowed <= 0:  # the head goes on past the bound: none of it is parsed
+                    self._refuse_head()
+                    return
+                piece, data = data[:allowed], data[allowed:]
+                self._head_bytes += len(piece)
+            else:
+                piece, data = data, b""
+            completed = self._completed
             super().data_received(piece)
-        if self._stopped():
-            return
-        if self._still_in_head():
-            if rest:  # the head goes on past the bound: none of the rest is parsed
-                self._refuse_head()
-            return
-        if rest:
-            self.data_received(rest)
+            if self._completed != completed:
+                # The piece ended a request and may have begun the next one: count that head
+                # from what the parser already holds of it.
+                self._head_bytes = self._parsed_head_bytes() if self._began else 0
 
     def eof_received(self) -> None:
         if self._closing:
@@ -178,31 +178,20 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._in_head = True
         self._began = False
         self._head_bytes = 0
+        self._completed += 1
         super().on_message_complete()
 
     # -- the guard -------------------------------------------------------------------------
 
-    # The parser's callbacks change these during `super().data_received`; read through methods
+    # The parser's callbacks change this during `super().data_received`; read through a method
     # so that no narrowing from before the call is assumed after it.
     def _stopped(self) -> bool:
         return self._closing or self.transport.is_closing()
-
-    def _still_in_head(self) -> bool:
-        return self._in_head
-
-    def _between_requests(self) -> bool:
-        return self._in_head and self._head_bytes == 0 and not self._stopped()
 
     def _parsed_head_bytes(self) -> int:
         # The request line and `name: value\r\n` per header, as they were sent (the parser
         # strips only the separators).
         return len(self.url) + 16 + sum(len(name) + len(value) + 4 for name, value in self.headers)
-
-    def _check_pipelined(self) -> None:
-        # A chunk fed in body state may have begun the next request's head; its bytes were not
-        # counted, so count from the next chunk on with what the parser already holds.
-        if self._began:
-            self._head_bytes = self._parsed_head_bytes()
 
     def _arm(self, seconds: float) -> None:
         self._disarm()
@@ -219,14 +208,22 @@ class _GuardedProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def _refuse_head(self) -> None:
+        self._closing = True  # from here on nothing is parsed
+        self._disarm()
         if self.cycle is not None and not self.cycle.response_complete:
-            # An answer to an earlier request on this connection is still being written: a
-            # refusal now would be spliced into it; cut the connection instead.
-            self._closing = True
-            self._disarm()
-            self.transport.close()
+            # Answers to earlier requests on this connection are pending: the refusal follows
+            # them (`on_response_complete`), never spliced into one.
+            self._deferred = True
             return
         self._answer_and_close(HEADERS_TOO_LARGE)
+
+    def on_response_complete(self) -> None:
+        if not self._deferred or self.pipeline:
+            super().on_response_complete()
+            return
+        self._deferred = False
+        if not self.transport.is_closing():
+            self._answer_and_close(HEADERS_TOO_LARGE)
 
     def _answer_and_close(self, code: str) -> None:
         self._closing = True
