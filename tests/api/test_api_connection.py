@@ -1,7 +1,8 @@
 """The connection guard (coordinator_api.connection) on real sockets, in-process and fast: a
 uvicorn server with the guard's protocol and small bounds in a thread, a plain app behind it.
 The same guard in a real `coordinator serve`, with the service's own bounds, is
-tests/e2e/test_serve_edge.py."""
+tests/e2e/test_serve_edge.py. Last, the edge layer's half of "half-sent requests": a body the
+client never finished is not handled."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import uvicorn
+from api_fakes import REVISION, WORKFLOW, FakeRunService, SigningKeys, bearer
 
 from coordinator_api.connection import ConnectionLimits, guarded_protocol
 from coordinator_api.serve import _bind
@@ -224,3 +227,49 @@ def test_connections_beyond_the_cap_are_answered_503_and_normal_service_resumes(
             break
         threading.Event().wait(0.05)
     assert answered is not None and answered.startswith(b"HTTP/1.1 200 ")
+
+
+async def _post_start(app: Any, keys: SigningKeys, *, complete: bool) -> list[dict[str, Any]]:
+    """POST /v1/runs straight into the ASGI app; the body's last chunk never comes unless
+    `complete` (the client goes away instead)."""
+    body = json.dumps(
+        {"workflow": WORKFLOW, "revision": REVISION, "input": {"applicationId": "app-1"}}
+    ).encode()
+    headers = {**bearer(keys), "Content-Type": "application/json", "Idempotency-Key": "key-1"}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/runs",
+        "raw_path": b"/v1/runs",
+        "query_string": b"",
+        "root_path": "",
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 1),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": not complete}]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent
+
+
+@pytest.mark.anyio
+async def test_a_body_cut_short_by_a_disconnect_is_never_handled(
+    app: Any, keys: SigningKeys, service: FakeRunService
+) -> None:
+    # The chunk received is a complete, valid start; only the client never finished sending.
+    assert await _post_start(app, keys, complete=False) == []
+    assert service.runs == {}
+    answered = await _post_start(app, keys, complete=True)
+    assert answered[0]["status"] == 201
+    assert len(service.runs) == 1

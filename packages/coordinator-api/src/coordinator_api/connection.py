@@ -251,6 +251,6 @@ def guarded_protocol(bounds: ConnectionLimits | None = None) -> type[asyncio.Pro
 
     class GuardedProtocol(_GuardedProtocol):
         limits = bounds or ConnectionLimits()
-        refusing = set()
+        refusing: ClassVar[set[_GuardedProtocol]] = set()
 
     return GuardedProtocol

@@ -4,6 +4,7 @@
   method `405 coordinator.request.method-not-allowed` with the complete `Allow` header.
 * The body is read here, at most 65,536 bytes (a larger declared or streamed body is not read
   further and is marked too large); handlers decide 413 at their point in the order of checks.
+  A client that goes away before its body is complete has nothing handled.
 * The media type is classified here from the original `Content-Type`; Connexion is then handed
   `application/json` (or nothing), so that neither its media-type check nor its form parsing
   runs before access and visibility have been decided (06 §1 item 6).
