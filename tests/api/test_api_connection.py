@@ -154,6 +154,20 @@ def test_a_head_within_the_bound_is_handled_and_one_byte_more_is_431(server: Ser
     assert "aaaa" not in json.dumps(problem)
 
 
+def test_a_pipelined_head_of_exactly_the_bound_is_handled(server: Served) -> None:
+    """Counted through the parser (it began in the chunk that ended the first request), with
+    the tightest header syntax: still not refused."""
+    base = b"POST /echo HTTP/1.1\r\nHost:t\r\nContent-Length:0\r\nX-Filler:"
+    second = base + b"a" * (LIMITS.head_max_bytes - len(base) - 4) + b"\r\n\r\n"
+    assert len(second) == LIMITS.head_max_bytes
+    with _connect(server) as client:
+        client.sendall(_request(1, body=b"abc") + second)
+        first = _read_answer(client)
+        assert first.startswith(b"HTTP/1.1 200 ")
+        rest = first.partition(b"\r\n\r\nok")[2] or _read_answer(client)
+    assert rest.startswith(b"HTTP/1.1 200 ")
+
+
 def test_a_long_head_sent_in_pieces_is_refused_before_it_is_parsed(server: Served) -> None:
     before = list(server.calls)
     with _connect(server) as client:
@@ -172,7 +186,7 @@ def test_a_long_head_pipelined_after_a_body_is_refused(server: Served) -> None:
         rest = _read_all(client)
     assert first.startswith(b"HTTP/1.1 200 ")
     # The first answer was complete, so the second request is refused with its own answer.
-    status, _, problem = _problem(first.partition(b"ok")[2] + rest)
+    status, _, problem = _problem(first.partition(b"\r\n\r\nok")[2] + rest)
     assert (status, problem["code"]) == (431, "coordinator.request.headers-too-large")
 
 

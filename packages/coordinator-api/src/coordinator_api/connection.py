@@ -127,7 +127,9 @@ class _GuardedProtocol(HttpToolsProtocol):
             super().data_received(piece)
             if self._completed != completed:
                 # The piece ended a request and may have begun the next one: count that head
-                # from what the parser already holds of it.
+                # from what the parser already holds of it (a header still in the parser's
+                # hands is not counted; it came in this piece, so at most twice the bound is
+                # ever buffered, and `on_headers_complete` refuses what the parser holds).
                 self._head_bytes = self._parsed_head_bytes() if self._began else 0
 
     def eof_received(self) -> None:
@@ -159,8 +161,8 @@ class _GuardedProtocol(HttpToolsProtocol):
         if self._closing:
             return
         if self._parsed_head_bytes() > self.limits.head_max_bytes:
-            # Only reachable for a head that began inside a chunk fed as the previous request's
-            # body (pipelining); the chunk bounds what was buffered, this bounds what is used.
+            # Reachable only for a head that began inside the piece that ended the previous
+            # request (pipelining), which `data_received` could not count exactly.
             self._refuse_head()
             return
         self._in_head = False
@@ -189,9 +191,10 @@ class _GuardedProtocol(HttpToolsProtocol):
         return self._closing or self.transport.is_closing()
 
     def _parsed_head_bytes(self) -> int:
-        # The request line and `name: value\r\n` per header, as they were sent (the parser
-        # strips only the separators).
-        return len(self.url) + 16 + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        # At least what the head parsed so far took on the wire: a request line is the target
+        # and at least 14 bytes more (`GET ` ... ` HTTP/1.1\n`), a header line its name and
+        # value and at least `:` and `\n`. Never more, so no head within the bound is refused.
+        return len(self.url) + 14 + sum(len(name) + len(value) + 2 for name, value in self.headers)
 
     def _arm(self, seconds: float) -> None:
         self._disarm()
