@@ -992,6 +992,13 @@ CODES: Final[dict[str, tuple[str, str, int, str, int | None]]] = {
         "warning",
         None,
     ),
+    "coordinator.request.connections-exhausted": (
+        "The service already holds its maximum number of open connections.",
+        "Retry after the `Retry-After` delay and reuse connections; if it persists, look for clients that hold connections open without sending requests.",
+        3,
+        "error",
+        503,
+    ),
     "coordinator.request.content-type-invalid": (
         "The request body is not declared as JSON.",
         "Send the body with the media type `application/json`.",
@@ -1005,6 +1012,13 @@ CODES: Final[dict[str, tuple[str, str, int, str, int | None]]] = {
         1,
         "error",
         400,
+    ),
+    "coordinator.request.headers-too-large": (
+        "The request line and headers are larger than 32,768 bytes in all.",
+        "Send a request line and headers of at most 32,768 bytes in all; an access token alone may take up to 16,384 of them.",
+        1,
+        "error",
+        431,
     ),
     "coordinator.request.internal-error": (
         "The service failed while answering this request.",

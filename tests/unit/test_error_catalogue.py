@@ -67,6 +67,10 @@ PRODUCT_CODES = (
     # refused before any run is admitted (apply, deployment-status, serve); the contract names
     # no code for a build that lacks an adapter.
     "coordinator.runtime.operation-unserved",
+    # The connection guard of `coordinator serve` (docs/operations.md, HTTP edge limits): the
+    # contract bounds bodies and tokens but not request heads or open connections.
+    "coordinator.request.headers-too-large",
+    "coordinator.request.connections-exhausted",
 )
 
 EXIT_3 = {
@@ -87,6 +91,7 @@ EXIT_3 = {
     "coordinator.access.unavailable",
     "coordinator.command.audit-response-unavailable",
     "coordinator.event.admissions-held",
+    "coordinator.request.connections-exhausted",  # a 503 of this implementation
 }
 # Contract 02 §10, 05 §3, 09 §7: the warnings.
 WARNINGS = {
@@ -139,6 +144,7 @@ HTTP_STATUS = {
     ],
     413: ["coordinator.request.too-large"],
     415: ["coordinator.request.content-type-invalid"],
+    431: ["coordinator.request.headers-too-large"],  # of this implementation (PRODUCT_CODES)
     422: [
         "coordinator.event.type-mismatch",
         "coordinator.event.mapping-invalid",
@@ -151,6 +157,7 @@ HTTP_STATUS = {
         "coordinator.command.audit-unavailable",
         "coordinator.command.audit-response-unavailable",
         "coordinator.event.admissions-held",
+        "coordinator.request.connections-exhausted",  # of this implementation (PRODUCT_CODES)
     ],
 }
 # Contract 08 §10: the closed failure codes.

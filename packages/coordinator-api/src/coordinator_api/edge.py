@@ -4,6 +4,7 @@
   method `405 coordinator.request.method-not-allowed` with the complete `Allow` header.
 * The body is read here, at most 65,536 bytes (a larger declared or streamed body is not read
   further and is marked too large); handlers decide 413 at their point in the order of checks.
+  A client that goes away before its body is complete has nothing handled.
 * The media type is classified here from the original `Content-Type`; Connexion is then handed
   `application/json` (or nothing), so that neither its media-type check nor its form parsing
   runs before access and visibility have been decided (06 §1 item 6).
@@ -29,12 +30,12 @@ from coordinator_api.spec import RouteTable
 if TYPE_CHECKING:
     from coordinator_api.app import AppState
 
-__all__ = ["CONTEXT_KEY", "EdgeMiddleware", "RequestContext"]
+__all__ = ["CONTEXT_KEY", "SECURITY_HEADERS", "EdgeMiddleware", "RequestContext"]
 
 CONTEXT_KEY: Final = "coordinator"
 """The key of the request context in Connexion's context (handlers take it as a parameter)."""
 
-_SECURITY_HEADERS: Final = (
+SECURITY_HEADERS: Final = (
     (b"cache-control", b"no-store"),
     (b"x-content-type-options", b"nosniff"),
     (b"content-security-policy", b"default-src 'none'"),
@@ -67,7 +68,9 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-async def _read_body(scope: Scope, receive: Receive) -> tuple[bytes, bool]:
+async def _read_body(scope: Scope, receive: Receive) -> tuple[bytes, bool] | None:
+    """The body and whether it is too large; None when the client went away before its body
+    was complete (a truncated body is never handled: it might even parse)."""
     declared = _header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > BODY_MAX_BYTES:
         return b"", True
@@ -75,7 +78,7 @@ async def _read_body(scope: Scope, receive: Receive) -> tuple[bytes, bool]:
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            return bytes(body), False  # the client went away; nothing more will come
+            return None
         body.extend(message.get("body", b""))
         if len(body) > BODY_MAX_BYTES:
             return b"", True
@@ -102,13 +105,13 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 def _with_headers(send: Send) -> Send:
     async def send_with_headers(message: Message) -> None:
         if message["type"] == "http.response.start":
-            names = {name for name, _ in _SECURITY_HEADERS}
+            names = {name for name, _ in SECURITY_HEADERS}
             headers = [
                 (bytes(name).lower(), bytes(value))
                 for name, value in message.get("headers", [])
                 if bytes(name).lower() not in names
             ]
-            message = {**message, "headers": [*headers, *_SECURITY_HEADERS]}
+            message = {**message, "headers": [*headers, *SECURITY_HEADERS]}
         await send(message)
 
     return send_with_headers
@@ -137,7 +140,10 @@ class EdgeMiddleware:
             )
             await response(scope, receive, send)
             return
-        data, too_large = await _read_body(scope, receive)
+        read = await _read_body(scope, receive)
+        if read is None:
+            return  # nobody is left to answer, and nothing half-sent is acted on
+        data, too_large = read
         content_type = _header(scope, b"content-type")
         traceparent = _header(scope, b"traceparent")
         raw_path = scope.get("raw_path") or scope["path"].encode("utf-8")

@@ -45,3 +45,31 @@ REASON_MAX_BYTES: Final = 256
 
 RETRY_AFTER_SECONDS: Final = 60
 """06 §8 step 8: `Retry-After` on `coordinator.event.admissions-held`."""
+
+# -- the connection guard of `coordinator serve` (coordinator_api.connection) ------------------
+# The contract names none of these (06 §1 item 1 says only that the listener speaks HTTP/1.1);
+# they are fixed here, documented in docs/operations.md ("HTTP edge limits").
+
+HEAD_MAX_BYTES: Final = 32_768
+"""The request line and every header of one request, in all. Room for an access token of
+`TOKEN_MAX_BYTES` (06 §2 item 1: it must reach the token check, which answers 401 for a longer
+one) plus 16 KiB of everything else; a longer head is answered 431 before anything else."""
+
+HEAD_TIMEOUT_SECONDS: Final = 10.0
+"""From the connection's opening (or the first byte of a kept-alive connection's next request)
+to the end of the request head; a client that has not finished its head by then is cut."""
+
+BODY_TIMEOUT_SECONDS: Final = 10.0
+"""From the end of the request head to the end of its body (at most `BODY_MAX_BYTES`)."""
+
+KEEP_ALIVE_SECONDS: Final = 5
+"""How long a connection may stay idle after an answer before the service closes it."""
+
+MAX_CONNECTIONS: Final = 256
+"""Open client connections at once; a connection beyond them is answered 503 at once and
+closed, before any of its bytes is parsed."""
+
+CLOSE_LINGER_SECONDS: Final = 2.0
+"""After a refusal the service sends its answer, stops writing and reads (and drops) what the
+client still sends for at most this long, so that the client can read the answer before the
+connection is reset."""

@@ -49,6 +49,8 @@ _TITLES: Final[Mapping[str, str]] = {
     "coordinator.request.content-type-invalid": "Unsupported media type",
     "coordinator.request.not-found": "Not found",
     "coordinator.request.method-not-allowed": "Method not allowed",
+    "coordinator.request.headers-too-large": "Request headers too large",
+    "coordinator.request.connections-exhausted": "Too many connections",
     "coordinator.access.unauthenticated": "Unauthenticated",
     "coordinator.access.denied": "Access denied",
     "coordinator.access.unavailable": "Access verification unavailable",

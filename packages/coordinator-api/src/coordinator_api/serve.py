@@ -6,7 +6,7 @@
 The start sequence, the worker loops, the shutdown and the service log are
 `coordinator_core.shell.process`; `worker` is that module's command as it is. `serve` adds
 the HTTP steps: the caller key set (exit 3), the listener (`listener-unavailable`, exit 3),
-the app and uvicorn. Nothing HTTP is imported at module level, so `coordinator worker` runs
+the app and uvicorn with the connection guard of `coordinator_api.connection`. Nothing HTTP is imported at module level, so `coordinator worker` runs
 where Connexion, Starlette and uvicorn are not installed.
 """
 
@@ -122,9 +122,17 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
 def _serve(app: Any, sock: socket.socket, begun: process.Started) -> int:
     import uvicorn
 
+    from coordinator_api.connection import guarded_protocol
+    from coordinator_api.limits import KEEP_ALIVE_SECONDS
+
     shutdown, log = begun.shutdown, begun.log
     config = uvicorn.Config(
         app,
+        # The connection guard: bounded heads, head/body/idle timeouts, a connection cap
+        # (coordinator_api.connection). No WebSocket upgrade: the API has no such route.
+        http=guarded_protocol(),
+        ws="none",
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
         lifespan="on",
         log_config=None,
         access_log=False,
