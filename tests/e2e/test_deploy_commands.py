@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from e2e_support import PYTHON, Processes, Project, Sandbox
+
+from coordinator_core.shell.store.migrations import supported_migrations
 
 # The connections only need well-formed endpoints: nothing here talks to a product.
 OFFLINE_SANDBOX = Sandbox(
@@ -176,4 +179,72 @@ def test_a_connection_rebound_under_an_unsettled_run_is_a_live_binding_conflict(
             ["coordinator.command.live-binding-conflict"],
         ), (command, refused)
     project.runtime.write_text(bound)
+    assert project.deploy_ctl("deployment-status")["status"] == "checked"
+
+
+def test_deployment_status_names_what_differs(deployed: Project) -> None:
+    """09 §3 / 07 §15: a refused `deployment-status` names the cause in its message (short
+    digests, versions, the key version), keeps the stable code, and never prints a key."""
+    project = deployed
+    project.deploy_ctl("migrate")
+    project.deploy_ctl("apply")
+    store = project.root / ".coordinator" / "coordinator.db"
+    pinned = project.package_digest.removeprefix("sha256:")
+
+    def refusal() -> tuple[int, str, str]:
+        report = project.deploy_ctl("deployment-status", check=False)
+        (diagnostic,) = report["diagnostics"]
+        return report["exitCode"], diagnostic["code"], diagnostic["message"]
+
+    with sqlite3.connect(store) as lite:
+        lite.execute("UPDATE control SET active_package_digest = ?", ("sha256:" + "ab" * 32,))
+    lite.close()
+    assert refusal() == (
+        1,
+        "coordinator.deployment.refused",
+        f"The store's active package is sha256:abababababab; the runtime file pins"
+        f" sha256:{pinned[:12]}.",
+    )
+    text = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "coordinatorctl",
+            "--runtime-config",
+            str(project.runtime),
+            "deployment-status",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert text.returncode == 1
+    assert f"the runtime file pins sha256:{pinned[:12]}." in text.stderr
+    with sqlite3.connect(store) as lite:
+        lite.execute("UPDATE control SET active_package_digest = ?", (project.package_digest,))
+        lite.execute("UPDATE migrations SET checksum = 'sha256:00000000000000' WHERE version = 2")
+    lite.close()
+    exit_code, code, message = refusal()
+    assert (exit_code, code) == (1, "coordinator.deployment.schema-mismatch")
+    assert message.startswith(
+        "The checksum of migration 2 in the store (sha256:000000000000) differs from this build's"
+    )
+    (second,) = [m for m in supported_migrations() if m.version == 2]
+    with sqlite3.connect(store) as lite:
+        lite.execute("UPDATE migrations SET checksum = ? WHERE version = 2", (second.checksum,))
+    lite.close()
+
+    key = project.secrets / "state-1.key"
+    original = key.read_bytes()
+    key.write_bytes(bytes(range(32)))
+    try:
+        assert refusal() == (
+            1,
+            "coordinator.command.state-key-custody",
+            "The configured state key of version 1 differs from the key the store registered"
+            " for it.",
+        )
+    finally:
+        key.write_bytes(original)
     assert project.deploy_ctl("deployment-status")["status"] == "checked"

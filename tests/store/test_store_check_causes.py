@@ -5,6 +5,8 @@ stable codes, and never a key, a custody marker or a URL."""
 
 from __future__ import annotations
 
+import io
+import json
 from dataclasses import replace
 
 import psycopg
@@ -12,6 +14,8 @@ import pytest
 from store_support import ACTIVATION, IDENTITY, Backend, with_user
 
 from coordinator_core.errors import CoordinatorError
+from coordinator_core.shell import process
+from coordinator_core.shell.service_log import ServiceLog
 from coordinator_core.shell.store import NAMESPACE_MARKER, supported_version
 
 OTHER_PACKAGE = "sha256:" + "9abcdef0" * 8
@@ -177,3 +181,22 @@ def test_a_runtime_role_refusal_names_the_role_and_the_wrong_grant(
         "coordinator.deployment.refused",
         f"The runtime role {role} may create objects in the namespace {namespace}.",
     )
+
+
+def test_the_periodic_check_logs_the_cause_it_stops_for(
+    sqlite_backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _ready(sqlite_backend)
+    monkeypatch.setattr(process, "RECHECK_SECONDS", 0.01)
+    stream = io.StringIO()
+    shutdown = process.Shutdown(ServiceLog(stream))
+    with sqlite_backend.open() as store:
+        sqlite_backend.execute("UPDATE control SET active_package_digest = %s", OTHER_PACKAGE)
+        process.recheck_loop(store, shutdown, shutdown.log)
+    assert shutdown.exit_code == 1
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    refused = [line for line in lines if line["code"] == "coordinator.deployment.refused"]
+    assert [line["message"] for line in refused] == [
+        "The store's active package is sha256:9abcdef09abc; the runtime file pins"
+        " sha256:111111111111."
+    ]
