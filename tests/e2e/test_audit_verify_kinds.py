@@ -49,8 +49,13 @@ def _fifo(path: Path) -> None:
 
 def _socket(path: Path) -> None:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
-    server.close()  # the socket file stays
+    here = Path.cwd()
+    os.chdir(path.parent)  # bound by its relative name: a temporary path can be too long
+    try:
+        server.bind(path.name)
+    finally:
+        os.chdir(here)
+        server.close()  # the socket file stays
 
 
 def _directory(path: Path) -> None:
