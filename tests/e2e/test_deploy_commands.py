@@ -1,5 +1,6 @@
 """The deployment commands of 09 §3 as processes, on SQLite: results, codes and the `ctl` audit
-journal. (PostgreSQL runs the same commands in test_service.py.)"""
+journal, and what a refused `deployment-status` names (the role cases on PostgreSQL).
+(PostgreSQL runs the same commands in test_service.py.)"""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ import json
 import signal
 import sqlite3
 import subprocess
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from conftest import with_database
 from e2e_support import PYTHON, Processes, Project, Sandbox
 
 from coordinator_core.shell.store.migrations import supported_migrations
@@ -248,3 +253,51 @@ def test_deployment_status_names_what_differs(deployed: Project) -> None:
     finally:
         key.write_bytes(original)
     assert project.deploy_ctl("deployment-status")["status"] == "checked"
+
+
+def test_deployment_status_names_the_runtime_role_and_its_wrong_grant(
+    project: Project, postgres_url: str, postgres_role: Callable[[], str]
+) -> None:
+    """On PostgreSQL: the runtime URL connecting as another role, and a runtime role missing a
+    grant of 07 §14.2, are each refused naming the role (and the grant)."""
+    role = postgres_role()
+    namespace = f"coordinator_ds_{uuid.uuid4().hex[:8]}"
+    runtime_url = with_database(postgres_url, postgres_url.rpartition("/")[2], user=role)
+    project.env["E2E_RUNTIME_URL"] = runtime_url
+    project.env["E2E_MIGRATION_URL"] = postgres_url
+    project.write_runtime(
+        OFFLINE_SANDBOX,
+        database=(
+            "database:\n  postgresql:\n"
+            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
+            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
+            f"    namespace: {namespace}\n"
+        ),
+        runtime_role=role,
+    )
+    project.deploy_ctl("migrate")
+    project.deploy_ctl("apply")
+    assert project.deploy_ctl("deployment-status")["runtimeRole"] == role
+
+    def refusal() -> tuple[int, str, str]:
+        report = project.deploy_ctl("deployment-status", check=False)
+        (diagnostic,) = report["diagnostics"]
+        return report["exitCode"], diagnostic["code"], diagnostic["message"]
+
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f'REVOKE DELETE ON "{namespace}".steps FROM "{role}"'.encode())
+    assert refusal() == (
+        1,
+        "coordinator.deployment.refused",
+        f"The runtime role {role} lacks DELETE on steps.",
+    )
+    project.deploy_ctl("migrate")  # restores the grants
+    project.env["E2E_RUNTIME_URL"] = postgres_url  # the migration role's credentials
+    exit_code, code, message = refusal()
+    assert (exit_code, code) == (1, "coordinator.deployment.refused")
+    assert message.endswith(f", not as the runtime role {role}.")
+    assert postgres_url not in message
+    project.env["E2E_RUNTIME_URL"] = runtime_url
+    assert project.deploy_ctl("deployment-status")["status"] == "checked"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f'DROP SCHEMA "{namespace}" CASCADE'.encode())
