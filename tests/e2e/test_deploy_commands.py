@@ -12,10 +12,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-from conftest import with_database
 from e2e_support import PYTHON, Processes, Project, Sandbox
 
 from coordinator_core.shell.store.migrations import supported_migrations
@@ -262,7 +262,8 @@ def test_deployment_status_names_the_runtime_role_and_its_wrong_grant(
     grant of 07 §14.2, are each refused naming the role (and the grant)."""
     role = postgres_role()
     namespace = f"coordinator_ds_{uuid.uuid4().hex[:8]}"
-    runtime_url = with_database(postgres_url, postgres_url.rpartition("/")[2], user=role)
+    parts = urlsplit(postgres_url)
+    runtime_url = urlunsplit(parts._replace(netloc=role + "@" + parts.netloc.rpartition("@")[2]))
     project.env["E2E_RUNTIME_URL"] = runtime_url
     project.env["E2E_MIGRATION_URL"] = postgres_url
     project.write_runtime(
