@@ -1,16 +1,24 @@
 """The deployment commands of 09 §3 as processes, on SQLite: results, codes and the `ctl` audit
-journal. (PostgreSQL runs the same commands in test_service.py.)"""
+journal, and what a refused `deployment-status` names (the role cases on PostgreSQL).
+(PostgreSQL runs the same commands in test_service.py.)"""
 
 from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import subprocess
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import pytest
 from e2e_support import PYTHON, Processes, Project, Sandbox
+
+from coordinator_core.shell.store.migrations import supported_migrations
 
 # The connections only need well-formed endpoints: nothing here talks to a product.
 OFFLINE_SANDBOX = Sandbox(
@@ -177,3 +185,120 @@ def test_a_connection_rebound_under_an_unsettled_run_is_a_live_binding_conflict(
         ), (command, refused)
     project.runtime.write_text(bound)
     assert project.deploy_ctl("deployment-status")["status"] == "checked"
+
+
+def test_deployment_status_names_what_differs(deployed: Project) -> None:
+    """09 §3 / 07 §15: a refused `deployment-status` names the cause in its message (short
+    digests, versions, the key version), keeps the stable code, and never prints a key."""
+    project = deployed
+    project.deploy_ctl("migrate")
+    project.deploy_ctl("apply")
+    store = project.root / ".coordinator" / "coordinator.db"
+    pinned = project.package_digest.removeprefix("sha256:")
+
+    def refusal() -> tuple[int, str, str]:
+        report = project.deploy_ctl("deployment-status", check=False)
+        (diagnostic,) = report["diagnostics"]
+        return report["exitCode"], diagnostic["code"], diagnostic["message"]
+
+    with sqlite3.connect(store) as lite:
+        lite.execute("UPDATE control SET active_package_digest = ?", ("sha256:" + "ab" * 32,))
+    lite.close()
+    assert refusal() == (
+        1,
+        "coordinator.deployment.refused",
+        f"The store's active package is sha256:abababababab; the runtime file pins"
+        f" sha256:{pinned[:12]}.",
+    )
+    text = subprocess.run(
+        [
+            PYTHON,
+            "-m",
+            "coordinatorctl",
+            "--runtime-config",
+            str(project.runtime),
+            "deployment-status",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert text.returncode == 1
+    assert f"the runtime file pins sha256:{pinned[:12]}." in text.stderr
+    with sqlite3.connect(store) as lite:
+        lite.execute("UPDATE control SET active_package_digest = ?", (project.package_digest,))
+        lite.execute("UPDATE migrations SET checksum = 'sha256:00000000000000' WHERE version = 2")
+    lite.close()
+    exit_code, code, message = refusal()
+    assert (exit_code, code) == (1, "coordinator.deployment.schema-mismatch")
+    assert message.startswith(
+        "The checksum of migration 2 in the store (sha256:000000000000) differs from this build's"
+    )
+    (second,) = [m for m in supported_migrations() if m.version == 2]
+    with sqlite3.connect(store) as lite:
+        lite.execute("UPDATE migrations SET checksum = ? WHERE version = 2", (second.checksum,))
+    lite.close()
+
+    key = project.secrets / "state-1.key"
+    original = key.read_bytes()
+    key.write_bytes(bytes(range(32)))
+    try:
+        assert refusal() == (
+            1,
+            "coordinator.command.state-key-custody",
+            "The configured state key of version 1 differs from the key the store registered"
+            " for it.",
+        )
+    finally:
+        key.write_bytes(original)
+    assert project.deploy_ctl("deployment-status")["status"] == "checked"
+
+
+def test_deployment_status_names_the_runtime_role_and_its_wrong_grant(
+    project: Project, postgres_url: str, postgres_role: Callable[[], str]
+) -> None:
+    """On PostgreSQL: the runtime URL connecting as another role, and a runtime role missing a
+    grant of 07 §14.2, are each refused naming the role (and the grant)."""
+    role = postgres_role()
+    namespace = f"coordinator_ds_{uuid.uuid4().hex[:8]}"
+    parts = urlsplit(postgres_url)
+    runtime_url = urlunsplit(parts._replace(netloc=role + "@" + parts.netloc.rpartition("@")[2]))
+    project.env["E2E_RUNTIME_URL"] = runtime_url
+    project.env["E2E_MIGRATION_URL"] = postgres_url
+    project.write_runtime(
+        OFFLINE_SANDBOX,
+        database=(
+            "database:\n  postgresql:\n"
+            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
+            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
+            f"    namespace: {namespace}\n"
+        ),
+        runtime_role=role,
+    )
+    project.deploy_ctl("migrate")
+    project.deploy_ctl("apply")
+    assert project.deploy_ctl("deployment-status")["runtimeRole"] == role
+
+    def refusal() -> tuple[int, str, str]:
+        report = project.deploy_ctl("deployment-status", check=False)
+        (diagnostic,) = report["diagnostics"]
+        return report["exitCode"], diagnostic["code"], diagnostic["message"]
+
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f'REVOKE DELETE ON "{namespace}".steps FROM "{role}"'.encode())
+    assert refusal() == (
+        1,
+        "coordinator.deployment.refused",
+        f"The runtime role {role} lacks DELETE on steps.",
+    )
+    project.deploy_ctl("migrate")  # restores the grants
+    project.env["E2E_RUNTIME_URL"] = postgres_url  # the migration role's credentials
+    exit_code, code, message = refusal()
+    assert (exit_code, code) == (1, "coordinator.deployment.refused")
+    assert message.endswith(f", not as the runtime role {role}.")
+    assert postgres_url not in message
+    project.env["E2E_RUNTIME_URL"] = runtime_url
+    assert project.deploy_ctl("deployment-status")["status"] == "checked"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f'DROP SCHEMA "{namespace}" CASCADE'.encode())

@@ -466,18 +466,36 @@ def test_custody_accepts_the_registered_keys_and_lists_new_versions() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ring", "registered_keys", "path"),
+    ("ring", "registered_keys", "path", "message"),
     [
         # a registered version missing from the configuration
-        (StateKeyRing(2, {2: KEY_2}), {1: KEY_1, 2: KEY_2}, "/deployment/stateKeys"),
+        (
+            StateKeyRing(2, {2: KEY_2}),
+            {1: KEY_1, 2: KEY_2},
+            "/deployment/stateKeys",
+            "State-key version 1 is registered in the store but not configured in"
+            " `deployment.stateKeys`.",
+        ),
         # a configured key that does not match its marker
-        (StateKeyRing(1, {1: KEY_2}), {1: KEY_1}, "/deployment/stateKeys/1"),
+        (
+            StateKeyRing(1, {1: KEY_2}),
+            {1: KEY_1},
+            "/deployment/stateKeys/1",
+            "The configured state key of version 1 differs from the key the store registered"
+            " for it.",
+        ),
         # the active version not registered
-        (StateKeyRing(2, {1: KEY_1, 2: KEY_2}), {1: KEY_1}, "/deployment/activeStateKey"),
+        (
+            StateKeyRing(2, {1: KEY_1, 2: KEY_2}),
+            {1: KEY_1},
+            "/deployment/activeStateKey",
+            "The active state-key version 2 is not registered in the store: register it with"
+            " apply.",
+        ),
     ],
 )
-def test_custody_refusals_name_the_state_key_custody_code(
-    ring: StateKeyRing, registered_keys: dict[int, bytes], path: str
+def test_custody_refusals_name_the_code_and_the_key_version(
+    ring: StateKeyRing, registered_keys: dict[int, bytes], path: str, message: str
 ) -> None:
     registered = {
         version: StateKeyRing(version, {version: key}).custody_marker(DB, version)
@@ -485,6 +503,7 @@ def test_custody_refusals_name_the_state_key_custody_code(
     }
     error = refused(lambda: ring.check_custody(DB, registered))
     assert (error.code, error.diagnostic.path) == ("coordinator.command.state-key-custody", path)
+    assert error.diagnostic.effective_message == message
 
 
 def test_apply_refuses_a_configured_key_that_differs_from_its_marker() -> None:

@@ -1,14 +1,5 @@
-"""`python -m coordinatorctl`."""
-
-import os
-import sys
+"""`python -m coordinatorctl` (a closed or full output is handled by `main`: exit 3)."""
 
 from coordinatorctl.cli import main
 
-try:
-    code = main()
-except BrokenPipeError:
-    # The reader went away (e.g. `| head`); say nothing more and do not write to the closed pipe.
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    code = 1
-raise SystemExit(code)
+raise SystemExit(main())

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.shell.streams import guard_output
 from coordinatorctl import remote_args
-from coordinatorctl.report import Outcome, emit
+from coordinatorctl.report import Outcome, emit, render_text
 
 __all__ = ["main"]
 
@@ -117,6 +118,17 @@ def _usage_outcome(command: str = "usage") -> Outcome:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command line. A closed or full stdout or stderr (`| head -c1`, `> /dev/full`)
+    ends it with `coordinator.command.output-unavailable` on stderr, exit 3, no traceback."""
+    return guard_output(lambda: _main(argv), _report_output_unavailable)
+
+
+def _report_output_unavailable(diagnostic: Diagnostic) -> None:
+    for _, line in render_text([diagnostic]):
+        sys.stderr.write(line + "\n")
+
+
+def _main(argv: Sequence[str] | None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     output_format = _sniff_format(arguments)
     parser = build_parser()

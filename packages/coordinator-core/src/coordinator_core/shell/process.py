@@ -66,6 +66,7 @@ from coordinator_core.shell.restore_detection import check_journal
 from coordinator_core.shell.service import StoreRunService, build_service
 from coordinator_core.shell.service_log import ServiceLog, install
 from coordinator_core.shell.store import Store
+from coordinator_core.shell.streams import guard_output
 from coordinator_core.shell.wakeup import Wakeup
 from coordinator_core.shell.worker import Worker
 
@@ -227,9 +228,25 @@ def run_command(
     commands: Mapping[str, Command],
     argv: Sequence[str] | None = None,
 ) -> int:
-    """Parse, run the chosen command with the service log installed, exit with its class."""
+    """Parse, run the chosen command with the service log installed, exit with its class.
+
+    A stdout or stderr that cannot be written (`--help | head -c1`, `> /dev/full`) ends it with
+    `coordinator.command.output-unavailable` (exit 3) logged if stderr still takes it, never a
+    traceback; the service log itself never stops the process (service_log)."""
     log = ServiceLog()
     install(log)
+    return guard_output(
+        lambda: _run_command(log, parser, commands, argv),
+        lambda diagnostic: log.emit("error", diagnostic.code, diagnostic.effective_message),
+    )
+
+
+def _run_command(
+    log: ServiceLog,
+    parser: argparse.ArgumentParser,
+    commands: Mapping[str, Command],
+    argv: Sequence[str] | None,
+) -> int:
     try:
         options = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except _UsageError:

@@ -277,7 +277,8 @@ class StateKeyRing:
                     Diagnostic(
                         code="coordinator.command.state-key-custody",
                         path="/deployment/stateKeys",
-                        message="A registered state-key version is not configured.",
+                        message=f"State-key version {version} is registered in the store but"
+                        " not configured in `deployment.stateKeys`.",
                     )
                 )
             if not _same_marker(self.custody_marker(database_id, version), registered[version]):
@@ -285,7 +286,8 @@ class StateKeyRing:
                     Diagnostic(
                         code="coordinator.command.state-key-custody",
                         path=f"/deployment/stateKeys/{version}",
-                        message="A configured state key differs from its registered marker.",
+                        message=f"The configured state key of version {version} differs from"
+                        " the key the store registered for it.",
                     )
                 )
         if not registering and self._active not in registered:
@@ -293,7 +295,8 @@ class StateKeyRing:
                 Diagnostic(
                     code="coordinator.command.state-key-custody",
                     path="/deployment/activeStateKey",
-                    message="The active state-key version has not been registered with apply.",
+                    message=f"The active state-key version {self._active} is not registered in"
+                    " the store: register it with apply.",
                 )
             )
         return {
@@ -515,5 +518,7 @@ class AdmissionKey:
                 Diagnostic(
                     code="coordinator.command.admission-key-custody",
                     path="/deployment/admissionKeyRef",
+                    message="The configured admission key (`deployment.admissionKeyRef`)"
+                    " differs from the one the store was created with.",
                 )
             )

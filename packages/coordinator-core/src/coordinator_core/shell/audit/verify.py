@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Final
+from typing import BinaryIO, Final
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.audit.entries import (
@@ -63,8 +64,12 @@ class VerifyResult:
         }
 
 
-def _unreadable(file: str | None) -> CoordinatorError:
-    return CoordinatorError(Diagnostic(code="coordinator.audit.unreadable", file=file))
+def _unreadable(
+    file: str | None, message: str | None = None, hint: str | None = None
+) -> CoordinatorError:
+    return CoordinatorError(
+        Diagnostic(code="coordinator.audit.unreadable", file=file, message=message, hint=hint)
+    )
 
 
 def _broken(file: str, line: int, path: str, message: str) -> CoordinatorError:
@@ -114,8 +119,7 @@ def verify_directory(directory: str | os.PathLike[str]) -> VerifyResult:
     # Every file must be readable before any verdict, so exit 3 never hides behind exit 1.
     for _, files in ordered:
         for name in files:
-            if not _can_read(root / name):
-                raise _unreadable(name)
+            _open_regular(root / name, name).close()
 
     results: list[GroupResult] = []
     for prefix, files in ordered:
@@ -136,19 +140,34 @@ def _file_number(name: str) -> int:
     return int(number) if number else 1
 
 
-def _can_read(path: Path) -> bool:
+def _open_regular(path: Path, name: str) -> BinaryIO:
+    """Open a journal file for reading, refusing anything that is not a regular file (a FIFO,
+    socket, device or directory named like a journal file, or a symlink to one) with
+    `coordinator.audit.unreadable` and the file name, without ever blocking on it: the kind is
+    checked before opening (a device is never opened) and again on the descriptor, which is
+    opened non-blocking (a FIFO without a writer would otherwise wait forever)."""
     try:
-        with path.open("rb"):
-            return True
+        if stat.S_ISREG(path.stat().st_mode):
+            descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            if stat.S_ISREG(os.fstat(descriptor).st_mode):
+                os.set_blocking(descriptor, True)
+                return os.fdopen(descriptor, "rb")
+            os.close(descriptor)
     except OSError:
-        return False
+        raise _unreadable(name) from None
+    raise _unreadable(
+        name,
+        "The journal file is not a regular file (a FIFO, socket, device or directory).",
+        "Move what is not a journal file out of the audit directory; journal files are regular"
+        " files written by the coordinator.",
+    )
 
 
 def _verify_file(path: Path, name: str, sequence: int, head: str) -> tuple[int, str]:
     """Check each line of one file, continuing the group's sequence and chain."""
     line_number = 0
     try:
-        with path.open("rb") as handle:
+        with _open_regular(path, name) as handle:
             while raw := handle.readline(MAX_ENTRY_BYTES + 2):
                 line_number += 1
                 if not raw.endswith(b"\n"):

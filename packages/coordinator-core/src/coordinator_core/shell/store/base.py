@@ -42,6 +42,7 @@ from coordinator_core.shell.store.dialect import (
 )
 from coordinator_core.shell.store.guards import (
     ProcessLock,
+    check_active_package,
     check_identity,
     check_ledger,
     check_runtime_role,
@@ -143,7 +144,11 @@ class StoreBase:
         if location.kind == "sqlite":
             assert location.path is not None
             if not location.path.exists():
-                raise refuse("coordinator.deployment.schema-mismatch")
+                raise refuse(
+                    "coordinator.deployment.schema-mismatch",
+                    "The store file does not exist.",
+                    "Run `coordinatorctl migrate` with the same runtime file first.",
+                )
         lock = (
             ProcessLock(location.lock_path).acquire()
             if exclusive and location.kind == "sqlite"
@@ -169,7 +174,9 @@ class StoreBase:
         (`deployment.database-id-mismatch`) and keys (`command.admission-key-custody`,
         `command.state-key-custody`), its active package is the pinned one
         (`deployment.refused`), and on PostgreSQL the connection runs as the runtime role with
-        exactly its grants (`deployment.refused`)."""
+        exactly its grants (`deployment.refused`). Each refusal's message names what differs
+        (versions, short digests, the role and grant, the key version), never a secret; the
+        periodic check logs that message."""
 
         def work(conn: Connection) -> ControlRow:
             if self._location.kind == "postgresql":
@@ -178,14 +185,17 @@ class StoreBase:
                 if state == "foreign":
                     raise refuse("coordinator.command.namespace-occupied")
                 if state == "absent":
-                    raise refuse("coordinator.deployment.schema-mismatch")
+                    raise refuse(
+                        "coordinator.deployment.schema-mismatch",
+                        f"The namespace {self._location.namespace} does not exist.",
+                        "Run `coordinatorctl migrate` with the same runtime file first.",
+                    )
             check_ledger(
                 read_ledger(conn, self._location),
                 pending_code="coordinator.deployment.schema-mismatch",
             )
             control = self._verify_txn(conn)
-            if not self._serves_active_package(control):
-                raise refuse("coordinator.deployment.refused")
+            check_active_package(control, self._identity.package_digest)
             if self._location.kind == "postgresql" and self._identity.runtime_role is not None:
                 assert self._location.namespace is not None
                 check_runtime_role(conn, self._location.namespace, self._identity.runtime_role)

@@ -35,12 +35,13 @@ from coordinator_core.shell.store.guards import (
     check_known,
     check_ledger,
     check_state_keys,
+    grant_problem,
     namespace_state,
     quote_role,
     read_control,
     read_ledger,
     refuse,
-    role_has_exact_grants,
+    role_problem,
     supported_version,
 )
 from coordinator_core.shell.store.migrations import alembic_config, supported_migrations
@@ -203,7 +204,11 @@ def _check_existing(control: ControlRow, identity: DeploymentIdentity) -> None:
     if control.database_id != identity.database_id:
         raise refuse("coordinator.deployment.database-id-mismatch")
     if control.admission_key_commitment != identity.admission_key_commitment:
-        raise refuse("coordinator.command.admission-key-custody")
+        raise refuse(
+            "coordinator.command.admission-key-custody",
+            "The configured admission key (`deployment.admissionKeyRef`) differs from the one"
+            " the store was created with.",
+        )
     check_state_keys(control.state_key_commitments, identity.state_key_commitments, None)
 
 
@@ -260,8 +265,21 @@ def _grant_runtime_role(conn: Connection, namespace: str, role: str) -> None:
         ),
         {"role": role, "namespace": namespace},
     ).first()
-    if facts is None or facts.superuser or facts.owns_namespace:
-        raise refuse("coordinator.deployment.refused")
+    if facts is None:
+        raise refuse(
+            "coordinator.deployment.refused",
+            f"The runtime role {role} does not exist.",
+            "Create the login role named by `deployment.runtimeRole`, then run migrate again.",
+        )
+    problem = role_problem(
+        namespace, superuser=facts.superuser, owns_namespace=facts.owns_namespace, can_create=False
+    )
+    if problem is not None:
+        raise refuse(
+            "coordinator.deployment.refused",
+            f"The runtime role {role} {problem}.",
+            "Use a runtime role that neither is a superuser nor owns the namespace.",
+        )
     conn.execute(text(f"REVOKE ALL ON SCHEMA {quoted_namespace} FROM {quoted_role}"))
     conn.execute(text(f"GRANT USAGE ON SCHEMA {quoted_namespace} TO {quoted_role}"))
     conn.execute(text(f"REVOKE ALL ON ALL TABLES IN SCHEMA {quoted_namespace} FROM {quoted_role}"))
@@ -274,12 +292,22 @@ def _grant_runtime_role(conn: Connection, namespace: str, role: str) -> None:
     conn.execute(
         text(f"GRANT UPDATE ({', '.join(RUNTIME_CONTROL_COLUMNS)}) ON control TO {quoted_role}")
     )
-    can_create = conn.execute(
-        text("SELECT has_schema_privilege(:role, :namespace, 'CREATE')"),
-        {"role": role, "namespace": namespace},
-    ).scalar()
-    if can_create or not role_has_exact_grants(conn, namespace, f"'{role}'"):
-        raise refuse("coordinator.deployment.refused")
+    can_create = bool(
+        conn.execute(
+            text("SELECT has_schema_privilege(:role, :namespace, 'CREATE')"),
+            {"role": role, "namespace": namespace},
+        ).scalar()
+    )
+    problem = role_problem(
+        namespace, superuser=False, owns_namespace=False, can_create=can_create
+    ) or grant_problem(conn, namespace, f"'{role}'")
+    if problem is not None:
+        raise refuse(
+            "coordinator.deployment.refused",
+            f"After the grants, the runtime role {role} {problem}.",
+            "Revoke what the runtime role receives through PUBLIC, default privileges or role"
+            " membership, then run migrate again.",
+        )
 
 
 def apply_activation(

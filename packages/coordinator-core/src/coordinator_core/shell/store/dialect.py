@@ -87,8 +87,8 @@ _PG_TRANSIENT: Final = frozenset({"40001", "40P01", "55P03"})
 _SQLITE_BUSY: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 
 
-def _refuse(code: str) -> CoordinatorError:
-    return CoordinatorError(Diagnostic(code=code))
+def _refuse(code: str, message: str | None = None) -> CoordinatorError:
+    return CoordinatorError(Diagnostic(code=code, message=message))
 
 
 # -- time ---------------------------------------------------------------------------------------
@@ -340,7 +340,11 @@ def create_store_engine(
                 cursor.close()
                 dbapi_connection.rollback()
             if row is None or row[0] != location.database:
-                raise _refuse("coordinator.deployment.refused")
+                raise _refuse(
+                    "coordinator.deployment.refused",
+                    f"The connection reached another database than {location.database},"
+                    " the one its URL names.",
+                )
 
         return engine
     url = location.url
