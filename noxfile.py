@@ -59,6 +59,17 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def chaos(session: nox.Session) -> None:
+    """The chaos suite (tests/chaos): SIGKILLs at random moments and at every failpoint, lost
+    product responses, PostgreSQL restarts and a killed postmaster, restore drills; prints each
+    campaign's table. The bounded profile by default (CI); `nox -s chaos -- --long` for the
+    long one."""
+    install_workspace(session, *TEST_TOOLS)
+    session.run("pytest", "--chaos", "-p", "no:cacheprovider", "-s", "-q", "tests/chaos",
+                *session.posargs)  # fmt: skip
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff (lint and formatting), the layer contract (import-linter, `[tool.importlinter]` in
     pyproject.toml) and the OpenAPI documents against their meta-schema."""

@@ -456,6 +456,10 @@ class Readiness(BaseModel):
         populate_by_name=True,
     )
     ready: bool
+    code: Annotated[str | None, Field(pattern="^coordinator\\.[a-z0-9.-]+$")] = None
+    """
+    When not ready, the code of what is not (contract 09 §5 step 7: `coordinator.command.store-unavailable` while the store cannot be reached; a hold, recovery-only mode, the journal, the deployment check or the live-binding check otherwise).
+    """
 
 
 class WorkflowInfo(BaseModel):

@@ -346,8 +346,14 @@ class FakeRunService:
             raise ServiceRefusal("coordinator.command.run-absent")
         return run
 
-    async def ready(self) -> bool:
-        return self.is_ready and not (self.hold.restore_hold or self.hold.admissions_hold)
+    async def ready(self) -> str | None:
+        if not self.is_ready:
+            return "coordinator.command.store-unavailable"
+        if self.hold.restore_hold:
+            return "coordinator.command.restore-hold"
+        if self.hold.admissions_hold:
+            return "coordinator.command.restore-admissions-held"
+        return None
 
     async def admit(self, admission: AdmissionRequest) -> RunAdmitted:
         self._command("admit")

@@ -32,7 +32,10 @@ async def test_ready_is_503_when_the_service_is_not_ready(
 ) -> None:
     service.is_ready = False
     response = conforms(await client.get("/ready"))
-    assert (response.status_code, response.json()) == (503, {"ready": False})
+    assert (response.status_code, response.json()) == (
+        503,
+        {"ready": False, "code": "coordinator.command.store-unavailable"},
+    )
 
 
 async def test_workflow_info_sorts_ids_and_conforms(

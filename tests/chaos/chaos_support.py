@@ -366,7 +366,7 @@ class Campaign:
                 continue
             if answer.status_code in (200, 201):
                 with self.lock:
-                    run_id = str(answer.json()["run"]["runId"])
+                    run_id = str(answer.json()["runId"])
                     if run_id not in self.runs:
                         self.runs[run_id] = application
                         self.tally.runs += 1
@@ -602,9 +602,9 @@ class Campaign:
             sent = by_application.get(application, [])
             if len(sent) > 1 or len(keys.get(application, ())) > 1:
                 self.tally.duplicated += 1
-            if state["status"] == "finished" and state.get("outcome") == "message-accepted":
-                if not sent and run_id not in self.restore_lost:
-                    self.tally.unproven += 1
+            accepted = state["status"] == "finished" and state.get("outcome") == "message-accepted"
+            if accepted and not sent:
+                self.tally.unproven += 1  # finished as accepted, yet the product holds nothing
         self.tally.duplicated += sum(1 for found in bodies.values() if len(found) > 1)
         for run_id in self.runs:
             state = states.get(run_id)

@@ -41,7 +41,8 @@ def test_chaos_on_sqlite(tmp_path: Path, processes: Processes, profile: Profile)
     _deploy(project, "CHAOS-SQLITE")
     match = re.search(r"sqlite:\n\s+path: (\S+)", project.runtime.read_text())
     assert match is not None
-    campaign = Campaign(project, sandbox, SqliteBackend(project, Path(match.group(1))), profile)
+    store = Path(match.group(1).strip("\"'"))
+    campaign = Campaign(project, sandbox, SqliteBackend(project, store), profile)
     with printed(campaign.tally, f"sqlite ({profile.name} profile)"):
         tally = run_campaign(campaign)
     assert not tally.failures(), tally.table("sqlite")

@@ -112,14 +112,14 @@ def test_doctor_ready_and_the_restore_hold(sqlite_deployed: Deployed) -> None:
     deployed = sqlite_deployed
     service = deployed.service
     admitted = deployed.admit(run_input())
-    assert deployed.run(service.ready()) is True
+    assert deployed.run(service.ready()) is None
     doctor = deployed.run(service.doctor())
     assert doctor.activation_ready
     assert doctor.state.statuses["running"] == 1 and len(doctor.state.statuses) == 8
     assert doctor.state.audit_head == deployed.audit.head
     held = deployed.run(service.restore_hold("case-2"))
     assert (held.restore_hold, held.admissions_hold, held.restore_review) == (True, True, 1)
-    assert deployed.run(service.ready()) is False
+    assert deployed.run(service.ready()) == "coordinator.command.restore-hold"
     status = deployed.status(admitted.run.run_id)
     assert status is not None and (status.status, status.restore_review) == ("attention", True)
     assert not deployed.worker().tick()

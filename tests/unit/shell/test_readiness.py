@@ -42,9 +42,9 @@ def _unavailable() -> CoordinatorError:
 def test_a_binding_check_the_store_did_not_let_run_is_not_kept() -> None:
     bindings = _Bindings([_unavailable(), True])
     readiness = Readiness(_context(bindings))
-    assert readiness() is False
-    assert readiness() is True  # checked again at once, not 30 s later
-    assert readiness() is True  # and that verdict is kept
+    assert readiness() == "coordinator.command.store-unavailable"
+    assert readiness() is None  # checked again at once, not 30 s later
+    assert readiness() is None  # and that verdict is kept
     assert bindings.checks == 2
 
 
@@ -52,6 +52,6 @@ def test_a_binding_check_that_ran_and_failed_is_kept() -> None:
     refused = CoordinatorError(Diagnostic("coordinator.command.live-binding-conflict"))
     bindings = _Bindings([refused, True])
     readiness = Readiness(_context(bindings))
-    assert readiness() is False
-    assert readiness() is False
+    assert readiness() == "coordinator.command.live-binding-conflict"
+    assert readiness() == "coordinator.command.live-binding-conflict"
     assert bindings.checks == 1

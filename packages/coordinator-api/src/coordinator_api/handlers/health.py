@@ -19,12 +19,17 @@ async def get_health(coordinator: RequestContext) -> Response:
 
 
 async def get_ready(coordinator: RequestContext) -> Response:
-    """Recovery-only mode is never ready; the rest is the service's verdict."""
-    ready = False
-    if not coordinator.state.settings.recovery_only:
+    """Recovery-only mode is never ready; the rest is the service's verdict. Not ready names
+    why (`code`; 09 §5 step 7: `coordinator.command.store-unavailable` while the store is
+    away)."""
+    if coordinator.state.settings.recovery_only:
+        code: str | None = "coordinator.command.recovery-only"
+    else:
         try:
-            ready = await coordinator.state.service.ready()
+            code = await coordinator.state.service.ready()
         except Exception:  # a failing check is a "not ready", never a 500
             logger.warning("readiness check failed")
-            ready = False
-    return json_reply({"ready": ready}, 200 if ready else 503)
+            code = "coordinator.request.internal-error"
+    if code is None:
+        return json_reply({"ready": True})
+    return json_reply({"ready": False, "code": code}, 503)

@@ -38,6 +38,7 @@ from coordinator_core.engine import (
 )
 from coordinator_core.engine.program import DefinitionError
 from coordinator_core.errors import CoordinatorError
+from coordinator_core.shell import failpoints
 from coordinator_core.shell.adapters import AccessToken, CommandFormatError, PreparedCommand
 from coordinator_core.shell.audit import (
     WorkerOutcome,
@@ -107,6 +108,15 @@ Entry = tuple[
 def _ending(record: StepRecord) -> Literal["observation", "transition"]:
     """The action of the entry that ends a leased record (07 §11)."""
     return "observation" if record.type == "wait-for" else "transition"
+
+
+def _boundary(mode: _Mode, guess: Advance, held: Claim | None) -> str:
+    """The failpoint a committed fence or finish passes (`shell.failpoints`)."""
+    if mode == "finish":
+        return "mid-continuation" if held is not None else "after-finish"
+    if any(isinstance(command, MarkMaySend) for command in guess.commands):
+        return "after-pre-send"
+    return "after-freeze"
 
 
 def _marked(snapshot: RunSnapshot) -> frozenset[str]:
@@ -316,6 +326,7 @@ class RecordAttempt:
             written = store.record_step_progress(self.claim, now, decide)
         chain.adopt(written, now)
         held = written.claim
+        failpoints.reach(_boundary(mode, guess, held))
         if (
             held is not None
             and held.step == self.claim.step

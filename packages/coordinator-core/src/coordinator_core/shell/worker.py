@@ -42,6 +42,7 @@ from coordinator_core.engine import (
 )
 from coordinator_core.engine.program import DefinitionError, EngineInvariantError
 from coordinator_core.errors import CoordinatorError
+from coordinator_core.shell import failpoints
 from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.attempt import (
     Discard,
@@ -184,6 +185,7 @@ class Worker:
                     self.wakeup.learn(self.store.next_instants(claim_now), since, claim_now)
                 return fired > 0
             chain.adopt(written, claim_now)
+            failpoints.reach("after-claim")
         except BaseException:
             self.wakeup.forget()
             raise

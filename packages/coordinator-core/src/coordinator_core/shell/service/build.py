@@ -84,8 +84,8 @@ class StoreRunService:
 
     # -- readiness and doctor ---------------------------------------------------------------------
 
-    async def ready(self) -> bool:
-        result: bool = await asyncio.to_thread(self._readiness)
+    async def ready(self) -> str | None:
+        result: str | None = await asyncio.to_thread(self._readiness)
         return result
 
     async def doctor(self) -> Doctor:

@@ -41,34 +41,42 @@ class Readiness:
     """06 §10 readiness except recovery-only mode (which the API knows): the store verifies,
     no hold is set, the journal can append and the live-binding check passes (its result is
     kept for `READY_CACHE_SECONDS`; a check the unreachable store did not let run is not kept,
-    so readiness returns with the store, 09 §5 step 7)."""
+    so readiness returns with the store, 09 §5 step 7). Answers None when ready, else the code
+    of what is not: `coordinator.command.store-unavailable` while the store is away (09 §5
+    step 7), the store check's refusal, a hold, the journal, or the live-binding check."""
 
     def __init__(self, context: ServiceContext) -> None:
         self._context = context
         self._until = 0.0
-        self._bindings = False
+        self._bindings: str | None = LIVE_BINDING_CONFLICT
         self._lock = threading.Lock()
 
-    def __call__(self) -> bool:
+    def __call__(self) -> str | None:
         context = self._context
         try:
             control = context.store.verify()
-        except CoordinatorError:
-            return False
-        if control.restore_hold or control.admissions_hold:
-            return False
+        except CoordinatorError as error:
+            return error.code
+        if control.restore_hold:
+            return "coordinator.command.restore-hold"
+        if control.admissions_hold:
+            return "coordinator.command.restore-admissions-held"
         if context.audit is not None and not context.audit.ready:
-            return False
+            return "coordinator.command.audit-unavailable"
         with self._lock:
             if time.monotonic() >= self._until:
                 try:
-                    self._bindings = context.bindings.unsettled_match(context.now())
+                    matched = context.bindings.unsettled_match(context.now())
+                    self._bindings = None if matched else LIVE_BINDING_CONFLICT
                 except CoordinatorError as error:
                     if error.code == STORE_UNAVAILABLE:
-                        return False  # the check could not run: not ready, nothing cached
-                    self._bindings = False
+                        return STORE_UNAVAILABLE  # the check could not run: nothing cached
+                    self._bindings = error.code
                 self._until = time.monotonic() + READY_CACHE_SECONDS
             return self._bindings
+
+
+LIVE_BINDING_CONFLICT: Final = "coordinator.command.live-binding-conflict"
 
 
 def doctor(context: ServiceContext) -> Doctor:

@@ -366,8 +366,10 @@ class RunService(Protocol):
       `coordinator.command.activation-changed`, `coordinator.command.live-binding-conflict`.
     """
 
-    async def ready(self) -> bool:
-        """06 §10 readiness, except recovery-only mode (which the API knows)."""
+    async def ready(self) -> str | None:
+        """06 §10 readiness, except recovery-only mode (which the API knows): None when ready,
+        else the code of what is not (`coordinator.command.store-unavailable` while the store
+        is away, 09 §5 step 7)."""
         ...
 
     async def admit(self, admission: AdmissionRequest) -> RunAdmitted:
