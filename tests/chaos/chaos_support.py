@@ -80,6 +80,8 @@ class Tally:
     kills: int = 0
     faults: int = 0
     drills: int = 0
+    drills_refused: int = 0  # the plain start refused, as it had to
+    drills_accepted: int = 0  # the plain start was accepted, as it had to
     lost: int = 0
     stuck: int = 0
     duplicated: int = 0
@@ -95,7 +97,10 @@ class Tally:
     def table(self, title: str) -> str:
         rows = [
             ("runs", self.runs), ("kills", self.kills), ("faults", self.faults),
-            ("restore drills", self.drills), ("runs lost", self.lost),
+            ("restore drills", f"{self.drills} ({self.drills_refused} refused and"
+             f" {self.drills_accepted} accepted as they had to be,"
+             f" {self.drills - self.drills_refused - self.drills_accepted - self.missed_detections - self.false_detections} not judged)"),
+            ("runs lost", self.lost),
             ("runs stuck without attention", self.stuck),
             ("effects sent twice / other bytes or key", self.duplicated),
             ("unknown effects settled without a receipt", self.unproven),
@@ -469,11 +474,17 @@ class Campaign:
             plain.terminate()
             plain.wait(40)
         self.tally.drills += 1
-        if expected is True and not refused:
-            self.tally.missed_detections += 1
-        if expected is False and refused:
-            self.tally.false_detections += 1
-            self.tally.notes.append(f"drill {self.tally.drills}: refused with nothing after it")
+        if expected is True:
+            if refused:
+                self.tally.drills_refused += 1
+            else:
+                self.tally.missed_detections += 1
+        if expected is False:
+            if refused:
+                self.tally.false_detections += 1
+                self.tally.notes.append(f"drill {self.tally.drills}: refused, nothing after it")
+            else:
+                self.tally.drills_accepted += 1
         self.runbook()
 
     def runbook(self) -> None:
