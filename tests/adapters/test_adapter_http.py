@@ -7,16 +7,7 @@ import threading
 from typing import Any
 
 import pytest
-from adapter_support import (
-    Reply,
-    call,
-    command,
-    command_key,
-    deadline,
-    refused,
-    retryable,
-    success,
-)
+from adapter_support import Reply, call, command, command_key, deadline, refused, retryable, success
 
 from coordinator_core.shell.adapters import HttpSettings
 from coordinator_core.shell.adapters.breg import BregAdapter

@@ -7,13 +7,7 @@ import uuid
 from dataclasses import replace
 
 import pytest
-from integration_support import (
-    CALLER,
-    OTHER_CALLER,
-    WORKFLOW,
-    Deployed,
-    run_input,
-)
+from integration_support import CALLER, OTHER_CALLER, WORKFLOW, Deployed, run_input
 
 from coordinator_core.shell.service import RunQuery, ServiceRefusal
 

@@ -15,16 +15,7 @@ import psycopg
 import pytest
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql
-from store_support import (
-    IDENTITY,
-    SECOND,
-    T0,
-    Backend,
-    admission,
-    admit,
-    claim,
-    start_step,
-)
+from store_support import IDENTITY, SECOND, T0, Backend, admission, admit, claim, start_step
 
 from coordinator_core.shell.store import (
     LEASE_SECONDS,

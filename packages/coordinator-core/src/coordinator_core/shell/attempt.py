@@ -40,16 +40,8 @@ from coordinator_core.engine.program import DefinitionError
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell import failpoints
 from coordinator_core.shell.adapters import AccessToken, CommandFormatError, PreparedCommand
-from coordinator_core.shell.audit import (
-    WorkerOutcome,
-)
-from coordinator_core.shell.codec import (
-    RunKeys,
-    overlay,
-    refreshed,
-    state_of,
-    write_of,
-)
+from coordinator_core.shell.audit import WorkerOutcome
+from coordinator_core.shell.codec import RunKeys, overlay, refreshed, state_of, write_of
 from coordinator_core.shell.store import (
     Claim,
     Recovery,

@@ -58,12 +58,7 @@ from coordinator_core.shell.audit import (
     worker_correlation,
     worker_record,
 )
-from coordinator_core.shell.codec import (
-    DefinitionCache,
-    RunKeys,
-    state_of,
-    write_of,
-)
+from coordinator_core.shell.codec import DefinitionCache, RunKeys, state_of, write_of
 from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.store import (
     FIRE_BATCH,

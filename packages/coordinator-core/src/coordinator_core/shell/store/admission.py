@@ -8,20 +8,10 @@ from sqlalchemy.engine import Connection
 
 from coordinator_core.evolve import evolve
 from coordinator_core.shell.store.base import StoreBase
-from coordinator_core.shell.store.dialect import (
-    truncate_ms,
-)
-from coordinator_core.shell.store.guards import (
-    refuse,
-)
-from coordinator_core.shell.store.invariants import (
-    StoreInvariantError,
-)
-from coordinator_core.shell.store.rows import (
-    AdmissionResult,
-    NewRun,
-    RunRow,
-)
+from coordinator_core.shell.store.dialect import truncate_ms
+from coordinator_core.shell.store.guards import refuse
+from coordinator_core.shell.store.invariants import StoreInvariantError
+from coordinator_core.shell.store.rows import AdmissionResult, NewRun, RunRow
 from coordinator_core.shell.store.statements import (
     INSERT_DEFINITION,
     INSERT_LIVE_PAIR,

@@ -20,10 +20,7 @@ from datetime import datetime
 from typing import Any, Final, Self, TypeVar
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import (
-    func,
-    select,
-)
+from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from coordinator_core.evolve import evolve
@@ -51,12 +48,7 @@ from coordinator_core.shell.store.guards import (
     read_ledger,
     refuse,
 )
-from coordinator_core.shell.store.invariants import (
-    Lease,
-    check_write,
-    claim_of,
-    new_token,
-)
+from coordinator_core.shell.store.invariants import Lease, check_write, claim_of, new_token
 from coordinator_core.shell.store.rows import (
     Claim,
     ControlRow,
@@ -86,11 +78,7 @@ from coordinator_core.shell.store.statements import (
     run_from,
     step_from,
 )
-from coordinator_core.shell.store.tables import (
-    CONTROL,
-    RUNS,
-    STEPS,
-)
+from coordinator_core.shell.store.tables import CONTROL, RUNS, STEPS
 
 T = TypeVar("T")
 

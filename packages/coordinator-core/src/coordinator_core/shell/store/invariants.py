@@ -7,16 +7,8 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from coordinator_core.shell.store.rows import (
-    Claim,
-    RunSnapshot,
-    RunWrite,
-    StepRow,
-)
-from coordinator_core.shell.store.statements import (
-    RUN_IMMUTABLE,
-    STEP_IMMUTABLE,
-)
+from coordinator_core.shell.store.rows import Claim, RunSnapshot, RunWrite, StepRow
+from coordinator_core.shell.store.statements import RUN_IMMUTABLE, STEP_IMMUTABLE
 
 
 class StaleLease(Exception):

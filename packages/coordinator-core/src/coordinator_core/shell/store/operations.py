@@ -8,35 +8,16 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import (
-    delete,
-    not_,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import delete, not_, or_, select, update
 from sqlalchemy.engine import Connection
 
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.store.base import StoreBase
-from coordinator_core.shell.store.dialect import (
-    lock_rows,
-    truncate_ms,
-)
-from coordinator_core.shell.store.guards import (
-    refuse,
-)
-from coordinator_core.shell.store.invariants import (
-    StoreInvariantError,
-)
-from coordinator_core.shell.store.queries import (
-    settled,
-)
-from coordinator_core.shell.store.rows import (
-    Decide,
-    HoldState,
-    RunSnapshot,
-)
+from coordinator_core.shell.store.dialect import lock_rows, truncate_ms
+from coordinator_core.shell.store.guards import refuse
+from coordinator_core.shell.store.invariants import StoreInvariantError
+from coordinator_core.shell.store.queries import settled
+from coordinator_core.shell.store.rows import Decide, HoldState, RunSnapshot
 from coordinator_core.shell.store.tables import (
     CONTROL,
     JOURNAL_HEADS,

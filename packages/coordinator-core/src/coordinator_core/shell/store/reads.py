@@ -7,28 +7,14 @@ import uuid
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import (
-    and_,
-    func,
-    or_,
-    select,
-)
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.engine import Connection
 
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.store.base import StoreBase
-from coordinator_core.shell.store.dialect import (
-    truncate_ms,
-)
-from coordinator_core.shell.store.guards import (
-    control_from,
-    refuse,
-)
-from coordinator_core.shell.store.queries import (
-    reported_status,
-    settled,
-    unknown_effect,
-)
+from coordinator_core.shell.store.dialect import truncate_ms
+from coordinator_core.shell.store.guards import control_from, refuse
+from coordinator_core.shell.store.queries import reported_status, settled, unknown_effect
 from coordinator_core.shell.store.rows import (
     ControlRow,
     HoldState,
@@ -38,18 +24,8 @@ from coordinator_core.shell.store.rows import (
     RunSnapshot,
     StoreSummary,
 )
-from coordinator_core.shell.store.statements import (
-    DEFINITION,
-    run_from,
-    unsettled_txn,
-)
-from coordinator_core.shell.store.tables import (
-    CONTROL,
-    JOURNAL_HEADS,
-    RUN_STATUSES,
-    RUNS,
-    STEPS,
-)
+from coordinator_core.shell.store.statements import DEFINITION, run_from, unsettled_txn
+from coordinator_core.shell.store.tables import CONTROL, JOURNAL_HEADS, RUN_STATUSES, RUNS, STEPS
 
 
 class StoreReads(StoreBase):

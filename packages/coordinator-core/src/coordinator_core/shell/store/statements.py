@@ -32,13 +32,8 @@ from coordinator_core.shell.store.dialect import (
     lock_rows,
     upsert_advancing,
 )
-from coordinator_core.shell.store.queries import (
-    settled,
-)
-from coordinator_core.shell.store.rows import (
-    RunRow,
-    StepRow,
-)
+from coordinator_core.shell.store.queries import settled
+from coordinator_core.shell.store.rows import RunRow, StepRow
 from coordinator_core.shell.store.tables import (
     CONTROL,
     DEFINITIONS,

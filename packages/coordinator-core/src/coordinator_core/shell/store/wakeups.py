@@ -13,18 +13,9 @@ from typing import Any, Final, Protocol
 from sqlalchemy.engine import Connection
 
 from coordinator_core.shell.store.base import StoreBase
-from coordinator_core.shell.store.dialect import (
-    from_epoch_ms,
-    to_epoch_ms,
-    truncate_ms,
-)
-from coordinator_core.shell.store.rows import (
-    NextInstants,
-)
-from coordinator_core.shell.store.statements import (
-    NEXT,
-    NOTIFY_AT,
-)
+from coordinator_core.shell.store.dialect import from_epoch_ms, to_epoch_ms, truncate_ms
+from coordinator_core.shell.store.rows import NextInstants
+from coordinator_core.shell.store.statements import NEXT, NOTIFY_AT
 
 _LISTEN_TIMEOUT: Final = 60.0
 """How often the listener looks at its stop flag when nothing arrives (it is a daemon thread:

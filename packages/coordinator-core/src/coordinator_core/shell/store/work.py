@@ -9,15 +9,8 @@ from sqlalchemy.engine import Connection
 
 from coordinator_core.evolve import evolve
 from coordinator_core.shell.store.base import StoreBase
-from coordinator_core.shell.store.dialect import (
-    pipelined,
-    truncate_ms,
-)
-from coordinator_core.shell.store.invariants import (
-    Lease,
-    StaleLease,
-    new_token,
-)
+from coordinator_core.shell.store.dialect import pipelined, truncate_ms
+from coordinator_core.shell.store.invariants import Lease, StaleLease, new_token
 from coordinator_core.shell.store.rows import (
     Claim,
     Decide,
