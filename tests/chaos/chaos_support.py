@@ -171,7 +171,13 @@ class SqliteBackend(Backend):
         return ("serve",)
 
     def backup(self, path: Path) -> None:
-        with sqlite3.connect(self.store) as source, sqlite3.connect(path) as target:
+        # Both connections closed here, not whenever the garbage collector gets to them: a
+        # connection left open on the live store would checkpoint its WAL into the file a
+        # later restore wrote (the restore would silently not happen).
+        with (
+            contextlib.closing(sqlite3.connect(self.store)) as source,
+            contextlib.closing(sqlite3.connect(path)) as target,
+        ):
             source.backup(target)
 
     def restore(self, path: Path) -> None:

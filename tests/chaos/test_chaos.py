@@ -10,7 +10,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 from chaos_support import Campaign, PostgresBackend, Profile, SqliteBackend, printed, run_campaign
 from e2e_support import Processes, Project
@@ -27,10 +26,7 @@ def _deploy(project: Project, reference: str) -> None:
 
 @pytest.fixture
 def cluster() -> Iterator[PrivatePostgres]:
-    with PrivatePostgres.running() as running:
-        with psycopg.connect(running.url(), autocommit=True) as admin:
-            admin.execute(f'CREATE ROLE "{RUNTIME_ROLE}" LOGIN')
-            admin.execute(f'CREATE DATABASE "{DATABASE}"')
+    with PrivatePostgres.running_with(DATABASE, RUNTIME_ROLE) as running:
         yield running
 
 
@@ -54,16 +50,11 @@ def test_chaos_on_postgresql(
     project = Project.create(tmp_path, processes)
     sandbox = project.start_sandbox()
     namespace = f"coordinator_chaos_{uuid.uuid4().hex[:8]}"
-    project.env["E2E_RUNTIME_URL"] = cluster.url(DATABASE, RUNTIME_ROLE)
-    project.env["E2E_MIGRATION_URL"] = cluster.url(DATABASE)
-    project.write_runtime(
+    project.write_postgres_runtime(
         sandbox,
-        database=(
-            "database:\n  postgresql:\n"
-            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
-            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
-            f"    namespace: {namespace}\n"
-        ),
+        runtime_url=cluster.url(DATABASE, RUNTIME_ROLE),
+        migration_url=cluster.url(DATABASE),
+        namespace=namespace,
         runtime_role=RUNTIME_ROLE,
         concurrency=2,
     )

@@ -298,6 +298,32 @@ class Project:
         )
         self.runtime.write_text(text)
 
+    def write_postgres_runtime(
+        self,
+        sandbox: Sandbox,
+        *,
+        runtime_url: str,
+        migration_url: str,
+        namespace: str,
+        runtime_role: str,
+        concurrency: int = 1,
+    ) -> None:
+        """`write_runtime` on a PostgreSQL store: the runtime role's and the migration role's
+        URLs reach the runtime file as environment secrets."""
+        self.env["E2E_RUNTIME_URL"] = runtime_url
+        self.env["E2E_MIGRATION_URL"] = migration_url
+        self.write_runtime(
+            sandbox,
+            database=(
+                "database:\n  postgresql:\n"
+                "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
+                "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
+                f"    namespace: {namespace}\n"
+            ),
+            runtime_role=runtime_role,
+            concurrency=concurrency,
+        )
+
     # -- the service ----------------------------------------------------------------------
 
     def start_service(self, name: str = "serve", *extra: str) -> subprocess.Popen[bytes]:

@@ -264,16 +264,11 @@ def test_deployment_status_names_the_runtime_role_and_its_wrong_grant(
     namespace = f"coordinator_ds_{uuid.uuid4().hex[:8]}"
     parts = urlsplit(postgres_url)
     runtime_url = urlunsplit(parts._replace(netloc=role + "@" + parts.netloc.rpartition("@")[2]))
-    project.env["E2E_RUNTIME_URL"] = runtime_url
-    project.env["E2E_MIGRATION_URL"] = postgres_url
-    project.write_runtime(
+    project.write_postgres_runtime(
         OFFLINE_SANDBOX,
-        database=(
-            "database:\n  postgresql:\n"
-            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
-            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
-            f"    namespace: {namespace}\n"
-        ),
+        runtime_url=runtime_url,
+        migration_url=postgres_url,
+        namespace=namespace,
         runtime_role=role,
     )
     project.deploy_ctl("migrate")

@@ -13,6 +13,7 @@ by `audit verify --runtime-config`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -44,8 +45,11 @@ def _store_path(project: Project) -> Path:
 
 def _backup(store: Path, copy: Path) -> None:
     """A consistent copy of the live SQLite store (the online backup API)."""
-    with sqlite3.connect(store) as source, sqlite3.connect(copy) as target:
-        source.backup(target)
+    with (
+        contextlib.closing(sqlite3.connect(store)) as source,
+        contextlib.closing(sqlite3.connect(copy)) as target,
+    ):
+        source.backup(target)  # closed at once: an open connection would undo the restore
 
 
 def _restore(copy: Path, store: Path) -> None:

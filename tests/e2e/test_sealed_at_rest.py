@@ -93,16 +93,11 @@ def test_pg_dump_and_audit_hold_no_canary(
     sandbox = project.start_sandbox()
     role = postgres_role()
     database = postgres_url.rpartition("/")[2]
-    project.env["E2E_RUNTIME_URL"] = with_database(postgres_url, database, user=role)
-    project.env["E2E_MIGRATION_URL"] = postgres_url
-    project.write_runtime(
+    project.write_postgres_runtime(
         sandbox,
-        database=(
-            "database:\n  postgresql:\n"
-            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
-            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
-            f"    namespace: coordinator_sealed_{uuid.uuid4().hex[:8]}\n"
-        ),
+        runtime_url=with_database(postgres_url, database, user=role),
+        migration_url=postgres_url,
+        namespace=f"coordinator_sealed_{uuid.uuid4().hex[:8]}",
         runtime_role=role,
     )
     canaries = _run_with_canaries(project, sandbox)

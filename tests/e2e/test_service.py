@@ -118,16 +118,11 @@ def _postgres_runtime(
     role = postgres_role()
     namespace = f"coordinator_e2e_{uuid.uuid4().hex[:8]}"
     database = postgres_url.rpartition("/")[2]
-    project.env["E2E_RUNTIME_URL"] = with_database(postgres_url, database, user=role)
-    project.env["E2E_MIGRATION_URL"] = postgres_url
-    project.write_runtime(
+    project.write_postgres_runtime(
         sandbox,
-        database=(
-            "database:\n  postgresql:\n"
-            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
-            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
-            f"    namespace: {namespace}\n"
-        ),
+        runtime_url=with_database(postgres_url, database, user=role),
+        migration_url=postgres_url,
+        namespace=namespace,
         runtime_role=role,
         concurrency=2,
     )

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from e2e_support import Project, Sandbox, wait_for
 from support.private_postgres import PrivatePostgres
@@ -45,24 +44,16 @@ BACK = "The store answers again: the loops resume."
 
 @pytest.fixture
 def cluster() -> Iterator[PrivatePostgres]:
-    with PrivatePostgres.running() as running:
-        with psycopg.connect(running.url(), autocommit=True) as admin:
-            admin.execute(f'CREATE ROLE "{RUNTIME_ROLE}" LOGIN')
-            admin.execute(f'CREATE DATABASE "{DATABASE}"')
+    with PrivatePostgres.running_with(DATABASE, RUNTIME_ROLE) as running:
         yield running
 
 
 def _deploy(project: Project, sandbox: Sandbox, cluster: PrivatePostgres) -> None:
-    project.env["E2E_RUNTIME_URL"] = cluster.url(DATABASE, RUNTIME_ROLE)
-    project.env["E2E_MIGRATION_URL"] = cluster.url(DATABASE)
-    project.write_runtime(
+    project.write_postgres_runtime(
         sandbox,
-        database=(
-            "database:\n  postgresql:\n"
-            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
-            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
-            "    namespace: coordinator_outage\n"
-        ),
+        runtime_url=cluster.url(DATABASE, RUNTIME_ROLE),
+        migration_url=cluster.url(DATABASE),
+        namespace="coordinator_outage",
         runtime_role=RUNTIME_ROLE,
         concurrency=2,
     )

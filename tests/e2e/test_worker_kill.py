@@ -44,16 +44,11 @@ def _postgres_runtime(
     """The runtime file on a fresh PostgreSQL namespace, one worker loop; the namespace."""
     role = postgres_role()
     namespace = f"coordinator_e2e_{uuid.uuid4().hex[:8]}"
-    project.env["E2E_RUNTIME_URL"] = _as_user(postgres_url, role)
-    project.env["E2E_MIGRATION_URL"] = postgres_url
-    project.write_runtime(
+    project.write_postgres_runtime(
         sandbox,
-        database=(
-            "database:\n  postgresql:\n"
-            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
-            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
-            f"    namespace: {namespace}\n"
-        ),
+        runtime_url=_as_user(postgres_url, role),
+        migration_url=postgres_url,
+        namespace=namespace,
         runtime_role=role,
         concurrency=1,
     )

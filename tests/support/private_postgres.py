@@ -138,6 +138,16 @@ class PrivatePostgres:
             cluster.cleanup()
 
     @classmethod
+    @contextlib.contextmanager
+    def running_with(cls, database: str, role: str) -> Iterator[PrivatePostgres]:
+        """`running`, with a database and a login role for a deployment's runtime role."""
+        with cls.running() as cluster:
+            with psycopg.connect(cluster.url(), autocommit=True) as admin:
+                admin.execute(f'CREATE ROLE "{role}" LOGIN')
+                admin.execute(f'CREATE DATABASE "{database}"')
+            yield cluster
+
+    @classmethod
     def create(cls) -> PrivatePostgres:
         """`initdb` a new cluster (not started); skips or fails where that is impossible."""
         binaries = postgres_binaries()
