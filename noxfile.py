@@ -1,4 +1,4 @@
-"""The one task runner: tests, lint, typecheck, generate, demo and benchmarks, locally and in CI."""
+"""The one task runner: tests, lint, typecheck, generate, wheels, demo and benchmarks, locally and in CI."""
 
 from __future__ import annotations
 

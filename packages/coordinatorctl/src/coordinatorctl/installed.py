@@ -1,5 +1,4 @@
-"""Whether this installation has the deployment half (`coordinatorctl[deploy]`), asked before a
-deployment command imports it."""
+"""Whether the deployment half (`coordinatorctl[deploy]`) is installed, asked before it loads."""
 
 from __future__ import annotations
 
