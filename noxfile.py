@@ -1,4 +1,4 @@
-"""The one task runner: tests, lint, typecheck, generate, wheels, demo and benchmarks, locally and in CI."""
+"""The one task runner (local and CI): tests, lint, typecheck, generate, wheels, demo, benchmarks."""
 
 from __future__ import annotations
 
