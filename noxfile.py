@@ -1,4 +1,4 @@
-"""The one task runner (local and CI): tests, lint, typecheck, generate, wheels, demo, benchmarks."""
+"""The one task runner, local and CI: tests, lint, typecheck, generate, wheels, demo, bench."""
 
 from __future__ import annotations
 
