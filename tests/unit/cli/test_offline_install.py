@@ -36,7 +36,10 @@ def test_the_probed_modules_are_the_import_names_of_the_service_extra() -> None:
     """`installed.SERVICE_MODULES` lists exactly one top-level module of each requirement of
     coordinator-core's `service` extra (as the installed metadata declares it)."""
     owners = metadata.packages_distributions()
-    declared = {requirement.name.lower() for requirement in _extra_requirements("coordinator-core", "service")}
+    declared = {
+        requirement.name.lower()
+        for requirement in _extra_requirements("coordinator-core", "service")
+    }
     assert declared == SERVICE_DISTRIBUTIONS | {"httpx"}
     probed = {
         next(d.lower() for d in owners[module] if d.lower() in declared)
@@ -54,7 +57,14 @@ def test_the_probed_modules_are_the_import_names_of_the_service_extra() -> None:
         ["--runtime-config", "/srv/coordinator/runtime.yaml", "plan"],
         ["--runtime-config", "/srv/coordinator/runtime.yaml", "apply"],
         ["--runtime-config", "/srv/coordinator/runtime.yaml", "deployment-status"],
-        ["--runtime-config", "/srv/coordinator/runtime.yaml", "audit", "verify", "--directory", "/x"],
+        [
+            "--runtime-config",
+            "/srv/coordinator/runtime.yaml",
+            "audit",
+            "verify",
+            "--directory",
+            "/x",
+        ],
     ],
 )
 def test_a_deployment_command_without_the_extra_refuses_and_names_it(
@@ -95,7 +105,7 @@ def _probe(python: str, work: Path, environment: dict[str, str] | None = None) -
     answer = work.parent / f"{work.name}-probe.json"
     result = subprocess.run(
         [python, "-c", OFFLINE_PROBE, json.dumps(_offline_commands(work)), str(answer)],
-        cwd=work, capture_output=True, text=True, timeout=300, env=environment,
+        cwd=work, capture_output=True, text=True, timeout=300, env=environment, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     found: dict[str, Any] = json.loads(answer.read_text(encoding="utf-8"))
@@ -163,7 +173,7 @@ def test_an_install_without_the_extras_runs_the_offline_commands(
     refused = subprocess.run(
         [str(venv / "bin" / "coordinatorctl"), "--runtime-config", str(work / "follow-up" /
          "runtime.yaml"), "migrate", "--format", "json"],
-        cwd=work, capture_output=True, text=True, timeout=120, env=environment,
+        cwd=work, capture_output=True, text=True, timeout=120, env=environment, check=False,
     )  # fmt: skip
     assert refused.returncode == 2, refused.stderr
     assert "Traceback" not in refused.stderr

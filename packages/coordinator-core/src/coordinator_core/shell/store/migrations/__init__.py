@@ -39,6 +39,7 @@ __all__ = [
     "supported_migrations",
 ]
 
+
 def _package_directory() -> Path:
     """This package's directory (package data: `env.py`, `script.py.mako`, `versions/`), found
     with importlib.resources. Alembic runs the scripts from a directory on disk, which every
