@@ -80,7 +80,7 @@ def test_a_deployment_command_without_the_extra_refuses_and_names_it(
     assert code == 2
     [diagnostic] = document["diagnostics"]
     assert diagnostic["code"] == "coordinator.command.extra-required"
-    assert "coordinatorctl[deploy]" in diagnostic["hint"]
+    assert "coordinatorctl[deploy]" in diagnostic["suggestedAction"]
 
 
 def test_with_the_extra_nothing_is_missing() -> None:
@@ -179,4 +179,4 @@ def test_an_install_without_the_extras_runs_the_offline_commands(
     assert "Traceback" not in refused.stderr
     [diagnostic] = json.loads(refused.stdout)["diagnostics"]
     assert diagnostic["code"] == "coordinator.command.extra-required"
-    assert "coordinatorctl[deploy]" in diagnostic["hint"]
+    assert "coordinatorctl[deploy]" in diagnostic["suggestedAction"]
