@@ -1,22 +1,32 @@
-"""The one task runner: tests, lint, typecheck, generate, demo and benchmarks, locally and in CI."""
+"""The one task runner, local and CI: tests, lint, typecheck, generate, wheels, demo, bench."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
 
 ROOT = Path(__file__).parent
 CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
-WORKSPACE = (
-    "-e", str(ROOT / "generated"),
-    "-e", str(ROOT / "packages" / "coordinator-core"),
-    "-e", str(ROOT / "packages" / "coordinatorctl"),
-    "-e", str(ROOT / "packages" / "coordinator-api"),
-    "-e", str(ROOT / "packages" / "coordinator-sandbox"),
-)  # fmt: skip
+# Every distribution of the workspace: its name and its project directory. The sessions install
+# them from wheels built here (never `-e`): what a user installs is what the tests test, so a
+# file the product reads at run time that a wheel lacks fails the suite.
+DISTRIBUTIONS = (
+    ("coordinator-models", ROOT / "generated"),
+    ("coordinator-core", ROOT / "packages" / "coordinator-core"),
+    ("coordinatorctl", ROOT / "packages" / "coordinatorctl"),
+    ("coordinator-api", ROOT / "packages" / "coordinator-api"),
+    ("coordinator-sandbox", ROOT / "packages" / "coordinator-sandbox"),
+)
+# The extras the sessions install: the service half and the deployment commands (the install
+# without them is tested by tests/unit/cli/test_offline_install.py).
+EXTRAS = {"coordinator-core": "[service]", "coordinatorctl": "[deploy]"}
+# Where tests find the wheels this session installed (tests/support/wheels.py).
+WHEELS_VARIABLE = "COORDINATOR_TEST_WHEELS"
 # The source roots of the workspace packages, for tools that read the code without installing it.
 SOURCE_ROOTS = tuple(
     str(ROOT / "packages" / package / "src")
@@ -29,6 +39,9 @@ TEST_TOOLS = (
     "schemathesis",
     "openapi-core",
     "openapi-spec-validator",
+    # tests/support/wheels.py builds wheels and tests/unit/cli/test_offline_install.py makes a
+    # clean environment with it; on PATH in the session even when nox runs from .venv/bin.
+    "uv",
 )
 
 # Benchmark targets whose script takes the arguments that follow them.
@@ -41,18 +54,57 @@ nox.options.sessions = ["generate_check", "lint", "typecheck", "tests"]
 os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
 
 
+def uv_command() -> str:
+    """The uv beside the running nox (`.venv/bin/python -m nox` need not have it on PATH)."""
+    return shutil.which("uv", path=str(Path(sys.executable).parent)) or "uv"
+
+
+def build_wheels(run: Callable[..., object], out: Path) -> None:
+    """One wheel per distribution, built from the checkout into `out` (`uv build --wheel`,
+    hatchling pinned by constraints.txt), with `run` (a session's `run` or `run_install`)."""
+    for _, directory in DISTRIBUTIONS:
+        run(
+            uv_command(), "build", "--quiet", "--wheel", "--build-constraints",
+            str(ROOT / "constraints.txt"), "--out-dir", str(out), str(directory),
+            external=True, silent=True,
+        )  # fmt: skip
+
+
+def session_wheels(session: nox.Session) -> Path:
+    """The wheels of this session, built afresh beside its environment with `run_install`:
+    `--install-only` builds them, `--no-install` keeps the last build."""
+    out = Path(session.virtualenv.location).parent / f"{session.name}-wheels"
+    fresh = out.with_name(out.name + ".new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    build_wheels(session.run_install, fresh)
+    if fresh.is_dir():
+        shutil.rmtree(out, ignore_errors=True)
+        fresh.rename(out)
+    return out
+
+
 def install_workspace(session: nox.Session, *extra: str) -> None:
-    session.install(*CONSTRAINTS, *WORKSPACE, *extra)
-    # Editable installs are not byte-compiled and this machine sets PYTHONDONTWRITEBYTECODE=1,
-    # so every `coordinatorctl` process would recompile the sources; compile them once here.
-    session.run(
-        "python", "-m", "compileall", "-q", "packages", "generated", silent=True
-    )  # fmt: skip
+    """Install the built wheels (with the service and deploy extras) and `extra` into the
+    session's environment, replacing any earlier install of the workspace, editable or not."""
+    out = session_wheels(session)
+    references = []
+    for name, _ in DISTRIBUTIONS:
+        wheel = next(out.glob(name.replace("-", "_") + "-*.whl"), None)
+        if wheel is None:
+            session.error(f"no wheel of {name} in {out}: run the session without --no-install")
+        references.append(f"{name}{EXTRAS.get(name, '')} @ {wheel.resolve().as_uri()}")
+    if session.venv_backend == "uv":
+        reinstall = [f"--reinstall-package={name}" for name, _ in DISTRIBUTIONS]
+        session.install(*CONSTRAINTS, *reinstall, *references, *extra)
+    else:
+        session.install("--force-reinstall", "--no-deps", *references)
+        session.install(*CONSTRAINTS, *references, *extra)
+    session.env[WHEELS_VARIABLE] = str(out)
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (unit, acceptance) against the installed workspace."""
+    """Run the test suite (unit, acceptance, …) against the workspace installed from wheels."""
     install_workspace(session, *TEST_TOOLS)
     args = session.posargs or ["-n", "2", "-q"]
     session.run("pytest", *args)
@@ -121,6 +173,17 @@ def demo(session: nox.Session) -> None:
     session.run("python", "scripts/demo.py", *session.posargs)
 
 
+@nox.session(venv_backend="none")
+def wheels(session: nox.Session) -> None:
+    """Build the wheel of every distribution into dist/ (or the directory given after `--`),
+    for `pip install dist/….whl` (docs/installing.md)."""
+    out = Path(session.posargs[0]) if session.posargs else ROOT / "dist"
+    for stale in out.glob("*.whl"):
+        stale.unlink()
+    build_wheels(session.run, out)
+    session.log("built " + ", ".join(sorted(path.name for path in out.glob("*.whl"))))
+
+
 def peer_python(session: nox.Session) -> str:
     """The Python of the service benchmark's peer (DBOS Transact, pinned), in a virtual
     environment of its own beside the session's: never the workspace's environment."""
@@ -128,10 +191,11 @@ def peer_python(session: nox.Session) -> str:
     python = location / "bin" / "python"
     if not python.exists():
         session.run(
-            "uv", "venv", "--quiet", "--python", sys.executable, str(location), external=True
-        )
+            uv_command(), "venv", "--quiet", "--python", sys.executable, str(location),
+            external=True,
+        )  # fmt: skip
     session.run(
-        "uv", "pip", "install", "--quiet", "--python", str(python),
+        uv_command(), "pip", "install", "--quiet", "--python", str(python),
         "-r", str(ROOT / "scripts" / "bench_peer" / "requirements.txt"),
         external=True,
     )  # fmt: skip

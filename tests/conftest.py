@@ -1,4 +1,4 @@
-"""PostgreSQL for every suite that needs it, in one place.
+"""PostgreSQL for every suite that needs it, and the workspace's built wheels, in one place.
 
 The server is the one named by `COORDINATOR_TEST_POSTGRES_URL` (default
 `postgresql://root@127.0.0.1:5432/root`); each test session creates its own database and drops
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -90,3 +91,12 @@ def pytest_ignore_collect(collection_path: object, config: pytest.Config) -> boo
     if name == "chaos" and parent == "tests" and not config.getoption("--chaos"):
         return True
     return None
+
+
+@pytest.fixture(scope="session")
+def workspace_wheels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Distribution name → the wheel the session installed, or one built here with uv
+    (tests/support/wheels.py)."""
+    from support.wheels import workspace_wheels as built
+
+    return built(tmp_path_factory)

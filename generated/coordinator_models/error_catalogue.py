@@ -271,6 +271,13 @@ CODES: Final[dict[str, tuple[str, str, int, str, int | None]]] = {
         "error",
         None,
     ),
+    "coordinator.command.extra-required": (
+        "The command needs the store and deployment dependencies, which this installation does not have.",
+        "Install the deployment extra: `pip install 'coordinatorctl[deploy]'` (it brings `coordinator-core[service]`); the offline commands work without it.",
+        2,
+        "error",
+        None,
+    ),
     "coordinator.command.input-invalid": (
         "A command input is malformed.",
         "Correct the input: JSON must be strict and within the JSON value bounds, a reason 1–256 bytes without control characters, and a date-time in RFC 3339 form.",

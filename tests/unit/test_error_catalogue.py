@@ -56,6 +56,7 @@ EXIT_2 = {
     "coordinator.cli.usage",
     "coordinator.command.usage",
     "coordinator.command.runtime-config-required",
+    "coordinator.command.extra-required",  # of this implementation (PRODUCT_CODES)
     "coordinator.command.deployment-required",
     "coordinator.command.service-required",
     "coordinator.command.token-file-required",
@@ -71,6 +72,9 @@ PRODUCT_CODES = (
     # contract bounds bodies and tokens but not request heads or open connections.
     "coordinator.request.headers-too-large",
     "coordinator.request.connections-exhausted",
+    # A deployment command of a `coordinatorctl` installed without its `deploy` extra (the
+    # offline commands install without a store driver, docs/installing.md).
+    "coordinator.command.extra-required",
 )
 
 EXIT_3 = {

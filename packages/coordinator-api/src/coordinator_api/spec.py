@@ -2,22 +2,24 @@
 
 The app serves `openapi.connexion.yaml` (3.0.3, for Connexion) and validates request bodies
 against the 2020-12 schemas of `openapi.bundled.yaml` (3.1). Both are generated from spec/ by
-`nox -s generate` into generated/, which is also the root of the `coordinator-models`
-distribution. They are found, in this order, in:
+`nox -s generate` into generated/, the root of the `coordinator-models` distribution, whose wheel
+ships them as package data at `coordinator_models/openapi/` (generated/pyproject.toml). They are
+found with `importlib.resources`, in this order:
 
-1. `ApiSettings.openapi_dir`;
-2. the directory named by the environment variable `COORDINATOR_OPENAPI_DIR`;
-3. `coordinator_models/openapi/` (package data, once the generate step ships copies there);
-4. the parent directory of the `coordinator_models` package (generated/ in a source checkout or
-   an editable install).
+1. `ApiSettings.openapi_dir` (an explicit directory: tests and embedders);
+2. `coordinator_models/openapi/`: the package data of an installed wheel;
+3. beside the `coordinator_models` package: generated/ itself, for an editable install of the
+   checkout (whose package directory has no copies).
+
+No environment variable or checkout path is needed: a plain `pip install` of the wheels serves.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,7 +28,7 @@ import yaml
 __all__ = [
     "BUNDLED_NAME",
     "CONNEXION_NAME",
-    "OPENAPI_DIR_ENV",
+    "MODELS_PACKAGE",
     "OpenApiFiles",
     "OperationInfo",
     "Route",
@@ -38,7 +40,7 @@ __all__ = [
 
 BUNDLED_NAME: Final = "openapi.bundled.yaml"
 CONNEXION_NAME: Final = "openapi.connexion.yaml"
-OPENAPI_DIR_ENV: Final = "COORDINATOR_OPENAPI_DIR"
+MODELS_PACKAGE: Final = "coordinator_models"  # the distribution coordinator-models
 _METHODS: Final = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
 
@@ -49,18 +51,12 @@ class OpenApiFiles:
 
 
 def _candidates(explicit: Path | None) -> list[Path]:
-    found: list[Path] = []
-    if explicit is not None:
-        found.append(explicit)
-    environment = os.environ.get(OPENAPI_DIR_ENV)
-    if environment:
-        found.append(Path(environment))
-    try:
-        import coordinator_models
-    except ImportError:  # pragma: no cover - a broken installation
-        return found
-    package = Path(coordinator_models.__file__).resolve().parent
-    found.extend([package / "openapi", package.parent])
+    found: list[Path] = [] if explicit is None else [explicit]
+    package = files(MODELS_PACKAGE)
+    # A package installed from a wheel or a checkout is a directory on disk; Connexion and the
+    # body schemas are read from files, so a zipped installation (no Path) finds nothing here.
+    if isinstance(package, Path):
+        found.extend([package / "openapi", package.parent])
     return found
 
 
@@ -71,8 +67,8 @@ def locate_openapi(explicit: Path | None = None) -> OpenApiFiles:
         if bundled.is_file() and connexion.is_file():
             return OpenApiFiles(bundled.resolve(), connexion.resolve())
     raise FileNotFoundError(
-        f"{BUNDLED_NAME} and {CONNEXION_NAME} not found; run `nox -s generate` or set "
-        f"{OPENAPI_DIR_ENV}"
+        f"{BUNDLED_NAME} and {CONNEXION_NAME} are not in the installed {MODELS_PACKAGE} package: "
+        "reinstall coordinator-models from its wheel (or run `nox -s generate` in a checkout)"
     )
 
 

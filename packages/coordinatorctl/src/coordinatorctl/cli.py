@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.streams import guard_output
-from coordinatorctl import remote_args
+from coordinatorctl import installed, remote_args
 from coordinatorctl.report import Outcome, emit, render_text
 
 __all__ = ["main"]
@@ -222,6 +222,9 @@ def _run(options: argparse.Namespace) -> Outcome:
             return _usage_outcome()
         heads = None
         if options.runtime_config is not None:
+            missing = installed.require_deploy_extra()
+            if missing is not None:
+                return Outcome("audit verify", [missing])
             from coordinatorctl import deploy
 
             found = deploy.journal_heads(options.runtime_config)
@@ -238,6 +241,9 @@ def _run(options: argparse.Namespace) -> Outcome:
             return Outcome(
                 options.command, [Diagnostic("coordinator.command.runtime-config-required")]
             )
+        missing = installed.require_deploy_extra()
+        if missing is not None:
+            return Outcome(options.command, [missing])
         from coordinatorctl import deploy
 
         return deploy.run(options)

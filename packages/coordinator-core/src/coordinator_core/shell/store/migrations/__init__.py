@@ -23,6 +23,7 @@ import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
+from importlib.resources import files
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final
@@ -38,7 +39,18 @@ __all__ = [
     "supported_migrations",
 ]
 
-MIGRATIONS_DIR: Final = Path(__file__).parent
+
+def _package_directory() -> Path:
+    """This package's directory (package data: `env.py`, `script.py.mako`, `versions/`), found
+    with importlib.resources. Alembic runs the scripts from a directory on disk, which every
+    installed wheel is; a zipped install has none and is refused here, at import."""
+    package = files(__name__)
+    if not isinstance(package, Path):  # pragma: no cover - zipimport, which pip never installs
+        raise RuntimeError("The store migrations must be installed as files, not zipped.")
+    return package
+
+
+MIGRATIONS_DIR: Final = _package_directory()
 _VERSIONS_DIR: Final = MIGRATIONS_DIR / "versions"
 
 # version → the ledger checksum of its released bytes before the relocation of the store package
