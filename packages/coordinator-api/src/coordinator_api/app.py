@@ -64,7 +64,7 @@ from starlette.exceptions import HTTPException
 from coordinator_api.access import AccessVerifier, bearer_token, match_secret
 from coordinator_api.bodies import BodySchemas
 from coordinator_api.edge import EdgeMiddleware, context_of
-from coordinator_api.explorer import SelfDescription, render_document
+from coordinator_api.explorer import SelfDescription, explorer_assets, render_document
 from coordinator_api.handlers import OPERATIONS, handler_of
 from coordinator_api.problems import (
     INTERNAL_ERROR,
@@ -283,6 +283,7 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
     # 06 §14: `/openapi.json` answers the 3.1 document the bodies are validated against; its
     # operations are the ones Connexion routes (the 3.0.3 rendering of the same spec).
     served_document = render_document(bundled_document)
+    assets = explorer_assets()
     operations = operation_table(connexion_document)
     if set(operations) != set(OPERATIONS) or set(operation_table(bundled_document)) != set(
         OPERATIONS
@@ -314,7 +315,7 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
         __name__,
         lifespan=lifespan,
         middlewares=[
-            functools.partial(SelfDescription, document=served_document),
+            functools.partial(SelfDescription, document=served_document, assets=assets),
             functools.partial(EdgeMiddleware, state=state),
             functools.partial(ServerErrorMiddleware, handler=_problem_reply),
             ExceptionMiddleware,

@@ -50,7 +50,7 @@ def render_document(document: Mapping[str, Any]) -> bytes:
 
 def explorer_assets() -> dict[str, Path]:
     """URL path under /docs → the shipped file: the page and its initializer (package data of
-    coordinator_api) and Swagger UI's files. A missing file fails here, at app creation."""
+    coordinator_api) and Swagger UI's files. A missing file fails here (`create_app` calls it)."""
     import swagger_ui_bundle  # type: ignore[import-untyped]
 
     swagger_ui = Path(swagger_ui_bundle.swagger_ui_path)
@@ -97,10 +97,10 @@ class SelfDescription:
     /docs` and the explorer's files; any other method there is `405` with `Allow: GET`, an
     unknown file under /docs/ is `404`. Everything else passes through untouched."""
 
-    def __init__(self, app: ASGIApp, *, document: bytes) -> None:
+    def __init__(self, app: ASGIApp, *, document: bytes, assets: Mapping[str, Path]) -> None:
         self.app = app
         self.document = document
-        self.assets = explorer_assets()
+        self.assets = assets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
