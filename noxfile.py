@@ -29,6 +29,8 @@ TEST_TOOLS = (
     "schemathesis",
     "openapi-core",
     "openapi-spec-validator",
+    # tests/e2e/test_generated_client.py generates a client from the served document.
+    "openapi-python-client",
 )
 
 # Benchmark targets whose script takes the arguments that follow them.
