@@ -173,6 +173,9 @@ def test_a_generated_client_drives_runs_through_the_served_document(
         capture_output=True, timeout=60, check=True, env=project.env,
     ).stdout  # fmt: skip
     assert printed == served.content
+    explorer = httpx.get(project.origin + "/docs", timeout=10)
+    assert explorer.status_code == 200 and "/docs/swagger-ui-bundle.js" in explorer.text
+    assert explorer.headers["content-security-policy"].startswith("default-src 'none'; script-src")
     document = served.json()
     tags = {
         operation["operationId"]: operation["tags"][0]
