@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
+import zipfile
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -122,3 +126,38 @@ def test_an_operation_without_a_handler_stops_the_app(
     monkeypatch.setattr("coordinator_api.app.OPERATIONS", reduced)
     with pytest.raises(ValueError, match="operationIds of the OpenAPI documents"):
         create_app(settings(keys), service=FakeRunService(), journal=FakeJournal())
+
+
+@pytest.mark.parametrize(
+    ("distribution", "names"),
+    [
+        ("packages/coordinator-api", ["coordinator_api/static/explorer.html",
+                                      "coordinator_api/static/explorer.js"]),
+        ("generated", ["coordinator_models/openapi.json"]),
+    ],
+)  # fmt: skip
+def test_the_wheels_ship_the_document_and_the_explorer_page(
+    tmp_path: Path, distribution: str, names: list[str]
+) -> None:
+    uv = shutil.which("uv")
+    if uv is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("uv is needed to build the wheel (nox installs it)")
+        pytest.skip("uv is not on PATH: the wheel cannot be built here")
+    subprocess.run(
+        [uv, "build", "--wheel", "--out-dir", str(tmp_path), str(ROOT / distribution)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    [wheel] = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        for name in names:
+            relative = name.split("/", 1)[1]
+            source = (
+                ROOT / distribution / "src" / name
+                if distribution.startswith("packages/")
+                else ROOT / distribution / name
+            )
+            assert archive.read(name) == source.read_bytes(), relative
+        if distribution == "packages/coordinator-api":
+            metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+            assert "Requires-Dist: swagger-ui-bundle-v2" in archive.read(metadata).decode()
