@@ -42,6 +42,8 @@ TEST_TOOLS = (
     # tests/support/wheels.py builds wheels and tests/unit/cli/test_offline_install.py makes a
     # clean environment with it; on PATH in the session even when nox runs from .venv/bin.
     "uv",
+    # tests/e2e/test_generated_client.py generates a client from the served document.
+    "openapi-python-client",
 )
 
 # Benchmark targets whose script takes the arguments that follow them.

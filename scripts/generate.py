@@ -4,7 +4,11 @@ Outputs, all byte-reproducible:
   generated/coordinator_models/schemas/*.schema.json   published copies of spec/schemas
   generated/coordinator_models/<name>.py               pydantic v2 models (datamodel-code-generator)
   generated/coordinator_models/error_catalogue.py      the catalogue of spec/errors.yaml
-  docs/reference/error-codes.md                        the same catalogue for people
+  generated/coordinator_models/openapi.json            the bundled OpenAPI 3.1 document as the
+                                                       service serves it (`coordinatorctl openapi`)
+  generated/openapi.bundled.yaml, openapi.connexion.yaml   scripts/bundle_openapi.py
+  docs/reference/error-codes.md                        the error catalogue for people
+  docs/reference/api.md                                every route, body and problem code
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "spec"
 PACKAGE = Path("generated") / "coordinator_models"
 ERROR_DOC = Path("docs") / "reference" / "error-codes.md"
+API_DOC = Path("docs") / "reference" / "api.md"
+SERVED_DOCUMENT = "openapi.json"
 
 # Schema file stem → generated module name.
 MODELS = {
@@ -77,7 +83,9 @@ def generate(out_root: Path) -> None:
         )  # fmt: skip
     sys.path.insert(0, str(ROOT / "scripts"))
     import bundle_openapi
+    import generate_api_doc
     import generate_errors
+    import yaml
 
     bundled, connexion = bundle_openapi.bundle(SPEC)
     for name, text in (
@@ -96,6 +104,17 @@ def generate(out_root: Path) -> None:
     )
     (out_root / ERROR_DOC).parent.mkdir(parents=True, exist_ok=True)
     (out_root / ERROR_DOC).write_text(generate_errors.render_markdown(catalogue), encoding="utf-8")
+
+    document = yaml.safe_load(bundled)
+    # The bytes `GET /openapi.json` answers (coordinator_api.explorer.render_document) and
+    # `coordinatorctl openapi` prints: package data of coordinator-models.
+    served = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    (package / SERVED_DOCUMENT).write_text(served, encoding="utf-8", newline="\n")
+    (out_root / API_DOC).write_text(
+        generate_api_doc.render_markdown(document, catalogue["codes"]),
+        encoding="utf-8",
+        newline="\n",
+    )
 
 
 def _files(base: Path) -> set[Path]:
@@ -117,6 +136,7 @@ def check() -> int:
         drift.extend(f"not produced by spec/: {p}" for p in sorted(committed - fresh))
         pairs = [(ROOT / PACKAGE / p, out / PACKAGE / p) for p in sorted(committed & fresh)]
         pairs.append((ROOT / ERROR_DOC, out / ERROR_DOC))
+        pairs.append((ROOT / API_DOC, out / API_DOC))
         pairs.extend(
             (ROOT / "generated" / name, out / "generated" / name) for name in OPENAPI_DOCUMENTS
         )

@@ -1050,7 +1050,7 @@ CODES: Final[dict[str, tuple[str, str, int, str, int | None]]] = {
     ),
     "coordinator.request.not-found": (
         "No route exists at this path.",
-        "Check the path against the service's OpenAPI document, which `coordinatorctl openapi` prints.",
+        "Check the path against the service's OpenAPI document (`GET /openapi.json`, printed by `coordinatorctl openapi`).",
         1,
         "error",
         404,

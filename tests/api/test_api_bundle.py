@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -119,16 +120,35 @@ def test_not_ready_is_a_readiness_body_not_a_problem(bundled: dict[str, Any]) ->
     assert not_ready == {"application/json": {"schema": {"$ref": "#/components/schemas/Readiness"}}}
 
 
-def test_every_operation_id_resolves_to_a_handler(bundled: dict[str, Any]) -> None:
-    for item in bundled["paths"].values():
-        for operation in item.values():
-            if not isinstance(operation, dict) or "operationId" not in operation:
-                continue
-            module, function = operation["operationId"].split(".")
-            handler = getattr(
-                importlib.import_module(f"coordinator_api.handlers.{module}"), function
-            )
-            assert callable(handler)
+def test_every_operation_id_is_public_and_has_exactly_one_handler(bundled: dict[str, Any]) -> None:
+    from coordinator_api.handlers import OPERATIONS, handler_of
+
+    operation_ids = [
+        operation["operationId"]
+        for item in bundled["paths"].values()
+        for operation in item.values()
+        if isinstance(operation, dict) and "operationId" in operation
+    ]
+    assert len(operation_ids) == len(set(operation_ids))
+    # Public names as generated clients spell them: lowerCamelCase, no module prefix.
+    assert all(re.fullmatch(r"[a-z]+(?:[A-Z][a-z]+)*", name) for name in operation_ids)
+    assert set(operation_ids) == set(OPERATIONS)
+    handlers = [handler_of(name) for name in operation_ids]
+    assert all(callable(handler) for handler in handlers)
+    assert len({id(handler) for handler in handlers}) == len(handlers)
+    with pytest.raises(ValueError, match="has no handler"):
+        handler_of("runs.start_run")
+
+
+def test_links_name_operations_of_the_document(bundled: dict[str, Any]) -> None:
+    operation_ids = {
+        operation["operationId"]
+        for item in bundled["paths"].values()
+        for operation in item.values()
+        if isinstance(operation, dict) and "operationId" in operation
+    }
+    links = bundled["components"]["links"]
+    assert links and all(link["operationId"] in operation_ids for link in links.values())
 
 
 def test_problem_responses_use_problem_json(bundled: dict[str, Any]) -> None:

@@ -2,12 +2,14 @@
 
 Layers, outermost first (each named where it is defined):
 
+0. `SelfDescription` — `GET /openapi.json` and the API explorer at `/docs` (06 §14), answered
+   before anything else: no token, no audit.
 1. `EdgeMiddleware` — 404/405 from the documented paths, body capture (≤ 65,536 bytes), media
    type classification, `Cache-Control: no-store` and security headers on every response.
 2. Connexion's server-error and exception layers, both rendering through `_problem_reply`, so
    every refusal is problem+json with a `code` and never echoes the request.
-3. Connexion routing (`RelativeResolver`: operationId `runs.start_run` →
-   `coordinator_api.handlers.runs.start_run`).
+3. Connexion routing (operationId `startRun` → `coordinator_api.handlers.runs.start_run`
+   through the table `coordinator_api.handlers.OPERATIONS`).
 4. Connexion security with `_BearerSchemes`: access tokens (06 §2) including the route's policy
    action (`x-policy-action`, `x-operator-only`), and the Casework completion secret (06 §9).
 5. Connexion parameter validation of query parameters only (strict on routes that take query
@@ -51,7 +53,7 @@ from connexion.middleware.security import SecurityMiddleware  # type: ignore[imp
 from connexion.middleware.server_error import (  # type: ignore[import-untyped]
     ServerErrorMiddleware,
 )
-from connexion.resolver import RelativeResolver  # type: ignore[import-untyped]
+from connexion.resolver import Resolver  # type: ignore[import-untyped]
 from connexion.validators.json import (  # type: ignore[import-untyped]
     JSONResponseBodyValidator,
     TextResponseBodyValidator,
@@ -62,6 +64,8 @@ from starlette.exceptions import HTTPException
 from coordinator_api.access import AccessVerifier, bearer_token, match_secret
 from coordinator_api.bodies import BodySchemas
 from coordinator_api.edge import EdgeMiddleware, context_of
+from coordinator_api.explorer import SelfDescription, explorer_assets, render_document
+from coordinator_api.handlers import OPERATIONS, handler_of
 from coordinator_api.problems import (
     INTERNAL_ERROR,
     ApiProblem,
@@ -84,8 +88,6 @@ __all__ = ["AppState", "create_app"]
 
 logger = logging.getLogger("coordinator_api")
 
-HANDLERS_PACKAGE = "coordinator_api.handlers"
-
 
 @dataclass(frozen=True, slots=True)
 class AppState:
@@ -105,9 +107,8 @@ class AppState:
 
 
 def _operation_of(request: Any) -> OperationInfo:
-    # Routing reports the resolved handler name (`coordinator_api.handlers.runs.get_run`).
-    resolved = request.scope["extensions"]["connexion_routing"]["operation_id"]
-    operation_id = str(resolved).removeprefix(HANDLERS_PACKAGE + ".")
+    # Routing reports the operationId it resolved (`getRun`).
+    operation_id = str(request.scope["extensions"]["connexion_routing"]["operation_id"])
     info = context_of(request).state.operations[operation_id]
     assert isinstance(info, OperationInfo)
     return info
@@ -278,6 +279,19 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
     _check_settings(settings)
     files = locate_openapi(settings.openapi_dir)
     connexion_document = load_yaml(files.connexion)
+    bundled_document = load_yaml(files.bundled)
+    # 06 §14: `/openapi.json` answers the 3.1 document the bodies are validated against; its
+    # operations are the ones Connexion routes (the 3.0.3 rendering of the same spec).
+    served_document = render_document(bundled_document)
+    assets = explorer_assets()
+    operations = operation_table(connexion_document)
+    if set(operations) != set(OPERATIONS) or set(operation_table(bundled_document)) != set(
+        OPERATIONS
+    ):
+        raise ValueError(
+            "the operationIds of the OpenAPI documents and coordinator_api.handlers.OPERATIONS "
+            "differ; run `nox -s generate` after changing spec/"
+        )
     state = AppState(
         settings=settings,
         service=service,
@@ -287,8 +301,8 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
             clock=lambda: settings.clock().timestamp(),
             transport=settings.jwks_transport,
         ),
-        bodies=BodySchemas(load_yaml(files.bundled)),
-        operations=operation_table(connexion_document),
+        bodies=BodySchemas(bundled_document),
+        operations=operations,
         routes=RouteTable.from_document(connexion_document),
     )
 
@@ -301,6 +315,7 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
         __name__,
         lifespan=lifespan,
         middlewares=[
+            functools.partial(SelfDescription, document=served_document, assets=assets),
             functools.partial(EdgeMiddleware, state=state),
             functools.partial(ServerErrorMiddleware, handler=_problem_reply),
             ExceptionMiddleware,
@@ -316,7 +331,7 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
     # render it through Jinja2 before parsing it with the pure-Python YAML loader.
     app.add_api(
         copy.deepcopy(connexion_document),
-        resolver=RelativeResolver(HANDLERS_PACKAGE),
+        resolver=Resolver(function_resolver=handler_of),
         pythonic_params=True,
         strict_validation=True,
         validate_responses=settings.validate_responses,

@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     schema = command("schema", "print the JSON Schema of an authored format")
     schema.add_argument("name", choices=tuple(SCHEMA_NAMES), metavar="workflow|runtime|scenarios")
 
+    command("openapi", "print the service's OpenAPI 3.1 document (with --url: the one it serves)")
+
     evaluate = command("eval", "evaluate one function of a functions file offline")
     evaluate.add_argument("--functions", required=True, metavar="FILE")
     evaluate.add_argument("--function", required=True, metavar="NAME")
@@ -234,6 +236,10 @@ def _run(options: argparse.Namespace) -> Outcome:
         return commands.audit_verify(Path(options.directory), heads)
     if options.command == "schema":
         return commands.schema(SCHEMA_NAMES[options.name])
+    if options.command == "openapi":
+        from coordinatorctl import describe
+
+        return describe.openapi(options.url)
     if options.command == "eval":
         return commands.evaluate(Path(options.functions), options.function, options.arguments)
     if options.command in DEPLOYMENT_COMMANDS:

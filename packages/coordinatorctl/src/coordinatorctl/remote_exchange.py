@@ -70,7 +70,7 @@ def _media_type(value: str | None) -> str:
     return (value or "").split(";", 1)[0].strip().lower()
 
 
-async def _exchange(origin: str, request: ApiRequest, token: str) -> RemoteAnswer | Failure:
+async def _exchange(origin: str, request: ApiRequest, token: str | None) -> RemoteAnswer | Failure:
     import asyncio
 
     import httpx  # noqa: TID251 - remote commands are a shell module; see the module docstring
@@ -80,8 +80,9 @@ async def _exchange(origin: str, request: ApiRequest, token: str) -> RemoteAnswe
         # Answers are counted as sent; asking for no content coding keeps the count honest.
         "Accept-Encoding": "identity",
         "User-Agent": _user_agent(),
-        "Authorization": f"Bearer {token}",
     }
+    if token is not None:  # `openapi --url` asks a tokenless route (06 §14)
+        headers["Authorization"] = f"Bearer {token}"
     content: bytes | None = None
     if request.body is not None:
         headers["Content-Type"] = "application/json"
@@ -133,7 +134,7 @@ async def _exchange(origin: str, request: ApiRequest, token: str) -> RemoteAnswe
         return "invalid"
 
 
-def send(origin: str, request: ApiRequest, token: str) -> RemoteAnswer | Failure:
+def send(origin: str, request: ApiRequest, token: str | None) -> RemoteAnswer | Failure:
     """Send one request and read its complete answer (blocking)."""
     import asyncio
 

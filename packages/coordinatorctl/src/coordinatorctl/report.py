@@ -28,6 +28,7 @@ class Outcome:
     status: str = "completed"
     result: Mapping[str, Any] | None = None
     text: str | None = None  # text-mode stdout; None prints the result as indented JSON
+    raw: str | None = None  # json-mode stdout instead of the envelope on success (`openapi`)
     deny_warnings: bool = False
 
     @property
@@ -141,8 +142,12 @@ def _write_lines(stream: TextIO, lines: Sequence[tuple[str, str]]) -> None:
 def emit(outcome: Outcome, output_format: str) -> int:
     """Write the outcome as the envelope (json) or as text; return the exit code."""
     if output_format == "json":
-        sys.stdout.write(json.dumps(outcome.envelope(), ensure_ascii=False, separators=(",", ":")))
-        sys.stdout.write("\n")
+        if outcome.raw is not None and outcome.exit_code == 0:
+            sys.stdout.write(outcome.raw)  # the document itself, without the envelope (09 §2)
+        else:
+            envelope = outcome.envelope()
+            sys.stdout.write(json.dumps(envelope, ensure_ascii=False, separators=(",", ":")))
+            sys.stdout.write("\n")
         sys.stdout.flush()
         return outcome.exit_code
     if outcome.diagnostics:
