@@ -35,6 +35,7 @@ EXPECTED = {
     "RunSnapshot",
     "RunWrite",
     "StaleLease",
+    "StatusChange",
     "StepRow",
     "Store",
     "StoreInvariantError",

@@ -43,6 +43,8 @@ from coordinator_core.shell.store.rows import (
     RunSnapshot,
     RunWrite,
     StepRow,
+    StatusChange,
+    StepOutcome,
     StoreSummary,
     Written,
 )
@@ -85,6 +87,8 @@ __all__ = [
     "StoreInvariantError",
     "StoreKind",
     "StoreLocation",
+    "StatusChange",
+    "StepOutcome",
     "StoreSummary",
     "Written",
     "apply_activation",
