@@ -36,6 +36,7 @@ EXPECTED = {
     "RunWrite",
     "StaleLease",
     "StatusChange",
+    "StepOutcome",
     "StepRow",
     "Store",
     "StoreInvariantError",

@@ -83,7 +83,8 @@ def test_the_metrics_bind_takes_an_address_and_a_port(text: str, parsed: tuple[s
 
 
 @pytest.mark.parametrize(
-    "text", ["localhost:9464", "127.0.0.1", "127.0.0.1:0", "127.0.0.1:70000", "::1:9464", "[127.0.0.1]:1"]
+    "text",
+    ["localhost:9464", "127.0.0.1", "127.0.0.1:0", "127.0.0.1:70000", "::1:9464", "[127.0.0.1]:1"],
 )
 def test_the_metrics_bind_refuses_what_is_not_an_address_and_a_port(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
@@ -117,4 +118,3 @@ def test_a_bad_metrics_bind_is_a_usage_error_that_does_not_echo_it() -> None:
     assert code == process.EXIT_USAGE
     assert "canary" not in stream.getvalue()
     assert "coordinator.cli.usage" in stream.getvalue()
-

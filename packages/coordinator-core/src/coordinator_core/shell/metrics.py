@@ -21,7 +21,6 @@ from typing import Final
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -29,6 +28,7 @@ from prometheus_client import (
     generate_latest,
     start_http_server,
 )
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -50,7 +50,8 @@ __all__ = [
     "watch_store",
 ]
 
-CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+CONTENT_TYPE: Final = CONTENT_TYPE_PLAIN_0_0_4
+"""The text format every Prometheus version reads (the families' names need no escaping)."""
 REGISTRY: Final = CollectorRegistry(auto_describe=False)
 
 _FAST: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -113,7 +114,6 @@ WORKER_LOOPS: Final = Gauge(
 
 _READ_MODE: Final = STORE_SECONDS.labels("read")
 _WRITE_MODE: Final = STORE_SECONDS.labels("write")
-_APPENDS: Final = AUDIT_APPENDS
 for _state in ("working", "idle", "backoff"):
     WORKER_LOOPS.labels(_state)
 
@@ -140,7 +140,7 @@ def attempt_finished(workflow: str, step_type: str, seconds: float) -> None:
 
 
 def audit_appended(count: int) -> None:
-    _APPENDS.inc(count)
+    AUDIT_APPENDS.inc(count)
 
 
 def audit_fsync(seconds: float) -> None:

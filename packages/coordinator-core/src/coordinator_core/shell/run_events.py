@@ -20,7 +20,7 @@ from coordinator_core.shell import metrics
 from coordinator_core.shell.audit import AuditReferences
 from coordinator_core.shell.store import StatusChange, StepOutcome
 
-__all__ = ["ADMITTED", "ADMISSION_REFUSED", "STATUS_CHANGED", "STEP_OUTCOME", "RunEvents"]
+__all__ = ["ADMISSION_REFUSED", "ADMITTED", "STATUS_CHANGED", "STEP_OUTCOME", "RunEvents"]
 
 logger = logging.getLogger("coordinator.runs")
 

@@ -18,8 +18,8 @@ import logging
 import re
 import sys
 import threading
-from datetime import UTC, datetime
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Final, TextIO
 
 __all__ = ["GENERIC_CODE", "KEYED_MEMBERS", "JsonLineHandler", "ServiceLog", "install", "keyed"]
@@ -33,7 +33,7 @@ KEYED_MEMBERS: Final = frozenset(
      "previous", "refusal"}
 )  # fmt: skip
 _REFERENCE: Final = re.compile(r"hmac-sha256:[0-9a-f]{64}")
-_WORD: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+_WORD: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 _UUID: Final = re.compile(r"[0-9a-fA-F]{8}-?(?:[0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}")
 
 

@@ -42,7 +42,7 @@ from coordinator_core.engine import (
 )
 from coordinator_core.engine.program import DefinitionError, EngineInvariantError
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell import failpoints
+from coordinator_core.shell import failpoints, metrics
 from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.attempt import (
     Discard,
@@ -58,7 +58,6 @@ from coordinator_core.shell.audit import (
     worker_correlation,
     worker_record,
 )
-from coordinator_core.shell import metrics
 from coordinator_core.shell.codec import DefinitionCache, RunKeys, state_of, write_of
 from coordinator_core.shell.run_events import RunEvents
 from coordinator_core.shell.sealing import Sealer
