@@ -387,6 +387,7 @@ def start(
     started.callback(_save_head, store, log)
     with _step():
         service, worker_for = build_service(deployment, secrets, store, package, audit=writer)
+    service.events.write_to(log)
     if not recovery_only:
         with _step("coordinator.command.store-unavailable"):
             bindings_ok = service.bindings.unsettled_match(service.now())

@@ -5,19 +5,22 @@ an admission the service decided, and (as `Store.observe`'s observer) the step o
 worker noted in a transaction and the run status changes it wrote, once it committed. Each
 becomes a metric update (`shell.metrics`) and one JSON line in the service log whose only
 identifiers are the keyed references of 07 §11 (`runRef`, `stepRef`), never a run id, a key,
-an input or any other value.
+an input or any other value. The lines go through `logging` (logger `coordinator.runs`) until
+the process hands its `ServiceLog` over (`write_to`): then straight to it, which costs less
+than half as much per line on the worker's path.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from coordinator_core.engine.state import TERMINAL_STATUSES
 from coordinator_core.shell import metrics
 from coordinator_core.shell.audit import AuditReferences
+from coordinator_core.shell.service_log import ServiceLog
 from coordinator_core.shell.store import StatusChange, StepOutcome
 
 __all__ = ["ADMISSION_REFUSED", "ADMITTED", "STATUS_CHANGED", "STEP_OUTCOME", "RunEvents"]
@@ -29,6 +32,14 @@ ADMISSION_REFUSED: Final = "coordinator.run.admission-refused"
 STEP_OUTCOME: Final = "coordinator.run.step-outcome"
 STATUS_CHANGED: Final = "coordinator.run.status-changed"
 _NO_OPERATION: Final = "none"
+
+Line = Callable[[str, str, Mapping[str, object]], None]
+"""Writes one info line: code, fixed message, keyed members."""
+
+
+def _through_logging(code: str, message: str, members: Mapping[str, object]) -> None:
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(message, extra={"code": code, "keyed": members})
 
 
 class RunEvents:
@@ -43,6 +54,15 @@ class RunEvents:
         self._references = references
         self.workflow = workflow
         self._operations = dict(operations or {})
+        self._line: Line = _through_logging
+
+    def write_to(self, log: ServiceLog) -> None:
+        """Write the lines straight to the process's service log (`shell.process`)."""
+
+        def line(code: str, message: str, members: Mapping[str, object]) -> None:
+            log.emit("info", code, message, members)
+
+        self._line = line
 
     def operation_of(self, step: str) -> str:
         """The operation id a step calls (`none` for a step that calls nothing)."""
@@ -51,79 +71,62 @@ class RunEvents:
     def admitted(self, origin: str, run_id: uuid.UUID, *, created: bool) -> None:
         outcome = "accepted" if created else "replayed"
         metrics.admission(self.workflow, origin, outcome)
-        if logger.isEnabledFor(logging.INFO):
-            logger.info(
-                "Run admitted." if created else "Admission replayed an existing run.",
-                extra={
-                    "code": ADMITTED,
-                    "keyed": {
-                        "runRef": self._references.run(str(run_id)),
-                        "workflow": self.workflow,
-                        "origin": origin,
-                        "outcome": outcome,
-                    },
-                },
-            )
+        self._line(
+            ADMITTED,
+            "Run admitted." if created else "Admission replayed an existing run.",
+            {
+                "runRef": self._references.run(str(run_id)),
+                "workflow": self.workflow,
+                "origin": origin,
+                "outcome": outcome,
+            },
+        )
 
     def refused(self, origin: str, code: str) -> None:
         metrics.admission(self.workflow, origin, "refused", code)
-        logger.info(
+        self._line(
+            ADMISSION_REFUSED,
             "Admission refused.",
-            extra={
-                "code": ADMISSION_REFUSED,
-                "keyed": {
-                    "workflow": self.workflow,
-                    "origin": origin,
-                    "outcome": "refused",
-                    "refusal": code,
-                },
-            },
+            {"workflow": self.workflow, "origin": origin, "outcome": "refused", "refusal": code},
         )
 
     def committed(self, items: Sequence[StatusChange | StepOutcome]) -> None:
         """`Store.observe`'s observer: what one transaction committed, in order."""
-        log = logger.isEnabledFor(logging.INFO)
         for item in items:
             if isinstance(item, StepOutcome):
-                self._step_outcome(item, log=log)
+                self._step_outcome(item)
             else:
-                self._status_change(item, log=log)
+                self._status_change(item)
 
-    def _step_outcome(self, item: StepOutcome, *, log: bool) -> None:
+    def _step_outcome(self, item: StepOutcome) -> None:
         operation = self.operation_of(item.step)
         metrics.step_outcome(self.workflow, item.step_type, operation, item.outcome)
-        if log:
-            run = str(item.run_id)
-            logger.info(
-                "A step record's attempt ended.",
-                extra={
-                    "code": STEP_OUTCOME,
-                    "keyed": {
-                        "runRef": self._references.run(run),
-                        "stepRef": self._references.step(run, item.step),
-                        "workflow": self.workflow,
-                        "stepType": item.step_type,
-                        "operation": operation,
-                        "outcome": item.outcome,
-                    },
-                },
-            )
+        run = str(item.run_id)
+        self._line(
+            STEP_OUTCOME,
+            "A step record's attempt ended.",
+            {
+                "runRef": self._references.run(run),
+                "stepRef": self._references.step(run, item.step),
+                "workflow": self.workflow,
+                "stepType": item.step_type,
+                "operation": operation,
+                "outcome": item.outcome,
+            },
+        )
 
-    def _status_change(self, change: StatusChange, *, log: bool) -> None:
+    def _status_change(self, change: StatusChange) -> None:
         metrics.status_changed(change.workflow_id, change.after)
         if change.after in TERMINAL_STATUSES:
             seconds = (change.at - change.admitted_at).total_seconds()
             metrics.run_finished(change.workflow_id, change.after, seconds)
-        if log:
-            logger.info(
-                "A run's status changed.",
-                extra={
-                    "code": STATUS_CHANGED,
-                    "keyed": {
-                        "runRef": self._references.run(str(change.run_id)),
-                        "workflow": change.workflow_id,
-                        "previous": change.before,
-                        "status": change.after,
-                    },
-                },
-            )
+        self._line(
+            STATUS_CHANGED,
+            "A run's status changed.",
+            {
+                "runRef": self._references.run(str(change.run_id)),
+                "workflow": change.workflow_id,
+                "previous": change.before,
+                "status": change.after,
+            },
+        )

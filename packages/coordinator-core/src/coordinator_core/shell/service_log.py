@@ -34,6 +34,8 @@ KEYED_MEMBERS: Final = frozenset(
 )  # fmt: skip
 _REFERENCE: Final = re.compile(r"hmac-sha256:[0-9a-f]{64}")
 _WORD: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+_MAX_WORDS: Final = 1024
+_WORDS: Final[set[str]] = set()  # words `keyed` accepted before (workflow ids, outcomes, codes)
 _UUID: Final = re.compile(r"[0-9a-fA-F]{8}-?(?:[0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}")
 
 
@@ -46,6 +48,8 @@ def _fixed(text: object) -> str:
     """The fixed part of a message: a format string stripped of control characters."""
     if not isinstance(text, str):
         return "An event without a fixed message."
+    if text.isprintable():  # the usual case, checked at C speed: nothing to strip
+        return text[:_MAX_MESSAGE_CHARS]
     cleaned = "".join(ch for ch in text if ch.isprintable())
     return cleaned[:_MAX_MESSAGE_CHARS]
 
@@ -57,10 +61,21 @@ def keyed(members: Mapping[str, object]) -> dict[str, str]:
     for name, value in members.items():
         if name not in KEYED_MEMBERS or not isinstance(value, str):
             continue
-        form = _REFERENCE if name.endswith("Ref") else _WORD
-        if form.fullmatch(value) and not (form is _WORD and _UUID.search(value)):
+        if name.endswith("Ref"):
+            if _REFERENCE.fullmatch(value):
+                kept[name] = value
+        elif value in _WORDS or _is_word(value):
             kept[name] = value
     return kept
+
+
+def _is_word(value: str) -> bool:
+    """A fixed word, not a run id in disguise; the few words a process uses are remembered."""
+    if not _WORD.fullmatch(value) or (len(value) >= 32 and _UUID.search(value)):
+        return False
+    if len(_WORDS) < _MAX_WORDS:
+        _WORDS.add(value)
+    return True
 
 
 class ServiceLog:
