@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import re
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -165,3 +166,24 @@ def test_a_store_that_cannot_be_read_leaves_the_process_metrics_answering() -> N
     finally:
         metrics.watch_store(None)
     assert "coordinator_store_gauges_available" not in metrics.exposition().decode()
+
+
+def test_a_scrape_does_not_wait_for_another_that_is_still_reading_the_store() -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def slow() -> metrics.StoreGauges:
+        entered.set()
+        release.wait(30)
+        return metrics.StoreGauges({"running": 4}, 0, 0.0, 0, {})
+
+    metrics.watch_store(slow)
+    first = threading.Thread(target=metrics.exposition)
+    first.start()
+    try:
+        assert entered.wait(30)
+        text = metrics.exposition().decode()  # returns although the first read still waits
+        assert "coordinator_store_gauges_available 0.0" in text
+    finally:
+        release.set()
+        first.join(30)
+        metrics.watch_store(None)

@@ -191,7 +191,8 @@ class StoreGauges:
 
 class _StoreCollector(Collector):
     """Yields the store gauges of the store being watched; nothing while none is, or while it
-    cannot be read (then `coordinator_store_gauges_available` is 0)."""
+    cannot be read or another scrape is reading it (then `coordinator_store_gauges_available`
+    is 0)."""
 
     def __init__(self) -> None:
         self._read: Callable[[], StoreGauges] | None = None
@@ -204,11 +205,16 @@ class _StoreCollector(Collector):
         read = self._read
         if read is None:
             return
-        with self._lock:
+        gauges: StoreGauges | None = None
+        # A scrape while another still reads (a store that is slow or away) does not wait for
+        # it, so scrapes never pile up on the threads the service's own calls use.
+        if self._lock.acquire(blocking=False):
             try:
-                gauges: StoreGauges | None = read()
+                gauges = read()
             except Exception:  # a store away: the scrape still answers the process metrics
                 gauges = None
+            finally:
+                self._lock.release()
         available = GaugeMetricFamily(
             "coordinator_store_gauges_available",
             "1 when this scrape could read the store gauges, else 0.",
