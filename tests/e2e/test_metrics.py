@@ -36,17 +36,11 @@ def _postgres_runtime(
     project: Project, sandbox: Sandbox, postgres_url: str, postgres_role: Callable[[], str]
 ) -> None:
     role = postgres_role()
-    namespace = f"coordinator_e2e_{uuid.uuid4().hex[:8]}"
-    project.env["E2E_RUNTIME_URL"] = _as_user(postgres_url, role)
-    project.env["E2E_MIGRATION_URL"] = postgres_url
-    project.write_runtime(
+    project.write_postgres_runtime(
         sandbox,
-        database=(
-            "database:\n  postgresql:\n"
-            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
-            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
-            f"    namespace: {namespace}\n"
-        ),
+        runtime_url=_as_user(postgres_url, role),
+        migration_url=postgres_url,
+        namespace=f"coordinator_e2e_{uuid.uuid4().hex[:8]}",
         runtime_role=role,
         concurrency=1,
     )
