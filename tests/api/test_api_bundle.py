@@ -30,6 +30,7 @@ GENERATED = ROOT / "generated"
 ENDPOINTS = [
     ("get", "/health", None, {"200"}),
     ("get", "/ready", None, {"200"}),  # 503 {"ready": false} is checked below
+    ("get", "/metrics", None, {"200"}),
     ("get", "/v1/workflow", "status", {"200"}),
     ("post", "/v1/runs", "start", {"201", "200"}),
     ("get", "/v1/runs", "status", {"200"}),

@@ -8,7 +8,15 @@ from typing import Any
 
 import httpx
 import pytest
-from api_fakes import REVISION, WORKFLOW, FakeRunService, SigningKeys, bearer, claims
+from api_fakes import (
+    REVISION,
+    WORKFLOW,
+    FakeJournal,
+    FakeRunService,
+    SigningKeys,
+    bearer,
+    claims,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -25,6 +33,18 @@ async def start(
 async def test_health_and_ready_conform(client: httpx.AsyncClient, conforms: Any) -> None:
     assert conforms(await client.get("/health")).json() == {"live": True}
     assert conforms(await client.get("/ready")).json() == {"ready": True}
+
+
+async def test_metrics_answer_the_text_exposition_without_a_token_or_an_audit_entry(
+    client: httpx.AsyncClient, journal: FakeJournal, conforms: Any
+) -> None:
+    before = len(journal.entries)
+    response = conforms(await client.get("/metrics"))
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    assert "# TYPE coordinator_admissions_total counter" in response.text
+    assert "# TYPE coordinator_worker_loops gauge" in response.text
+    assert len(journal.entries) == before
 
 
 async def test_ready_is_503_when_the_service_is_not_ready(

@@ -35,6 +35,8 @@ EXPECTED = {
     "RunSnapshot",
     "RunWrite",
     "StaleLease",
+    "StatusChange",
+    "StepOutcome",
     "StepRow",
     "Store",
     "StoreInvariantError",

@@ -1,7 +1,7 @@
 """`coordinator`: the service process (contract 09 §5).
 
     coordinator serve  --runtime-config FILE [--recovery-only] [--poll-ms N]
-    coordinator worker --runtime-config FILE [--poll-ms N]
+    coordinator worker --runtime-config FILE [--poll-ms N] [--metrics-bind ADDR:PORT]
 
 The start sequence, the worker loops, the shutdown and the service log are
 `coordinator_core.shell.process`; `worker` is that module's command as it is. `serve` adds

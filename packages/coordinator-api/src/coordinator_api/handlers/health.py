@@ -1,15 +1,17 @@
-"""`GET /health` and `GET /ready` (06 §10): unauthenticated, not audited."""
+"""`GET /health`, `GET /ready` (06 §10) and `GET /metrics` (06 §14): unauthenticated, not audited."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from starlette.responses import Response
 
 from coordinator_api.edge import RequestContext
 from coordinator_api.handlers._shared import json_reply
+from coordinator_core.shell import metrics
 
-__all__ = ["get_health", "get_ready"]
+__all__ = ["get_health", "get_metrics", "get_ready"]
 
 logger = logging.getLogger("coordinator_api")
 
@@ -33,3 +35,10 @@ async def get_ready(coordinator: RequestContext) -> Response:
     if code is None:
         return json_reply({"ready": True})
     return json_reply({"ready": False, "code": code}, 503)
+
+
+async def get_metrics(coordinator: RequestContext) -> Response:
+    """The process's metrics (`coordinator_core.shell.metrics`); the exposition reads the store
+    gauges, so it is made in a worker thread, never on the event loop."""
+    body = await asyncio.to_thread(metrics.exposition)
+    return Response(content=body, status_code=200, headers={"Content-Type": metrics.CONTENT_TYPE})

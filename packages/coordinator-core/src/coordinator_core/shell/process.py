@@ -22,6 +22,11 @@ Start sequence (`worker` skips the HTTP parts), each step refusing with its exit
    resume by themselves, a check that could not run is retried, and the process logs one line
    when the store is lost and one when it is back (`outage.StoreOutage`).
 
+Metrics (06 §14, `shell.metrics`): `serve` answers `GET /metrics` on its listener; `worker`
+has no listener unless `--metrics-bind <ip>:<port>` opens one for its metrics (several worker
+processes may share a host, so none is assumed); a bind that fails refuses the start
+(`listener-unavailable`, exit 3). Both read the store gauges when scraped.
+
 SIGTERM or SIGINT stops accepting connections and claims, lets in-flight requests and ticks
 finish (bounded by the lease), and exits 0. The service never migrates the store.
 
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import os
 import signal
 import socket
@@ -48,7 +54,7 @@ from types import FrameType
 from typing import Any, Final, NoReturn, Protocol
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.shell import process_store
+from coordinator_core.shell import metrics, process_store
 from coordinator_core.shell.audit import AuditWriter
 from coordinator_core.shell.deployment import (
     Deployment,
@@ -130,10 +136,32 @@ def add_process_arguments(parser: argparse.ArgumentParser, *, serving: bool = Fa
     parser.add_argument("--poll-ms", type=_poll, metavar="N", help="10-10000")
 
 
+def _metrics_bind(text: str) -> tuple[str, int]:
+    """`<ip>:<port>` or `[<ipv6>]:<port>`, port 1–65535: where the worker serves `/metrics`."""
+    host, colon, port = text.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not an address") from None
+    if not colon or not port.isdigit() or not 1 <= int(port) <= 65_535:
+        raise argparse.ArgumentTypeError("not a port")
+    if (address.version == 6) != bracketed:
+        raise argparse.ArgumentTypeError("an IPv6 address is written in brackets")
+    return host, int(port)
+
+
 def add_worker_command(commands: Any) -> None:
     """The `worker` sub-command on an `add_subparsers` result."""
     worker = commands.add_parser("worker", help="run worker loops without HTTP (PostgreSQL)")
     add_process_arguments(worker)
+    worker.add_argument(
+        "--metrics-bind",
+        type=_metrics_bind,
+        metavar="ADDR:PORT",
+        help="serve GET /metrics there (default: no metrics listener)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -349,6 +377,8 @@ def start(
             pool_size=concurrency + (8 if serving else 2),
         )
     started.callback(store.close)
+    metrics.watch_store(lambda: store.gauges(datetime.now(UTC)))
+    started.callback(metrics.watch_store, None)
     # 07 §12.1: a store older than the journal (a restore) is never worked ordinarily.
     if not recovery_only:
         with _step("coordinator.command.store-unavailable"):
@@ -357,6 +387,7 @@ def start(
     started.callback(_save_head, store, log)
     with _step():
         service, worker_for = build_service(deployment, secrets, store, package, audit=writer)
+    service.events.write_to(log)
     if not recovery_only:
         with _step("coordinator.command.store-unavailable"):
             bindings_ok = service.bindings.unsettled_match(service.now())
@@ -396,6 +427,14 @@ def run_worker(options: argparse.Namespace, log: ServiceLog, started: contextlib
     if process.stopped_before_serving():
         return EXIT_OK
     shutdown = process.shutdown
+    bind = getattr(options, "metrics_bind", None)
+    if bind is not None:
+        try:
+            server, _ = metrics.serve(bind[0], bind[1])
+        except OSError:
+            raise refusal("coordinator.command.listener-unavailable") from None
+        started.callback(server.server_close)
+        started.callback(server.shutdown)
     threads = start_workers(process)
     process.recheck().start()
     log.emit("info", "coordinator.service.ready", "Worker loops running.")
@@ -462,12 +501,30 @@ def worker_loop(
     pause = poll_ms / 1000
     outage = outage or StoreOutage(log)
     backoff = Backoff()
+    shutdown.on_stop.append(worker.wakeup.ring_all)
+    state = metrics.LoopState()
+    try:
+        _worker_ticks(worker, pause, shutdown, log, outage, backoff, state)
+    finally:
+        state.leave()
+
+
+def _worker_ticks(
+    worker: Ticking,
+    pause: float,
+    shutdown: Shutdown,
+    log: ServiceLog,
+    outage: StoreOutage,
+    backoff: Backoff,
+    state: metrics.LoopState,
+) -> None:
+    """`worker_loop`'s loop, moving `state` (`coordinator_worker_loops`) as it goes."""
     polled = False
     streak = 0  # ticks in a row that found work since the loop last waited
-    shutdown.on_stop.append(worker.wakeup.ring_all)
     while not shutdown.stop.is_set():
         seen = worker.wakeup.generation
         began = time.monotonic()
+        state.enter("working")
         try:
             worked = worker.tick()
         except CoordinatorError as error:
@@ -476,11 +533,13 @@ def worker_loop(
             else:
                 log.emit("warning", error.diagnostic.code, error.diagnostic.effective_message)
             streak, polled = 0, False
+            state.enter("backoff")
             shutdown.stop.wait(backoff.next())
             continue
         except Exception:
             log.emit("error", _WORKER_UNAVAILABLE, "A worker tick failed unexpectedly.")
             streak, polled = 0, False
+            state.enter("backoff")
             shutdown.stop.wait(backoff.next())
             continue
         outage.answered(began)
@@ -493,6 +552,7 @@ def worker_loop(
         polled = False
         if not worked and not shutdown.stop.is_set():
             # the process's one poller waits until something can be due, the others for a ring
+            state.enter("idle")
             polled = not worker.wakeup.idle(seen, pause)
 
 

@@ -42,7 +42,7 @@ from coordinator_core.engine import (
 )
 from coordinator_core.engine.program import DefinitionError, EngineInvariantError
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell import failpoints
+from coordinator_core.shell import failpoints, metrics
 from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.attempt import (
     Discard,
@@ -59,6 +59,7 @@ from coordinator_core.shell.audit import (
     worker_record,
 )
 from coordinator_core.shell.codec import DefinitionCache, RunKeys, state_of, write_of
+from coordinator_core.shell.run_events import RunEvents
 from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.store import (
     FIRE_BATCH,
@@ -68,6 +69,7 @@ from coordinator_core.shell.store import (
     RunSnapshot,
     RunWrite,
     StaleLease,
+    StepOutcome,
     Store,
     from_epoch_ms,
     to_epoch_ms,
@@ -128,6 +130,7 @@ class Worker:
         lease_seconds: int = LEASE_SECONDS,
         attempt_budget_seconds: float = ATTEMPT_BUDGET_SECONDS,
         wakeup: Wakeup | None = None,
+        events: RunEvents | None = None,
     ) -> None:
         self.worker_id = worker_id
         self.store = store
@@ -141,6 +144,7 @@ class Worker:
         self.lease_seconds = lease_seconds
         self._budget = attempt_budget_seconds
         self.wakeup = wakeup or Wakeup()
+        self.events = events
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -188,8 +192,9 @@ class Worker:
         try:
             while claim is not None:
                 held = claim
+                attempt = RecordAttempt(self, held, chain, clock, started + self._budget)
                 try:
-                    claim = RecordAttempt(self, held, chain, clock, started + self._budget).run()
+                    claim = attempt.run()
                 except StaleLease:
                     logger.info("worker attempt discarded: lease-stale")
                     claim = None
@@ -197,6 +202,11 @@ class Worker:
                     logger.info("worker attempt discarded: not-applicable")
                     self.wakeup.lapses(held.lease_expires_at)  # left to its lease
                     claim = None
+                else:
+                    if self.events is not None:
+                        metrics.attempt_finished(
+                            self.events.workflow, attempt.record.type, time.monotonic() - started
+                        )
                 started = time.monotonic()
         except BaseException:
             if claim is not None:
@@ -348,7 +358,12 @@ class Worker:
 
     def journal(self, entries: Sequence[Entry]) -> None:
         """Append worker entries inside the calling transaction, all sharing one fsync (07 §7.7
-        item 5); a failure raises and rolls the transaction back."""
+        item 5); a failure raises and rolls the transaction back. The outcomes among them are
+        noted with the store (`Store.note`), which tells them once the transaction commits."""
+        note = self.store.note
+        for _, action, run_id, record, outcome in entries:
+            if action in ("transition", "observation"):
+                note(StepOutcome(run_id, record.step, record.type, outcome))
         if self._audit is None or not entries:
             return
         references = self._audit.references

@@ -8,6 +8,7 @@ import re
 import secrets
 import stat
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from types import TracebackType
 from typing import Final
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.shell import metrics
 from coordinator_core.shell.audit.entries import (
     _ROLES,
     AUDIT_SCHEMA,
@@ -269,6 +271,7 @@ class AuditWriter:
             self._next_sequence = sequence + 1
             self._previous = previous
             self._queue.extend(lines)
+            metrics.audit_appended(len(lines))
             if not wait:
                 self._start_background()
                 self._cond.notify_all()
@@ -372,8 +375,10 @@ class AuditWriter:
                 last = (self._file_number, self._size)
                 pending.append(data)
                 self._size += len(data)
+            began = time.perf_counter()
             _write_all(self._fd, b"".join(pending))
             os.fsync(self._fd)
+            metrics.audit_fsync(time.perf_counter() - began)
         except OSError:
             return None
         return last

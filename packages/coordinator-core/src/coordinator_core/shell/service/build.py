@@ -13,11 +13,14 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 
+from coordinator_core.engine import CallStep
+from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.audit import AuditWriter
 from coordinator_core.shell.codec import DefinitionCache
 from coordinator_core.shell.deployment import Deployment, Secrets
 from coordinator_core.shell.package_files import LoadedPackage
+from coordinator_core.shell.run_events import RunEvents
 from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.service import admission, events, holds, recovery, views
 from coordinator_core.shell.service.bindings import LiveBindings
@@ -60,6 +63,17 @@ class StoreRunService:
             deployment, secrets, store, package, clock=clock, audit=audit, adapters=adapters
         )
         self._readiness = holds.Readiness(self._context)
+        definition = self._context.definition
+        self.events = RunEvents(
+            secrets.audit_references,
+            definition.workflow_id,
+            {
+                step: spec.alias.operation.id
+                for step, spec in definition.steps.items()
+                if isinstance(spec, CallStep)
+            },
+        )
+        store.observe(self.events.committed)
 
     # -- shared pieces ----------------------------------------------------------------------------
 
@@ -95,15 +109,29 @@ class StoreRunService:
     # -- admission --------------------------------------------------------------------------------
 
     async def admit(self, request: AdmissionRequest) -> RunAdmitted:
-        result: RunAdmitted = await self._context.changing(
-            lambda: admission.admit(self._context, request)
-        )
+        def work() -> RunAdmitted:
+            try:
+                admitted = admission.admit(self._context, request)
+            except CoordinatorError as error:
+                self.events.refused("api", error.code)
+                raise
+            self.events.admitted("api", admitted.run.run_id, created=admitted.created)
+            return admitted
+
+        result: RunAdmitted = await self._context.changing(work)
         return result
 
     async def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
-        result: EventAdmitted = await self._context.changing(
-            lambda: events.admit_event(self._context, delivery)
-        )
+        def work() -> EventAdmitted:
+            try:
+                admitted = events.admit_event(self._context, delivery)
+            except CoordinatorError as error:
+                self.events.refused("event", error.code)
+                raise
+            self.events.admitted("event", admitted.run_id, created=admitted.created)
+            return admitted
+
+        result: EventAdmitted = await self._context.changing(work)
         return result
 
     # -- reads ------------------------------------------------------------------------------------
@@ -195,6 +223,7 @@ class StoreRunService:
             audit=audit,
             clock=context.clock,
             wakeup=context.wakeup,
+            events=self.events,
         )
 
 

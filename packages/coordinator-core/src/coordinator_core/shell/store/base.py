@@ -12,10 +12,12 @@ thread pool.
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, Self, TypeVar
 
@@ -24,6 +26,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from coordinator_core.evolve import evolve
+from coordinator_core.shell import metrics
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.store.dialect import (
     StoreKind,
@@ -57,6 +60,8 @@ from coordinator_core.shell.store.rows import (
     HoldState,
     RunSnapshot,
     RunWrite,
+    StatusChange,
+    StepOutcome,
     Written,
 )
 from coordinator_core.shell.store.statements import (
@@ -82,10 +87,16 @@ from coordinator_core.shell.store.tables import CONTROL, RUNS, STEPS
 
 T = TypeVar("T")
 
+logger = logging.getLogger("coordinator.store")
+
 _ATTEMPTS: Final = 4
 _BACKOFF_SECONDS: Final = (0.01, 0.05, 0.2)
 _HEAD_SECONDS: Final = 1.0
 """How often a write transaction saves the journal head at most."""
+_OBSERVER_FAILED: Final = "coordinator.service.event"
+
+Committed = StatusChange | StepOutcome
+"""What `StoreBase.observe`'s observer is told after a commit."""
 
 
 class StoreBase:
@@ -109,6 +120,8 @@ class StoreBase:
         self._sender = "from:" + secrets.token_hex(8)  # this store's own notifications
         self._journal: Callable[[], JournalPosition | None] | None = None
         self._head_due = 0.0  # monotonic instant from which a write saves the journal head
+        self._observer: Callable[[Sequence[Committed]], None] | None = None
+        self._notes = threading.local()  # `.items`: the notes of this thread's transaction
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -252,6 +265,19 @@ class StoreBase:
     def location(self) -> StoreLocation:
         return self._location
 
+    def observe(self, observer: Callable[[Sequence[Committed]], None] | None) -> None:
+        """Tell `observer`, after each commit, the run status changes the transaction wrote and
+        the step outcomes noted in it (`note`), in order (06 §14: the metrics and log lines of
+        a run's life); never what a rolled-back or retried attempt wrote or noted. It runs on
+        the committing thread; what it raises is logged, never the caller's."""
+        self._observer = observer
+
+    def note(self, outcome: StepOutcome) -> None:
+        """Inside a transaction (a `Decide`): tell the observer `outcome` if it commits."""
+        items: list[Committed] | None = getattr(self._notes, "items", None)
+        if items is not None:
+            items.append(outcome)
+
     # -- transactions ---------------------------------------------------------------------------
 
     def _transact(self, work: Callable[[Connection], T], *, read_only: bool = False) -> T:
@@ -267,14 +293,24 @@ class StoreBase:
             committing = False
             try:
                 with engine.connect() as conn:
+                    began = time.perf_counter()
+                    outer = getattr(self._notes, "items", None)
+                    items: list[Committed] | None = None
+                    if self._observer is not None and not read_only:
+                        items = self._notes.items = []
                     transaction = conn.begin()
                     try:
                         result = work(conn)
                     except BaseException:
                         transaction.rollback()
                         raise
+                    finally:
+                        self._notes.items = outer
                     committing = True
                     transaction.commit()
+                    metrics.store_transaction(time.perf_counter() - began, read_only=read_only)
+                    if items:
+                        self._tell(items)
                     return result
             except sa_exc.DBAPIError as error:
                 if attempt < _ATTEMPTS and (
@@ -286,6 +322,14 @@ class StoreBase:
                 if is_unavailable(error):
                     raise store_unavailable() from error
                 raise
+
+    def _tell(self, items: Sequence[Committed]) -> None:
+        """The observer after a commit: what it fails at never undoes or fails the commit."""
+        assert self._observer is not None
+        try:
+            self._observer(items)
+        except Exception:
+            logger.warning("status change not observed", extra={"code": _OBSERVER_FAILED})
 
     def _verify_txn(self, conn: Connection) -> ControlRow:
         """07 §6.1 step 1 / §7.1: databaseId, schema version and key custody, checked in every
@@ -383,6 +427,15 @@ class StoreBase:
         run = before.run
         if write.run != before.run:
             run = evolve(write.run, updated_at=now)
+            if run.status != before.run.status:
+                items: list[Committed] | None = getattr(self._notes, "items", None)
+                if items is not None:
+                    items.append(
+                        StatusChange(
+                            run.run_id, run.workflow_id, before.run.status, run.status,
+                            run.admitted_at, now,
+                        )
+                    )  # fmt: skip
             values = {f"v_{name}": getattr(run, name) for name in RUN_MUTABLE}
             UPDATE_RUN.run(conn, values | {"k_run": run.run_id})
         steps = {record.step: record for record in before.steps}

@@ -11,6 +11,7 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.engine import Connection
 
 from coordinator_core.shell.audit.writer import JournalPosition
+from coordinator_core.shell.metrics import StoreGauges
 from coordinator_core.shell.store.base import StoreBase
 from coordinator_core.shell.store.dialect import truncate_ms
 from coordinator_core.shell.store.guards import control_from, refuse
@@ -204,6 +205,49 @@ class StoreReads(StoreBase):
                 oldest_due_at=oldest_due,
                 terminal_payloads=int(payloads[0] or 0),
                 oldest_terminal_payload_at=payloads[1],
+            )
+
+        return self._transact(work, read_only=True)
+
+    def gauges(self, now: datetime) -> StoreGauges:
+        """The store gauges of `GET /metrics` (06 §14), from one read transaction: runs by
+        reported status, records pending and due at `now` with the age of the oldest, parked
+        waits and the holds."""
+        moment = truncate_ms(now)
+
+        def work(conn: Connection) -> StoreGauges:
+            reported = reported_status().label("reported")
+            counts = dict.fromkeys(RUN_STATUSES, 0)
+            for status, count in conn.execute(
+                select(reported, func.count()).select_from(RUNS).group_by(reported)
+            ):
+                counts[str(status)] = int(count)
+            due = conn.execute(
+                select(func.count(), func.min(STEPS.c.due_at)).where(
+                    STEPS.c.state == "pending", STEPS.c.due_at <= moment
+                )
+            ).first()
+            waits = conn.execute(
+                select(func.count())
+                .select_from(STEPS)
+                .where(
+                    STEPS.c.type.in_(("wait-until", "wait-for")),
+                    STEPS.c.state.in_(("pending", "leased")),
+                )
+            ).scalar()
+            holds = self._hold_state_txn(conn)
+            oldest = None if due is None else due[1]
+            lag = 0.0 if oldest is None else max(0.0, (moment - oldest).total_seconds())
+            return StoreGauges(
+                statuses=counts,
+                due=int(due[0] or 0) if due is not None else 0,
+                oldest_due_lag_seconds=lag,
+                parked_waits=int(waits or 0),
+                holds={
+                    "restore": int(holds.restore_hold),
+                    "admissions": int(holds.admissions_hold),
+                    "restore-review": int(holds.restore_review),
+                },
             )
 
         return self._transact(work, read_only=True)

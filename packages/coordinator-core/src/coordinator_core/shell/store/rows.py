@@ -45,6 +45,8 @@ __all__ = [
     "RunRow",
     "RunSnapshot",
     "RunWrite",
+    "StatusChange",
+    "StepOutcome",
     "StepRow",
     "StoreSummary",
     "Written",
@@ -369,6 +371,31 @@ class Claim:
     lease_expires_at: datetime
     snapshot: RunSnapshot
     """The run as leased, read under the claim's locks (the worker's input for `Work`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """A step record's outcome (07 §11 worker outcome) noted by the worker inside a transaction
+    (`Store.note`); `Store.observe`'s observer is told it once the transaction commits."""
+
+    run_id: uuid.UUID
+    step: str
+    step_type: str
+    outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """A committed change of a run's written status (what `Store.observe` is told after the
+    commit): the run, its workflow, the status before and after, when it was admitted and the
+    instant of the transaction."""
+
+    run_id: uuid.UUID
+    workflow_id: str
+    before: str
+    after: str
+    admitted_at: datetime
+    at: datetime
 
 
 @dataclass(frozen=True, slots=True)
