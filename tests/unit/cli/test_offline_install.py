@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from support.wheels import uv_or_skip
 
 from coordinatorctl import installed
@@ -23,7 +24,15 @@ from coordinatorctl.cli import main
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "reviewed-notice"
 # The distributions of coordinator-core's `service` extra, which the offline install lacks.
-SERVICE_DISTRIBUTIONS = {"cryptography", "sqlmodel", "sqlalchemy", "psycopg", "alembic", "pyjwt"}
+SERVICE_DISTRIBUTIONS = {
+    "cryptography",
+    "sqlmodel",
+    "sqlalchemy",
+    "psycopg",
+    "alembic",
+    "pyjwt",
+    "prometheus-client",
+}
 
 
 def _extra_requirements(distribution: str, extra: str) -> list[Requirement]:
@@ -37,12 +46,12 @@ def test_the_probed_modules_are_the_import_names_of_the_service_extra() -> None:
     coordinator-core's `service` extra (as the installed metadata declares it)."""
     owners = metadata.packages_distributions()
     declared = {
-        requirement.name.lower()
+        canonicalize_name(requirement.name)
         for requirement in _extra_requirements("coordinator-core", "service")
     }
     assert declared == SERVICE_DISTRIBUTIONS | {"httpx"}
     probed = {
-        next(d.lower() for d in owners[module] if d.lower() in declared)
+        next(canonicalize_name(d) for d in owners[module] if canonicalize_name(d) in declared)
         for module in installed.SERVICE_MODULES
     }
     assert probed == declared

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -105,11 +105,15 @@ async def read_raw_body(request: Request, maximum_bytes: int) -> bytes:
         raise ProblemError(413, "request.body-too-large")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > maximum_bytes:
-            raise ProblemError(413, "request.body-too-large")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > maximum_bytes:
+                raise ProblemError(413, "request.body-too-large")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # The client went away mid-body (a killed caller): nothing to do, nobody to answer.
+        raise ProblemError(400, "request.invalid", "The body was not sent whole.") from None
     return b"".join(chunks)
 
 

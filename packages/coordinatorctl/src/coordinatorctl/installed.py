@@ -20,6 +20,7 @@ SERVICE_MODULES: Final = (
     "alembic",
     "httpx",
     "jwt",
+    "prometheus_client",
 )
 
 

@@ -14,6 +14,7 @@ __all__ = ["OPERATIONS", "handler_of"]
 OPERATIONS: Final[Mapping[str, Callable[..., Any]]] = {
     "getHealth": health.get_health,
     "getReady": health.get_ready,
+    "getMetrics": health.get_metrics,
     "getWorkflow": workflow.get_workflow,
     "startRun": runs.start_run,
     "listRuns": runs.list_runs,

@@ -35,6 +35,7 @@ from prometheus_client.registry import Collector
 __all__ = [
     "CONTENT_TYPE",
     "REGISTRY",
+    "JournalMetrics",
     "LoopState",
     "StoreGauges",
     "admission",
@@ -145,6 +146,16 @@ def audit_appended(count: int) -> None:
 
 def audit_fsync(seconds: float) -> None:
     AUDIT_FSYNC_SECONDS.observe(seconds)
+
+
+class JournalMetrics:
+    """The journal's observer (`AuditWriter.observe`): lines appended and fsync latency."""
+
+    def appended(self, count: int) -> None:
+        audit_appended(count)
+
+    def flushed(self, seconds: float) -> None:
+        audit_fsync(seconds)
 
 
 def store_transaction(seconds: float, *, read_only: bool) -> None:

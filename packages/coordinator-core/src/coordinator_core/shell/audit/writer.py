@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Final
+from typing import Final, Protocol
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.shell import metrics
 from coordinator_core.shell.audit.entries import (
     _ROLES,
     AUDIT_SCHEMA,
@@ -105,6 +104,14 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+class JournalObserver(Protocol):
+    """What `AuditWriter.observe` reports to: lines queued, and how long a durable write took."""
+
+    def appended(self, count: int) -> None: ...
+
+    def flushed(self, seconds: float) -> None: ...
+
+
 class AuditWriter:
     """One process's journal. Appends are serialised in sequence order; each returns only after
     its line is on stable storage, and a single fsync covers every line queued meanwhile."""
@@ -132,6 +139,7 @@ class AuditWriter:
         self._failed = False
         self._closed = False
         self._background: threading.Thread | None = None
+        self._observer: JournalObserver | None = None
         # Owned by the thread that flushes (at most one at a time) and by open/close.
         self._file_number = 1
         self._fd = -1
@@ -190,6 +198,11 @@ class AuditWriter:
     def prefix(self) -> str:
         """The file group's name: `<role>-<YYYYMMDDTHHMMSSZ>-<8 hex>`."""
         return self._prefix
+
+    def observe(self, observer: JournalObserver) -> None:
+        """Tell `observer` of every line queued and every write made durable (the service's
+        metrics; the journal itself depends on no metrics library)."""
+        self._observer = observer
 
     @property
     def directory(self) -> Path:
@@ -271,7 +284,8 @@ class AuditWriter:
             self._next_sequence = sequence + 1
             self._previous = previous
             self._queue.extend(lines)
-            metrics.audit_appended(len(lines))
+            if self._observer is not None:
+                self._observer.appended(len(lines))
             if not wait:
                 self._start_background()
                 self._cond.notify_all()
@@ -378,7 +392,8 @@ class AuditWriter:
             began = time.perf_counter()
             _write_all(self._fd, b"".join(pending))
             os.fsync(self._fd)
-            metrics.audit_fsync(time.perf_counter() - began)
+            if self._observer is not None:
+                self._observer.flushed(time.perf_counter() - began)
         except OSError:
             return None
         return last
