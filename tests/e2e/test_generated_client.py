@@ -33,7 +33,7 @@ from e2e_support import Processes, Project, wait_for
 from coordinator_sandbox.delivery import delivery_signature
 
 OPERATIONS = {
-    "getHealth", "getReady", "getWorkflow", "startRun", "listRuns", "getRun", "inspectRun",
+    "getHealth", "getReady", "getMetrics", "getWorkflow", "startRun", "listRuns", "getRun", "inspectRun",
     "cancelRun", "retrySame", "reconcileRun", "getDoctor", "setRestoreHold",
     "releaseRestoreHold", "releaseAdmissionHold", "retainRuns", "admitEvent", "reviewCompleted",
 }  # fmt: skip

@@ -364,7 +364,6 @@ def start(
         secrets = resolve_secrets(deployment, environment=environment, database_role="runtime")
     with _step("coordinator.command.audit-unavailable"):
         writer = AuditWriter.open(settings.audit_directory, "serve" if serving else "worker")
-    writer.observe(metrics.JournalMetrics())
     started.callback(writer.close)
     url = started.enter_context(process_store.store_url(deployment, secrets))
     concurrency = 0 if recovery_only else settings.worker.concurrency

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from coordinator_core.engine import CallStep
 from coordinator_core.errors import CoordinatorError
+from coordinator_core.shell import metrics
 from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.audit import AuditWriter
 from coordinator_core.shell.codec import DefinitionCache
@@ -241,7 +242,10 @@ def build_service(
 
     `clock` (default: the UTC wall clock) is the instant every transaction uses; `audit` is the
     process's journal (worker `record` entries, `doctor.auditHead`, readiness); `adapters`
-    replaces the HTTP adapters built from the runtime file (tests)."""
+    replaces the HTTP adapters built from the runtime file (tests). The journal reports its
+    appends and fsyncs to the process's metrics (06 §14)."""
+    if audit is not None:
+        audit.observe(metrics.JournalMetrics())
     service = StoreRunService(
         deployment, secrets, store, package, clock=clock, audit=audit, adapters=adapters
     )
