@@ -163,24 +163,12 @@ class StoreReads(StoreBase):
             if row is None:
                 raise refuse("coordinator.deployment.schema-mismatch")
             control = control_from(row)
-            reported = reported_status().label("reported")
-            counts = dict.fromkeys(RUN_STATUSES, 0)
-            for status, count in conn.execute(
-                select(reported, func.count()).select_from(RUNS).group_by(reported)
-            ):
-                counts[str(status)] = int(count)
+            counts = _status_counts_txn(conn)
             holds = self._hold_state_txn(conn)
             unknown = conn.execute(
                 select(func.count()).select_from(STEPS).where(unknown_effect(STEPS))
             ).scalar()
-            waits = conn.execute(
-                select(func.count())
-                .select_from(STEPS)
-                .where(
-                    STEPS.c.type.in_(("wait-until", "wait-for")),
-                    STEPS.c.state.in_(("pending", "leased")),
-                )
-            ).scalar()
+            waits = _waits_txn(conn)
             oldest_due = conn.execute(
                 select(func.min(STEPS.c.due_at)).where(STEPS.c.state == "pending")
             ).scalar()
@@ -201,7 +189,7 @@ class StoreReads(StoreBase):
                 restore_review=holds.restore_review,
                 statuses=counts,
                 unknown_effects=int(unknown or 0),
-                waits=int(waits or 0),
+                waits=waits,
                 oldest_due_at=oldest_due,
                 terminal_payloads=int(payloads[0] or 0),
                 oldest_terminal_payload_at=payloads[1],
@@ -216,25 +204,13 @@ class StoreReads(StoreBase):
         moment = truncate_ms(now)
 
         def work(conn: Connection) -> StoreGauges:
-            reported = reported_status().label("reported")
-            counts = dict.fromkeys(RUN_STATUSES, 0)
-            for status, count in conn.execute(
-                select(reported, func.count()).select_from(RUNS).group_by(reported)
-            ):
-                counts[str(status)] = int(count)
+            counts = _status_counts_txn(conn)
             due = conn.execute(
                 select(func.count(), func.min(STEPS.c.due_at)).where(
                     STEPS.c.state == "pending", STEPS.c.due_at <= moment
                 )
             ).first()
-            waits = conn.execute(
-                select(func.count())
-                .select_from(STEPS)
-                .where(
-                    STEPS.c.type.in_(("wait-until", "wait-for")),
-                    STEPS.c.state.in_(("pending", "leased")),
-                )
-            ).scalar()
+            waits = _waits_txn(conn)
             holds = self._hold_state_txn(conn)
             oldest = None if due is None else due[1]
             lag = 0.0 if oldest is None else max(0.0, (moment - oldest).total_seconds())
@@ -242,7 +218,7 @@ class StoreReads(StoreBase):
                 statuses=counts,
                 due=int(due[0] or 0) if due is not None else 0,
                 oldest_due_lag_seconds=lag,
-                parked_waits=int(waits or 0),
+                parked_waits=waits,
                 holds={
                     "restore": int(holds.restore_hold),
                     "admissions": int(holds.admissions_hold),
@@ -276,3 +252,27 @@ class StoreReads(StoreBase):
         return self._transact(
             lambda conn: list(conn.execute(select(RUNS.c.run_id)).scalars()), read_only=True
         )
+
+
+def _status_counts_txn(conn: Connection) -> dict[str, int]:
+    """Runs by reported status (restore review reads `attention`), every status present."""
+    reported = reported_status().label("reported")
+    counts = dict.fromkeys(RUN_STATUSES, 0)
+    for status, count in conn.execute(
+        select(reported, func.count()).select_from(RUNS).group_by(reported)
+    ):
+        counts[str(status)] = int(count)
+    return counts
+
+
+def _waits_txn(conn: Connection) -> int:
+    """Waits not yet over: `wait-until` and `wait-for` records pending or leased."""
+    found = conn.execute(
+        select(func.count())
+        .select_from(STEPS)
+        .where(
+            STEPS.c.type.in_(("wait-until", "wait-for")),
+            STEPS.c.state.in_(("pending", "leased")),
+        )
+    ).scalar()
+    return int(found or 0)
