@@ -16,9 +16,11 @@ from uuid import UUID
 
 from coordinator_core.errors import CoordinatorError, catalogue
 from coordinator_core.shell.audit import (
+    ApiAction,
     AuditEntry,
     AuditReferences,
     AuditWriter,
+    ResponseOutcome,
     api_request,
     event_request,
     new_correlation,
@@ -39,24 +41,10 @@ __all__ = [
 ]
 
 
-AuditAction = Literal[
-    "admit",
-    "workflow-read",
-    "list",
-    "status",
-    "inspect",
-    "cancel",
-    "retry-same",
-    "reconcile",
-    "doctor",
-    "restore-hold",
-    "release-restore-hold",
-    "release-admission-hold",
-    "retention",
-    "event-admit",
-    "review-completion",
-]
-AuditOutcome = Literal["accepted", "refused", "unknown"]
+AuditAction = ApiAction | Literal["event-admit", "review-completion"]
+"""What the service journals: the API actions of 07 §11, event admissions and review
+completions."""
+AuditOutcome = ResponseOutcome
 
 
 @dataclass(frozen=True, slots=True)
