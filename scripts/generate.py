@@ -30,12 +30,12 @@ ERROR_DOC = Path("docs") / "reference" / "error-codes.md"
 API_DOC = Path("docs") / "reference" / "api.md"
 SERVED_DOCUMENT = "openapi.json"
 
-# Schema file stem → generated module name.
+# Schema file stem → generated module name. Only the schemas whose models the code uses
+# (ARCHITECTURE rule 3): `api`, the bodies of the service API, read and written by
+# coordinator_api.wire and coordinatorctl.remote_models. The authored formats (project, runtime,
+# scenarios) and the ctl report are decoded and checked by coordinator_core against their
+# published schemas with positions; a second, unused model of them is not generated.
 MODELS = {
-    "project": "project",
-    "runtime": "runtime",
-    "scenarios": "scenarios",
-    "ctl-report": "ctl_report",
     "api": "api",
 }
 # `$defs`-only files: without this flag the generator adds a useless root model.
@@ -50,6 +50,9 @@ CODEGEN_FLAGS = [
     "--use-standard-collections", "--use-union-operator", "--use-double-quotes",
     "--disable-timestamp", "--use-schema-description", "--use-field-description",
     "--snake-case-field", "--allow-population-by-field-name",
+    # Named scalar definitions (LocalId, Digest, Timestamp, …) become annotated field types,
+    # not RootModel wrappers that every reader would have to unwrap.
+    "--collapse-root-models",
     "--formatters", "builtin",
 ]  # fmt: skip
 
@@ -64,13 +67,12 @@ def generate(out_root: Path) -> None:
     (package / "__init__.py").write_text(PACKAGE_INIT, encoding="utf-8")
     (package / "py.typed").write_text("", encoding="utf-8")
     (schemas_out / "__init__.py").write_text(PACKAGE_INIT, encoding="utf-8")
-    for stem, module in MODELS.items():
-        source = SPEC / "schemas" / f"{stem}.schema.json"
-        if not source.exists():
-            continue
+    for source in sorted((SPEC / "schemas").glob("*.schema.json")):
         schema = json.loads(source.read_text(encoding="utf-8"))
         published = json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
         (schemas_out / source.name).write_text(published, encoding="utf-8")
+    for stem, module in MODELS.items():
+        source = SPEC / "schemas" / f"{stem}.schema.json"
         subprocess.run(
             [
                 sys.executable, "-m", "datamodel_code_generator",
@@ -167,7 +169,8 @@ def main() -> int:
     arguments = parser.parse_args()
     if arguments.check:
         return check()
-    shutil.rmtree(ROOT / PACKAGE / "schemas", ignore_errors=True)
+    # Start from an empty package so that a model no longer generated leaves no stale module.
+    shutil.rmtree(ROOT / PACKAGE, ignore_errors=True)
     generate(ROOT)
     return 0
 

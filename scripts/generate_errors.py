@@ -287,9 +287,9 @@ def render_python(data: Mapping[str, Any]) -> str:
         "",
         "from __future__ import annotations",
         "",
-        "from typing import Final",
+        "from typing import Final, Literal",
         "",
-        "CODES: Final[dict[str, tuple[str, str, int, str, int | None]]] = {",
+        'CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | None]]] = {',
     ]
     for code in sorted(codes):
         entry = codes[code]

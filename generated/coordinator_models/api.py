@@ -17,39 +17,6 @@ class LocalId(RootModel[str]):
     """
 
 
-class Digest(RootModel[str]):
-    root: Annotated[str, Field(pattern="^sha256:[0-9a-f]{64}$")]
-    """
-    A SHA-256 digest: `sha256:` followed by 64 lowercase hex digits.
-    """
-
-
-class Timestamp(RootModel[AwareDatetime]):
-    root: AwareDatetime
-    """
-    An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
-    """
-
-
-class RunId(RootModel[UUID]):
-    root: UUID
-    """
-    A run id as the service returns it: a version 4 UUID, lowercase and hyphenated.
-    """
-
-
-class Reason(RootModel[str]):
-    root: Annotated[
-        str,
-        Field(
-            max_length=256, min_length=1, pattern="^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
-        ),
-    ]
-    """
-    An investigation reference (a ticket id, never personal data): 1–256 bytes of UTF-8 without control characters. It is journaled only as a keyed reference and never returned.
-    """
-
-
 class RunStatusValue(StrEnum):
     """
     A run status (contract 06 §11.5). `finished`, `cancelled`, `cancelled-after-effect` and `expired` are terminal; `failed` is terminal unless `retry-same` is allowed.
@@ -192,15 +159,6 @@ class WaitResult(StrEnum):
     expired = "expired"
 
 
-class OperationId(RootModel[str]):
-    root: Annotated[
-        str, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")
-    ]
-    """
-    A versioned operation id (contract 08 §1.2).
-    """
-
-
 class OperationEffect(StrEnum):
     """
     What a call of the operation may do.
@@ -338,11 +296,11 @@ class StartRunRequest(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    workflow: LocalId
+    workflow: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
     """
     The workflow id; must be the active workflow.
     """
-    revision: Digest
+    revision: Annotated[str, Field(pattern="^sha256:[0-9a-f]{64}$")]
     """
     The revision the caller expects to run (`coordinatorctl workflow` shows it).
     """
@@ -361,7 +319,15 @@ class ReasonRequest(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    reason: Reason
+    reason: Annotated[
+        str,
+        Field(
+            max_length=256, min_length=1, pattern="^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+        ),
+    ]
+    """
+    An investigation reference (a ticket id, never personal data): 1–256 bytes of UTF-8 without control characters. It is journaled only as a keyed reference and never returned.
+    """
 
 
 class ReleaseAdmissionHoldRequest(BaseModel):
@@ -373,7 +339,15 @@ class ReleaseAdmissionHoldRequest(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    reason: Reason
+    reason: Annotated[
+        str,
+        Field(
+            max_length=256, min_length=1, pattern="^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
+        ),
+    ]
+    """
+    An investigation reference (a ticket id, never personal data): 1–256 bytes of UTF-8 without control characters. It is journaled only as a keyed reference and never returned.
+    """
     admission_history_complete: Annotated[bool, Field(alias="admissionHistoryComplete")]
     """
     The operator attests that the restored store holds the complete admission history.
@@ -471,7 +445,12 @@ class WorkflowInfo(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    workflow_id: Annotated[LocalId, Field(alias="workflowId")]
+    workflow_id: Annotated[
+        str, Field(alias="workflowId", pattern="^[a-z][a-z0-9_-]{0,63}$")
+    ]
+    """
+    A local identifier (contract 01 §3): workflow, step, outcome, trigger and connection ids.
+    """
     title: Annotated[str | None, Field(max_length=120, min_length=1)] = None
     """
     The project's title; omitted when it has none.
@@ -480,12 +459,22 @@ class WorkflowInfo(BaseModel):
     """
     `project.version` (informational).
     """
-    revision: Digest
+    revision: Annotated[str, Field(pattern="^sha256:[0-9a-f]{64}$")]
     """
     The revision to pass when starting runs.
     """
-    definition_digest: Annotated[Digest, Field(alias="definitionDigest")]
-    package_digest: Annotated[Digest, Field(alias="packageDigest")]
+    definition_digest: Annotated[
+        str, Field(alias="definitionDigest", pattern="^sha256:[0-9a-f]{64}$")
+    ]
+    """
+    A SHA-256 digest: `sha256:` followed by 64 lowercase hex digits.
+    """
+    package_digest: Annotated[
+        str, Field(alias="packageDigest", pattern="^sha256:[0-9a-f]{64}$")
+    ]
+    """
+    A SHA-256 digest: `sha256:` followed by 64 lowercase hex digits.
+    """
     input_schema: Annotated[Any, Field(alias="inputSchema")]
     """
     The JSON Schema run inputs must satisfy (`true` accepts any value).
@@ -509,23 +498,35 @@ class RunStatus(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    run_id: Annotated[RunId, Field(alias="runId")]
-    workflow_id: Annotated[LocalId, Field(alias="workflowId")]
+    run_id: Annotated[UUID, Field(alias="runId")]
+    """
+    A run id as the service returns it: a version 4 UUID, lowercase and hyphenated.
+    """
+    workflow_id: Annotated[
+        str, Field(alias="workflowId", pattern="^[a-z][a-z0-9_-]{0,63}$")
+    ]
+    """
+    A local identifier (contract 01 §3): workflow, step, outcome, trigger and connection ids.
+    """
     workflow_version: Annotated[
         str, Field(alias="workflowVersion", pattern="^[A-Za-z0-9_-]{1,64}$")
     ]
     """
     `project.version` of the run's snapshot (informational).
     """
-    revision: Digest
+    revision: Annotated[str, Field(pattern="^sha256:[0-9a-f]{64}$")]
     """
     The revision the run was admitted with.
     """
-    definition_digest: Annotated[Digest, Field(alias="definitionDigest")]
+    definition_digest: Annotated[
+        str, Field(alias="definitionDigest", pattern="^sha256:[0-9a-f]{64}$")
+    ]
     """
     The exact snapshot the run executes.
     """
-    binding_digest: Annotated[Digest, Field(alias="bindingDigest")]
+    binding_digest: Annotated[
+        str, Field(alias="bindingDigest", pattern="^sha256:[0-9a-f]{64}$")
+    ]
     """
     The binding digest recorded at admission.
     """
@@ -535,17 +536,23 @@ class RunStatus(BaseModel):
     The trigger id for `event` runs, else null.
     """
     status: RunStatusValue
-    step: LocalId
+    step: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
     """
     The current step id.
     """
-    admitted_at: Annotated[Timestamp, Field(alias="admittedAt")]
-    deadline_at: Annotated[Timestamp, Field(alias="deadlineAt")]
-    completed_at: Annotated[Timestamp | None, Field(alias="completedAt")]
+    admitted_at: Annotated[AwareDatetime, Field(alias="admittedAt")]
+    """
+    An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    """
+    deadline_at: Annotated[AwareDatetime, Field(alias="deadlineAt")]
+    """
+    An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    """
+    completed_at: Annotated[AwareDatetime | None, Field(alias="completedAt")]
     """
     When the status became terminal, else null.
     """
-    next_due_at: Annotated[Timestamp | None, Field(alias="nextDueAt")]
+    next_due_at: Annotated[AwareDatetime | None, Field(alias="nextDueAt")]
     """
     When the current step is next due (timer, observation, retry), if pending.
     """
@@ -607,7 +614,7 @@ class StepRoute(BaseModel):
         populate_by_name=True,
     )
     kind: RouteKind
-    label: LocalId | None = None
+    label: Annotated[str | None, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")] = None
     """
     The case label, for `case` routes.
     """
@@ -622,7 +629,10 @@ class WaitUntil(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    until: Timestamp
+    until: AwareDatetime
+    """
+    An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    """
 
 
 class WaitFor(BaseModel):
@@ -634,16 +644,22 @@ class WaitFor(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    call: LocalId
+    call: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
     """
     The awaited call step.
     """
-    completion: LocalId
+    completion: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
     """
     The awaited completion.
     """
-    started_at: Annotated[Timestamp, Field(alias="startedAt")]
-    timeout_at: Annotated[Timestamp, Field(alias="timeoutAt")]
+    started_at: Annotated[AwareDatetime, Field(alias="startedAt")]
+    """
+    An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    """
+    timeout_at: Annotated[AwareDatetime, Field(alias="timeoutAt")]
+    """
+    An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    """
     interval_seconds: Annotated[int, Field(alias="intervalSeconds", ge=1)]
     """
     The effective observation interval.
@@ -652,8 +668,10 @@ class WaitFor(BaseModel):
     """
     Observations made so far.
     """
-    last_observed_at: Annotated[Timestamp | None, Field(alias="lastObservedAt")]
-    next_observation_at: Annotated[Timestamp | None, Field(alias="nextObservationAt")]
+    last_observed_at: Annotated[AwareDatetime | None, Field(alias="lastObservedAt")]
+    next_observation_at: Annotated[
+        AwareDatetime | None, Field(alias="nextObservationAt")
+    ]
     result: WaitResult
 
 
@@ -666,7 +684,10 @@ class StepStatus(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    step: LocalId
+    step: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
+    """
+    A local identifier (contract 01 §3): workflow, step, outcome, trigger and connection ids.
+    """
     type: StepType
     state: StepState
     generation: Annotated[int, Field(ge=1)]
@@ -677,16 +698,21 @@ class StepStatus(BaseModel):
     """
     Attempts in the current generation.
     """
-    entered_at: Annotated[Timestamp, Field(alias="enteredAt")]
-    finished_at: Annotated[Timestamp | None, Field(alias="finishedAt")]
-    next_due_at: Annotated[Timestamp | None, Field(alias="nextDueAt")]
-    lease_expires_at: Annotated[Timestamp | None, Field(alias="leaseExpiresAt")]
+    entered_at: Annotated[AwareDatetime, Field(alias="enteredAt")]
+    """
+    An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    """
+    finished_at: Annotated[AwareDatetime | None, Field(alias="finishedAt")]
+    next_due_at: Annotated[AwareDatetime | None, Field(alias="nextDueAt")]
+    lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")]
     failure_code: Annotated[FailureCode | None, Field(alias="failureCode")]
     route: StepRoute | None
     """
     How the run left this step, or null while it has not.
     """
-    operation: OperationId | None = None
+    operation: Annotated[
+        str | None, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")
+    ] = None
     """
     Calls only: the versioned operation id.
     """
@@ -721,8 +747,16 @@ class Effect(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    step: LocalId
-    operation: OperationId
+    step: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
+    """
+    A local identifier (contract 01 §3): workflow, step, outcome, trigger and connection ids.
+    """
+    operation: Annotated[
+        str, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")
+    ]
+    """
+    A versioned operation id (contract 08 §1.2).
+    """
     state: EffectState
     settled_by: Annotated[EffectSettlement | None, Field(alias="settledBy")]
 
@@ -736,7 +770,9 @@ class OperationCompletion(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    observe: OperationId
+    observe: Annotated[
+        str, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")
+    ]
     """
     The operation that observes the completion.
     """
@@ -758,7 +794,12 @@ class OperationIdentity(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    id: OperationId
+    id: Annotated[
+        str, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")
+    ]
+    """
+    A versioned operation id (contract 08 §1.2).
+    """
     product: OperationProduct
     effect: OperationEffect
     key_requirement: Annotated[KeyRequirement, Field(alias="keyRequirement")]
@@ -861,8 +902,18 @@ class DoctorState(BaseModel):
     """
     store: StoreKind
     schema_version: Annotated[int, Field(alias="schemaVersion", ge=1)]
-    active_package_digest: Annotated[Digest, Field(alias="activePackageDigest")]
-    active_revision: Annotated[Digest, Field(alias="activeRevision")]
+    active_package_digest: Annotated[
+        str, Field(alias="activePackageDigest", pattern="^sha256:[0-9a-f]{64}$")
+    ]
+    """
+    A SHA-256 digest: `sha256:` followed by 64 lowercase hex digits.
+    """
+    active_revision: Annotated[
+        str, Field(alias="activeRevision", pattern="^sha256:[0-9a-f]{64}$")
+    ]
+    """
+    A SHA-256 digest: `sha256:` followed by 64 lowercase hex digits.
+    """
     restore_hold: Annotated[bool, Field(alias="restoreHold")]
     admissions_hold: Annotated[bool, Field(alias="admissionsHold")]
     audit_ready: Annotated[bool, Field(alias="auditReady")]
@@ -873,15 +924,17 @@ class DoctorState(BaseModel):
     statuses: RunStatusCounts
     unknown_effects: Annotated[int, Field(alias="unknownEffects", ge=0)]
     waits: Annotated[int, Field(ge=0)]
-    oldest_due_at: Annotated[Timestamp | None, Field(alias="oldestDueAt")]
+    oldest_due_at: Annotated[AwareDatetime | None, Field(alias="oldestDueAt")]
     terminal_payloads: Annotated[int, Field(alias="terminalPayloads", ge=0)]
     """
     Settled runs whose payload has not been erased.
     """
     oldest_terminal_payload_at: Annotated[
-        Timestamp | None, Field(alias="oldestTerminalPayloadAt")
+        AwareDatetime | None, Field(alias="oldestTerminalPayloadAt")
     ]
-    audit_head: Annotated[Digest, Field(alias="auditHead")]
+    audit_head: Annotated[
+        str, Field(alias="auditHead", pattern="^sha256:[0-9a-f]{64}$")
+    ]
     """
     The hash of the last audit entry this process wrote.
     """
@@ -938,4 +991,7 @@ class EventAdmitted(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    run_id: Annotated[RunId, Field(alias="runId")]
+    run_id: Annotated[UUID, Field(alias="runId")]
+    """
+    A run id as the service returns it: a version 4 UUID, lowercase and hyphenated.
+    """

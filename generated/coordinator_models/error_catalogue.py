@@ -9,9 +9,9 @@ each closed run failure code (contract 08 §10) to its meaning.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal
 
-CODES: Final[dict[str, tuple[str, str, int, str, int | None]]] = {
+CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | None]]] = {
     "admission.revision-mismatch": (
         "The requested revision is not the workflow's active revision.",
         "Read the active revision with `coordinatorctl workflow` and start the run with it, or ask the operator to activate the revision you expect.",
