@@ -53,6 +53,8 @@ CODEGEN_FLAGS = [
     # Named scalar definitions (LocalId, Digest, Timestamp, …) become annotated field types,
     # not RootModel wrappers that every reader would have to unwrap.
     "--collapse-root-models",
+    # A problem's `type` is compared as text (its pattern holds it), not normalised as a URL.
+    "--type-mappings", "string+uri=string",
     "--formatters", "builtin",
 ]  # fmt: skip
 

@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import AnyUrl, AwareDatetime, BaseModel, ConfigDict, Field, RootModel
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
 
 
 class LocalId(RootModel[str]):
@@ -252,7 +252,12 @@ class Problem(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    type: AnyUrl
+    type: Annotated[
+        str,
+        Field(
+            pattern="^https://id\\.registrystack\\.org/problems/registry-coordinator/[a-z0-9/-]+$"
+        ),
+    ]
     """
     `https://id.registrystack.org/problems/registry-coordinator/` followed by the code without its leading `coordinator.` and with `.` replaced by `/`.
     """

@@ -81,7 +81,7 @@ from coordinator_api.spec import (
     locate_openapi,
     operation_table,
 )
-from coordinator_api.wire import dumps
+from coordinator_api.wire import encode
 from coordinator_core.shell.service import AuditJournal, BlockReason, RunService, ServiceRefusal
 
 __all__ = ["AppState", "create_app"]
@@ -245,13 +245,13 @@ def _problem_reply(request: Any, error: Exception) -> Any:
     """Connexion error handler: the problem+json response for any exception."""
     code, reason, extra = _problem_of(request, error)
     body = problem_body(code, reason)
-    headers = problem_headers(str(body["code"]), extra)
+    headers = problem_headers(body.code, extra)
     content_type = headers.pop("Content-Type")
     return ConnexionResponse(
-        status_code=body["status"],
+        status_code=body.status,
         mimetype=content_type,
         content_type=content_type,
-        body=dumps(body),
+        body=encode(body),
         headers=headers,
     )
 

@@ -5,7 +5,8 @@ Connexion validates bodies with Draft 4 against the 3.0.3 rendering and before t
 its own codes for some members. So the edge middleware only captures the body (at most 65,536
 bytes) and classifies its media type, and handlers call `read_json_body` at the right point.
 Bodies are parsed strictly (duplicate members, NaN, lone surrogates refused) and validated
-against the schemas of `openapi.bundled.yaml`, the same 2020-12 text clients and tests read.
+against the schemas of `openapi.bundled.yaml`, the same 2020-12 text clients and tests read;
+`read_body` then hands the handler the body as its generated model (`wire`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from coordinator_api.problems import ApiProblem
+from coordinator_api.wire import BodyModel, BodyRefused, parse_request
 from coordinator_core.values import StrictJsonError, parse_strict_json
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "BodySchemas",
     "is_json_media_type",
     "parse_rfc3339",
+    "read_body",
     "read_json_body",
 ]
 
@@ -222,3 +225,22 @@ def read_json_body(
         if member is not None and member in codes:
             raise ApiProblem(codes[member])
     raise ApiProblem("coordinator.request.invalid")
+
+
+def read_body(
+    capture: BodyCapture,
+    schemas: BodySchemas,
+    model: type[BodyModel],
+    *,
+    member_codes: Mapping[str, str] | None = None,
+) -> BodyModel:
+    """`read_json_body` against the schema named like `model`, then the body as that model;
+    a body the model refuses after the schema accepted it answers like a schema refusal."""
+    value = read_json_body(capture, schemas, model.__name__, member_codes=member_codes)
+    try:
+        return parse_request(model, value)
+    except BodyRefused as refused:
+        codes = member_codes or {}
+        if refused.member is not None and refused.member in codes:
+            raise ApiProblem(codes[refused.member]) from None
+        raise ApiProblem("coordinator.request.invalid") from None

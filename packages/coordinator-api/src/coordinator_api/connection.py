@@ -30,7 +30,7 @@ from uvicorn.server import ServerState
 from coordinator_api import limits
 from coordinator_api.edge import SECURITY_HEADERS
 from coordinator_api.problems import problem_body, problem_headers
-from coordinator_api.wire import dumps
+from coordinator_api.wire import encode
 
 __all__ = ["CONNECTIONS_EXHAUSTED", "HEADERS_TOO_LARGE", "ConnectionLimits", "guarded_protocol"]
 
@@ -53,9 +53,8 @@ class ConnectionLimits:
 def _fixed_answer(code: str) -> tuple[int, bytes]:
     """The status and the header-and-body bytes (after the status line and the server's
     default headers) of the refusal `code`: the same bytes every time."""
-    body = dumps(problem_body(code))
-    status = problem_body(code)["status"]
-    assert isinstance(status, int)
+    problem = problem_body(code)
+    body, status = encode(problem), problem.status
     headers = [
         (name.lower().encode("latin-1"), value.encode("latin-1"))
         for name, value in problem_headers(code).items()

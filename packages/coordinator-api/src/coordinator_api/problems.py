@@ -14,7 +14,7 @@ from typing import Final
 from starlette.responses import Response
 
 from coordinator_api.limits import RETRY_AFTER_SECONDS
-from coordinator_api.wire import dumps
+from coordinator_api.wire import Problem, encode, problem
 from coordinator_core.errors import catalogue
 from coordinator_core.shell.service import INTERNAL_ERROR, BlockReason, ServiceRefusal
 
@@ -129,7 +129,7 @@ class ApiProblem(ServiceRefusal):
         self.status_code = status_of(code)
 
 
-def problem_body(code: str, reason: BlockReason | None = None) -> dict[str, object]:
+def problem_body(code: str, reason: BlockReason | None = None) -> Problem:
     """The 06 §3 problem object of `code`."""
     status = status_of(code)
     if status == 500:
@@ -138,17 +138,15 @@ def problem_body(code: str, reason: BlockReason | None = None) -> dict[str, obje
         entry = catalogue()[code]
         detail, hint = entry.title, entry.hint
     remainder = code.removeprefix("coordinator.").replace(".", "/")
-    body: dict[str, object] = {
-        "type": PROBLEM_TYPE_BASE + remainder,
-        "title": _TITLES[code],
-        "status": status,
-        "detail": detail,
-        "code": code,
-        "suggestedAction": hint or None,
-    }
-    if reason is not None and code in _REASON_CODES:
-        body["reason"] = reason
-    return body
+    return problem(
+        type_uri=PROBLEM_TYPE_BASE + remainder,
+        title=_TITLES[code],
+        status=status,
+        detail=detail,
+        code=code,
+        suggested_action=hint or None,
+        reason=reason if code in _REASON_CODES else None,
+    )
 
 
 def problem_headers(code: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -169,12 +167,10 @@ def problem_response(
 ) -> Response:
     """A complete problem+json response (explicit Content-Type: STACK.md P1)."""
     body = problem_body(code, reason)
-    status = body["status"]
-    assert isinstance(status, int)
-    if status >= 500:
-        logger.warning("answered %s", body["code"])
+    if body.status >= 500:
+        logger.warning("answered %s", body.code)
     return Response(
-        content=dumps(body),
-        status_code=status,
-        headers=problem_headers(str(body["code"]), headers),
+        content=encode(body),
+        status_code=body.status,
+        headers=problem_headers(body.code, headers),
     )

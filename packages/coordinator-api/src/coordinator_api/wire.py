@@ -1,46 +1,83 @@
-"""06 §11 JSON renderings of the service's result shapes: the one place timestamps, run ids and
-member names are formatted."""
+"""The API's typed boundary (ARCHITECTURE rule 3): the one module of coordinator-api that imports
+the models generated from `spec/schemas/api.schema.json` (`coordinator_models.api`).
+
+Every response body (06 §11) is built as its model from the service's result shapes, so a value
+outside the contract (a status word, a pattern, a bound) fails here, never on the wire; every
+request body is parsed into its model once the 2020-12 schema checks of `bodies` hold. The
+JSON rendering is this module's too: member names are the spec's, optional members are present
+only when set, and timestamps are `YYYY-MM-DDTHH:MM:SS.mmmZ` (06 §1 item 5).
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
+from uuid import UUID
+
+from pydantic import BaseModel, ValidationError
 
 from coordinator_api.settings import WorkflowSummary
-from coordinator_core.shell.service import (
-    RUN_STATUSES,
-    Doctor,
-    EffectStatus,
-    HoldState,
-    ReconcileResult,
-    Recovery,
-    RunInspection,
-    RunList,
-    RunStatus,
-    RunStatusValue,
-    StepStatus,
-    WaitFor,
-    WaitUntil,
-)
+from coordinator_core.shell import service
+from coordinator_core.shell.service import RUN_STATUSES, RunStatusValue
+from coordinator_models import api
 
 __all__ = [
-    "doctor_json",
+    "Body",
+    "BodyRefused",
+    "Doctor",
+    "EventAdmitted",
+    "HoldState",
+    "Liveness",
+    "Problem",
+    "Readiness",
+    "ReasonRequest",
+    "ReconcileResult",
+    "ReleaseAdmissionHoldRequest",
+    "RetentionRequest",
+    "RetentionResult",
+    "ReviewCompletion",
+    "RunInspection",
+    "RunList",
+    "RunStatus",
+    "StartRunRequest",
+    "WorkflowInfo",
+    "doctor_body",
     "dumps",
-    "hold_state_json",
-    "inspection_json",
-    "reconcile_json",
-    "run_page_json",
-    "run_status_json",
+    "encode",
+    "hold_state_body",
+    "inspection_body",
+    "parse_request",
+    "problem",
+    "reconcile_body",
+    "run_page_body",
+    "run_status_body",
     "timestamp",
-    "workflow_json",
+    "workflow_body",
 ]
 
+Body = BaseModel
+Doctor = api.Doctor
+EventAdmitted = api.EventAdmitted
+HoldState = api.HoldState
+Liveness = api.Liveness
+Problem = api.Problem
+Readiness = api.Readiness
+ReasonRequest = api.ReasonRequest
+ReconcileResult = api.ReconcileResult
+ReleaseAdmissionHoldRequest = api.ReleaseAdmissionHoldRequest
+RetentionRequest = api.RetentionRequest
+RetentionResult = api.RetentionResult
+ReviewCompletion = api.ReviewCompletion
+RunInspection = api.RunInspection
+RunList = api.RunList
+RunStatus = api.RunStatus
+StartRunRequest = api.StartRunRequest
+WorkflowInfo = api.WorkflowInfo
 
-def dumps(value: object) -> bytes:
-    """Compact JSON bytes; ASCII-escaped so that no value can make encoding fail."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("ascii")
+# --------------------------------------------------------------------------------------------
+# JSON
 
 
 def timestamp(moment: datetime) -> str:
@@ -51,174 +88,278 @@ def timestamp(moment: datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
 
 
-def _optional_timestamp(moment: datetime | None) -> str | None:
-    return None if moment is None else timestamp(moment)
+def _json_default(value: object) -> str:
+    if isinstance(value, datetime):
+        return timestamp(value)
+    if isinstance(value, UUID):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
-def run_status_json(run: RunStatus) -> dict[str, Any]:
-    return {
-        "runId": str(run.run_id),
-        "workflowId": run.workflow_id,
-        "workflowVersion": run.workflow_version,
-        "revision": run.revision,
-        "definitionDigest": run.definition_digest,
-        "bindingDigest": run.binding_digest,
-        "origin": run.origin,
-        "trigger": run.trigger,
-        "status": run.status,
-        "step": run.step,
-        "admittedAt": timestamp(run.admitted_at),
-        "deadlineAt": timestamp(run.deadline_at),
-        "completedAt": _optional_timestamp(run.completed_at),
-        "nextDueAt": _optional_timestamp(run.next_due_at),
-        "cancelRequested": run.cancel_requested,
-        "restoreReview": run.restore_review,
-        "uncertain": run.uncertain,
-        "outcome": run.outcome,
-        "output": run.output,
-        "failureCode": run.failure_code,
-        "payloadErased": run.payload_erased,
-    }
+def dumps(value: object) -> bytes:
+    """Compact JSON bytes; ASCII-escaped so that no value can make encoding fail."""
+    return json.dumps(
+        value, separators=(",", ":"), allow_nan=False, default=_json_default
+    ).encode("ascii")
 
 
-def _wait_json(wait: WaitUntil | WaitFor) -> dict[str, Any]:
-    if isinstance(wait, WaitUntil):
-        return {"until": timestamp(wait.until)}
-    return {
-        "call": wait.call,
-        "completion": wait.completion,
-        "startedAt": timestamp(wait.started_at),
-        "timeoutAt": timestamp(wait.timeout_at),
-        "intervalSeconds": wait.interval_seconds,
-        "observations": wait.observations,
-        "lastObservedAt": _optional_timestamp(wait.last_observed_at),
-        "nextObservationAt": _optional_timestamp(wait.next_observation_at),
-        "result": wait.result,
-    }
+def encode(body: Body) -> bytes:
+    """A model's JSON: spec member names; optional members only where set (`_absent`)."""
+    return dumps(body.model_dump(by_alias=True, exclude_unset=True))
 
 
-def _step_json(step: StepStatus) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "step": step.step,
-        "type": step.type,
-        "state": step.state,
-        "generation": step.generation,
-        "attempt": step.attempt,
-        "enteredAt": timestamp(step.entered_at),
-        "finishedAt": _optional_timestamp(step.finished_at),
-        "nextDueAt": _optional_timestamp(step.next_due_at),
-        "leaseExpiresAt": _optional_timestamp(step.lease_expires_at),
-        "failureCode": step.failure_code,
-        "route": None,
-    }
-    if step.route is not None:
-        route: dict[str, Any] = {"kind": step.route.kind}
-        if step.route.label is not None:
-            route["label"] = step.route.label
-        out["route"] = route
-    if step.call is not None:
-        out["operation"] = step.call.operation
-        out["effect"] = step.call.effect
-        out["commandPrepared"] = step.call.command_prepared
-        out["uncertain"] = step.call.uncertain
-        out["receiptExpired"] = step.call.receipt_expired
-    if step.wait is not None:
-        out["wait"] = _wait_json(step.wait)
-    return out
+BodyModel = TypeVar("BodyModel", bound=BaseModel)
 
 
-def _effect_json(effect: EffectStatus) -> dict[str, Any]:
-    return {
-        "step": effect.step,
-        "operation": effect.operation,
-        "state": effect.state,
-        "settledBy": effect.settled_by,
-    }
+def _absent(body: BodyModel, *members: str) -> BodyModel:
+    """`body` with the optional `members` that are None left out of its JSON (the spec's "omitted
+    when absent"); the members a schema requires are always given, null or not."""
+    for member in members:
+        if getattr(body, member) is None:
+            body.model_fields_set.discard(member)
+    return body
 
 
-def _recovery_json(recovery: Recovery) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "retryAllowed": recovery.retry_allowed,
-        "retryBlockedBy": recovery.retry_blocked_by,
-        "reconcileAllowed": recovery.reconcile_allowed,
-        "reconcileBlockedBy": recovery.reconcile_blocked_by,
-    }
-    if recovery.operation is not None:
-        out["operation"] = recovery.operation.to_json()
-    return out
+# --------------------------------------------------------------------------------------------
+# Requests
 
 
-def inspection_json(inspection: RunInspection) -> dict[str, Any]:
-    return {
-        "run": run_status_json(inspection.run),
-        "steps": [_step_json(step) for step in inspection.steps],
-        "effects": [_effect_json(effect) for effect in inspection.effects],
-        "recovery": _recovery_json(inspection.recovery),
-    }
+class BodyRefused(Exception):
+    """A request body passed its schema but not its model; `member` is the top-level member
+    the refusal concerns when there is exactly one (for its problem code), else None."""
+
+    def __init__(self, member: str | None) -> None:
+        super().__init__("the request body does not match its model")
+        self.member = member
 
 
-def reconcile_json(result: ReconcileResult) -> dict[str, Any]:
-    return {"result": result.result, "inspection": inspection_json(result.inspection)}
-
-
-def run_page_json(page: RunList) -> dict[str, Any]:
-    return {
-        "runs": [run_status_json(run) for run in page.runs],
-        "nextCursor": page.next_cursor,
-    }
-
-
-def _counts_json(statuses: Mapping[RunStatusValue, int]) -> dict[str, int]:
-    return {status: int(statuses.get(status, 0)) for status in RUN_STATUSES}
-
-
-def doctor_json(doctor: Doctor) -> dict[str, Any]:
-    state = doctor.state
-    return {
-        "activationReady": doctor.activation_ready,
-        "state": {
-            "databaseId": state.database_id,
-            "store": state.store,
-            "schemaVersion": state.schema_version,
-            "activePackageDigest": state.active_package_digest,
-            "activeRevision": state.active_revision,
-            "restoreHold": state.restore_hold,
-            "admissionsHold": state.admissions_hold,
-            "auditReady": state.audit_ready,
-            "restoreReview": state.restore_review,
-            "statuses": _counts_json(state.statuses),
-            "unknownEffects": state.unknown_effects,
-            "waits": state.waits,
-            "oldestDueAt": _optional_timestamp(state.oldest_due_at),
-            "terminalPayloads": state.terminal_payloads,
-            "oldestTerminalPayloadAt": _optional_timestamp(state.oldest_terminal_payload_at),
-            "auditHead": state.audit_head,
-        },
-    }
-
-
-def hold_state_json(hold: HoldState) -> dict[str, Any]:
-    return {
-        "restoreHold": hold.restore_hold,
-        "admissionsHold": hold.admissions_hold,
-        "restoreReview": hold.restore_review,
-    }
-
-
-def workflow_json(workflow: WorkflowSummary) -> dict[str, Any]:
-    """06 §6: `title` omitted when absent; id lists sorted in byte order."""
-    out: dict[str, Any] = {"workflowId": workflow.workflow_id}
-    if workflow.title is not None:
-        out["title"] = workflow.title
-    out.update(
-        {
-            "version": workflow.version,
-            "revision": workflow.revision,
-            "definitionDigest": workflow.definition_digest,
-            "packageDigest": workflow.package_digest,
-            "inputSchema": workflow.input_schema,
-            "triggers": sorted(workflow.triggers, key=lambda item: item.encode("utf-8")),
-            "outcomes": sorted(workflow.outcomes, key=lambda item: item.encode("utf-8")),
+def parse_request(model: type[BodyModel], value: Mapping[str, Any]) -> BodyModel:
+    """`value` (strict JSON that passed the schema of `model.__name__`) as its model."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as refused:
+        members = {
+            str(error["loc"][0]) if error["loc"] else None for error in refused.errors()
         }
+        raise BodyRefused(members.pop() if len(members) == 1 else None) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Responses (06 §11)
+
+
+def problem(
+    *,
+    type_uri: str,
+    title: str,
+    status: int,
+    detail: str,
+    code: str,
+    suggested_action: str | None,
+    reason: service.BlockReason | None = None,
+) -> api.Problem:
+    """The 06 §3 problem object; `reason` only where the caller sets it."""
+    body = api.Problem(
+        type=type_uri,
+        title=title,
+        status=status,
+        detail=detail,
+        code=code,
+        suggested_action=suggested_action,
+        reason=_block_reason(reason),
     )
-    return out
+    return _absent(body, "reason")
+
+
+def _optional_code(code: str | None) -> api.FailureCode | None:
+    return None if code is None else api.FailureCode(code)
+
+
+def _optional_id(local_id: str | None) -> api.LocalId | None:
+    """A nullable local id (the generator keeps `LocalId` a root model inside a union)."""
+    return None if local_id is None else api.LocalId(local_id)
+
+
+def _sorted_ids(ids: Iterable[str]) -> list[api.LocalId]:
+    """Local ids in byte order (06 §6)."""
+    return [api.LocalId(item) for item in sorted(ids, key=lambda item: item.encode("utf-8"))]
+
+
+def run_status_body(run: service.RunStatus) -> api.RunStatus:
+    return api.RunStatus(
+        run_id=run.run_id,
+        workflow_id=run.workflow_id,
+        workflow_version=run.workflow_version,
+        revision=run.revision,
+        definition_digest=run.definition_digest,
+        binding_digest=run.binding_digest,
+        origin=api.RunOrigin(run.origin),
+        trigger=_optional_id(run.trigger),
+        status=api.RunStatusValue(run.status),
+        step=run.step,
+        admitted_at=run.admitted_at,
+        deadline_at=run.deadline_at,
+        completed_at=run.completed_at,
+        next_due_at=run.next_due_at,
+        cancel_requested=run.cancel_requested,
+        restore_review=run.restore_review,
+        uncertain=run.uncertain,
+        outcome=_optional_id(run.outcome),
+        output=run.output,
+        failure_code=_optional_code(run.failure_code),
+        payload_erased=run.payload_erased,
+    )
+
+
+def _wait_body(wait: service.WaitUntil | service.WaitFor) -> api.WaitUntil | api.WaitFor:
+    if isinstance(wait, service.WaitUntil):
+        return api.WaitUntil(until=wait.until)
+    return api.WaitFor(
+        call=wait.call,
+        completion=wait.completion,
+        started_at=wait.started_at,
+        timeout_at=wait.timeout_at,
+        interval_seconds=wait.interval_seconds,
+        observations=wait.observations,
+        last_observed_at=wait.last_observed_at,
+        next_observation_at=wait.next_observation_at,
+        result=api.WaitResult(wait.result),
+    )
+
+
+def _step_body(step: service.StepStatus) -> api.StepStatus:
+    route = None
+    if step.route is not None:
+        route = api.StepRoute(kind=api.RouteKind(step.route.kind), label=step.route.label)
+        _absent(route, "label")
+    call, wait = step.call, step.wait
+    body = api.StepStatus(
+        step=step.step,
+        type=api.StepType(step.type),
+        state=api.StepState(step.state),
+        generation=step.generation,
+        attempt=step.attempt,
+        entered_at=step.entered_at,
+        finished_at=step.finished_at,
+        next_due_at=step.next_due_at,
+        lease_expires_at=step.lease_expires_at,
+        failure_code=_optional_code(step.failure_code),
+        route=route,
+        operation=None if call is None else call.operation,
+        effect=None if call is None else api.OperationEffect(call.effect),
+        command_prepared=None if call is None else call.command_prepared,
+        uncertain=None if call is None else call.uncertain,
+        receipt_expired=None if call is None else call.receipt_expired,
+        wait=None if wait is None else _wait_body(wait),
+    )
+    return _absent(
+        body, "operation", "effect", "command_prepared", "uncertain", "receipt_expired", "wait"
+    )
+
+
+def _effect_body(effect: service.EffectStatus) -> api.Effect:
+    settled_by = None if effect.settled_by is None else api.EffectSettlement(effect.settled_by)
+    return api.Effect(
+        step=effect.step,
+        operation=effect.operation,
+        state=api.EffectState(effect.state),
+        settled_by=settled_by,
+    )
+
+
+def _block_reason(reason: service.BlockReason | None) -> api.BlockReason | None:
+    return None if reason is None else api.BlockReason(reason)
+
+
+def _recovery_body(recovery: service.Recovery) -> api.Recovery:
+    operation = recovery.operation
+    body = api.Recovery(
+        retry_allowed=recovery.retry_allowed,
+        retry_blocked_by=_block_reason(recovery.retry_blocked_by),
+        reconcile_allowed=recovery.reconcile_allowed,
+        reconcile_blocked_by=_block_reason(recovery.reconcile_blocked_by),
+        operation=(
+            None
+            if operation is None
+            else api.OperationIdentity.model_validate(operation.to_json())
+        ),
+    )
+    return _absent(body, "operation")
+
+
+def inspection_body(inspection: service.RunInspection) -> api.RunInspection:
+    return api.RunInspection(
+        run=run_status_body(inspection.run),
+        steps=[_step_body(step) for step in inspection.steps],
+        effects=[_effect_body(effect) for effect in inspection.effects],
+        recovery=_recovery_body(inspection.recovery),
+    )
+
+
+def reconcile_body(result: service.ReconcileResult) -> api.ReconcileResult:
+    return api.ReconcileResult(
+        result=api.ReconcileOutcome(result.result),
+        inspection=inspection_body(result.inspection),
+    )
+
+
+def run_page_body(page: service.RunList) -> api.RunList:
+    return api.RunList(
+        runs=[run_status_body(run) for run in page.runs], next_cursor=page.next_cursor
+    )
+
+
+def _counts_body(statuses: Mapping[RunStatusValue, int]) -> api.RunStatusCounts:
+    """Every status, zero when absent (the members are the status words)."""
+    return api.RunStatusCounts.model_validate(
+        {status: int(statuses.get(status, 0)) for status in RUN_STATUSES}
+    )
+
+
+def doctor_body(doctor: service.Doctor) -> api.Doctor:
+    state = doctor.state
+    return api.Doctor(
+        activation_ready=doctor.activation_ready,
+        state=api.DoctorState(
+            database_id=state.database_id,
+            store=api.StoreKind(state.store),
+            schema_version=state.schema_version,
+            active_package_digest=state.active_package_digest,
+            active_revision=state.active_revision,
+            restore_hold=state.restore_hold,
+            admissions_hold=state.admissions_hold,
+            audit_ready=state.audit_ready,
+            restore_review=state.restore_review,
+            statuses=_counts_body(state.statuses),
+            unknown_effects=state.unknown_effects,
+            waits=state.waits,
+            oldest_due_at=state.oldest_due_at,
+            terminal_payloads=state.terminal_payloads,
+            oldest_terminal_payload_at=state.oldest_terminal_payload_at,
+            audit_head=state.audit_head,
+        ),
+    )
+
+
+def hold_state_body(hold: service.HoldState) -> api.HoldState:
+    return api.HoldState(
+        restore_hold=hold.restore_hold,
+        admissions_hold=hold.admissions_hold,
+        restore_review=hold.restore_review,
+    )
+
+
+def workflow_body(workflow: WorkflowSummary) -> api.WorkflowInfo:
+    """06 §6: `title` omitted when absent; id lists sorted in byte order."""
+    body = api.WorkflowInfo(
+        workflow_id=workflow.workflow_id,
+        title=workflow.title,
+        version=workflow.version,
+        revision=workflow.revision,
+        definition_digest=workflow.definition_digest,
+        package_digest=workflow.package_digest,
+        input_schema=workflow.input_schema,
+        triggers=_sorted_ids(workflow.triggers),
+        outcomes=_sorted_ids(workflow.outcomes),
+    )
+    return _absent(body, "title")

@@ -12,7 +12,7 @@ from starlette.responses import Response
 from coordinator_api.edge import RequestContext
 from coordinator_api.limits import IDEMPOTENCY_KEY_MAX_CHARACTERS, REASON_MAX_BYTES
 from coordinator_api.problems import ApiProblem
-from coordinator_api.wire import dumps
+from coordinator_api.wire import Body, encode
 from coordinator_core.shell.service import Caller, RunStatus
 
 __all__ = [
@@ -30,11 +30,11 @@ _VISIBLE_ASCII: Final = re.compile(rf"[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX_CHARAC
 
 
 def json_reply(
-    value: object, status: int = 200, headers: Mapping[str, str] | None = None
+    body: Body, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> Response:
-    """A JSON success response with an explicit Content-Type (STACK.md P1)."""
+    """A JSON success response of a spec model, with an explicit Content-Type (STACK.md P1)."""
     return Response(
-        content=dumps(value),
+        content=encode(body),
         status_code=status,
         headers={"Content-Type": JSON_MEDIA_TYPE, **(headers or {})},
     )
@@ -70,10 +70,8 @@ async def visible_run(
     return run
 
 
-def reason_of(body: Mapping[str, Any]) -> str:
-    """The body's `reason`, 1–256 bytes of UTF-8 (the schema bounds characters)."""
-    reason = body["reason"]
-    assert isinstance(reason, str)
+def reason_of(reason: str) -> str:
+    """A body's `reason`, 1–256 bytes of UTF-8 (the schema bounds characters)."""
     if len(reason.encode("utf-8")) > REASON_MAX_BYTES:
         raise ApiProblem("coordinator.command.reason-invalid")
     return reason

@@ -7,14 +7,14 @@ the body is stored or returned; the request id only selects the waits to observe
 from __future__ import annotations
 
 from typing import Any
-from uuid import UUID
 
 from starlette.responses import Response
 
 from coordinator_api.audit import Audited
-from coordinator_api.bodies import read_json_body
+from coordinator_api.bodies import read_body
 from coordinator_api.edge import RequestContext
 from coordinator_api.handlers._shared import empty_reply
+from coordinator_api.wire import ReviewCompletion
 from coordinator_core.shell.service import AuditRequest
 
 __all__ = ["review_completed"]
@@ -25,8 +25,8 @@ async def review_completed(token_info: dict[str, Any], coordinator: RequestConte
     connection = token_info["connection"]
     assert isinstance(connection, str)
     # The journal entry names the Casework request, so it starts once the body is read.
-    body = read_json_body(coordinator.body, state.bodies, "ReviewCompletion")
-    request_id = UUID(body["requestId"])
+    body = read_body(coordinator.body, state.bodies, ReviewCompletion)
+    request_id = body.request_id
     entry = AuditRequest(action="review-completion", connection=connection, request_id=request_id)
     async with Audited(state.journal, entry) as audit:
         await audit.begin()

@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 from coordinator_api.edge import RequestContext
 from coordinator_api.handlers._shared import json_reply
+from coordinator_api.wire import Liveness, Readiness
 from coordinator_core.shell import metrics
 
 __all__ = ["get_health", "get_metrics", "get_ready"]
@@ -17,7 +18,7 @@ logger = logging.getLogger("coordinator_api")
 
 
 async def get_health(coordinator: RequestContext) -> Response:
-    return json_reply({"live": True})
+    return json_reply(Liveness(live=True))
 
 
 async def get_ready(coordinator: RequestContext) -> Response:
@@ -33,8 +34,8 @@ async def get_ready(coordinator: RequestContext) -> Response:
             logger.warning("readiness check failed")
             code = "coordinator.request.internal-error"
     if code is None:
-        return json_reply({"ready": True})
-    return json_reply({"ready": False, "code": code}, 503)
+        return json_reply(Readiness(ready=True))
+    return json_reply(Readiness(ready=False, code=code), 503)
 
 
 async def get_metrics(coordinator: RequestContext) -> Response:

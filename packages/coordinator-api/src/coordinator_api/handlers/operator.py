@@ -7,11 +7,18 @@ from typing import Any
 from starlette.responses import Response
 
 from coordinator_api.audit import Audited
-from coordinator_api.bodies import parse_rfc3339, read_json_body
+from coordinator_api.bodies import read_body
 from coordinator_api.edge import RequestContext
 from coordinator_api.handlers._shared import REASON_CODES, caller_of, json_reply, reason_of
 from coordinator_api.problems import ApiProblem
-from coordinator_api.wire import doctor_json, hold_state_json
+from coordinator_api.wire import (
+    ReasonRequest,
+    ReleaseAdmissionHoldRequest,
+    RetentionRequest,
+    RetentionResult,
+    doctor_body,
+    hold_state_body,
+)
 from coordinator_core.shell.service import AuditRequest
 
 __all__ = ["get_doctor", "release_admission_hold", "release_restore_hold", "restore_hold", "retain"]
@@ -28,7 +35,7 @@ async def get_doctor(token_info: dict[str, Any], coordinator: RequestContext) ->
     entry = AuditRequest(action="doctor", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
         await audit.begin()
-        return json_reply(doctor_json(await state.service.doctor()))
+        return json_reply(doctor_body(await state.service.doctor()))
 
 
 async def restore_hold(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
@@ -36,13 +43,11 @@ async def restore_hold(token_info: dict[str, Any], coordinator: RequestContext) 
     state = coordinator.state
     entry = AuditRequest(action="restore-hold", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_json_body(
-            coordinator.body, state.bodies, "ReasonRequest", member_codes=REASON_CODES
-        )
-        reason = reason_of(body)
+        body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
+        reason = reason_of(body.reason)
         audit.note(reason=reason)
         await audit.begin()
-        return json_reply(hold_state_json(await state.service.restore_hold(reason)))
+        return json_reply(hold_state_body(await state.service.restore_hold(reason)))
 
 
 async def release_restore_hold(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
@@ -50,13 +55,11 @@ async def release_restore_hold(token_info: dict[str, Any], coordinator: RequestC
     state = coordinator.state
     entry = AuditRequest(action="release-restore-hold", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_json_body(
-            coordinator.body, state.bodies, "ReasonRequest", member_codes=REASON_CODES
-        )
-        reason = reason_of(body)
+        body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
+        reason = reason_of(body.reason)
         audit.note(reason=reason)
         await audit.begin()
-        return json_reply(hold_state_json(await state.service.release_restore_hold(reason)))
+        return json_reply(hold_state_body(await state.service.release_restore_hold(reason)))
 
 
 async def release_admission_hold(
@@ -66,21 +69,18 @@ async def release_admission_hold(
     state = coordinator.state
     entry = AuditRequest(action="release-admission-hold", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_json_body(
+        body = read_body(
             coordinator.body,
             state.bodies,
-            "ReleaseAdmissionHoldRequest",
+            ReleaseAdmissionHoldRequest,
             member_codes=REASON_CODES,
         )
-        reason = reason_of(body)
+        reason = reason_of(body.reason)
         audit.note(reason=reason)
-        if (
-            body["admissionHistoryComplete"] is not True
-            or body["priorDeploymentFenced"] is not True
-        ):
+        if not (body.admission_history_complete and body.prior_deployment_fenced):
             raise ApiProblem("coordinator.command.attestation-required")
         await audit.begin()
-        return json_reply(hold_state_json(await state.service.release_admission_hold(reason)))
+        return json_reply(hold_state_body(await state.service.release_admission_hold(reason)))
 
 
 async def retain(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
@@ -88,12 +88,11 @@ async def retain(token_info: dict[str, Any], coordinator: RequestContext) -> Res
     state = coordinator.state
     entry = AuditRequest(action="retention", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_json_body(
-            coordinator.body, state.bodies, "RetentionRequest", member_codes=_RETENTION_CODES
+        body = read_body(
+            coordinator.body, state.bodies, RetentionRequest, member_codes=_RETENTION_CODES
         )
-        before = parse_rfc3339(body["before"])
-        if before is None or before > state.settings.clock():
+        if body.before > state.settings.clock():
             raise ApiProblem("coordinator.command.retention-invalid")
         await audit.begin()
-        erased = await state.service.retain(before, int(body["limit"]))
-        return json_reply({"erased": erased})
+        erased = await state.service.retain(body.before, body.limit)
+        return json_reply(RetentionResult(erased=erased))

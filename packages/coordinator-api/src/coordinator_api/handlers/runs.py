@@ -14,7 +14,7 @@ from uuid import UUID
 from starlette.responses import Response
 
 from coordinator_api.audit import Audited
-from coordinator_api.bodies import read_json_body
+from coordinator_api.bodies import read_body
 from coordinator_api.edge import RequestContext
 from coordinator_api.handlers._shared import (
     REASON_CODES,
@@ -27,10 +27,13 @@ from coordinator_api.handlers._shared import (
 )
 from coordinator_api.problems import ApiProblem
 from coordinator_api.wire import (
-    inspection_json,
-    reconcile_json,
-    run_page_json,
-    run_status_json,
+    Body,
+    ReasonRequest,
+    StartRunRequest,
+    inspection_body,
+    reconcile_body,
+    run_page_body,
+    run_status_body,
 )
 from coordinator_core.shell.service import (
     AdmissionRequest,
@@ -57,8 +60,8 @@ async def start_run(token_info: dict[str, Any], coordinator: RequestContext) -> 
     caller = caller_of(token_info)
     state = coordinator.state
     async with Audited(state.journal, AuditRequest(action="admit", caller=caller)) as audit:
-        body = read_json_body(coordinator.body, state.bodies, "StartRunRequest")
-        workflow, revision, run_input = body["workflow"], body["revision"], body["input"]
+        body = read_body(coordinator.body, state.bodies, StartRunRequest)
+        workflow, revision, run_input = body.workflow, body.revision, body.input
         if not caller.may("start", workflow):
             raise ApiProblem("coordinator.access.denied")
         if state.settings.recovery_only:
@@ -83,9 +86,9 @@ async def start_run(token_info: dict[str, Any], coordinator: RequestContext) -> 
             )
         )
         if not admitted.created:
-            return json_reply(run_status_json(admitted.run), 200)
+            return json_reply(run_status_body(admitted.run), 200)
         location = f"/v1/runs/{admitted.run.run_id}"
-        return json_reply(run_status_json(admitted.run), 201, {"Location": location})
+        return json_reply(run_status_body(admitted.run), 201, {"Location": location})
 
 
 async def list_runs(
@@ -103,7 +106,7 @@ async def list_runs(
     async with Audited(state.journal, AuditRequest(action="list", caller=caller)) as audit:
         await audit.begin()
         page = await state.service.list_runs(caller, query)
-        return json_reply(run_page_json(page))
+        return json_reply(run_page_body(page))
 
 
 async def get_run(run: str, token_info: dict[str, Any], coordinator: RequestContext) -> Response:
@@ -115,7 +118,7 @@ async def get_run(run: str, token_info: dict[str, Any], coordinator: RequestCont
         audit.note(run_id=run_id)
         await audit.begin()
         status = await visible_run(coordinator, caller, run_id, "status")
-        return json_reply(run_status_json(status))
+        return json_reply(run_status_body(status))
 
 
 async def inspect_run(
@@ -131,7 +134,7 @@ async def inspect_run(
         inspection = await state.service.inspect_run(caller, run_id)
         if inspection is None or not caller.may("inspect", inspection.run.workflow_id):
             raise ApiProblem("coordinator.command.run-absent")
-        return json_reply(inspection_json(inspection))
+        return json_reply(inspection_body(inspection))
 
 
 async def _run_command(
@@ -139,7 +142,7 @@ async def _run_command(
     token_info: dict[str, Any],
     coordinator: RequestContext,
     action: Literal["cancel", "retry-same", "reconcile"],
-    call: Callable[[Caller, UUID, str], Awaitable[dict[str, Any]]],
+    call: Callable[[Caller, UUID, str], Awaitable[Body]],
 ) -> Response:
     """A run command with a `{reason}` body: steps (3), (4), (5), then the service call."""
     caller = caller_of(token_info)
@@ -148,10 +151,8 @@ async def _run_command(
         run_id = parse_run_id(run)
         audit.note(run_id=run_id)
         await visible_run(coordinator, caller, run_id, action)
-        body = read_json_body(
-            coordinator.body, state.bodies, "ReasonRequest", member_codes=REASON_CODES
-        )
-        reason = reason_of(body)
+        body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
+        reason = reason_of(body.reason)
         audit.note(reason=reason)
         await audit.begin()
         return json_reply(await call(caller, run_id, reason))
@@ -161,8 +162,8 @@ async def cancel_run(run: str, token_info: dict[str, Any], coordinator: RequestC
     """06 §5.5."""
     service = coordinator.state.service
 
-    async def call(caller: Caller, run_id: UUID, reason: str) -> dict[str, Any]:
-        return run_status_json(await service.cancel(caller, run_id, reason))
+    async def call(caller: Caller, run_id: UUID, reason: str) -> Body:
+        return run_status_body(await service.cancel(caller, run_id, reason))
 
     return await _run_command(run, token_info, coordinator, "cancel", call)
 
@@ -171,8 +172,8 @@ async def retry_same(run: str, token_info: dict[str, Any], coordinator: RequestC
     """06 §5.6."""
     service = coordinator.state.service
 
-    async def call(caller: Caller, run_id: UUID, reason: str) -> dict[str, Any]:
-        return run_status_json(await service.retry_same(caller, run_id, reason))
+    async def call(caller: Caller, run_id: UUID, reason: str) -> Body:
+        return run_status_body(await service.retry_same(caller, run_id, reason))
 
     return await _run_command(run, token_info, coordinator, "retry-same", call)
 
@@ -183,7 +184,7 @@ async def reconcile_run(
     """06 §5.7."""
     service = coordinator.state.service
 
-    async def call(caller: Caller, run_id: UUID, reason: str) -> dict[str, Any]:
-        return reconcile_json(await service.reconcile(caller, run_id, reason))
+    async def call(caller: Caller, run_id: UUID, reason: str) -> Body:
+        return reconcile_body(await service.reconcile(caller, run_id, reason))
 
     return await _run_command(run, token_info, coordinator, "reconcile", call)

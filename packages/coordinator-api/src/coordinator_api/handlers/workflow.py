@@ -10,7 +10,7 @@ from coordinator_api.audit import Audited
 from coordinator_api.edge import RequestContext
 from coordinator_api.handlers._shared import caller_of, json_reply
 from coordinator_api.problems import ApiProblem
-from coordinator_api.wire import workflow_json
+from coordinator_api.wire import workflow_body
 from coordinator_core.shell.service import AuditRequest
 
 __all__ = ["get_workflow"]
@@ -24,4 +24,4 @@ async def get_workflow(token_info: dict[str, Any], coordinator: RequestContext) 
         if not caller.may("status", workflow.workflow_id):
             raise ApiProblem("coordinator.access.denied")
         await audit.begin()
-        return json_reply(workflow_json(workflow))
+        return json_reply(workflow_body(workflow))
