@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import threading
 import time
@@ -19,12 +20,15 @@ from typing import Any
 import jsonschema
 import pytest
 import uvicorn
+import yaml
+from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from coordinatorctl import remote_exchange, remote_inputs, remote_outcome
+from coordinator_models import api
+from coordinatorctl import remote_exchange, remote_inputs, remote_outcome, remote_text
 from coordinatorctl.cli import main
 from coordinatorctl.remote_args import COMMANDS
 
@@ -139,7 +143,36 @@ WORKFLOW_INFO = {
     "outcomes": ["notice-sent"],
 }
 HOLD_STATE = {"restoreHold": True, "admissionsHold": True, "restoreReview": 3}
-DOCTOR = {"activationReady": True, "state": {"store": "sqlite", "restoreHold": False}}
+DOCTOR: dict[str, Any] = {
+    "activationReady": True,
+    "state": {
+        "databaseId": "coordinator",
+        "store": "sqlite",
+        "schemaVersion": 2,
+        "activePackageDigest": DIGEST,
+        "activeRevision": DIGEST,
+        "restoreHold": False,
+        "admissionsHold": False,
+        "auditReady": True,
+        "restoreReview": 0,
+        "statuses": {
+            "running": 1,
+            "attention": 0,
+            "cancel-requested": 0,
+            "finished": 4,
+            "failed": 0,
+            "cancelled": 0,
+            "cancelled-after-effect": 0,
+            "expired": 0,
+        },
+        "unknownEffects": 1,
+        "waits": 1,
+        "oldestDueAt": "2025-01-01T11:00:00.000Z",
+        "terminalPayloads": 4,
+        "oldestTerminalPayloadAt": "2025-01-01T09:00:00.000Z",
+        "auditHead": DIGEST,
+    },
+}
 
 
 def problem(status: int, code: str, **extra: Any) -> bytes:
@@ -711,8 +744,9 @@ def test_an_answer_over_1_mib_is_service_unavailable(
 def test_an_answer_of_exactly_1_mib_is_read(
     capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path
 ) -> None:
-    head = b'{"erased": 1, "pad": "'
-    body = head + b"x" * (remote_exchange.MAX_RESPONSE_BYTES - len(head) - 2) + b'"}'
+    # Padded with insignificant whitespace: RetentionResult has no member to pad with.
+    head = b'{"erased": 1'
+    body = head + b" " * (remote_exchange.MAX_RESPONSE_BYTES - len(head) - 1) + b"}"
     assert len(body) == remote_exchange.MAX_RESPONSE_BYTES
     service.answer(200, body, chunked=True)
     code, document = report(
@@ -1230,9 +1264,20 @@ def test_list_text_of_an_empty_page(
 def test_text_mode_sanitises_service_strings(
     capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path
 ) -> None:
+    # The cursor is free text (RunList.nextCursor); the ids have patterns the model holds.
+    service.answer(200, {"runs": [RUN_STATUS], "nextCursor": "evil\x1b[2J\nc\u0085"})
+    code, out, _ = run(capsys, *remote_args(service, token_file), "list")
+    assert code == 0 and "\x1b" not in out and "\u0085" not in out
+    assert out.splitlines()[-1] == "Next cursor: evil\\u{1B}[2J\\u{0A}c\\u{85}"
+
+
+def test_a_step_id_with_control_characters_is_not_the_documented_shape(
+    capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path
+) -> None:
     service.answer(200, {**RUN_STATUS, "step": "evil\x1b[2J\nstep"})
-    code, out, _ = run(capsys, *remote_args(service, token_file), "status", "--run", RUN_ID)
-    assert code == 0 and "\x1b" not in out and "Step:       evil\\u{1B}[2J\\u{0A}step" in out
+    code, out, err = run(capsys, *remote_args(service, token_file), "status", "--run", RUN_ID)
+    assert code == 3 and out == "" and "\x1b" not in err
+    assert "documented shape" in err
 
 
 def test_other_commands_print_indented_json_in_text_mode(
@@ -1252,12 +1297,13 @@ def test_a_failure_in_text_mode_goes_to_stderr_only(
     assert err.splitlines()[0] == "error[coordinator.command.run-absent] /"
 
 
-def test_inspect_text_survives_malformed_members(
+def test_an_inspection_with_malformed_members_is_not_the_documented_shape(
     capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path
 ) -> None:
+    # Text mode reads the typed model: an answer RunInspection refuses never reaches it.
     service.answer(200, {"run": {"step": 7}, "steps": 7, "effects": "x", "recovery": []})
-    code, out, _ = run(capsys, *remote_args(service, token_file), "inspect", "--run", RUN_ID)
-    assert code == 0 and "Effects:    0 accepted, 0 unknown (0 in all)" in out
+    code, out, err = run(capsys, *remote_args(service, token_file), "inspect", "--run", RUN_ID)
+    assert code == 3 and out == "" and "documented shape" in err
 
 
 def test_https_to_a_plain_listener_is_service_unavailable(
@@ -1278,3 +1324,330 @@ def test_a_known_problem_code_without_suggested_action_gets_the_catalogue_hint(
     code, document = report(capsys, *remote_args(service, token_file), "doctor")
     assert code == 1
     assert document["diagnostics"][0]["suggestedAction"] == entry("coordinator.access.denied").hint
+
+
+# --------------------------------------------------------------------------------------------
+# The typed boundary (remote_models.py): request bodies are the generated models' dumps and
+# answers are read through the models of spec/openapi.yaml.
+
+# The request body model of each command that sends one (spec/openapi.yaml).
+REQUEST_MODELS: dict[str, type[BaseModel]] = {
+    "start": api.StartRunRequest,
+    "cancel": api.ReasonRequest,
+    "retry-same": api.ReasonRequest,
+    "reconcile": api.ReasonRequest,
+    "restore-hold": api.ReasonRequest,
+    "release-restore-hold": api.ReasonRequest,
+    "release-admission-hold": api.ReleaseAdmissionHoldRequest,
+    "retain": api.RetentionRequest,
+}
+
+
+def wire_names(model: type[BaseModel]) -> set[str]:
+    return {field.alias or name for name, field in model.model_fields.items()}
+
+
+def test_every_request_body_is_its_model_with_exactly_its_members(
+    capsys: pytest.CaptureFixture[str],
+    service: FakeService,
+    token_file: Path,
+    start_files: tuple[Path, Path],
+) -> None:
+    argvs = [case.argv for case in CASES.values() if case.body is not None]
+    argvs.append(tuple(start_argv(*start_files)))
+    assert {argv[0] for argv in argvs} == set(REQUEST_MODELS)
+    for argv in argvs:
+        service.seen = []
+        service.answer(200, RUN_STATUS)
+        report(capsys, *remote_args(service, token_file), *argv)
+        [seen] = service.seen
+        model = REQUEST_MODELS[argv[0]]
+        model.model_validate_json(seen.body, strict=True, by_alias=True, by_name=False)
+        assert set(json.loads(seen.body)) == wire_names(model), argv
+
+
+def test_every_success_model_is_the_schema_its_route_answers() -> None:
+    document = yaml.safe_load((REPO / "spec" / "openapi.yaml").read_text(encoding="utf-8"))
+    responses = document["components"]["responses"]
+    routes = {case.argv[0]: (case.method, case.path) for case in CASES.values()}
+    routes["start"] = ("POST", "/v1/runs")
+    for command, (method, path) in sorted(routes.items()):
+        [template] = [
+            t
+            for t in document["paths"]
+            if re.fullmatch(re.sub(r"\\\{[a-z]+\\\}", "[^/]+", re.escape(t)), path)
+        ]
+        answer = document["paths"][template][method.lower()]["responses"]["200"]
+        answer = responses[answer["$ref"].rsplit("/", 1)[1]] if "$ref" in answer else answer
+        schema = answer["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+        assert remote_outcome.SPECS[command].model is getattr(api, schema), command
+
+
+def test_no_merged_member_can_replace_an_envelope_member() -> None:
+    # The merged bodies' members are the report's result members: the models fix their names.
+    from coordinatorctl.report import RESERVED_MEMBERS
+
+    assert remote_envelope_names() == RESERVED_MEMBERS
+    for command, spec in remote_outcome.SPECS.items():
+        if spec.shape == "merged":
+            names = wire_names(spec.model)
+            assert not names & RESERVED_MEMBERS, command
+            assert all(re.fullmatch(r"[a-z][A-Za-z0-9]*", name) for name in names), command
+
+
+def replaced(value: dict[str, Any], path: str, new: Any) -> dict[str, Any]:
+    """A deep copy of `value` with the member at the dotted `path` set to `new` (or removed)."""
+    copy = json.loads(json.dumps(value))
+    *parents, last = path.split(".")
+    target = copy
+    for part in parents:
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    if new is REMOVED:
+        del target[last]
+    else:
+        target[last] = new
+    return copy
+
+
+REMOVED = object()
+
+MALFORMED_ANSWERS = {
+    "extra member": (("status", "--run", RUN_ID), {**RUN_STATUS, "note": "x"}),
+    "snake_case member": (
+        ("restore-hold", "--reason", "I"),
+        {"restore_hold": True, "admissionsHold": True, "restoreReview": 3},
+    ),
+    "missing member": (("workflow",), replaced(WORKFLOW_INFO, "revision", REMOVED)),
+    "missing cursor": (("list",), {"runs": []}),
+    "unknown status word": (("status", "--run", RUN_ID), {**RUN_STATUS, "status": "paused"}),
+    "unknown failure code": (
+        ("status", "--run", RUN_ID),
+        {**RUN_STATUS, "failureCode": "it-broke"},
+    ),
+    "unknown step state": (
+        ("inspect", "--run", RUN_ID),
+        replaced(INSPECTION, "steps.0.state", "done"),
+    ),
+    "unknown block reason": (
+        ("inspect", "--run", RUN_ID),
+        replaced(INSPECTION, "recovery.retryBlockedBy", "moon-phase"),
+    ),
+    "unknown reconcile result": (
+        ("reconcile", "--run", RUN_ID, "--reason", "I"),
+        {"result": "maybe", "inspection": INSPECTION},
+    ),
+    "unknown store": (("doctor",), replaced(DOCTOR, "state.store", "oracle")),
+    "impossible date": (
+        ("status", "--run", RUN_ID),
+        {**RUN_STATUS, "admittedAt": "2025-13-01T10:00:00.000Z"},
+    ),
+    "timestamp without offset": (
+        ("status", "--run", RUN_ID),
+        {**RUN_STATUS, "deadlineAt": "2025-02-01T10:00:00.000"},
+    ),
+    "timestamp as a word": (
+        ("inspect", "--run", RUN_ID),
+        replaced(INSPECTION, "steps.1.wait.timeoutAt", "next week"),
+    ),
+    "timestamp as a number": (
+        ("doctor",),
+        replaced(DOCTOR, "state.oldestDueAt", 1_735_725_600),
+    ),
+    "run id not a UUID": (("status", "--run", RUN_ID), {**RUN_STATUS, "runId": "run-1"}),
+    "boolean as a string": (("status", "--run", RUN_ID), {**RUN_STATUS, "uncertain": "true"}),
+    "boolean as a number": (
+        ("release-admission-hold", "--reason", "I"),
+        {**HOLD_STATE, "restoreHold": 1},
+    ),
+    "count as a string": (("retain", "--before", "2025-01-01T00:00:00Z"), {"erased": "2"}),
+    "count as a fraction": (("retain", "--before", "2025-01-01T00:00:00Z"), {"erased": 2.5}),
+    "count as a boolean": (("retain", "--before", "2025-01-01T00:00:00Z"), {"erased": True}),
+    "negative count": (
+        ("release-restore-hold", "--reason", "I"),
+        {**HOLD_STATE, "restoreReview": -1},
+    ),
+    "version as a number": (
+        ("list",),
+        {"runs": [{**RUN_STATUS, "workflowVersion": 1}], "nextCursor": None},
+    ),
+    "digest of another form": (("workflow",), {**WORKFLOW_INFO, "revision": "sha1:abc"}),
+}
+
+
+@pytest.mark.parametrize("case_id", sorted(MALFORMED_ANSWERS))
+def test_an_answer_its_model_refuses_is_not_the_documented_shape(
+    capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path, case_id: str
+) -> None:
+    argv, answer = MALFORMED_ANSWERS[case_id]
+    service.answer(200, answer)
+    code, document = report(capsys, *remote_args(service, token_file), *argv)
+    assert code == 3 and "documented shape" in unavailable(document)
+    assert set(document) == remote_envelope_names()  # nothing of the answer reaches the result
+
+
+def test_the_result_keeps_the_body_as_received_and_text_shows_the_service_form(
+    capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path
+) -> None:
+    # Valid RFC 3339 instants in another form than the service's: the JSON result keeps them,
+    # text mode shows them as `YYYY-MM-DDTHH:MM:SS.mmmZ` in UTC.
+    answer = {
+        **RUN_STATUS,
+        "admittedAt": "2025-01-01T11:00:00+01:00",
+        "nextDueAt": "2025-01-01T11:00:00.123456Z",
+        "runId": RUN_ID.upper(),
+    }
+    service.answer(200, answer)
+    code, document = report(capsys, *remote_args(service, token_file), "status", "--run", RUN_ID)
+    assert code == 0 and document["run"] == answer
+    code, out, _ = run(capsys, *remote_args(service, token_file), "status", "--run", RUN_ID)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"Run:        {RUN_ID}"
+    assert "Admitted:   2025-01-01T10:00:00.000Z" in lines
+    assert "Deadline:   2025-02-01T10:00:00.000Z" in lines
+    assert "Next due:   2025-01-01T11:00:00.123Z" in lines
+
+
+def test_run_text_shows_the_optional_members_of_a_settled_event_run(
+    capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path
+) -> None:
+    settled = {
+        **RUN_STATUS,
+        "origin": "event",
+        "trigger": "application-submitted",
+        "status": "failed",
+        "nextDueAt": None,
+        "completedAt": "2025-01-02T10:00:00.000Z",
+        "failureCode": "deadline-reached",
+        "uncertain": False,
+        "restoreReview": True,
+        "output": {"notice": "sent"},
+    }
+    service.answer(200, settled)
+    code, out, _ = run(capsys, *remote_args(service, token_file), "status", "--run", RUN_ID)
+    assert code == 0
+    lines = out.splitlines()
+    assert "Next due:   -" not in lines and not any(line.startswith("Next due") for line in lines)
+    assert "Completed:  2025-01-02T10:00:00.000Z" in lines
+    assert "Failure:    deadline-reached" in lines
+    assert "Trigger:    application-submitted" in lines
+    assert "Flags:      restore review" in lines
+    assert 'Output:     {"notice":"sent"}' in lines
+    assert lines[-1] == f"Next:       {remote_text.REVIEW_NEXT}"
+
+
+def test_inspect_text_shows_a_wait_until(
+    capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path
+) -> None:
+    inspection = replaced(INSPECTION, "steps.1.wait", {"until": "2025-01-03T00:00:00.000Z"})
+    inspection = replaced(inspection, "steps.1.type", "wait-until")
+    service.answer(200, inspection)
+    code, out, _ = run(capsys, *remote_args(service, token_file), "inspect", "--run", RUN_ID)
+    assert code == 0 and "Wait:       await-review until 2025-01-03T00:00:00.000Z" in out
+
+
+@pytest.mark.parametrize("reason", sorted(api.BlockReason))
+def test_every_block_reason_word_is_reported(
+    capsys: pytest.CaptureFixture[str],
+    service: FakeService,
+    token_file: Path,
+    reason: api.BlockReason,
+) -> None:
+    body = problem(409, "coordinator.command.reconcile-refused", reason=reason.value)
+    service.answer(409, body, media_type=PROBLEM)
+    code, document = report(
+        capsys, *remote_args(service, token_file), "reconcile", "--run", RUN_ID, "--reason", "I"
+    )
+    assert code == 1 and document["blockedBy"] == reason.value
+
+
+@pytest.mark.parametrize("reason", ["moon-phase", 7, None])
+def test_a_problem_with_an_unknown_block_reason_keeps_its_code_and_drops_the_reason(
+    capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path, reason: object
+) -> None:
+    body = problem(409, "coordinator.command.retry-refused", reason=reason)
+    service.answer(409, body, media_type=PROBLEM)
+    code, document = report(
+        capsys, *remote_args(service, token_file), "retry-same", "--run", RUN_ID, "--reason", "I"
+    )
+    assert code == 1 and codes(document) == ["coordinator.command.retry-refused"]
+    assert "blockedBy" not in document
+    assert document["diagnostics"][0]["message"] == "A fixed sentence for this code."
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        problem(403, "coordinator.access.denied", note="x"),  # a member Problem does not have
+        problem(403, "coordinator.access.denied", type="not a uri"),
+        problem(403, "coordinator.access.denied", title=""),
+        problem(403, "coordinator.access.denied", detail=""),
+        problem(403, "coordinator.access.denied", detail=7),
+        json.dumps(
+            {**json.loads(problem(403, "coordinator.access.denied")), "status": "403"}
+        ).encode(),
+        problem(403, "coordinator.access.denied", suggestedAction=7),
+        problem(403, "coordinator.access.denied", suggested_action="x"),
+        json.dumps(
+            replaced(
+                json.loads(problem(403, "coordinator.access.denied")), "suggestedAction", REMOVED
+            )
+        ).encode(),
+        problem(403, "coordinator." + "a" * 60 + "." + "b" * 60),  # over 128 characters
+        problem(403, "coordinator.access.denied", reason="moon-phase", note="x"),
+    ],
+)
+def test_a_problem_its_model_refuses_is_service_refused(
+    capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path, body: bytes
+) -> None:
+    service.answer(403, body, media_type=PROBLEM)
+    code, document = report(capsys, *remote_args(service, token_file), "workflow")
+    assert code == 1 and codes(document) == ["coordinator.command.service-refused"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--workflow", "Reviewed-Notice", "--workflow is not a workflow id"),
+        ("--workflow", "w" * 65, "--workflow is not a workflow id"),
+        ("--revision", "sha256:" + "A" * 64, "--revision is not a revision"),
+        ("--revision", "rev-one", "--revision is not a revision"),
+    ],
+)
+def test_a_start_id_its_model_refuses_is_input_invalid_before_any_request(
+    capsys: pytest.CaptureFixture[str],
+    service: FakeService,
+    token_file: Path,
+    start_files: tuple[Path, Path],
+    flag: str,
+    value: str,
+    message: str,
+) -> None:
+    argv = start_argv(*start_files)
+    argv[argv.index(flag) + 1] = value
+    code, document = report(capsys, *remote_args(service, token_file), *argv)
+    assert code == 1 and codes(document) == ["coordinator.command.input-invalid"]
+    assert document["diagnostics"][0]["message"].startswith(message)
+    assert value not in json.dumps(document)
+    assert service.seen == []
+
+
+def test_refused_ids_are_reported_with_the_other_local_problems_once_each(
+    capsys: pytest.CaptureFixture[str],
+    service: FakeService,
+    token_file: Path,
+    start_files: tuple[Path, Path],
+) -> None:
+    payload, key = start_files
+    payload.write_bytes(b"{")
+    argv = start_argv(payload, key)
+    argv[argv.index("--workflow") + 1] = "Bad"
+    argv[argv.index("--revision") + 1] = "bad\x01"  # the text check's diagnostic, not a second
+    code, document = report(capsys, *remote_args(service, token_file), *argv)
+    assert code == 1
+    messages = [d["message"] for d in document["diagnostics"]]
+    assert len(messages) == 3
+    assert messages[0].startswith("--revision must be")
+    assert messages[1].startswith("The --input file")
+    assert messages[2].startswith("--workflow is not a workflow id")
+    assert service.seen == []

@@ -16,7 +16,8 @@ are passed through, but stripped of control and format characters and capped in 
 This module runs one command; its steps live beside it: remote_inputs.py (the local checks),
 remote_request.py (the API call of each command), remote_exchange.py (the HTTP exchange) and
 remote_outcome.py (answers to outcomes). remote_args.py holds the command lines and
-remote_text.py the text mode.
+remote_text.py the text mode. remote_models.py is their typed boundary: request bodies are built
+and answers read through the generated models of the API's bodies (spec/schemas/api.schema.json).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The local inputs of the remote commands (09 §4), read and checked before anything is sent:
 `--url` (09 §1), the token file, `--run`, `--reason`, free-text flags, `--input`, `--key-file` and
-`--before`.
+`--before`; and the diagnostic of a value its request's model (remote_models.py) refuses.
 
 Files are read bounded and never block on a FIFO or a device; no diagnostic quotes a file's
 content or a submitted value.
@@ -30,6 +30,7 @@ __all__ = [
     "read_input",
     "read_key",
     "read_token",
+    "refused_member",
 ]
 
 MAX_TOKEN_BYTES: Final = 16_384
@@ -174,6 +175,9 @@ def _is_control(ch: str) -> bool:
     return code < 0x20 or 0x7F <= code <= 0x9F
 
 
+_REASON_MESSAGE: Final = "--reason must be 1–256 bytes without control characters."
+
+
 def check_reason(reason: str) -> Diagnostic | None:
     """09 §4: 1–256 bytes of UTF-8 without control characters."""
     try:
@@ -181,7 +185,7 @@ def check_reason(reason: str) -> Diagnostic | None:
     except UnicodeEncodeError:
         return _input_invalid("--reason is not valid UTF-8.")
     if not 1 <= size <= MAX_REASON_BYTES or any(_is_control(ch) for ch in reason):
-        return _input_invalid("--reason must be 1–256 bytes without control characters.")
+        return _input_invalid(_REASON_MESSAGE)
     return None
 
 
@@ -214,9 +218,14 @@ _RFC3339: Final = re.compile(
 )
 
 
+_BEFORE_MESSAGE: Final = (
+    "--before is not an RFC 3339 date-time with an offset, e.g. 2025-01-31T00:00:00Z."
+)
+
+
 def check_date_time(text: str) -> Diagnostic | None:
     """`--before`: an RFC 3339 date-time with an offset (the service checks "not in future")."""
-    message = "--before is not an RFC 3339 date-time with an offset, e.g. 2025-01-31T00:00:00Z."
+    message = _BEFORE_MESSAGE
     if _RFC3339.fullmatch(text) is None:
         return _input_invalid(message)
     normalised = text.upper().replace("Z", "+00:00")
@@ -230,6 +239,29 @@ def check_date_time(text: str) -> Diagnostic | None:
     except ValueError:
         return _input_invalid(message)
     return None
+
+
+# What a request member must be, by its wire name, when its model refuses it. `reason` and
+# `before` have their local checks, which the models' constraints do not go beyond: their
+# refusal is the local check's diagnostic. The ids of `start` are held to their form only by
+# the model (spec/schemas/api.schema.json).
+_REFUSED_MEMBERS: Final = {
+    "workflow": (
+        "--workflow is not a workflow id: a lowercase letter, then up to 63 lowercase letters,"
+        " digits, `_` or `-`."
+    ),
+    "revision": "--revision is not a revision: `sha256:` followed by 64 lowercase hex digits.",
+    "reason": _REASON_MESSAGE,
+    "before": _BEFORE_MESSAGE,
+}
+
+
+def refused_member(member: str) -> Diagnostic:
+    """The `input-invalid` diagnostic of a request member (by its wire name) that the request's
+    model refuses; it names the flag that gave the value, never the value."""
+    return _input_invalid(
+        _REFUSED_MEMBERS.get(member, "A value of the command is not one the service API accepts.")
+    )
 
 
 def read_input(path: str) -> object | Diagnostic:

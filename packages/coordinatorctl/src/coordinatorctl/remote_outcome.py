@@ -1,6 +1,11 @@
-"""The outcome mapping of the remote commands (09 §4): each command's answer shape and follow-up
-advice, and one answer (or failed exchange) to the command's outcome, whose exit code comes from
-that mapping (02 §3), not from the catalogue's class of a code the service chose.
+"""The outcome mapping of the remote commands (09 §4): each command's answer shape, model and
+follow-up advice, and one answer (or failed exchange) to the command's outcome, whose exit code
+comes from that mapping (02 §3), not from the catalogue's class of a code the service chose.
+
+Answers are read through the generated models (remote_models.py): a success body through the
+schema its route answers (spec/openapi.yaml), a problem body through Problem. A body the model
+refuses is the `shape` failure (exit 3), or for a problem no problem at all. The result members
+of the report keep the service's body as received; text mode reads the typed model.
 
 A problem's `detail` and `suggestedAction` are the service's fixed sentences and are passed
 through, but stripped of control and format characters and capped in length.
@@ -8,19 +13,34 @@ through, but stripped of control and format characters and capped in length.
 
 from __future__ import annotations
 
-import re
+import json
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from coordinator_core.errors import Diagnostic, entry
 from coordinatorctl.remote_exchange import Failure, RemoteAnswer
-from coordinatorctl.report import RESERVED_MEMBERS, Outcome
+from coordinatorctl.remote_models import (
+    Doctor,
+    HoldState,
+    Problem,
+    ReconcileResult,
+    RetentionResult,
+    RunInspection,
+    RunList,
+    RunStatus,
+    WorkflowInfo,
+    answer_of,
+)
+from coordinatorctl.report import Outcome
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = [
-    "BLOCK_REASONS",
     "MAX_PASSED_TEXT_CHARS",
+    "MAX_PROBLEM_CODE_CHARS",
     "SPECS",
     "FollowUp",
     "RemoteOutcome",
@@ -32,25 +52,11 @@ __all__ = [
 ]
 
 MAX_PASSED_TEXT_CHARS: Final = 512
+MAX_PROBLEM_CODE_CHARS: Final = 128
 
-BLOCK_REASONS: Final = frozenset(
-    {
-        "terminal",
-        "not-recoverable",
-        "deadline-reached",
-        "receipt-expired",
-        "binding-changed",
-        "snapshot-incompatible",
-        "cancelled",
-        "payload-erased",
-        "evaluation-uncertain",
-        "lease-active",
-        "no-receipt",
-        "not-uncertain",
-    }
-)
-
-# Which command answers with what (09 §4) and how a failed exchange should be followed up.
+# Which command answers with what (09 §4): the shape says where the body goes in the report (a
+# run is nested under `run`; every other body's members are the result members), the model is
+# the schema its route answers (spec/openapi.yaml); and how a failed exchange is followed up.
 Shape = Literal["run", "runs", "inspection", "reconcile", "merged"]
 FollowUp = Literal["read", "start", "run", "operator"]
 
@@ -58,23 +64,24 @@ FollowUp = Literal["read", "start", "run", "operator"]
 @dataclass(frozen=True, slots=True)
 class _Spec:
     shape: Shape
+    model: type[BaseModel]
     follow_up: FollowUp
 
 
 SPECS: Final[Mapping[str, _Spec]] = {
-    "workflow": _Spec("merged", "read"),
-    "start": _Spec("run", "start"),
-    "status": _Spec("run", "read"),
-    "list": _Spec("runs", "read"),
-    "inspect": _Spec("inspection", "read"),
-    "cancel": _Spec("run", "run"),
-    "retry-same": _Spec("run", "run"),
-    "reconcile": _Spec("reconcile", "run"),
-    "doctor": _Spec("merged", "read"),
-    "restore-hold": _Spec("merged", "operator"),
-    "release-restore-hold": _Spec("merged", "operator"),
-    "release-admission-hold": _Spec("merged", "operator"),
-    "retain": _Spec("merged", "operator"),
+    "workflow": _Spec("merged", WorkflowInfo, "read"),
+    "start": _Spec("run", RunStatus, "start"),
+    "status": _Spec("run", RunStatus, "read"),
+    "list": _Spec("runs", RunList, "read"),
+    "inspect": _Spec("inspection", RunInspection, "read"),
+    "cancel": _Spec("run", RunStatus, "run"),
+    "retry-same": _Spec("run", RunStatus, "run"),
+    "reconcile": _Spec("reconcile", ReconcileResult, "run"),
+    "doctor": _Spec("merged", Doctor, "read"),
+    "restore-hold": _Spec("merged", HoldState, "operator"),
+    "release-restore-hold": _Spec("merged", HoldState, "operator"),
+    "release-admission-hold": _Spec("merged", HoldState, "operator"),
+    "retain": _Spec("merged", RetentionResult, "operator"),
 }
 
 # The advice that follows a failed exchange (09 §4: inspect before retrying what changes state).
@@ -128,11 +135,6 @@ _FAILURE_MESSAGES: Final[Mapping[str, str]] = {
     "status": "The service answered with an undocumented success status.",
     "failed": "The service failed and answered without a valid problem body.",
 }
-_PROBLEM_CODE: Final = re.compile(
-    r"(?:(?:idempotency|admission)\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*"
-    r"|coordinator\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*)"
-)
-_MEMBER_NAME: Final = re.compile(r"[a-z][A-Za-z0-9]*")
 
 
 def passed_text(text: str) -> str:
@@ -159,7 +161,10 @@ class RemoteProblem:
 
 
 def problem_of(answer: RemoteAnswer) -> RemoteProblem | None:
-    """The problem body of 06 §3, or None unless the answer carries a valid one."""
+    """The problem body of 06 §3, or None unless the answer carries a valid one: strict JSON that
+    the Problem model accepts, whose `status` is the answer's and whose code is at most 128
+    characters. A `reason` that is not a word of BlockReason (one this build does not know)
+    drops the reason, not the problem."""
     from coordinator_core.values import StrictJsonError, parse_strict_json
 
     if answer.media_type != "application/problem+json":
@@ -170,28 +175,22 @@ def problem_of(answer: RemoteAnswer) -> RemoteProblem | None:
         return None
     if not isinstance(body, dict):
         return None
-    code, detail, action = body.get("code"), body.get("detail"), body.get("suggestedAction")
-    status = body.get("status")
-    if not (
-        isinstance(code, str)
-        and len(code) <= 128
-        and _PROBLEM_CODE.fullmatch(code)
-        and isinstance(status, int)
-        and not isinstance(status, bool)
-        and status == answer.status
-        and isinstance(body.get("type"), str)
-        and isinstance(body.get("title"), str)
-        and isinstance(detail, str)
-        and "suggestedAction" in body
-        and (action is None or isinstance(action, str))
+    problem = answer_of(Problem, answer.body)
+    if problem is None and "reason" in body:
+        without = {name: value for name, value in body.items() if name != "reason"}
+        problem = answer_of(Problem, json.dumps(without).encode())
+    if (
+        problem is None
+        or problem.status != answer.status
+        or len(problem.code) > MAX_PROBLEM_CODE_CHARS
     ):
         return None
-    reason = body.get("reason")
+    action = problem.suggested_action
     return RemoteProblem(
-        code=code,
-        detail=passed_text(detail),
-        suggested_action=passed_text(action) if isinstance(action, str) else None,
-        reason=reason if isinstance(reason, str) and reason in BLOCK_REASONS else None,
+        code=problem.code,
+        detail=passed_text(problem.detail),
+        suggested_action=passed_text(action) if action is not None else None,
+        reason=problem.reason.value if problem.reason is not None else None,
     )
 
 
@@ -258,36 +257,19 @@ def _catalogued() -> Mapping[str, Any]:
     return catalogue()
 
 
-def _merged_members(body: Mapping[str, Any]) -> bool:
-    return all(
-        isinstance(name, str) and _MEMBER_NAME.fullmatch(name) and name not in RESERVED_MEMBERS
-        for name in body
-    )
-
-
-def _shape_result(shape: Shape, body: object) -> dict[str, Any] | None:
-    """The envelope members of a success answer (02 §3, 09 §4), or None if malformed."""
+def _shape_result(
+    spec: _Spec, body: object, data: bytes
+) -> tuple[dict[str, Any], BaseModel] | None:
+    """The envelope members of a success answer (02 §3, 09 §4) and the answer read as the
+    command's model, or None if the body is not one. The members are the body as received (a
+    timestamp keeps the service's text); the model's aliases are camelCase and none is an
+    envelope member, so a merged body cannot replace one."""
     if not isinstance(body, dict):
         return None
-    if shape == "run":
-        return {"run": body}
-    if shape == "runs":
-        runs, cursor = body.get("runs"), body.get("nextCursor")
-        if not isinstance(runs, list) or not all(isinstance(run, dict) for run in runs):
-            return None
-        if cursor is not None and not isinstance(cursor, str):
-            return None
-        return {"runs": runs, "nextCursor": cursor}
-    if shape == "reconcile":
-        result, inspection = body.get("result"), body.get("inspection")
-        if not isinstance(result, str) or not isinstance(inspection, dict):
-            return None
-        if not isinstance(inspection.get("run"), dict):
-            return None
-        return {"result": result, "inspection": inspection}
-    if shape == "inspection" and not isinstance(body.get("run"), dict):
+    typed = answer_of(spec.model, data)
+    if typed is None:
         return None
-    return body if _merged_members(body) else None
+    return ({"run": body} if spec.shape == "run" else body), typed
 
 
 def outcome_of(
@@ -315,13 +297,12 @@ def outcome_of(
         body = parse_strict_json(answer.body)
     except (StrictJsonError, ValueError):
         return _unavailable(command, "json")
-    result = _shape_result(SPECS[command].shape, body)
-    if result is None:
+    shaped = _shape_result(SPECS[command], body, answer.body)
+    if shaped is None:
         return _unavailable(command, "shape")
+    result, typed = shaped
     outcome = RemoteOutcome(command, status=status_word, result=result, forced_exit=0)
     from coordinatorctl.remote_text import render_text
 
-    outcome.text = render_text(
-        SPECS[command].shape, command, status_word, result, terminal=stdout_is_terminal
-    )
+    outcome.text = render_text(command, status_word, typed, terminal=stdout_is_terminal)
     return outcome

@@ -1,5 +1,14 @@
 """The one service API call (file 06) of each remote command (09 §4), built from its parsed
-options once its local inputs hold."""
+options once its local inputs hold.
+
+A request body is built through its generated model (remote_models.py): `start` through
+StartRunRequest, the commands that carry only a reason through ReasonRequest,
+`release-admission-hold` through ReleaseAdmissionHoldRequest and `retain` through
+RetentionRequest. What is sent is the model's JSON dump by alias, except that `before` keeps the
+caller's RFC 3339 text once the model has read it as an instant (the dump would re-render it,
+e.g. `.5` as `.500000`, and cut a fraction past microseconds). A value the model refuses is the
+command's `input-invalid` diagnostic, not a request the service would refuse.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +25,14 @@ from coordinatorctl.remote_inputs import (
     parse_run_id,
     read_input,
     read_key,
+    refused_member,
+)
+from coordinatorctl.remote_models import (
+    ReasonRequest,
+    ReleaseAdmissionHoldRequest,
+    RetentionRequest,
+    StartRunRequest,
+    request_body,
 )
 
 __all__ = ["ApiRequest", "build_request"]
@@ -36,10 +53,20 @@ def build_request(options: argparse.Namespace) -> ApiRequest | list[Diagnostic]:
     """The API call of `options.command` (09 §4), or the diagnostics of its inputs."""
     name = options.command
     problems: list[Diagnostic] = []
+    checked: set[str] = set()  # the wire names of the members a local check already refused
 
-    def note(found: Diagnostic | None) -> None:
+    def note(member: str, found: Diagnostic | None) -> None:
         if found is not None:
             problems.append(found)
+            checked.add(member)
+
+    def body(built: dict[str, Any] | frozenset[str]) -> dict[str, Any] | None:
+        """The built body; a member its model refuses is one `input-invalid` diagnostic (the
+        local check's, when that check already refused it)."""
+        if isinstance(built, dict):
+            return built
+        problems.extend(refused_member(member) for member in sorted(built - checked))
+        return None
 
     run_path = ""
     if hasattr(options, "run"):
@@ -50,32 +77,38 @@ def build_request(options: argparse.Namespace) -> ApiRequest | list[Diagnostic]:
             run_path = f"/v1/runs/{run_id}"
     reason: str = getattr(options, "reason", "")
     if hasattr(options, "reason"):
-        note(check_reason(reason))
+        note("reason", check_reason(reason))
 
     request: ApiRequest | None = None
     if name == "workflow":
         request = ApiRequest("GET", "/v1/workflow")
     elif name == "start":
-        note(check_text_argument("--workflow", options.workflow))
-        note(check_text_argument("--revision", options.revision))
+        note("workflow", check_text_argument("--workflow", options.workflow))
+        note("revision", check_text_argument("--revision", options.revision))
         value = read_input(options.input)
         key = read_key(options.key_file)
         if isinstance(value, Diagnostic):
             problems.append(value)
         if isinstance(key, Diagnostic):
             problems.append(key)
-        else:
+        # Built even when the input or key failed, so that a refused id is reported with them.
+        start = body(
+            request_body(
+                StartRunRequest,
+                workflow=options.workflow,
+                revision=options.revision,
+                input=None if isinstance(value, Diagnostic) else value,
+            )
+        )
+        if start is not None and not isinstance(key, Diagnostic):
             request = ApiRequest(
-                "POST",
-                "/v1/runs",
-                body={"workflow": options.workflow, "revision": options.revision, "input": value},
-                headers=(("Idempotency-Key", key),),
+                "POST", "/v1/runs", body=start, headers=(("Idempotency-Key", key),)
             )
     elif name == "status":
         request = ApiRequest("GET", run_path)
     elif name == "list":
-        note(check_text_argument("--cursor", options.cursor))
-        note(check_text_argument("--workflow", options.workflow))
+        note("cursor", check_text_argument("--cursor", options.cursor))
+        note("workflow", check_text_argument("--workflow", options.workflow))
         query = [("limit", str(options.limit))]
         for key_name in ("cursor", "status", "workflow"):
             given = getattr(options, key_name)
@@ -85,26 +118,34 @@ def build_request(options: argparse.Namespace) -> ApiRequest | list[Diagnostic]:
     elif name == "inspect":
         request = ApiRequest("GET", f"{run_path}/inspect")
     elif name in ("cancel", "retry-same", "reconcile"):
-        request = ApiRequest("POST", f"{run_path}/{name}", body={"reason": reason})
+        reasoned = body(request_body(ReasonRequest, reason=reason))
+        if reasoned is not None:
+            request = ApiRequest("POST", f"{run_path}/{name}", body=reasoned)
     elif name == "doctor":
         request = ApiRequest("GET", "/v1/doctor")
     elif name in ("restore-hold", "release-restore-hold"):
-        request = ApiRequest("POST", f"/v1/{name}", body={"reason": reason})
+        reasoned = body(request_body(ReasonRequest, reason=reason))
+        if reasoned is not None:
+            request = ApiRequest("POST", f"/v1/{name}", body=reasoned)
     elif name == "release-admission-hold":
-        request = ApiRequest(
-            "POST",
-            "/v1/release-admission-hold",
-            body={
-                "reason": reason,
-                "admissionHistoryComplete": bool(options.admission_history_complete),
-                "priorDeploymentFenced": bool(options.prior_deployment_fenced),
-            },
+        release = body(
+            request_body(
+                ReleaseAdmissionHoldRequest,
+                reason=reason,
+                admission_history_complete=bool(options.admission_history_complete),
+                prior_deployment_fenced=bool(options.prior_deployment_fenced),
+            )
         )
+        if release is not None:
+            request = ApiRequest("POST", "/v1/release-admission-hold", body=release)
     elif name == "retain":
-        note(check_date_time(options.before))
-        request = ApiRequest(
-            "POST", "/v1/retention", body={"before": options.before, "limit": options.limit}
-        )
+        note("before", check_date_time(options.before))
+        retention = body(request_body(RetentionRequest, before=options.before, limit=options.limit))
+        if retention is not None:
+            # The model read `before` as an instant; the wire keeps the caller's RFC 3339 text.
+            request = ApiRequest(
+                "POST", "/v1/retention", body={**retention, "before": options.before}
+            )
     if problems or request is None:
         return problems or [Diagnostic("coordinator.command.usage", path="")]
     return request

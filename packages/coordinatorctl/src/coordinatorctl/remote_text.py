@@ -1,65 +1,93 @@
 """Text mode of the remote commands (09 §4, RECOMMENDED): a readable summary of a run
 (`start`, `status`, `cancel`, `retry-same`) and of an inspection (`inspect`, `reconcile`:
 status, current step, effects with `accepted`/`unknown`, wait timing, observation count), and
-a table for `list` (rich on a terminal, plain aligned text otherwise)."""
+a table for `list` (rich on a terminal, plain aligned text otherwise).
+
+It reads the answer as its generated model (remote_models.py), already validated by
+remote_outcome.py; instants are shown in the service's form, `YYYY-MM-DDTHH:MM:SS.mmmZ` in UTC.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Final
 
+from coordinatorctl.remote_models import (
+    ReconcileResult,
+    RunInspection,
+    RunList,
+    RunStatus,
+    WaitUntil,
+)
 from coordinatorctl.report import sanitize
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 __all__ = ["render_text"]
 
 
 def _show(value: object) -> str:
+    """A value of the answer as one line: `-` for none, an instant in the service's form, text
+    (an id, an enum word) sanitised, anything else as compact JSON."""
     if value is None:
         return "-"
+    if isinstance(value, datetime):
+        return _instant(value)
     if isinstance(value, str):
         return sanitize(value)
     return sanitize(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
-def _lines_of_run(run: Mapping[str, Any]) -> list[str]:
-    rows: list[tuple[str, object]] = [
-        ("Run", run.get("runId")),
-        (
-            "Workflow",
-            f"{_show(run.get('workflowId'))} version {_show(run.get('workflowVersion'))}",
-        ),
-        ("Revision", run.get("revision")),
-        ("Status", run.get("status")),
-        ("Step", run.get("step")),
-        ("Admitted", run.get("admittedAt")),
-        ("Deadline", run.get("deadlineAt")),
-    ]
-    optional = (
-        ("Next due", "nextDueAt"),
-        ("Completed", "completedAt"),
-        ("Outcome", "outcome"),
-        ("Failure", "failureCode"),
+def _instant(value: datetime) -> str:
+    """An instant as the service writes it (06 §1): `YYYY-MM-DDTHH:MM:SS.mmmZ`, in UTC."""
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:  # at the edge of the calendar: shown with its own offset
+        return value.isoformat(timespec="milliseconds")
+    return (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:"
+        f"{utc.second:02d}.{utc.microsecond // 1000:03d}Z"
     )
-    rows.extend((label, run[key]) for label, key in optional if run.get(key) is not None)
-    if run.get("origin") == "event":
-        rows.append(("Trigger", run.get("trigger")))
+
+
+def _lines_of_run(run: RunStatus) -> list[str]:
+    rows: list[tuple[str, object]] = [
+        ("Run", str(run.run_id)),
+        ("Workflow", f"{_show(run.workflow_id)} version {_show(run.workflow_version)}"),
+        ("Revision", run.revision),
+        ("Status", run.status),
+        ("Step", run.step),
+        ("Admitted", run.admitted_at),
+        ("Deadline", run.deadline_at),
+    ]
+    optional: tuple[tuple[str, object], ...] = (
+        ("Next due", run.next_due_at),
+        ("Completed", run.completed_at),
+        ("Outcome", run.outcome.root if run.outcome is not None else None),
+        ("Failure", run.failure_code),
+    )
+    rows.extend((label, value) for label, value in optional if value is not None)
+    if run.origin == "event":
+        rows.append(("Trigger", run.trigger.root if run.trigger is not None else None))
     flags = [
         word
-        for word, key in (
-            ("cancel requested", "cancelRequested"),
-            ("restore review", "restoreReview"),
-            ("uncertain effect", "uncertain"),
-            ("payload erased", "payloadErased"),
+        for word, flag in (
+            ("cancel requested", run.cancel_requested),
+            ("restore review", run.restore_review),
+            ("uncertain effect", run.uncertain),
+            ("payload erased", run.payload_erased),
         )
-        if run.get(key) is True
+        if flag
     ]
     if flags:
         rows.append(("Flags", ", ".join(flags)))
-    if run.get("output") is not None:
-        rows.append(("Output", run.get("output")))
+    if run.output is not None:
+        rows.append(("Output", run.output))
     lines = [f"{label + ':':<11} {_show(value)}" for label, value in rows]
-    if run.get("restoreReview") is True:
+    if run.restore_review:
         lines.append(f"{'Next:':<11} {REVIEW_NEXT}")
     return lines
 
@@ -72,44 +100,32 @@ REVIEW_NEXT: Final = (
 mark is `retry-same`, also after a `reconcile` settled the run's effect."""
 
 
-def _objects(value: object) -> list[dict[str, Any]]:
-    """The objects of a list member; anything else (absent, malformed) reads as none."""
-    if not isinstance(value, list):
-        return []
-    return [item for item in value if isinstance(item, dict)]
-
-
-def _wait_lines(inspection: Mapping[str, Any]) -> list[str]:
-    run = inspection.get("run")
-    if not isinstance(run, dict):
-        return []
-    steps = _objects(inspection.get("steps"))
-    current = [s for s in steps if s.get("step") == run.get("step") and "wait" in s]
+def _wait_lines(inspection: RunInspection) -> list[str]:
+    current = [
+        (step.step, step.wait)
+        for step in inspection.steps
+        if step.step == inspection.run.step and step.wait is not None
+    ]
     if not current:
         return []
-    step = current[-1]
-    wait = step.get("wait")
-    if not isinstance(wait, dict):
-        return []
-    name = _show(step.get("step"))
-    if "until" in wait:
-        return [f"{'Wait:':<11} {name} until {_show(wait.get('until'))}"]
-    lines = [
-        f"{'Wait:':<11} {name} {_show(wait.get('result'))}, started {_show(wait.get('startedAt'))},"
-        f" times out {_show(wait.get('timeoutAt'))}",
-        f"{'':<11} every {_show(wait.get('intervalSeconds'))} s;"
-        f" {_show(wait.get('observations'))} observations,"
-        f" last {_show(wait.get('lastObservedAt'))}, next {_show(wait.get('nextObservationAt'))}",
+    step_id, wait = current[-1]
+    name = _show(step_id)
+    if isinstance(wait, WaitUntil):
+        return [f"{'Wait:':<11} {name} until {_show(wait.until)}"]
+    return [
+        f"{'Wait:':<11} {name} {_show(wait.result)}, started {_show(wait.started_at)},"
+        f" times out {_show(wait.timeout_at)}",
+        f"{'':<11} every {_show(wait.interval_seconds)} s;"
+        f" {_show(wait.observations)} observations,"
+        f" last {_show(wait.last_observed_at)}, next {_show(wait.next_observation_at)}",
     ]
-    return lines
 
 
-def _inspection_lines(inspection: Mapping[str, Any]) -> list[str]:
-    run = inspection.get("run")
-    lines = _lines_of_run(run if isinstance(run, dict) else {})
-    effects = _objects(inspection.get("effects"))
+def _inspection_lines(inspection: RunInspection) -> list[str]:
+    lines = _lines_of_run(inspection.run)
+    effects = inspection.effects
     counts = {
-        state: sum(1 for e in effects if e.get("state") == state)
+        state: sum(1 for effect in effects if effect.state == state)
         for state in ("accepted", "unknown")
     }
     lines.append(
@@ -117,38 +133,32 @@ def _inspection_lines(inspection: Mapping[str, Any]) -> list[str]:
         f" ({len(effects)} in all)"
     )
     for effect in effects:
-        settled = effect.get("settledBy")
+        settled = effect.settled_by
         lines.append(
-            f"{'':<11} {_show(effect.get('step'))} {_show(effect.get('operation'))}"
-            f" {_show(effect.get('state'))}" + (f" (by {_show(settled)})" if settled else "")
+            f"{'':<11} {_show(effect.step)} {_show(effect.operation)}"
+            f" {_show(effect.state)}" + (f" (by {_show(settled)})" if settled else "")
         )
     lines.extend(_wait_lines(inspection))
-    recovery = inspection.get("recovery")
-    if isinstance(recovery, dict):
-        retry = (
-            "allowed"
-            if recovery.get("retryAllowed") is True
-            else f"blocked ({_show(recovery.get('retryBlockedBy'))})"
-        )
-        reconcile = (
-            "allowed"
-            if recovery.get("reconcileAllowed") is True
-            else f"blocked ({_show(recovery.get('reconcileBlockedBy'))})"
-        )
-        lines.append(f"{'Recovery:':<11} retry-same {retry}; reconcile {reconcile}")
-    steps = _objects(inspection.get("steps"))
-    if steps:
+    recovery = inspection.recovery
+    retry = "allowed" if recovery.retry_allowed else f"blocked ({_show(recovery.retry_blocked_by)})"
+    reconcile = (
+        "allowed"
+        if recovery.reconcile_allowed
+        else f"blocked ({_show(recovery.reconcile_blocked_by)})"
+    )
+    lines.append(f"{'Recovery:':<11} retry-same {retry}; reconcile {reconcile}")
+    if inspection.steps:
         lines.append("Steps:")
         table = [
             [
-                _show(s.get("step")),
-                _show(s.get("type")),
-                _show(s.get("state")),
-                f"gen {_show(s.get('generation'))} attempt {_show(s.get('attempt'))}",
-                _show(s.get("enteredAt")),
-                _show(s.get("failureCode")) if s.get("failureCode") is not None else "",
+                _show(s.step),
+                _show(s.type),
+                _show(s.state),
+                f"gen {_show(s.generation)} attempt {_show(s.attempt)}",
+                _show(s.entered_at),
+                _show(s.failure_code) if s.failure_code is not None else "",
             ]
-            for s in steps
+            for s in inspection.steps
         ]
         lines.extend("  " + row for row in _aligned(table))
     return lines
@@ -162,26 +172,26 @@ def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
 _LIST_COLUMNS: Final = ("RUN", "WORKFLOW", "STATUS", "STEP", "ADMITTED", "OUTCOME")
 
 
-def _list_rows(runs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+def _list_rows(runs: Sequence[RunStatus]) -> list[list[str]]:
     rows = []
     for run in runs:
-        finish = run.get("outcome") or run.get("failureCode")
+        finish = run.outcome.root if run.outcome is not None else run.failure_code
         rows.append(
             [
-                _show(run.get("runId")),
-                _show(run.get("workflowId")),
-                _show(run.get("status")) + (" (uncertain)" if run.get("uncertain") is True else ""),
-                _show(run.get("step")),
-                _show(run.get("admittedAt")),
+                _show(str(run.run_id)),
+                _show(run.workflow_id),
+                _show(run.status) + (" (uncertain)" if run.uncertain else ""),
+                _show(run.step),
+                _show(run.admitted_at),
                 _show(finish) if finish is not None else "-",
             ]
         )
     return rows
 
 
-def _list_text(result: Mapping[str, Any], terminal: bool) -> str:
-    runs = result["runs"]
-    cursor = result["nextCursor"]
+def _list_text(page: RunList, terminal: bool) -> str:
+    runs = page.runs
+    cursor = page.next_cursor
     footer = f"Next cursor: {_show(cursor)}\n" if cursor is not None else ""
     if not runs:
         return "No runs.\n" + footer
@@ -211,26 +221,25 @@ def _list_text(result: Mapping[str, Any], terminal: bool) -> str:
     return "\n".join(_aligned([list(_LIST_COLUMNS), *rows])) + "\n" + footer
 
 
-def render_text(
-    shape: str, command: str, status_word: str, result: Mapping[str, Any], *, terminal: bool
-) -> str | None:
+def render_text(command: str, status_word: str, answer: BaseModel, *, terminal: bool) -> str | None:
     """The text-mode stdout of a success; None prints the result as indented JSON.
 
-    `shape` is the answer's kind (`run`, `runs`, `inspection`, `reconcile`, `merged`); the
-    result was already checked to have it. Every string from the service is rendered through
-    `sanitize`, so a value cannot break a line or steer the terminal.
+    `answer` is the success body read as the command's model (remote_outcome.SPECS): a run,
+    a page of runs, an inspection or a reconcile result have a text form; the other bodies are
+    printed as JSON. Every string from the service is rendered through `sanitize`, so a value
+    cannot break a line or steer the terminal; every instant is shown in the service's form.
     """
-    if shape == "run":
-        lines = _lines_of_run(result["run"])
+    if isinstance(answer, RunStatus):
+        lines = _lines_of_run(answer)
         if command == "start":
-            lines.insert(0, f"{status_word.capitalize()} run {_show(result['run'].get('runId'))}")
+            lines.insert(0, f"{status_word.capitalize()} run {_show(str(answer.run_id))}")
         return "\n".join(lines) + "\n"
-    if shape == "runs":
-        return _list_text(result, terminal)
-    if shape == "inspection":
-        return "\n".join(_inspection_lines(result)) + "\n"
-    if shape == "reconcile":
-        lines = [f"{'Result:':<11} {_show(result['result'])}"]
-        lines.extend(_inspection_lines(result["inspection"]))
+    if isinstance(answer, RunList):
+        return _list_text(answer, terminal)
+    if isinstance(answer, RunInspection):
+        return "\n".join(_inspection_lines(answer)) + "\n"
+    if isinstance(answer, ReconcileResult):
+        lines = [f"{'Result:':<11} {_show(answer.result)}"]
+        lines.extend(_inspection_lines(answer.inspection))
         return "\n".join(lines) + "\n"
     return None
