@@ -122,7 +122,7 @@ def test_a_service_without_the_route_is_named_by_its_problem_code(
     capsys: pytest.CaptureFixture[str], server: str
 ) -> None:
     problem = {
-        "type": "https://id.registrystack.org/problems/coordinator/request/not-found",
+        "type": "https://id.registrystack.org/problems/registry-coordinator/request/not-found",
         "title": "Not found",
         "status": 404,
         "detail": "No route.",

@@ -1,0 +1,133 @@
+"""ARCHITECTURE rule 3 on the API side: `coordinator_api.wire` builds every answer as the spec's
+generated model and reads every body as one, so an off-contract value never reaches the wire."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+from api_fakes import FakeRunService, SigningKeys, bearer
+from pydantic import ValidationError
+from test_api_contract import start
+
+from coordinator_api import wire
+from coordinator_core.shell.service import RunStatus
+
+pytestmark = pytest.mark.anyio
+
+NOW = datetime(2026, 3, 2, 9, 0, 0, 123_456, tzinfo=UTC)
+CANARY = "canary-e7c1"
+
+
+def _run(**changes: Any) -> RunStatus:
+    run = RunStatus(
+        run_id=uuid.UUID("0b8f4f5e-8a0a-4c55-9d3b-3b2f4f9a7d10"),
+        workflow_id="reviewed-notice",
+        workflow_version="1",
+        revision="sha256:" + "a" * 64,
+        definition_digest="sha256:" + "b" * 64,
+        binding_digest="sha256:" + "c" * 64,
+        origin="api",
+        trigger=None,
+        status="running",
+        step="read-application",
+        admitted_at=NOW,
+        deadline_at=NOW,
+        completed_at=None,
+        next_due_at=None,
+        cancel_requested=False,
+        restore_review=False,
+        uncertain=False,
+        outcome=None,
+        output=None,
+        failure_code=None,
+        payload_erased=False,
+    )
+    return dataclasses.replace(run, **changes)
+
+
+def test_a_run_renders_with_the_spec_member_names_and_millisecond_timestamps() -> None:
+    body = wire.encode(wire.run_status_body(_run()))
+    assert body.startswith(b'{"runId":"0b8f4f5e-8a0a-4c55-9d3b-3b2f4f9a7d10","workflowId"')
+    assert b'"admittedAt":"2026-03-02T09:00:00.123Z"' in body
+    # Required members that are null are present; none is left out.
+    assert b'"completedAt":null' in body and b'"trigger":null' in body
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"status": "paused"},
+        {"failure_code": "made-up-failure"},
+        {"origin": "cron"},
+    ],
+)
+def test_an_off_contract_word_fails_at_the_boundary(changes: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        wire.run_status_body(_run(**changes))
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"revision": "md5:" + CANARY},
+        {"step": "Not-A-Local-Id"},
+        {"workflow_version": ""},
+        {"outcome": CANARY.upper()},
+        {"admitted_at": datetime(2026, 3, 2, 9, 0)},  # naive
+    ],
+)
+def test_an_off_contract_value_fails_validation(changes: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        wire.run_status_body(_run(**changes))
+
+
+def test_optional_members_appear_only_when_set() -> None:
+    problem = wire.problem(
+        type_uri="https://id.registrystack.org/problems/registry-coordinator/command/run-absent",
+        title="Run not found",
+        status=404,
+        detail="x",
+        code="coordinator.command.run-absent",
+        suggested_action=None,
+    )
+    assert b'"reason"' not in wire.encode(problem)
+    assert b'"suggestedAction":null' in wire.encode(problem)
+    refused = wire.problem(
+        type_uri="https://id.registrystack.org/problems/registry-coordinator/command/retry-refused",
+        title="Retry refused",
+        status=409,
+        detail="x",
+        code="coordinator.command.retry-refused",
+        suggested_action=None,
+        reason="terminal",
+    )
+    assert wire.encode(refused).endswith(b'"reason":"terminal"}')
+
+
+def test_a_request_body_is_read_as_its_model() -> None:
+    body = wire.parse_request(
+        wire.RetentionRequest, {"before": "2026-03-02t10:00:00.5+01:00", "limit": 3}
+    )
+    assert body.before == datetime(2026, 3, 2, 9, 0, 0, 500_000, tzinfo=UTC)
+    assert body.limit == 3
+    with pytest.raises(wire.BodyRefused) as refused:
+        wire.parse_request(wire.RetentionRequest, {"before": "2026-03-02T09:00:60Z", "limit": 3})
+    assert refused.value.member == "before"
+
+
+async def test_an_off_contract_answer_is_an_internal_error_without_the_value(
+    client: httpx.AsyncClient, keys: SigningKeys, service: FakeRunService
+) -> None:
+    run_id = uuid.UUID((await start(client, keys)).json()["runId"])
+    stored = service.runs[run_id]
+    stored.status = dataclasses.replace(stored.status, outcome=CANARY.upper())
+    response = await client.get(f"/v1/runs/{run_id}", headers=bearer(keys))
+    assert response.status_code == 500
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == "coordinator.request.internal-error"
+    assert CANARY.upper().encode() not in response.content
