@@ -25,9 +25,9 @@ PROGRAM: Final = "coordinatorctl"
 
 def script(shell: str) -> str:
     """The registration script of `shell` for `coordinatorctl`."""
-    import argcomplete
+    from argcomplete.shell_integration import shellcode
 
-    text = argcomplete.shellcode([PROGRAM], shell=shell)
+    text = shellcode([PROGRAM], shell=shell)
     return text if text.endswith("\n") else text + "\n"
 
 
