@@ -58,6 +58,10 @@ def test_an_unknown_command_is_named_with_the_closest_command(
     assert diagnostic["suggestedAction"] == "Run `coordinatorctl --help` for the list of commands."
     nested = usage(capsys, "audit", "verfy")
     assert nested["message"] == "Unknown command `audit verfy`; did you mean `audit verify`?"
+    far = usage(capsys, "hunter-two")
+    assert far["message"] == (
+        "Unknown command (not shown: it is not a near miss of a command name)."
+    )
 
 
 def test_an_unknown_option_is_named_with_the_closest_option_of_that_command(
@@ -141,6 +145,8 @@ def test_a_missing_value_or_a_value_given_to_a_flag_is_named(
         ["schema", "workflow", VALUE],
         ["check", f"--{VALUE.upper()}"],
         [VALUE.upper()],
+        [VALUE],  # name-shaped, but no near miss of a command: it may be data
+        ["check", f"--{VALUE}"],
         ["cancel", "--run", "x", "--reason", "r", VALUE],
     ],
 )

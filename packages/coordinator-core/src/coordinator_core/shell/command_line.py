@@ -4,10 +4,11 @@ argparse's own messages quote what was typed (`invalid choice: 'my secret'`), so
 is ever shown. A mistake is instead described from the parser's structure, by the names of
 the commands and options involved (rule 4 of the architecture: never a submitted value):
 
-* an unknown command or option is named only when it is shaped like a name (lower-case words
-  joined by `-`, at most 40 characters: `chek`, `--projekt`); anything else may be data typed
-  in the wrong place and is left out. A value written as `--name=value` is never shown. The
-  closest real command or option of that command (difflib) is offered;
+* an unknown command or option is named only when it is a near miss of a real one (difflib,
+  which is then offered: `chek` → `check`, `--projekt` → `--project` of that command) and is
+  shaped like a name (lower-case words joined by `-`, at most 40 characters); anything else may
+  be data typed in the wrong place (`coordinatorctl hunter2`) and is left out. A value written
+  as `--name=value` is never shown, nor is a left-over argument;
 * a bad choice lists the allowed choices, never the value given;
 * a missing required option or argument is named with its metavar;
 * an option without its value, or a flag given a value, is named.
@@ -205,15 +206,15 @@ class ArgumentParser(argparse.ArgumentParser):
         choices = [str(choice) for choice in action.choices]
         if isinstance(action, argparse._SubParsersAction):
             prefix = f"{self.path} " if self.path else ""
-            shown = _shown(str(value), _NAME)
             guess = _closest(str(value), choices)
-            message = (
-                f"Unknown command {_quote(prefix + shown)}."
-                if shown is not None
-                else "Unknown command (not shown: it is not shaped like a command name)."
-            )
-            if guess is not None:
-                message = message[:-1] + f"; did you mean {_quote(prefix + guess)}?"
+            shown = _shown(str(value), _NAME)
+            if guess is None:
+                message = "Unknown command (not shown: it is not a near miss of a command name)."
+            elif shown is None:
+                message = f"Unknown command (not shown); did you mean {_quote(prefix + guess)}?"
+            else:
+                message = f"Unknown command {_quote(prefix + shown)}; did you mean"
+                message += f" {_quote(prefix + guess)}?"
             raise UsageMistake(message, f"Run `{self.command} --help` for the list of commands.")
         where = (
             f"given to {_quote(max(action.option_strings, key=len))}"
@@ -259,16 +260,18 @@ class ArgumentParser(argparse.ArgumentParser):
         for extra in extras:
             if extra.startswith("-") and extra != "-":
                 name = extra.split("=", 1)[0]
-                shown = _shown(name, _OPTION)
                 guess = _closest(name, self._option_strings())
-                message = (
-                    f"Unknown option {_quote(shown)} for {_quote(self.command)}."
-                    if shown is not None
-                    else f"Unknown option for {_quote(self.command)} (not shown: it is not shaped"
-                    " like an option name)."
-                )
-                if guess is not None:
-                    message = message[:-1] + f"; did you mean {_quote(guess)}?"
+                shown = _shown(name, _OPTION)
+                where = _quote(self.command)
+                if guess is None:
+                    message = f"Unknown option for {where} (not shown: it is not a near miss of"
+                    message += " one of its options)."
+                elif shown is None:
+                    message = f"Unknown option for {where} (not shown); did you mean"
+                    message += f" {_quote(guess)}?"
+                else:
+                    message = f"Unknown option {_quote(shown)} for {where}; did you mean"
+                    message += f" {_quote(guess)}?"
                 return UsageMistake(message, f"Run `{self.command} --help` for its options.")
         return UsageMistake(
             f"Unexpected argument for {_quote(self.command)} (not shown).",
