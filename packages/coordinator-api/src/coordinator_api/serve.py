@@ -21,6 +21,7 @@ from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
 from coordinator_core.shell import process
+from coordinator_core.shell.command_line import add_version_flag
 from coordinator_core.shell.service_log import ServiceLog
 
 T = TypeVar("T")
@@ -34,10 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = process.ArgumentParser(
         prog="coordinator", description="The Registry Coordinator service."
     )
+    add_version_flag(parser, "coordinator-api")
     commands = parser.add_subparsers(
         dest="command", parser_class=process.ArgumentParser, metavar="COMMAND"
     )
-    serve = commands.add_parser("serve", help="serve the API and run the worker loops")
+    what = "serve the API and run the worker loops"
+    serve = commands.add_parser("serve", help=what, description=what)
     process.add_process_arguments(serve, serving=True)
     process.add_worker_command(commands)
     return parser

@@ -1,7 +1,10 @@
 """`coordinatorctl`: the command line (contract 09). Parses arguments and renders outcomes.
 
-Offline commands call coordinator_core directly. Parsing never echoes an offending argument:
-an unparsable command line is reported only as `coordinator.cli.usage`.
+Offline commands call coordinator_core directly. An unparsable command line is
+`coordinator.cli.usage` (exit 2) with a message that names what is wrong by command and option
+names only, never a value given (coordinator_core.shell.command_line). A bare `coordinatorctl`
+prints the help (exit 0), grouped by kind of command; each command's help shows the global
+flags it reads.
 """
 
 from __future__ import annotations
@@ -11,11 +14,18 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Final
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.shell.command_line import (
+    ArgumentParser,
+    HelpRequested,
+    UsageMistake,
+    VersionRequested,
+    add_version_flag,
+)
 from coordinator_core.shell.streams import guard_output
-from coordinatorctl import installed, remote_args
+from coordinatorctl import completion, installed, remote_args
 from coordinatorctl.report import Outcome, emit, render_text
 
 __all__ = ["main"]
@@ -24,47 +34,109 @@ DEPLOYMENT_COMMANDS = frozenset({"migrate", "plan", "apply", "deployment-status"
 SCHEMA_NAMES = {"workflow": "project", "runtime": "runtime", "scenarios": "scenarios"}
 
 
-class UsageError(Exception):
-    """The command line could not be parsed."""
+# The sections of `coordinatorctl --help` (every command is in exactly one; a test pins it).
+COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("authoring commands (offline)", (
+        "init", "check", "explain", "test", "package", "eval", "schema", "openapi",
+    )),
+    ("deployment commands (--runtime-config)", (
+        "migrate", "plan", "apply", "deployment-status", "audit",
+    )),
+    ("remote commands (--url, --token-file)", (
+        "workflow", "start", "status", "list", "inspect", "cancel", "retry-same", "reconcile",
+    )),
+    ("operator commands (--url, --token-file)", (
+        "doctor", "restore-hold", "release-restore-hold", "release-admission-hold", "retain",
+    )),
+    ("shell", ("completion",)),
+)  # fmt: skip
+
+# The global flags each command uses; the others are still accepted (before or after the
+# command, 09 §1) but not shown in its help, where they would mean nothing.
+_RUNTIME_CHECKED = frozenset({"check", "explain", "package", "audit verify"})
+_GLOBAL_HELP: Final = {
+    "--format": "output mode: text (default) or json (one CoordinatorCtlReport on stdout)",
+    "--runtime-config": "absolute path of a runtime file (required by deployment commands;"
+    " checked with the project by check, explain and package)",
+    "--url": "the service origin: https://host[:port], or http:// with a loopback host",
+    "--token-file": "absolute path of a file holding one access token (never printed)",
+}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # argparse's own message quotes the offending argument; it is deliberately dropped.
-        raise UsageError
+_RUNTIME_HELP: Final = {
+    "check": "also check this runtime file (absolute path); alone: check only it",
+    "explain": "also check this runtime file (absolute path)",
+    "package": "also check this runtime file (absolute path)",
+    "audit verify": "compare the journal with the heads the store recorded (absolute path)",
+}
 
 
-def _add_global_flags(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
-    default: Any = argparse.SUPPRESS if suppress else None
-    parser.add_argument(
-        "--format",
-        choices=("text", "json"),
-        default=argparse.SUPPRESS if suppress else "text",
-        help="output mode: text (default) or json (one CoordinatorCtlReport on stdout)",
-    )
-    parser.add_argument("--runtime-config", default=default, metavar="FILE", help="runtime file")
-    parser.add_argument("--url", default=default, metavar="ORIGIN", help="service origin")
-    parser.add_argument("--token-file", default=default, metavar="FILE", help="access token file")
+def _global_flags(command: str) -> frozenset[str]:
+    """The global flags that `command` (`check`, `audit verify`, …) reads."""
+    if command in DEPLOYMENT_COMMANDS:
+        return frozenset({"--runtime-config"})
+    if command in remote_args.COMMANDS:
+        return frozenset({"--url", "--token-file"})
+    if command in _RUNTIME_CHECKED:
+        return frozenset({"--runtime-config"})
+    if command == "openapi":
+        return frozenset({"--url"})
+    return frozenset()
+
+
+def _add_global_flags(parser: argparse.ArgumentParser, *, command: str | None) -> None:
+    """The four global flags: on the program (`command` None) with their defaults and shown;
+    on a command without defaults (so they never overwrite one given before it), shown only
+    where `command` reads them."""
+    group = parser.add_argument_group("global flags")
+    shown = None if command is None else _global_flags(command)
+
+    def add(flag: str, **kwargs: Any) -> None:
+        if command is not None:
+            kwargs["default"] = argparse.SUPPRESS
+        visible = shown is None or flag in shown or flag == "--format"
+        text = _GLOBAL_HELP[flag]
+        if flag == "--runtime-config" and command is not None:
+            text = _RUNTIME_HELP.get(command, "absolute path of the runtime file (required)")
+        group.add_argument(flag, help=text if visible else argparse.SUPPRESS, **kwargs)
+
+    add("--format", choices=("text", "json"), default="text")
+    add("--runtime-config", metavar="FILE")
+    add("--url", metavar="ORIGIN")
+    add("--token-file", metavar="FILE")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = ArgumentParser(
         prog="coordinatorctl",
-        description="Check, explain, test, evaluate and package Registry Coordinator projects.",
+        description="Check, explain, test and package Registry Coordinator projects; deploy"
+        " them; drive and operate a running service.",
+        epilog="Run `coordinatorctl COMMAND --help` for the flags of one command.",
     )
-    _add_global_flags(parser, suppress=False)
-    commands = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    parser.command_groups = COMMAND_GROUPS
+    add_version_flag(parser, "coordinatorctl")
+    _add_global_flags(parser, command=None)
+    commands = parser.add_subparsers(
+        dest="command", parser_class=ArgumentParser, metavar="COMMAND", help=argparse.SUPPRESS
+    )
+    # Set after add_subparsers, which builds each command's `prog` from the program's usage.
+    parser.usage = "coordinatorctl [GLOBAL FLAGS] COMMAND [FLAGS]"
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        _add_global_flags(sub, suppress=True)
+        _add_global_flags(sub, command=name)
         return sub
 
     init = command("init", "create a starter project (delayed-follow-up) in a new directory")
-    init.add_argument("--directory", required=True, metavar="DIR")
+    init.add_argument(
+        "--directory",
+        required=True,
+        metavar="DIR",
+        help="the new project directory (must not exist)",
+    )
 
     check = command("check", "prove a project (and/or a runtime file) offline")
-    check.add_argument("--project", metavar="DIR")
+    check.add_argument("--project", metavar="DIR", help="the project directory")
     check.add_argument("--explain", action="store_true", help="report the explain result")
     check.add_argument("--deny-warnings", action="store_true", help="fail on warnings")
     check.add_argument(
@@ -72,37 +144,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     explain = command("explain", "check a project and describe its structure")
-    explain.add_argument("--project", required=True, metavar="DIR")
+    explain.add_argument("--project", required=True, metavar="DIR", help="the project directory")
     explain.add_argument(
         "--graph", choices=("mermaid", "dot"), help="print the step graph instead (text mode)"
     )
     explain.add_argument("--deny-warnings", action="store_true", help="fail on warnings")
 
     test = command("test", "run the project's scenarios offline on a virtual clock")
-    test.add_argument("--project", required=True, metavar="DIR")
+    test.add_argument("--project", required=True, metavar="DIR", help="the project directory")
     test.add_argument("--scenarios", metavar="FILE", help="instead of DIR/scenarios.yaml")
 
     package = command("package", "freeze a checked project into an immutable package")
-    package.add_argument("--project", required=True, metavar="DIR")
-    package.add_argument("--output", required=True, metavar="NEW_DIR")
+    package.add_argument("--project", required=True, metavar="DIR", help="the project directory")
+    package.add_argument(
+        "--output", required=True, metavar="NEW_DIR", help="the package directory (must not exist)"
+    )
 
     audit = command("audit", "verify the coordinator's audit journal")
     audit_commands = audit.add_subparsers(
-        dest="audit_command", parser_class=_Parser, metavar="verify"
+        dest="audit_command", parser_class=ArgumentParser, metavar="verify"
     )
-    verify = audit_commands.add_parser("verify", help="verify every journal file of a directory")
-    _add_global_flags(verify, suppress=True)
-    verify.add_argument("--directory", required=True, metavar="DIR")
+    verify = audit_commands.add_parser(
+        "verify",
+        help="verify every journal file of a directory",
+        description="verify every journal file of a directory",
+    )
+    _add_global_flags(verify, command="audit verify")
+    verify.add_argument(
+        "--directory", required=True, metavar="DIR", help="the directory of the journal files"
+    )
 
     schema = command("schema", "print the JSON Schema of an authored format")
-    schema.add_argument("name", choices=tuple(SCHEMA_NAMES), metavar="workflow|runtime|scenarios")
+    schema.add_argument(
+        "name",
+        choices=tuple(SCHEMA_NAMES),
+        metavar="workflow|runtime|scenarios",
+        help="the format: workflow.yaml, runtime.yaml or scenarios.yaml",
+    )
 
     command("openapi", "print the service's OpenAPI 3.1 document (with --url: the one it serves)")
 
     evaluate = command("eval", "evaluate one function of a functions file offline")
-    evaluate.add_argument("--functions", required=True, metavar="FILE")
-    evaluate.add_argument("--function", required=True, metavar="NAME")
-    evaluate.add_argument("--arguments", required=True, metavar="JSON_ARRAY")
+    evaluate.add_argument("--functions", required=True, metavar="FILE", help="the functions file")
+    evaluate.add_argument("--function", required=True, metavar="NAME", help="the public function")
+    evaluate.add_argument(
+        "--arguments", required=True, metavar="JSON_ARRAY", help="its arguments, as a JSON array"
+    )
 
     # 09 §3: the deployment commands (implemented in deploy.py, imported only when one runs).
     command("migrate", "create the store if absent and apply every pending migration")
@@ -112,11 +199,19 @@ def build_parser() -> argparse.ArgumentParser:
     command("deployment-status", "run the service's deployment check (read-only)")
 
     remote_args.add_remote_commands(command)  # 09 §4: workflow, start, status, list, inspect, …
+    command("completion", "print a shell completion script (bash, zsh or fish)").add_argument(
+        "shell", choices=completion.SHELLS, metavar="bash|zsh|fish", help="the shell"
+    )
     return parser
 
 
-def _usage_outcome(command: str = "usage") -> Outcome:
-    return Outcome(command, [Diagnostic("coordinator.cli.usage", path="")])
+def _usage_outcome(mistake: UsageMistake | None = None) -> Outcome:
+    if mistake is None:
+        return Outcome("usage", [Diagnostic("coordinator.cli.usage", path="")])
+    diagnostic = Diagnostic(
+        "coordinator.cli.usage", path="", message=mistake.message, hint=mistake.hint
+    )
+    return Outcome("usage", [diagnostic])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -134,17 +229,26 @@ def _main(argv: Sequence[str] | None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     output_format = _sniff_format(arguments)
     parser = build_parser()
-    if output_format == "json" and ("-h" in arguments or "--help" in arguments):
-        # Even help honours the envelope: one report object on stdout, nothing else.
-        return emit(
-            Outcome("help", status="completed", result={"usage": parser.format_help()}), "json"
-        )
+    if "_ARGCOMPLETE" in os.environ:
+        completion.complete(parser)  # answers the shell's completion request and exits
     try:
         options = parser.parse_args(arguments)
-    except UsageError:
-        return emit(_usage_outcome(), output_format)
+    except HelpRequested as asked:
+        return _help(asked.parser, output_format)
+    except VersionRequested as asked:
+        return emit(
+            Outcome(
+                "version",
+                status="completed",
+                result={"version": asked.version},
+                text=f"{asked.program} {asked.version}\n",
+            ),
+            output_format,
+        )
+    except UsageMistake as mistake:
+        return emit(_usage_outcome(mistake), output_format)
     if options.command is None:
-        return emit(_usage_outcome(), output_format)
+        return _help(parser, options.format)  # a bare `coordinatorctl` is a request for help
     try:
         outcome = _run(options)
     except CoordinatorError as error:
@@ -153,6 +257,14 @@ def _main(argv: Sequence[str] | None) -> int:
         diagnostics = list(found) if isinstance(found, tuple) else [error.diagnostic]
         outcome = Outcome(_command_name(options), diagnostics)
     return emit(outcome, options.format)
+
+
+def _help(parser: argparse.ArgumentParser, output_format: str) -> int:
+    """Help on stdout, exit 0; in json mode as the `usage` member of one report."""
+    text = parser.format_help()
+    return emit(
+        Outcome("help", status="completed", result={"usage": text}, text=text), output_format
+    )
 
 
 def _command_name(options: argparse.Namespace) -> str:
@@ -221,7 +333,12 @@ def _run(options: argparse.Namespace) -> Outcome:
         return commands.test(Path(options.project), scenarios)
     if options.command == "audit":
         if getattr(options, "audit_command", None) != "verify":
-            return _usage_outcome()
+            return _usage_outcome(
+                UsageMistake(
+                    "The command `coordinatorctl audit` needs a command: `verify`.",
+                    "Run `coordinatorctl audit verify --directory DIR`.",
+                )
+            )
         heads = None
         if options.runtime_config is not None:
             missing = installed.require_deploy_extra()
@@ -257,6 +374,12 @@ def _run(options: argparse.Namespace) -> Outcome:
         from coordinatorctl import remote
 
         return remote.run(options)
+    if options.command == "completion":
+        script = completion.script(options.shell)
+        return Outcome(
+            "completion", status="printed", result={"shell": options.shell, "script": script},
+            text=script,
+        )  # fmt: skip
     return _usage_outcome()
 
 

@@ -45,24 +45,31 @@ def add_remote_commands(command: Callable[[str, str], argparse.ArgumentParser]) 
     command("workflow", "show the active workflow (GET /v1/workflow)")
 
     start = command("start", "start a run of the active workflow (POST /v1/runs)")
-    start.add_argument("--workflow", required=True, metavar="ID")
-    start.add_argument("--revision", required=True, metavar="REV")
+    start.add_argument("--workflow", required=True, metavar="ID", help="the workflow id")
+    start.add_argument("--revision", required=True, metavar="REV", help="its active revision")
     start.add_argument("--input", required=True, metavar="FILE", help="the run input (JSON)")
     start.add_argument(
         "--key-file", required=True, metavar="FILE", help="the Idempotency-Key of the admission"
     )
 
     status = command("status", "show one run (GET /v1/runs/{run})")
-    status.add_argument("--run", required=True, metavar="UUID")
+    status.add_argument("--run", required=True, metavar="UUID", help="the run id")
 
     listing = command("list", "list the runs visible to the caller (GET /v1/runs)")
-    listing.add_argument("--limit", type=_limit, default=LIST_DEFAULT_LIMIT, metavar="1..100")
-    listing.add_argument("--cursor", metavar="C")
-    listing.add_argument("--status", choices=RUN_STATUSES, metavar="S")
-    listing.add_argument("--workflow", metavar="W")
+    listing.add_argument(
+        "--limit", type=_limit, default=LIST_DEFAULT_LIMIT, metavar="1..100", help="page size"
+    )
+    listing.add_argument("--cursor", metavar="C", help="the nextCursor of the previous page")
+    listing.add_argument(
+        "--status",
+        choices=RUN_STATUSES,
+        metavar="S",
+        help=f"only runs in: {', '.join(RUN_STATUSES)}",
+    )
+    listing.add_argument("--workflow", metavar="W", help="only runs of this workflow id")
 
     inspect = command("inspect", "inspect one run (GET /v1/runs/{run}/inspect)")
-    inspect.add_argument("--run", required=True, metavar="UUID")
+    inspect.add_argument("--run", required=True, metavar="UUID", help="the run id")
 
     for name, what in (
         ("cancel", "cancel a run"),
@@ -74,7 +81,7 @@ def add_remote_commands(command: Callable[[str, str], argparse.ArgumentParser]) 
         ("reconcile", "ask the product whether a run's unknown effect was accepted"),
     ):
         sub = command(name, f"{what} (POST /v1/runs/{{run}}/{name})")
-        sub.add_argument("--run", required=True, metavar="UUID")
+        sub.add_argument("--run", required=True, metavar="UUID", help="the run id")
         sub.add_argument("--reason", required=True, metavar="REF", help="investigation reference")
 
     command("doctor", "show the operator's view of the service state (GET /v1/doctor)")
@@ -89,9 +96,21 @@ def add_remote_commands(command: Callable[[str, str], argparse.ArgumentParser]) 
         "release-admission-hold", "release the admission hold (POST /v1/release-admission-hold)"
     )
     release.add_argument("--reason", required=True, metavar="REF", help="investigation reference")
-    release.add_argument("--admission-history-complete", action="store_true")
-    release.add_argument("--prior-deployment-fenced", action="store_true")
+    release.add_argument(
+        "--admission-history-complete",
+        action="store_true",
+        help="confirm that the admission history is complete",
+    )
+    release.add_argument(
+        "--prior-deployment-fenced",
+        action="store_true",
+        help="confirm that the prior deployment is fenced",
+    )
 
     retain = command("retain", "erase the payloads of old settled runs (POST /v1/retention)")
-    retain.add_argument("--before", required=True, metavar="RFC3339")
-    retain.add_argument("--limit", type=_limit, default=RETAIN_DEFAULT_LIMIT, metavar="1..100")
+    retain.add_argument(
+        "--before", required=True, metavar="RFC3339", help="runs settled before this instant"
+    )
+    retain.add_argument(
+        "--limit", type=_limit, default=RETAIN_DEFAULT_LIMIT, metavar="1..100", help="at most"
+    )

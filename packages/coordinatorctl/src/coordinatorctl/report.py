@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -126,12 +127,23 @@ _STYLES: Final = {
 }
 
 
+def _coloured(stream: TextIO) -> bool:
+    """Colour (through rich) on a terminal, or anywhere under FORCE_COLOR (force-color.org: set
+    and not empty); never under NO_COLOR (no-color.org: set and not empty), which wins over
+    FORCE_COLOR. Empty values count as unset, for both."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    return bool(os.environ.get("FORCE_COLOR")) or stream.isatty()
+
+
 def _write_lines(stream: TextIO, lines: Sequence[tuple[str, str]]) -> None:
-    if stream.isatty():
+    if _coloured(stream):
         from rich.console import Console
         from rich.text import Text
 
-        console = Console(file=stream, highlight=False, soft_wrap=True)
+        # force_terminal: the decision is made above (rich alone would read an empty
+        # FORCE_COLOR as "no colour"); rich still picks the colour system (none for TERM=dumb).
+        console = Console(file=stream, force_terminal=True, highlight=False, soft_wrap=True)
         for style, line in lines:
             console.print(Text(line, style=_STYLES.get(style, "")))
         return

@@ -51,11 +51,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any, Final, NoReturn, Protocol
+from typing import Any, Final, Protocol
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell import metrics, process_store
 from coordinator_core.shell.audit import AuditWriter
+from coordinator_core.shell.command_line import (
+    ArgumentParser,
+    HelpRequested,
+    UsageMistake,
+    VersionRequested,
+    add_version_flag,
+)
 from coordinator_core.shell.deployment import (
     Deployment,
     DeploymentRefused,
@@ -109,17 +116,6 @@ class Ticking(Protocol):
 # -- the command line ---------------------------------------------------------------------------
 
 
-class _UsageError(Exception):
-    pass
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse that never echoes: its messages quote the offending argument."""
-
-    def error(self, message: str) -> NoReturn:
-        raise _UsageError
-
-
 def _poll(text: str) -> int:
     if not text.isdigit() or not MIN_POLL_MS <= int(text) <= MAX_POLL_MS:
         raise argparse.ArgumentTypeError("out of range")
@@ -128,7 +124,12 @@ def _poll(text: str) -> int:
 
 def add_process_arguments(parser: argparse.ArgumentParser, *, serving: bool = False) -> None:
     """`--runtime-config FILE`, `--recovery-only` (serve only) and `--poll-ms N`."""
-    parser.add_argument("--runtime-config", required=True, metavar="FILE")
+    parser.add_argument(
+        "--runtime-config",
+        required=True,
+        metavar="FILE",
+        help="absolute path of the runtime file (with database and deployment)",
+    )
     if serving:
         parser.add_argument(
             "--recovery-only", action="store_true", help="admit nothing, run no worker"
@@ -154,7 +155,8 @@ def _metrics_bind(text: str) -> tuple[str, int]:
 
 def add_worker_command(commands: Any) -> None:
     """The `worker` sub-command on an `add_subparsers` result."""
-    worker = commands.add_parser("worker", help="run worker loops without HTTP (PostgreSQL)")
+    what = "run worker loops without HTTP (PostgreSQL)"
+    worker = commands.add_parser("worker", help=what, description=what)
     add_process_arguments(worker)
     worker.add_argument(
         "--metrics-bind",
@@ -166,6 +168,7 @@ def add_worker_command(commands: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="coordinator", description="The Registry Coordinator worker.")
+    add_version_flag(parser, "coordinator-core")
     commands = parser.add_subparsers(dest="command", parser_class=ArgumentParser, metavar="COMMAND")
     add_worker_command(commands)
     return parser
@@ -277,18 +280,29 @@ def _run_command(
 ) -> int:
     try:
         options = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except _UsageError:
-        log.emit("error", _USAGE, "The command line could not be parsed.")
+    except HelpRequested as asked:
+        return _print(asked.parser.format_help())
+    except VersionRequested as asked:
+        return _print(f"{asked.program} {asked.version}\n")
+    except UsageMistake as mistake:
+        # Names only the commands and options involved, never a value (command_line).
+        log.emit("error", _USAGE, f"{mistake.message} {mistake.hint}")
         return EXIT_USAGE
     if options.command is None:
-        log.emit("error", _USAGE, "The command line could not be parsed.")
-        return EXIT_USAGE
+        return _print(parser.format_help())  # a bare `coordinator` is a request for help
     with contextlib.ExitStack() as started:
         try:
             return commands[options.command](options, log, started)
         except Refused as refused:
             _log_refusal(log, refused)
             return refused.exit_code
+
+
+def _print(text: str) -> int:
+    """Help or the version, on stdout: exit 0."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return EXIT_OK
 
 
 # -- the start sequence -------------------------------------------------------------------------
