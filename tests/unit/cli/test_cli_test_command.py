@@ -4,8 +4,11 @@ JSON, the `--junit` report; `init` then `test`; a project at a repository root."
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -364,3 +367,24 @@ def test_a_misplaced_project_file_is_still_reported(
     assert [(d["code"], d["source"]["file"]) for d in checked["diagnostics"]] == [
         ("coordinator.project.misplaced-kind", "my-scenarios.yaml")
     ]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_pass_and_fail_are_coloured_only_on_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, failing: Path
+) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    outputs = []
+    for stream in (io.StringIO(), _Terminal()):
+        monkeypatch.setattr(sys, "stdout", stream)
+        monkeypatch.setattr(sys, "stderr", io.StringIO())
+        assert main(["test", "--project", str(failing)]) == 1
+        outputs.append(stream.getvalue())
+    plain, coloured = outputs
+    assert "\x1b[" not in plain and plain.splitlines()[0].startswith("FAIL follow-up-sent")
+    assert "\x1b[" in coloured
+    assert re.sub(r"\x1b\[[0-9;]*m", "", coloured) == plain
