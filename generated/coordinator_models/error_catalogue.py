@@ -994,7 +994,7 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
     ),
     "coordinator.project.unread-directory": (
         "The project directory contains a subdirectory, which is not read.",
-        "Move the subdirectory out of the project if it is not needed; only files at the top of the project are read, and `.coordinator` is ignored.",
+        "Move the subdirectory out of the project if it is not needed; only files at the top of the project are read, and directories whose name starts with `.` (`.coordinator`, `.git`) are skipped without a warning.",
         0,
         "warning",
         None,

@@ -5,10 +5,11 @@ project under `projects/bad/` must be refused (or warned about) exactly as its `
 The expectations were written from the contract alone (files 01, 02, 05, 08), never from the
 checker's code. See `projects/README.md` for the layout and the `expect.yaml` format.
 
-Each project is copied to a temporary directory before it is checked, without its `expect.yaml`:
-file 02 §5.1 P6 reads every `*.yaml` of a project directory, so an `expect.yaml` left in place would
-itself be refused. The copy is also where `setup` steps (symlinks, padding, generated files) run, so
-nothing unusual is ever committed.
+Each project is copied to a temporary directory before it is checked, without its `expect.yaml`,
+so that the harness's own file is never part of the project under test (the loader ignores YAML
+files that name no Coordinator format, so it would not be refused; the copy keeps each run to the
+authored files). The copy is also where `setup` steps (symlinks, padding, generated files) run,
+so nothing unusual is ever committed.
 """
 
 from __future__ import annotations

@@ -183,6 +183,7 @@ def test_init_writes_the_starter_project_with_private_keys(
         ".coordinator/secrets/state-1.key",
         "functions.rhai",
         "runtime.yaml",
+        "scenarios.yaml",
         "workflow.yaml",
     ]
     secrets = target / ".coordinator" / "secrets"
@@ -195,7 +196,7 @@ def test_init_writes_the_starter_project_with_private_keys(
     assert f'root: "{target}/.coordinator/secrets"' in runtime
     expected = (EXAMPLES / "delayed-follow-up" / "runtime.yaml").read_text(encoding="utf-8")
     assert runtime == expected.replace("/home/dev/delayed-follow-up", str(target))
-    for name in ("workflow.yaml", "functions.rhai"):
+    for name in ("workflow.yaml", "functions.rhai", "scenarios.yaml"):
         assert (target / name).read_bytes() == (EXAMPLES / "delayed-follow-up" / name).read_bytes()
     code, checked = report(capsys, "check", "--project", str(target))
     assert code == 0, checked["diagnostics"]

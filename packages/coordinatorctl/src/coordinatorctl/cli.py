@@ -153,6 +153,11 @@ def build_parser() -> argparse.ArgumentParser:
     test = command("test", "run the project's scenarios offline on a virtual clock")
     test.add_argument("--project", required=True, metavar="DIR", help="the project directory")
     test.add_argument("--scenarios", metavar="FILE", help="instead of DIR/scenarios.yaml")
+    test.add_argument(
+        "--junit",
+        metavar="FILE",
+        help="also write a JUnit XML report (one testcase per case) to FILE, replacing it",
+    )
 
     package = command("package", "freeze a checked project into an immutable package")
     package.add_argument("--project", required=True, metavar="DIR", help="the project directory")
@@ -330,7 +335,8 @@ def _run(options: argparse.Namespace) -> Outcome:
         )
     if options.command == "test":
         scenarios = Path(options.scenarios) if options.scenarios is not None else None
-        return commands.test(Path(options.project), scenarios)
+        junit = Path(options.junit) if options.junit is not None else None
+        return commands.test(Path(options.project), scenarios, junit)
     if options.command == "audit":
         if getattr(options, "audit_command", None) != "verify":
             return _usage_outcome(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -169,7 +170,7 @@ def schema(name: str) -> Outcome:
     return outcome
 
 
-INIT_FILES = ("workflow.yaml", "functions.rhai", "runtime.yaml")
+INIT_FILES = ("workflow.yaml", "functions.rhai", "runtime.yaml", "scenarios.yaml")
 
 
 def _json_string(text: str) -> str:
@@ -183,7 +184,8 @@ INIT_SECRETS = ("state-1.key", "admission.key", "audit.key")
 
 
 def init(directory: Path) -> Outcome:
-    """`init` (09 §2): the delayed-follow-up project with generated development keys."""
+    """`init` (09 §2): the delayed-follow-up project with generated development keys, and its
+    `scenarios.yaml` (cases that pass and take every route), so `test` runs right away."""
     outcome = Outcome("init")
     if directory.exists() or directory.is_symlink():
         outcome.diagnostics.append(
@@ -202,7 +204,7 @@ def init(directory: Path) -> Outcome:
     try:
         root.mkdir(parents=True)
         created.append(root)
-        for name in ("workflow.yaml", "functions.rhai"):
+        for name in ("workflow.yaml", "functions.rhai", "scenarios.yaml"):
             (root / name).write_bytes(template.joinpath(name).read_bytes())
         (root / "runtime.yaml").write_bytes(runtime.encode("utf-8"))
         secrets = root / ".coordinator" / "secrets"
@@ -296,20 +298,105 @@ def evaluate(functions_file: Path, name: str, arguments_text: str) -> Outcome:
     return outcome
 
 
-def test(project: Path, scenarios_file: Path | None) -> Outcome:
-    """`test` (04 §5): the definition check, then every case of the scenarios document."""
+def test(project: Path, scenarios_file: Path | None, junit: Path | None = None) -> Outcome:
+    """`test` (04 §5): the definition check, then every case of the scenarios document.
+
+    Text mode shows every case on its own line, the expected against the actual result of each
+    failure, the route coverage and `N passed, N failed`, on a failure too. `junit` also writes
+    a JUnit XML report there (replacing an earlier one), whatever the outcome.
+    """
+    import time
+
+    started = time.monotonic()
+    path = scenarios_file if scenarios_file is not None else project / "scenarios.yaml"
+    if junit is not None and _names_a_project_file(junit, project, path):
+        return Outcome(
+            "test",
+            [
+                Diagnostic(
+                    "coordinator.command.usage",
+                    path="",
+                    message="--junit names a file of the project or the scenarios file.",
+                    hint="Write the JUnit report outside the project's own files, e.g. "
+                    "--junit reports/scenarios.xml.",
+                )
+            ],
+        )
+    outcome, views, suite, revision = _run_test(project, scenarios_file, path)
+    if junit is not None:
+        from coordinatorctl.scenario_results import junit_document
+
+        document = junit_document(
+            suite or project.absolute().name,
+            views,
+            outcome.diagnostics,
+            seconds=time.monotonic() - started,
+            properties={"revision": revision} if revision is not None else None,
+        )
+        if not _write_replacing(junit, document):
+            outcome.diagnostics.append(
+                Diagnostic("coordinator.command.output-unavailable", path="", file=str(junit))
+            )
+    return outcome
+
+
+def _names_a_project_file(junit: Path, project: Path, scenarios: Path) -> bool:
+    """Whether `--junit` would replace the scenarios file or a file of the project itself."""
+    from coordinator_core.checking.checker import RUNTIME_FILE, SCENARIOS_FILE
+    from coordinator_core.definition.rules import FUNCTIONS_FILE, WORKFLOW_FILE
+
+    names = (WORKFLOW_FILE, FUNCTIONS_FILE, RUNTIME_FILE, SCENARIOS_FILE)
+    protected = [project / name for name in names] + [scenarios]
+    try:
+        target = junit.resolve()
+        return any(target == candidate.resolve() for candidate in protected)
+    except (OSError, RuntimeError):
+        return False
+
+
+def _write_replacing(target: Path, data: bytes) -> bool:
+    """Write `data` to `target` through a temporary file beside it, so a reader never sees a
+    half-written report; an earlier report is replaced (the usual CI behaviour)."""
+    import tempfile
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
+        )
+        try:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(data)
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+    except OSError:
+        return False
+    return True
+
+
+def _run_test(
+    project: Path, scenarios_file: Path | None, path: Path
+) -> tuple[Outcome, Any, str | None, str | None]:
+    """The `test` outcome, the case views (None when no case ran), the workflow id and the
+    revision (None when the definition was refused)."""
     import dataclasses
 
     from coordinator_core.authoring.decode import read_authored_file
     from coordinator_core.checking.checker import check_project
     from coordinator_core.scenarios import run_scenarios
+    from coordinatorctl.scenario_results import case_views, differences_json, text_lines
 
     checked = check_project(project, runtime_config=None, environment=None, definition_only=True)
     outcome = Outcome("test", list(checked.diagnostics))
     definition = checked.definition
     if outcome.exit_code != 0 or definition is None or definition.snapshot is None:
-        return outcome
-    path = scenarios_file if scenarios_file is not None else project / "scenarios.yaml"
+        return outcome, None, None, None
+    suite = str((definition.decoded or {}).get("project", {}).get("id") or "") or None
+    revision = definition.snapshot.revision
     display = str(scenarios_file) if scenarios_file is not None else "scenarios.yaml"
     try:
         if not stat.S_ISREG(path.lstat().st_mode):
@@ -319,37 +406,30 @@ def test(project: Path, scenarios_file: Path | None) -> Outcome:
         outcome.diagnostics.append(
             Diagnostic("coordinator.command.input-unavailable", path="", file=display)
         )
-        return outcome
+        return outcome, None, suite, revision
     authored = read_authored_file(data, file=display, expected_kind=limits.KIND_SCENARIOS)
     outcome.diagnostics.extend(authored.diagnostics)
     if authored.decoded is None:
-        return outcome
+        return outcome, None, suite, revision
     report = run_scenarios(authored, definition.snapshot)
     outcome.diagnostics.extend(
         dataclasses.replace(d, file=display) if d.file == "scenarios.yaml" else d
         for d in report.diagnostics
     )
     result = report.to_json()
+    written = authored.decoded.get("cases")
+    views = case_views(
+        report.cases, result["scenarios"], written if isinstance(written, list) else []
+    )
+    for view, case in zip(views, result["scenarios"], strict=True):
+        if view.ran:
+            case["differences"] = differences_json(view)
+    passed = sum(1 for view in views if view.passed)
+    result["counts"] = {"passed": passed, "failed": len(views) - passed}
     outcome.result = result
     outcome.status = "passed"
-    lines = []
-    for case in result["scenarios"]:
-        if "status" not in case:
-            lines.append(f"FAIL {case.get('id')} not run")
-            continue
-        outcome_value = (case.get("outcome") or {}).get("value") or "-"
-        verdict = "PASS" if case["passed"] else "FAIL"
-        lines.append(
-            f"{verdict} {case['id']} {case['status']} {outcome_value} {case['elapsedSeconds']}s"
-        )
-    coverage = result["coverage"]
-    lines.append(
-        f"routes covered: {len(coverage['covered'])} of {len(coverage['routes'])}"
-        f" ({coverage['percent']}%)"
-    )
-    lines.extend(f"  not covered: {route}" for route in coverage["uncovered"])
-    outcome.text = "\n".join(lines) + "\n"
-    return outcome
+    outcome.lines = text_lines(views, result["coverage"])
+    return outcome, views, suite, revision
 
 
 def audit_verify(directory: Path, heads: Mapping[str, JournalPosition] | None = None) -> Outcome:

@@ -30,6 +30,7 @@ class Outcome:
     result: Mapping[str, Any] | None = None
     text: str | None = None  # text-mode stdout; None prints the result as indented JSON
     raw: str | None = None  # json-mode stdout instead of the envelope on success (`openapi`)
+    lines: list[tuple[str, str]] | None = None  # styled text-mode stdout, printed on failure too
     deny_warnings: bool = False
 
     @property
@@ -124,6 +125,8 @@ _STYLES: Final = {
     "hint": "cyan",
     "note": "dim",
     "summary": "bold",
+    "pass": "green",
+    "fail": "bold red",
 }
 
 
@@ -162,9 +165,12 @@ def emit(outcome: Outcome, output_format: str) -> int:
             sys.stdout.write("\n")
         sys.stdout.flush()
         return outcome.exit_code
+    if outcome.lines is not None:
+        _write_lines(sys.stdout, outcome.lines)  # `test`: every case, failed ones included
+        sys.stdout.flush()
     if outcome.diagnostics:
         _write_lines(sys.stderr, render_text(outcome.diagnostics))
-    if outcome.exit_code == 0:
+    if outcome.exit_code == 0 and outcome.lines is None:
         if outcome.text is not None:
             sys.stdout.write(outcome.text)
         elif outcome.result is not None:

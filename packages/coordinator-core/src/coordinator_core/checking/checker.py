@@ -111,7 +111,16 @@ def _read_regular(path: Path) -> bytes | None:
 
 
 def _scan_directory(directory: Path, out: list[Diagnostic]) -> list[str] | None:
-    """P1, P3, P4, P5: the names of the project's other YAML files to read under P6."""
+    """P1, P3, P4, P5: the names of the project's other YAML files to consider under P6.
+
+    A project may sit where people keep it, such as a repository root: only the files the
+    project format names are the project's. An entry whose name starts with `.` (`.git`,
+    `.github`, `.pre-commit-config.yaml`, `.coordinator`) is skipped without a word; a child
+    directory otherwise gets the P4 warning; a symlink or special file is refused (P5) only
+    under the names `runtime.yaml` and `scenarios.yaml` (`workflow.yaml` is P2's). The other
+    regular `*.yaml`/`*.yml` files are returned: P6 reads only those that name a Coordinator
+    format (`_names_a_coordinator_format`), so `docker-compose.yml` is never the project's.
+    """
     try:
         names = sorted(entry.name for entry in directory.iterdir())
     except OSError:
@@ -122,24 +131,42 @@ def _scan_directory(directory: Path, out: list[Diagnostic]) -> list[str] | None:
         names = names[: limits.PROJECT_MAX_ENTRIES]
     extra_yaml: list[str] = []
     for name in names:
+        if name.startswith("."):
+            continue
         path = directory / name
         try:
             info = path.lstat()
         except OSError:
             continue
         if stat.S_ISDIR(info.st_mode):
-            if name != COORDINATOR_DIR:
-                out.append(_entry_diagnostic("coordinator.project.unread-directory", name))
+            out.append(_entry_diagnostic("coordinator.project.unread-directory", name))
             continue
         if not name.endswith((".yaml", ".yml")):
             continue
         if not stat.S_ISREG(info.st_mode):
-            if name != WORKFLOW_FILE:  # P2 speaks for workflow.yaml
+            if name in (RUNTIME_FILE, SCENARIOS_FILE):  # P2 speaks for workflow.yaml
                 out.append(_entry_diagnostic("coordinator.project.not-a-regular-file", name))
             continue
         if name not in (WORKFLOW_FILE, RUNTIME_FILE, SCENARIOS_FILE):
             extra_yaml.append(name)
     return extra_yaml
+
+
+_COORDINATOR_MARKERS: Final = (
+    b"id.registrystack.org/formats/coordinator/",
+    limits.KIND_PROJECT.encode("ascii"),
+    limits.KIND_RUNTIME.encode("ascii"),
+    limits.KIND_SCENARIOS.encode("ascii"),
+)
+
+
+def _names_a_coordinator_format(data: bytes) -> bool:
+    """Whether another YAML file claims to be a Coordinator document: its text names a
+    Coordinator `apiVersion` or one of the three authored kinds. Such a file is read under P6
+    (a misplaced or broken project file is reported); any other YAML file is not the
+    project's and is ignored, whatever it holds (anchors, tabs, a foreign `kind`, no envelope).
+    """
+    return any(marker in data for marker in _COORDINATOR_MARKERS)
 
 
 def _read_workflow_bytes(directory: Path, out: list[Diagnostic]) -> bytes | None:
@@ -479,7 +506,7 @@ def check_project(
         source = _read_functions(directory, None, out)
     for name in extra_yaml:
         data = _read_regular(directory / name)
-        if data is not None:
+        if data is not None and _names_a_coordinator_format(data):
             out.extend(read_authored_file(data, file=name, expected_kind=None).diagnostics)
     definition = check_definition(authored, source, out)
 

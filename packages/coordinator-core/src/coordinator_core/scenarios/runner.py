@@ -107,6 +107,7 @@ class CaseResult:
     mapping_failure: tuple[str, str] | None = None
     routes: frozenset[str] = frozenset()
     diagnostics: tuple[Diagnostic, ...] = ()
+    differences: tuple[str, ...] = ()  # the `expect` members that differ (04 §2.4 order)
 
     @property
     def elapsed_seconds(self) -> int | float:
@@ -577,7 +578,7 @@ def run_case(
         message=_difference_message(differ),
         related=related,
     )
-    return _with(result, passed=False, diagnostics=(diagnostic,))
+    return _with(result, passed=False, diagnostics=(diagnostic,), differences=tuple(differ))
 
 
 def _with(result: CaseResult, **changes: Any) -> CaseResult:
