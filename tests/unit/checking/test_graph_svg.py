@@ -11,9 +11,17 @@ from typing import Any
 import pytest
 
 from coordinator_core.checking.explain import render_graph
-from coordinator_core.checking.graph_svg import RunPath, StepMark, render_svg, route_taken
+from coordinator_core.checking.graph_svg import (
+    GRAPH_NAMESPACE,
+    RunPath,
+    StepMark,
+    render_svg,
+    route_taken,
+)
 
 SVG = "{http://www.w3.org/2000/svg}"
+SOURCE = "{https://id.registrystack.org/formats/coordinator/graph}source"
+TARGET = "{https://id.registrystack.org/formats/coordinator/graph}target"
 
 
 def _step(step_id: str, kind: str, *routes: dict[str, Any], **members: Any) -> dict[str, Any]:
@@ -128,8 +136,8 @@ def test_one_path_per_route_from_its_source_box_to_its_target_box() -> None:
         paths = group.findall(SVG + "path")
         assert len(paths) == 1
         (x0, y0), (x1, y1) = _ends(paths[0].get("d") or "")
-        sx, sy, sw, sh = _box(steps[str(group.get("data-source"))])
-        tx, ty, tw, _ = _box(steps[str(group.get("data-target"))])
+        sx, sy, sw, sh = _box(steps[str(group.get(SOURCE))])
+        tx, ty, tw, _ = _box(steps[str(group.get(TARGET))])
         assert y0 == pytest.approx(sy + sh) and sx <= x0 <= sx + sw, "leaves the source's bottom"
         assert y1 == pytest.approx(ty) and tx <= x1 <= tx + tw, "enters the target's top"
         assert y1 > y0, "every edge points down: layers follow the longest path"
@@ -192,9 +200,53 @@ def test_every_label_is_escaped_for_xml() -> None:
 
 
 def test_no_script_and_nothing_external() -> None:
-    svg = render_svg(_graph())
+    svg = render_svg(_graph(), _run_path())
     assert "<script" not in svg and "href" not in svg and "@import" not in svg
-    assert "http://" not in svg.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    declarations = ('xmlns="http://www.w3.org/2000/svg"', f'xmlns:c="{GRAPH_NAMESPACE}"')
+    for declaration in declarations:
+        assert svg.count(declaration) == 1
+        svg = svg.replace(declaration, "")
+    assert "://" not in svg
+
+
+# The elements and attributes of SVG 1.1 the renderer may write; anything else (an SVG 2 or HTML
+# `data-*` attribute, say) would make the picture invalid SVG 1.1. Foreign-namespace attributes
+# (`c:source`, `c:target`) are allowed by SVG 1.1's extensibility rules.
+SVG11_ATTRIBUTES = {
+    "svg": {"version", "width", "height", "viewBox"},
+    "title": set(),
+    "defs": set(),
+    "marker": {
+        "id",
+        "viewBox",
+        "refX",
+        "refY",
+        "markerWidth",
+        "markerHeight",
+        "markerUnits",
+        "orient",
+    },
+    "style": {"type"},
+    "g": {"class", "id"},
+    "rect": {"class", "x", "y", "width", "height", "rx", "ry", "fill"},
+    "path": {"class", "d", "marker-end", "fill"},
+    "polygon": {"class", "points"},
+    "text": {"class", "x", "y", "text-anchor"},
+}
+
+
+@pytest.mark.parametrize("with_path", [False, True])
+def test_only_svg_1_1_elements_and_attributes(with_path: bool) -> None:
+    root = _parse(render_svg(_graph(), _run_path() if with_path else None))
+    for element in root.iter():
+        assert element.tag.startswith(SVG), element.tag
+        name = element.tag.removeprefix(SVG)
+        assert name in SVG11_ATTRIBUTES, name
+        for attribute in element.attrib:
+            if attribute.startswith("{"):
+                assert attribute in (SOURCE, TARGET) and name == "g"
+            else:
+                assert attribute in SVG11_ATTRIBUTES[name], (name, attribute)
 
 
 def _run_path() -> RunPath:
@@ -221,7 +273,7 @@ def test_a_run_path_marks_entered_steps_the_current_step_and_taken_routes() -> N
     assert _texts(steps["yes"])[2] == "not entered"
     assert "faint" in (steps["yes"].get("class") or "").split()
     taken = [
-        (g.get("data-source"), g.get("data-target"))
+        (g.get(SOURCE), g.get(TARGET))
         for g in root.iter(SVG + "g")
         if any(t.endswith("(taken)") for t in _texts(g)) and "route" in (g.get("class") or "")
     ]

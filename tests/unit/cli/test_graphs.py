@@ -7,10 +7,12 @@ definition. The picture carries ids and closed words only, never a value of the 
 
 from __future__ import annotations
 
+import importlib.machinery
 import json
 import stat
 import sys
 import threading
+import types
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +36,8 @@ REPORT_SCHEMA = json.loads(
     (REPO / "spec" / "schemas" / "ctl-report.schema.json").read_text(encoding="utf-8")
 )
 SVG = "{http://www.w3.org/2000/svg}"
+SOURCE = "{https://id.registrystack.org/formats/coordinator/graph}source"
+TARGET = "{https://id.registrystack.org/formats/coordinator/graph}target"
 CANARY = "CANARY-gr4ph-value"
 TOKEN = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJvcHMifQ.c2lnbmF0dXJl"
 RUN_ID = "0b7d3c52-5e1a-4b9e-9c1d-2f3a4b5c6d7e"
@@ -74,9 +78,7 @@ def svg_structure(svg: str) -> tuple[list[str], list[tuple[str, str, str]]]:
             assert len(group.findall(SVG + "path")) == 1
             label = group.find(SVG + "text")
             assert label is not None and label.text
-            routes.append(
-                (str(group.get("data-source")), str(group.get("data-target")), label.text)
-            )
+            routes.append((str(group.get(SOURCE)), str(group.get(TARGET)), label.text))
     return steps, routes
 
 
@@ -228,6 +230,30 @@ def test_png_through_an_installed_converter_is_written_to_the_output(
     assert code == 0, err
     assert out == f"Wrote the png graph of reviewed-notice to {target}\n"
     assert target.read_bytes() == PNG + b"fake"
+
+
+def test_png_prefers_the_cairosvg_package_when_it_is_installed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[bytes] = []
+
+    def svg2png(*, bytestring: bytes) -> bytes:
+        seen.append(bytestring)
+        return PNG + b"cairo"
+
+    module = types.ModuleType("cairosvg")
+    module.__spec__ = importlib.machinery.ModuleSpec("cairosvg", None)
+    module.svg2png = svg2png  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cairosvg", module)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no rsvg-convert, no dot
+    target = tmp_path / "graph.png"
+    code, _, err = run(
+        capsys, "explain", "--project", str(REVIEWED), "--graph", "png", "--output", str(target)
+    )
+    assert code == 0, err
+    assert target.read_bytes() == PNG + b"cairo"
+    assert len(seen) == 1
+    svg_structure(seen[0].decode())
 
 
 @pytest.mark.usefixtures("fake_rsvg")

@@ -35,7 +35,11 @@ PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 
 def converter() -> str | None:
     """The PNG converter this machine has, in order of preference, or None."""
-    if importlib.util.find_spec("cairosvg") is not None:
+    try:
+        found = importlib.util.find_spec("cairosvg") is not None
+    except (ImportError, ValueError):  # a broken or spec-less module of that name
+        found = False
+    if found:
         return "cairosvg"
     for tool in ("rsvg-convert", "dot"):
         if shutil.which(tool) is not None:

@@ -34,6 +34,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 __all__ = [
     "DASHED_ROUTES",
+    "GRAPH_NAMESPACE",
     "RunPath",
     "StepMark",
     "edge_label",
@@ -43,6 +44,9 @@ __all__ = [
 ]
 
 DASHED_ROUTES: Final = frozenset({"timeout", "cancel", "refusal"})
+# The namespace of the two attributes that name a route's ends (`c:source`, `c:target`): SVG 1.1
+# has no `data-*` attributes, but allows attributes of a foreign namespace.
+GRAPH_NAMESPACE: Final = "https://id.registrystack.org/formats/coordinator/graph"
 
 CHAR_WIDTH: Final = 7.2  # 12px monospace: the advance of one character
 LINE_HEIGHT: Final = 15
@@ -454,7 +458,7 @@ def _edge_group(
     label_width = len(label) * LABEL_CHAR_WIDTH + 6
     return [
         f"<g class={quoteattr(' '.join(group_classes))}"
-        f" data-source={quoteattr(edge.source)} data-target={quoteattr(edge.target)}>",
+        f" c:source={quoteattr(edge.source)} c:target={quoteattr(edge.target)}>",
         f"<title>{escape(edge.source + ' → ' + edge.target + ': ' + label)}</title>",
         f'<path class="{" ".join(line_classes)}" d="{_path_data(points)}"'
         f' marker-end="url(#arrow)"/>',
@@ -476,6 +480,7 @@ def render_svg(explained: Mapping[str, Any], path: RunPath | None = None) -> str
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         '<svg xmlns="http://www.w3.org/2000/svg" version="1.1"'
+        f' xmlns:c="{GRAPH_NAMESPACE}"'
         f' width="{_num(layout.width)}" height="{_num(layout.height)}"'
         f' viewBox="0 0 {_num(layout.width)} {_num(layout.height)}">',
         f"<title>{escape(title)}</title>",
