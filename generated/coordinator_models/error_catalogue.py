@@ -278,6 +278,20 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
         "error",
         None,
     ),
+    "coordinator.command.graph-definition-mismatch": (
+        "The run executes another definition than the project's, so its path cannot be drawn over the project's graph.",
+        "Pass `--project` with the project directory of the run's revision: its definition digest (`coordinatorctl check`) must equal the run's `definitionDigest` (`coordinatorctl status`).",
+        1,
+        "error",
+        None,
+    ),
+    "coordinator.command.graph-tool-missing": (
+        "`--graph png` needs a PNG converter, and none is installed.",
+        "Install one of the `cairosvg` Python package, `rsvg-convert` (librsvg) or Graphviz `dot`, or use `--graph svg`, which needs none.",
+        2,
+        "error",
+        None,
+    ),
     "coordinator.command.input-invalid": (
         "A command input is malformed.",
         "Correct the input: JSON must be strict and within the JSON value bounds, a reason 1–256 bytes without control characters, and a date-time in RFC 3339 form.",

@@ -57,6 +57,7 @@ EXIT_2 = {
     "coordinator.command.usage",
     "coordinator.command.runtime-config-required",
     "coordinator.command.extra-required",  # of this implementation (PRODUCT_CODES)
+    "coordinator.command.graph-tool-missing",  # of this implementation (PRODUCT_CODES)
     "coordinator.command.deployment-required",
     "coordinator.command.service-required",
     "coordinator.command.token-file-required",
@@ -75,6 +76,12 @@ PRODUCT_CODES = (
     # A deployment command of a `coordinatorctl` installed without its `deploy` extra (the
     # offline commands install without a store driver, docs/installing.md).
     "coordinator.command.extra-required",
+    # `--graph png` (explain, inspect) without a PNG converter on the machine: none is a
+    # dependency of coordinatorctl (docs/graphs.md, PNG).
+    "coordinator.command.graph-tool-missing",
+    # `inspect --graph --project DIR` over a project whose definition digest is not the run's:
+    # the API answers no step graph, so the run is drawn over the local project's (docs/graphs.md).
+    "coordinator.command.graph-definition-mismatch",
 )
 
 EXIT_3 = {

@@ -146,8 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain = command("explain", "check a project and describe its structure")
     explain.add_argument("--project", required=True, metavar="DIR", help="the project directory")
     explain.add_argument(
-        "--graph", choices=("mermaid", "dot"), help="print the step graph instead (text mode)"
+        "--graph",
+        choices=("mermaid", "dot", "svg", "png"),
+        help="draw the step graph instead (text mode; png needs --output and a converter)",
     )
+    explain.add_argument("--output", metavar="FILE", help="write the --graph picture to FILE")
     explain.add_argument("--deny-warnings", action="store_true", help="fail on warnings")
 
     test = command("test", "run the project's scenarios offline on a virtual clock")
@@ -325,6 +328,7 @@ def _run(options: argparse.Namespace) -> Outcome:
             Path(options.project),
             runtime_config=_runtime_path(options.runtime_config),
             graph=options.graph,
+            output=options.output,
             deny_warnings=options.deny_warnings,
         )
     if options.command == "package":

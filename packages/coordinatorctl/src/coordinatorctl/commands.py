@@ -38,10 +38,19 @@ def check(
     deny_warnings: bool = False,
     environment: Mapping[str, str] | None = None,
     graph: str | None = None,
+    output: str | None = None,
     command: str = "check",
 ) -> Outcome:
-    """`check` (02 §4.1, §12) and, with `explain`, the explain result (§11)."""
+    """`check` (02 §4.1, §12) and, with `explain`, the explain result (§11); with `graph`, the
+    step graph drawn (printed, or written to `output`: graphs.py)."""
     from coordinator_core.checking.checker import check_project, check_runtime_only
+
+    if graph is not None or output is not None:
+        from coordinatorctl import graphs
+
+        refused = graphs.check_request(graph, output)
+        if refused is not None:
+            return Outcome(command, [refused])
 
     if project is None:
         assert runtime_config is not None
@@ -56,7 +65,7 @@ def check(
     definition = checked.definition
     if checked.has_errors or definition is None or definition.snapshot is None:
         return outcome
-    from coordinator_core.checking.explain import check_result, explain_result, render_graph
+    from coordinator_core.checking.explain import check_result, explain_result
 
     warnings = checked.has_warnings
     result = (
@@ -72,7 +81,12 @@ def check(
         result["scenarios"] = {"passed": passed, "failed": len(report.cases) - passed}
     outcome.result = result
     if graph is not None:
-        outcome.text = render_graph({"status": outcome.status, **result}, graph)
+        from coordinatorctl import graphs
+
+        drawn = graphs.produce({"status": outcome.status, **result}, graph, output=output)
+        if isinstance(drawn, Diagnostic):
+            return Outcome(command, [*checked.diagnostics, drawn], deny_warnings=deny_warnings)
+        outcome.text = drawn
     elif explain:
         outcome.text = _valid_text(result) + _explain_text(result)
     else:
@@ -85,15 +99,18 @@ def explain(
     *,
     runtime_config: Path | None,
     graph: str | None = None,
+    output: str | None = None,
     deny_warnings: bool = False,
 ) -> Outcome:
-    """`explain --project DIR` is `check --project DIR --explain`; `--graph` draws the graph."""
+    """`explain --project DIR` is `check --project DIR --explain`; `--graph` draws the graph
+    (`--output FILE` writes it to a file)."""
     return check(
         project,
         runtime_config=runtime_config,
         explain=True,
         deny_warnings=deny_warnings,
         graph=graph,
+        output=output,
         command="explain",
     )
 

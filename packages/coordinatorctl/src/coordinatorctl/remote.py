@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from coordinator_core.errors import Diagnostic
 from coordinatorctl.remote_exchange import RemoteAnswer, send
@@ -32,6 +33,9 @@ from coordinatorctl.remote_inputs import parse_origin, read_token
 from coordinatorctl.remote_outcome import outcome_of
 from coordinatorctl.remote_request import build_request
 from coordinatorctl.report import Outcome
+
+if TYPE_CHECKING:
+    from coordinatorctl.remote_graph import GraphRequest
 
 __all__ = ["run"]
 
@@ -75,6 +79,14 @@ def run(options: argparse.Namespace) -> Outcome:
     assert origin is not None and token_file is not None
 
     local: list[Diagnostic] = []
+    graph: GraphRequest | None = None
+    if command == "inspect":
+        from coordinatorctl import remote_graph
+
+        prepared = remote_graph.prepare(options)  # --graph … --project DIR (docs/graphs.md)
+        if isinstance(prepared, list):
+            return Outcome(command, prepared)
+        graph = prepared
     token = read_token(token_file)
     if isinstance(token, Diagnostic):
         local.append(token)
@@ -88,4 +100,9 @@ def run(options: argparse.Namespace) -> Outcome:
         # 06 §12: the service never returns a token; an answer that repeats the caller's is not
         # a valid answer of the service, and it must not reach the output.
         answer = "invalid"
-    return outcome_of(command, answer, stdout_is_terminal=sys.stdout.isatty())
+    outcome = outcome_of(command, answer, stdout_is_terminal=sys.stdout.isatty())
+    if graph is not None and isinstance(answer, RemoteAnswer) and outcome.exit_code == 0:
+        from coordinatorctl import remote_graph
+
+        return remote_graph.draw(graph, answer.body, outcome)
+    return outcome

@@ -70,6 +70,15 @@ def add_remote_commands(command: Callable[[str, str], argparse.ArgumentParser]) 
 
     inspect = command("inspect", "inspect one run (GET /v1/runs/{run}/inspect)")
     inspect.add_argument("--run", required=True, metavar="UUID", help="the run id")
+    inspect.add_argument(
+        "--graph",
+        choices=("mermaid", "dot", "svg", "png"),
+        help="draw the run's path over the step graph of --project (text mode)",
+    )
+    inspect.add_argument(
+        "--project", metavar="DIR", help="the run's project (its definition digest must match)"
+    )
+    inspect.add_argument("--output", metavar="FILE", help="write the --graph picture to FILE")
 
     for name, what in (
         ("cancel", "cancel a run"),

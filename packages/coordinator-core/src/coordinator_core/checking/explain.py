@@ -7,6 +7,15 @@ from typing import Any, Final
 
 from coordinator_core import limits
 from coordinator_core.checking.checker import DefinitionCheck
+from coordinator_core.checking.graph_svg import (
+    DASHED_ROUTES,
+    RunPath,
+    edge_label,
+    mark_line,
+    node_detail,
+    render_svg,
+    route_taken,
+)
 from coordinator_core.definition.rules import MAPPING_ROLE
 from coordinator_core.operations import CATALOG
 
@@ -168,24 +177,21 @@ def explain_result(definition: DefinitionCheck, *, warnings: bool) -> dict[str, 
     return result
 
 
-def _edge_label(step_type: str, route: Mapping[str, Any]) -> str:
-    kind = route["kind"]
-    if kind == "case":
-        return str(route["label"])
-    if kind == "refusal":
-        return f"refusal: {route['code']}"
-    if kind == "next":
-        return {"call": "success", "wait-for": "completed", "wait-until": "due"}.get(
-            step_type, "next"
-        )
-    return str(kind)
-
-
-def render_graph(explained: Mapping[str, Any], style: str) -> str:
-    """The step graph as Mermaid (`mermaid`) or Graphviz (`dot`), edges labelled by route."""
+def render_graph(explained: Mapping[str, Any], style: str, path: RunPath | None = None) -> str:
+    """The step graph as Mermaid (`mermaid`), Graphviz (`dot`) or SVG (`svg`, graph_svg.py),
+    edges labelled by route; with `path`, a run's steps, routes and current step drawn over it."""
+    if style == "svg":
+        return render_svg(explained, path)
     steps = explained["steps"]
     node_id = {step["id"]: f"s{index}" for index, step in enumerate(steps)}
     lines: list[str] = []
+
+    def taken(step: Mapping[str, Any], route: Mapping[str, Any]) -> bool:
+        return path is not None and route_taken(path, step["id"], route)
+
+    def label_of(step: Mapping[str, Any], route: Mapping[str, Any]) -> str:
+        return edge_label(step["type"], route) + (" (taken)" if taken(step, route) else "")
+
     if style == "mermaid":
         lines.append("flowchart TD")
         shapes = {
@@ -197,12 +203,19 @@ def render_graph(explained: Mapping[str, Any], style: str) -> str:
         }
         for step in steps:
             opening, closing = shapes[step["type"]]
-            label = f"{step['id']}<br/><small>{_node_detail(step)}</small>"
+            label = f"{_mermaid(step['id'])}<br/><small>{_mermaid(node_detail(step))}</small>"
+            if path is not None:
+                label += f"<br/><small>{_mermaid(mark_line(path, step['id']))}</small>"
             lines.append(f"    {node_id[step['id']]}{opening}{label}{closing}")
         for step in steps:
             for route in step["routes"]:
-                arrow = "-.->" if route["kind"] in ("timeout", "cancel", "refusal") else "-->"
-                label = _edge_label(step["type"], route)
+                if taken(step, route):
+                    arrow = "==>"
+                elif route["kind"] in DASHED_ROUTES:
+                    arrow = "-.->"
+                else:
+                    arrow = "-->"
+                label = _mermaid(label_of(step, route))
                 lines.append(
                     f'    {node_id[step["id"]]} {arrow}|"{label}"| {node_id[route["target"]]}'
                 )
@@ -214,6 +227,22 @@ def render_graph(explained: Mapping[str, Any], style: str) -> str:
             lines.append(f"    class {','.join(finishes)} finish")
         if waits:
             lines.append(f"    class {','.join(waits)} wait")
+        if path is not None:
+            lines.append("    classDef entered stroke-width:3px")
+            lines.append("    classDef current stroke-width:5px,stroke-dasharray:6 3,fill:#fff59d")
+            lines.append("    classDef faint opacity:0.5")
+            groups = {
+                "entered": [
+                    node_id[s["id"]]
+                    for s in steps
+                    if s["id"] in path.steps and s["id"] != path.current
+                ],
+                "current": [node_id[s["id"]] for s in steps if s["id"] == path.current],
+                "faint": [node_id[s["id"]] for s in steps if s["id"] not in path.steps],
+            }
+            for name, members in groups.items():
+                if members:
+                    lines.append(f"    class {','.join(members)} {name}")
         return "\n".join(lines) + "\n"
     shapes_dot = {
         "call": "box",
@@ -222,32 +251,49 @@ def render_graph(explained: Mapping[str, Any], style: str) -> str:
         "wait-for": "ellipse",
         "finish": "doubleoctagon",
     }
-    lines.append(f'digraph "{explained["workflow"]}" {{')
+    lines.append(f"digraph {_dot(str(explained['workflow']))} {{")
     lines.append("    rankdir=TB;")
     lines.append('    node [fontname="Helvetica"]; edge [fontname="Helvetica", fontsize=10];')
     for step in steps:
-        label = f"{step['id']}\\n{_node_detail(step)}"
-        lines.append(
-            f'    {node_id[step["id"]]} [shape={shapes_dot[step["type"]]}, label="{label}"];'
-        )
+        parts = [str(step["id"]), node_detail(step)]
+        attributes = f"shape={shapes_dot[step['type']]}"
+        if path is not None:
+            parts.append(mark_line(path, step["id"]))
+            if step["id"] == path.current:
+                attributes += ', penwidth=4, style="bold,dashed,filled", fillcolor="#fff59d"'
+            elif step["id"] in path.steps:
+                attributes += ", penwidth=3"
+            else:
+                attributes += ', color="#999999", fontcolor="#777777"'
+        label = _dot("\n".join(parts))
+        lines.append(f"    {node_id[step['id']]} [{attributes}, label={label}];")
     for step in steps:
         for route in step["routes"]:
-            style_attr = (
-                ", style=dashed" if route["kind"] in ("timeout", "cancel", "refusal") else ""
-            )
-            label = _edge_label(step["type"], route)
+            styles = []
+            if route["kind"] in DASHED_ROUTES:
+                styles.append("dashed")
+            attributes = ""
+            if taken(step, route):
+                styles.append("bold")
+                attributes += ", penwidth=3"
+            elif path is not None:
+                attributes += ', color="#999999", fontcolor="#777777"'
+            if styles:
+                attributes += f", style={_dot(','.join(styles))}"
+            label = _dot(label_of(step, route))
             lines.append(
-                f'    {node_id[step["id"]]} -> {node_id[route["target"]]} [label="{label}"{style_attr}];'
+                f"    {node_id[step['id']]} -> {node_id[route['target']]}"
+                f" [label={label}{attributes}];"
             )
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def _node_detail(step: Mapping[str, Any]) -> str:
-    if step["type"] == "call":
-        return str(step["operation"])
-    if step["type"] == "wait-for":
-        return f"wait for {step['call']}.{step['completion']}"
-    if step["type"] == "finish":
-        return f"finish: {step['outcome']}"
-    return str(step["type"])
+def _mermaid(text: str) -> str:
+    """Text inside a quoted Mermaid label: quotes and markup characters as entity codes."""
+    return "".join(f"#{ord(ch)};" if ch in '"<>&#' else ch for ch in text)
+
+
+def _dot(text: str) -> str:
+    """A Graphviz quoted string: backslashes and quotes escaped, line feeds as `\\n`."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
