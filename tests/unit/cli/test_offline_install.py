@@ -104,7 +104,8 @@ import json, sys
 from pathlib import Path
 from coordinatorctl.cli import main
 codes = [main(argv) for argv in json.loads(sys.argv[1])]
-service = {"cryptography", "sqlmodel", "sqlalchemy", "psycopg", "alembic", "httpx", "jwt"}
+service = {"cryptography", "sqlmodel", "sqlalchemy", "psycopg", "alembic", "httpx", "jwt",
+           "opentelemetry"}
 loaded = sorted({name.split(".")[0] for name in sys.modules} & service)
 Path(sys.argv[2]).write_text(json.dumps({"codes": codes, "loaded": loaded}))
 """
