@@ -98,9 +98,9 @@ def _json_default(value: object) -> str:
 
 def dumps(value: object) -> bytes:
     """Compact JSON bytes; ASCII-escaped so that no value can make encoding fail."""
-    return json.dumps(
-        value, separators=(",", ":"), allow_nan=False, default=_json_default
-    ).encode("ascii")
+    return json.dumps(value, separators=(",", ":"), allow_nan=False, default=_json_default).encode(
+        "ascii"
+    )
 
 
 def encode(body: Body) -> bytes:
@@ -138,9 +138,7 @@ def parse_request(model: type[BodyModel], value: Mapping[str, Any]) -> BodyModel
     try:
         return model.model_validate(value)
     except ValidationError as refused:
-        members = {
-            str(error["loc"][0]) if error["loc"] else None for error in refused.errors()
-        }
+        members = {str(error["loc"][0]) if error["loc"] else None for error in refused.errors()}
         raise BodyRefused(members.pop() if len(members) == 1 else None) from None
 
 
@@ -279,9 +277,7 @@ def _recovery_body(recovery: service.Recovery) -> api.Recovery:
         reconcile_allowed=recovery.reconcile_allowed,
         reconcile_blocked_by=_block_reason(recovery.reconcile_blocked_by),
         operation=(
-            None
-            if operation is None
-            else api.OperationIdentity.model_validate(operation.to_json())
+            None if operation is None else api.OperationIdentity.model_validate(operation.to_json())
         ),
     )
     return _absent(body, "operation")

@@ -29,9 +29,7 @@ REASON_CODES: Final[Mapping[str, str]] = {"reason": "coordinator.command.reason-
 _VISIBLE_ASCII: Final = re.compile(rf"[\x21-\x7e]{{1,{IDEMPOTENCY_KEY_MAX_CHARACTERS}}}")
 
 
-def json_reply(
-    body: Body, status: int = 200, headers: Mapping[str, str] | None = None
-) -> Response:
+def json_reply(body: Body, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
     """A JSON success response of a spec model, with an explicit Content-Type (STACK.md P1)."""
     return Response(
         content=encode(body),

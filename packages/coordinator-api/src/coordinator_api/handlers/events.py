@@ -9,8 +9,8 @@ from coordinator_api.bodies import parse_rfc3339
 from coordinator_api.edge import RequestContext
 from coordinator_api.events import delivery_signature, parse_delivery_headers, signature_matches
 from coordinator_api.handlers._shared import json_reply
-from coordinator_api.wire import EventAdmitted
 from coordinator_api.problems import ApiProblem
+from coordinator_api.wire import EventAdmitted
 from coordinator_core.shell.service import AuditRequest, EventDelivery
 from coordinator_core.values import (
     JsonBoundsError,
@@ -73,6 +73,4 @@ async def admit_event(workflow: str, trigger: str, coordinator: RequestContext) 
             )
         )
         audit.admitted(admitted.run_id)
-        return json_reply(
-            EventAdmitted(run_id=admitted.run_id), 201 if admitted.created else 200
-        )
+        return json_reply(EventAdmitted(run_id=admitted.run_id), 201 if admitted.created else 200)
