@@ -10,6 +10,10 @@ import subprocess
 import sys
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from coordinator_core.shell import tracing
 
@@ -101,3 +105,31 @@ def test_while_off_every_helper_is_a_no_op() -> None:
         assert span is None
     tracing.annotate({"not.an.allowed.name": "x"})  # not even checked while off
     assert tracing.traceparent_of_current() is None
+
+
+def test_a_failing_span_names_the_error_type_and_never_its_message() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    try:
+        with (
+            pytest.raises(ValueError, match="canary"),
+            tracing.request("startRun", "POST", "/v1/runs", None, None),
+            tracing.store_transaction("sqlite", "admit", read_only=False),
+        ):
+            raise ValueError("canary-secret-value")
+        with pytest.raises(ValueError, match="outside the allowed set"):
+            tracing.annotate({"coordinator.input": "x"})  # no current span: not even reached
+            with tracing.request("getRun", "GET", "/v1/runs/{run}", None, None):
+                tracing.annotate({"coordinator.input": "x"})
+    finally:
+        tracing.uninstall()
+        provider.shutdown()
+    transaction, request, _ = exporter.get_finished_spans()
+    for span in (transaction, request):
+        assert span.status.status_code is StatusCode.ERROR
+        assert span.status.description is None
+        assert span.events == ()
+        assert (span.attributes or {})["error.type"] == "ValueError"
+        assert "canary" not in span.to_json()

@@ -104,8 +104,7 @@ import json, sys
 from pathlib import Path
 from coordinatorctl.cli import main
 codes = [main(argv) for argv in json.loads(sys.argv[1])]
-service = {"cryptography", "sqlmodel", "sqlalchemy", "psycopg", "alembic", "httpx", "jwt",
-           "opentelemetry"}
+service = {"cryptography", "sqlmodel", "sqlalchemy", "psycopg", "alembic", "httpx", "jwt"}
 loaded = sorted({name.split(".")[0] for name in sys.modules} & service)
 Path(sys.argv[2]).write_text(json.dumps({"codes": codes, "loaded": loaded}))
 """

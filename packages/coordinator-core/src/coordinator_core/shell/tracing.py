@@ -216,7 +216,11 @@ def _span(
         attributes=_checked(attributes),
         start_time=start_time,
     )
-    with trace.use_span(span, end_on_exit=True, record_exception=False) as current:
+    # Neither an exception event nor a status description: an exception's message may hold a
+    # value (ARCHITECTURE rule 4); `_failed` records its code or class only.
+    with trace.use_span(
+        span, end_on_exit=True, record_exception=False, set_status_on_exception=False
+    ) as current:
         try:
             yield current
         except BaseException as error:

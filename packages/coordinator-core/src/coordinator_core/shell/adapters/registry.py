@@ -6,6 +6,9 @@ refuse a workflow before any run is admitted). A connection the runtime file doe
 or binds in another map or to another product, is refused `operation-unbound` (08 §9) before
 any adapter runs. Each method takes the engine's I/O command and answers the engine's event for
 it; like the adapters, nothing but such an event (or an attempt's credential) leaves here.
+With tracing on (`shell.tracing`), each call a bound adapter makes is one
+`coordinator.product-call` span with its outcome word, and the product is sent that span's
+`traceparent` (random identifiers only; nothing is sent while tracing is off).
 """
 
 from __future__ import annotations
