@@ -43,9 +43,8 @@ def _parent_id(span: ReadableSpan) -> int | None:
 
 
 def test_a_run_leaves_its_spans_with_fixed_words_only(
-    sqlite_deployed: Deployed, provider: tuple[TracerProvider, InMemorySpanExporter]
+    deployed: Deployed, provider: tuple[TracerProvider, InMemorySpanExporter]
 ) -> None:
-    deployed = sqlite_deployed
     _, exporter = provider
     key = f"key-{uuid.uuid4()}"
     # The API's request span (tests/api/test_api_tracing.py opens it from the edge).
@@ -66,7 +65,7 @@ def test_a_run_leaves_its_spans_with_fixed_words_only(
     admits = [s for s in transactions if _parent_id(s) == started.context.span_id]
     assert [dict(s.attributes or {}) for s in admits] == [
         {
-            "coordinator.store.kind": "sqlite",
+            "coordinator.store.kind": deployed.store.kind,
             "coordinator.store.purpose": "admit",
             "coordinator.store.mode": "write",
         }
