@@ -22,9 +22,10 @@ DISTRIBUTIONS = (
     ("coordinator-api", ROOT / "packages" / "coordinator-api"),
     ("coordinator-sandbox", ROOT / "packages" / "coordinator-sandbox"),
 )
-# The extras the sessions install: the service half and the deployment commands (the install
-# without them is tested by tests/unit/cli/test_offline_install.py).
-EXTRAS = {"coordinator-core": "[service]", "coordinatorctl": "[deploy]"}
+# The extras the sessions install: the service half, tracing (installed, off unless configured)
+# and the deployment commands (the install without them is tested by
+# tests/unit/cli/test_offline_install.py).
+EXTRAS = {"coordinator-core": "[service,tracing]", "coordinatorctl": "[deploy]"}
 # Where tests find the wheels this session installed (tests/support/wheels.py).
 WHEELS_VARIABLE = "COORDINATOR_TEST_WHEELS"
 # The source roots of the workspace packages, for tools that read the code without installing it.

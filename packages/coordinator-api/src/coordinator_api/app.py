@@ -82,6 +82,7 @@ from coordinator_api.spec import (
     operation_table,
 )
 from coordinator_api.wire import encode
+from coordinator_core.shell import tracing
 from coordinator_core.shell.service import AuditJournal, BlockReason, RunService, ServiceRefusal
 
 __all__ = ["AppState", "create_app"]
@@ -244,6 +245,7 @@ def _problem_of(
 def _problem_reply(request: Any, error: Exception) -> Any:
     """Connexion error handler: the problem+json response for any exception."""
     code, reason, extra = _problem_of(request, error)
+    tracing.annotate({"coordinator.problem.code": code})  # the request's span, when on
     body = problem_body(code, reason)
     headers = problem_headers(body.code, extra)
     content_type = headers.pop("Content-Type")

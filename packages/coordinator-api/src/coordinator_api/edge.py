@@ -9,7 +9,9 @@
   `application/json` (or nothing), so that neither its media-type check nor its form parsing
   runs before access and visibility have been decided (06 §1 item 6).
 * Every response gets `Cache-Control: no-store` and the recommended security headers.
-* A well-formed W3C `traceparent` is accepted and kept on the request context.
+* A well-formed W3C `traceparent` is accepted and kept on the request context; with tracing
+  on (`coordinator_core.shell.tracing`), the request's span, named by its operationId, is its
+  child (with the caller's `tracestate`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from coordinator_api.events import request_target
 from coordinator_api.limits import BODY_MAX_BYTES
 from coordinator_api.problems import problem_response
 from coordinator_api.spec import RouteTable
+from coordinator_core.shell import tracing
 
 if TYPE_CHECKING:
     from coordinator_api.app import AppState
@@ -172,7 +175,29 @@ class EdgeMiddleware:
         extensions = dict(scope.get("extensions") or {})
         extensions["connexion_context"] = {CONTEXT_KEY: context}
         downstream["extensions"] = extensions
-        await self.app(downstream, _replay(data, receive), send)
+        if not tracing.enabled():
+            await self.app(downstream, _replay(data, receive), send)
+            return
+        tracestate = _header(scope, b"tracestate")
+        with tracing.request(
+            route.operation_ids[scope["method"]],
+            scope["method"],
+            route.template,
+            context.traceparent,
+            None if tracestate is None else tracestate.decode("latin-1"),
+        ) as span:
+            await self.app(downstream, _replay(data, receive), _observed(send, span))
+
+
+def _observed(send: Send, span: object) -> Send:
+    """`send`, telling the request's span the response status."""
+
+    async def send_observed(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            tracing.responded(span, int(message["status"]))
+        await send(message)
+
+    return send_observed
 
 
 def context_of(request: Any) -> RequestContext:

@@ -129,6 +129,7 @@ class Route:
     template: str
     pattern: re.Pattern[str]
     methods: frozenset[str]
+    operation_ids: Mapping[str, str]  # method (upper case) → operationId (the request's span)
 
     @property
     def allow(self) -> str:
@@ -152,7 +153,12 @@ class RouteTable:
                 "[^/]+" if part.startswith("{") else re.escape(part) for part in parts if part
             )
             methods = frozenset(method.upper() for method in _METHODS if method in item)
-            routes.append(Route(template, re.compile(f"^{regex}$"), methods))
+            operation_ids = {
+                method.upper(): str(item[method].get("operationId", method))
+                for method in _METHODS
+                if method in item
+            }
+            routes.append(Route(template, re.compile(f"^{regex}$"), methods, operation_ids))
         # Literal segments win over templates (`/v1/runs/x/inspect` before `/v1/runs/{run}`).
         routes.sort(key=lambda route: (route.template.count("{"), route.template))
         return cls(routes)

@@ -193,6 +193,7 @@ class RequestLog:
             "query": request.url.query,
             "idempotencyKey": request.headers.get("idempotency-key"),
             "accessProfile": request.headers.get("registry-access-profile"),
+            "traceparent": request.headers.get("traceparent"),
             "principal": None,
             "body": None,
             "receivedAt": time.time(),

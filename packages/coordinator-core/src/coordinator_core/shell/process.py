@@ -54,7 +54,7 @@ from types import FrameType
 from typing import Any, Final, Protocol
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.shell import metrics, process_store
+from coordinator_core.shell import metrics, process_store, tracing
 from coordinator_core.shell.audit import AuditWriter
 from coordinator_core.shell.command_line import (
     ArgumentParser,
@@ -402,6 +402,11 @@ def start(
     with _step():
         service, worker_for = build_service(deployment, secrets, store, package, audit=writer)
     service.events.write_to(log)
+    # Spans only when the environment names an exporter (shell.tracing); flushed at stop.
+    stop_tracing = tracing.configure(environment, process="serve" if serving else "worker")
+    if stop_tracing is not None:
+        started.callback(stop_tracing)
+        log.emit("info", "coordinator.service.tracing", "Exporting spans over OTLP/HTTP.")
     if not recovery_only:
         with _step("coordinator.command.store-unavailable"):
             bindings_ok = service.bindings.unsettled_match(service.now())

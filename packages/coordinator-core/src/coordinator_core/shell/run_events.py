@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from coordinator_core.engine.state import TERMINAL_STATUSES
-from coordinator_core.shell import metrics
+from coordinator_core.shell import metrics, tracing
 from coordinator_core.shell.audit import AuditReferences
 from coordinator_core.shell.service_log import ServiceLog
 from coordinator_core.shell.store import StatusChange, StepOutcome
@@ -71,6 +71,14 @@ class RunEvents:
     def admitted(self, origin: str, run_id: uuid.UUID, *, created: bool) -> None:
         outcome = "accepted" if created else "replayed"
         metrics.admission(self.workflow, origin, outcome)
+        if tracing.enabled():  # the admission's request span
+            tracing.annotate(
+                {
+                    "coordinator.run.id": str(run_id),
+                    "coordinator.workflow": self.workflow,
+                    "coordinator.admission.outcome": outcome,
+                }
+            )
         self._line(
             ADMITTED,
             "Run admitted." if created else "Admission replayed an existing run.",
@@ -84,6 +92,14 @@ class RunEvents:
 
     def refused(self, origin: str, code: str) -> None:
         metrics.admission(self.workflow, origin, "refused", code)
+        if tracing.enabled():
+            tracing.annotate(
+                {
+                    "coordinator.workflow": self.workflow,
+                    "coordinator.admission.outcome": "refused",
+                    "coordinator.problem.code": code,
+                }
+            )
         self._line(
             ADMISSION_REFUSED,
             "Admission refused.",

@@ -42,7 +42,7 @@ from coordinator_core.engine import (
 )
 from coordinator_core.engine.program import DefinitionError, EngineInvariantError
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell import failpoints, metrics
+from coordinator_core.shell import failpoints, metrics, tracing
 from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.attempt import (
     Discard,
@@ -64,6 +64,7 @@ from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.store import (
     FIRE_BATCH,
     LEASE_SECONDS,
+    Claim,
     Recovery,
     RunRow,
     RunSnapshot,
@@ -172,6 +173,8 @@ class Worker:
                 return True  # more waits may be due: they go first, the claims after them
             since = self.wakeup.scheduled
             started = time.monotonic()
+            traced = tracing.enabled()
+            began_ns = tracing.now_ns() if traced else 0
             chain = TickRun(self)
             written = self.store.claim_due_step(
                 self.worker_id,
@@ -183,15 +186,48 @@ class Worker:
                 if self.wakeup.looks_ahead(claim_now):
                     self.wakeup.learn(self.store.next_instants(claim_now), since, claim_now)
                 return fired > 0
+            claimed_ns = tracing.now_ns() if traced else 0
             chain.adopt(written, claim_now)
             failpoints.reach("after-claim")
         except BaseException:
             self.wakeup.forget()
             raise
-        claim = written.claim
+        if not traced:
+            self._carry(chain, written.claim, clock, started)
+            return True
+        run, current = written.snapshot.run, written.snapshot.current
+        with tracing.tick(
+            began_ns,
+            (began_ns, claimed_ns, self.store.kind),
+            {
+                "coordinator.run.id": str(run.run_id),
+                "coordinator.workflow": run.workflow_id,
+                "coordinator.step.id": current.step,
+                "coordinator.step.type": current.type,
+            },
+        ):
+            records = self._carry(chain, written.claim, clock, started)
+            known = chain.known
+            tracing.annotate(
+                {"coordinator.tick.records": records}
+                | ({} if known is None else {"coordinator.run.status": known.status})
+            )
+        return True
+
+    def _carry(
+        self,
+        chain: TickRun,
+        claim: Claim | None,
+        clock: Callable[[], datetime],
+        started: float,
+    ) -> int:
+        """The attempts of one tick from its claim: each leased record in turn, while the run
+        is carried on (07 §7.7); answers how many records were attempted."""
+        records = 0
         try:
             while claim is not None:
                 held = claim
+                records += 1
                 attempt = RecordAttempt(self, held, chain, clock, started + self._budget)
                 try:
                     claim = attempt.run()
@@ -213,7 +249,7 @@ class Worker:
                 self.wakeup.lapses(claim.lease_expires_at)
             self.wakeup.forget()
             raise
-        return True
+        return records
 
     # -- waits due in batches (issue 9) ----------------------------------------------------------
 

@@ -30,6 +30,7 @@ from coordinator_core.engine.events import (
     ReceiptAnswer,
 )
 from coordinator_core.operations import CATALOG
+from coordinator_core.shell import tracing
 from coordinator_core.shell.adapters.base import (
     AccessToken,
     Connection,
@@ -206,7 +207,7 @@ class Attempt:
         if effect == "mutation":
             self.mutation_started = True
         try:
-            return exchange(
+            answer = exchange(
                 method,
                 self.connection.base_url + path,
                 headers=headers,
@@ -218,6 +219,8 @@ class Attempt:
             raise Stop(self.refused(self.adapter.destination_refused_code)) from None
         except TransportFailure as failure:
             raise Stop(self.adapter.transport_outcome(self, failure, effect)) from None
+        tracing.http_status(answer.status)  # on the product-call span, when tracing is on
+        return answer
 
     def stop_unless(
         self, answer: ProductAnswer, status: int | tuple[int, ...], effect: Effect

@@ -6,6 +6,9 @@ refuse a workflow before any run is admitted). A connection the runtime file doe
 or binds in another map or to another product, is refused `operation-unbound` (08 §9) before
 any adapter runs. Each method takes the engine's I/O command and answers the engine's event for
 it; like the adapters, nothing but such an event (or an attempt's credential) leaves here.
+With tracing on (`shell.tracing`), each call a bound adapter makes is one
+`coordinator.product-call` span with its outcome word, and the product is sent that span's
+`traceparent` (random identifiers only; nothing is sent while tracing is off).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from coordinator_core.engine.events import (
     ReceiptAnswer,
 )
 from coordinator_core.operations import product_of
+from coordinator_core.shell import tracing
 from coordinator_core.shell.adapters.base import (
     AccessToken,
     Adapter,
@@ -202,14 +206,26 @@ class Adapters:
         if isinstance(found, CallOutcome):
             return found
         adapter, bound = found
-        return adapter.prepare(
-            bound,
-            command,
-            frozen,
-            attempt_deadline=attempt_deadline,
-            credential=credential,
-            traceparent=traceparent,
-        )
+        if not tracing.enabled():
+            return adapter.prepare(
+                bound,
+                command,
+                frozen,
+                attempt_deadline=attempt_deadline,
+                credential=credential,
+                traceparent=traceparent,
+            )
+        with tracing.product_call("prepare", command.operation, command.step) as call:
+            answer = adapter.prepare(
+                bound,
+                command,
+                frozen,
+                attempt_deadline=attempt_deadline,
+                credential=credential,
+                traceparent=traceparent or call.traceparent,
+            )
+            call.outcome(*_prepared(answer))
+            return answer
 
     def dispatch(
         self,
@@ -224,14 +240,26 @@ class Adapters:
         if isinstance(found, CallOutcome):
             return found
         adapter, bound = found
-        return adapter.dispatch(
-            bound,
-            command,
-            frozen,
-            attempt_deadline=attempt_deadline,
-            credential=credential,
-            traceparent=traceparent,
-        )
+        if not tracing.enabled():
+            return adapter.dispatch(
+                bound,
+                command,
+                frozen,
+                attempt_deadline=attempt_deadline,
+                credential=credential,
+                traceparent=traceparent,
+            )
+        with tracing.product_call("dispatch", command.operation, command.step) as call:
+            answer = adapter.dispatch(
+                bound,
+                command,
+                frozen,
+                attempt_deadline=attempt_deadline,
+                credential=credential,
+                traceparent=traceparent or call.traceparent,
+            )
+            call.outcome(answer.outcome, answer.code)
+            return answer
 
     def observe(
         self,
@@ -245,13 +273,24 @@ class Adapters:
         if isinstance(found, CallOutcome):
             return ObservationOutcome(command.step, "refused", code=found.code)
         adapter, bound = found
-        return adapter.observe(
-            bound,
-            command,
-            attempt_deadline=attempt_deadline,
-            credential=credential,
-            traceparent=traceparent,
-        )
+        if not tracing.enabled():
+            return adapter.observe(
+                bound,
+                command,
+                attempt_deadline=attempt_deadline,
+                credential=credential,
+                traceparent=traceparent,
+            )
+        with tracing.product_call("observe", command.operation, command.step) as call:
+            answer = adapter.observe(
+                bound,
+                command,
+                attempt_deadline=attempt_deadline,
+                credential=credential,
+                traceparent=traceparent or call.traceparent,
+            )
+            call.outcome(answer.outcome, answer.code)
+            return answer
 
     def lookup_receipt(
         self,
@@ -266,11 +305,30 @@ class Adapters:
         if isinstance(found, CallOutcome):
             return ReceiptAnswer(command.step, command.generation, "unavailable")
         adapter, bound = found
-        return adapter.lookup_receipt(
-            bound,
-            command,
-            frozen,
-            attempt_deadline=attempt_deadline,
-            credential=credential,
-            traceparent=traceparent,
-        )
+        if not tracing.enabled():
+            return adapter.lookup_receipt(
+                bound,
+                command,
+                frozen,
+                attempt_deadline=attempt_deadline,
+                credential=credential,
+                traceparent=traceparent,
+            )
+        with tracing.product_call("receipt-lookup", command.operation, command.step) as call:
+            answer = adapter.lookup_receipt(
+                bound,
+                command,
+                frozen,
+                attempt_deadline=attempt_deadline,
+                credential=credential,
+                traceparent=traceparent or call.traceparent,
+            )
+            call.outcome(answer.answer)
+            return answer
+
+
+def _prepared(answer: PreparationDone | CallOutcome) -> tuple[str, str | None]:
+    """The outcome word of a preparation (its span): `prepared`, or the call outcome's."""
+    if isinstance(answer, CallOutcome):
+        return answer.outcome, answer.code
+    return "prepared", None

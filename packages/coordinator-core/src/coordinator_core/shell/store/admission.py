@@ -144,7 +144,7 @@ class StoreAdmissions(StoreBase):
                 self._notify_txn(conn)
             return AdmissionResult(run, created=True, steps=(step,), control=control)
 
-        return self._transact(work)
+        return self._transact("admit", work)
 
     def _replay_txn(self, conn: Connection, admission: NewRun) -> AdmissionResult | None:
         """The run admitted under the admission's start identity (a replay, tombstones

@@ -26,7 +26,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from coordinator_core.evolve import evolve
-from coordinator_core.shell import metrics
+from coordinator_core.shell import metrics, tracing
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.store.dialect import (
     StoreKind,
@@ -202,7 +202,7 @@ class StoreBase:
                 check_runtime_role(conn, self._location.namespace, self._identity.runtime_role)
             return control
 
-        return self._transact(work, read_only=True)
+        return self._transact("verify", work, read_only=True)
 
     def close(self) -> None:
         """Release the connections and, if held, the SQLite process lock."""
@@ -227,7 +227,9 @@ class StoreBase:
         """Save the journal head now (at a clean stop: the last line the process wrote)."""
         if self._journal is not None and (position := self._journal()) is not None:
             moment = truncate_ms(now)
-            self._transact(lambda conn: self._write_head_txn(conn, position, moment))
+            self._transact(
+                "save-journal-head", lambda conn: self._write_head_txn(conn, position, moment)
+            )
 
     def _save_head_txn(self, conn: Connection, now: datetime) -> None:
         """Inside a write transaction: the journal's current durable line becomes the group's
@@ -280,12 +282,21 @@ class StoreBase:
 
     # -- transactions ---------------------------------------------------------------------------
 
-    def _transact(self, work: Callable[[Connection], T], *, read_only: bool = False) -> T:
+    def _transact(
+        self, purpose: str, work: Callable[[Connection], T], *, read_only: bool = False
+    ) -> T:
         """Run `work` in one transaction; retry only what is safe to retry, a bounded number of
         times: a transient driver error (the server rolled back), and a connection found dead
         before the commit was sent (nothing of the transaction can have committed; this is
         what replaces a pre-ping per transaction). A connection lost during the commit leaves
-        its outcome unknown: `store-unavailable`, never a retry."""
+        its outcome unknown: `store-unavailable`, never a retry. `purpose` is the fixed name
+        of the transaction in its span (`shell.tracing`; none while tracing is off)."""
+        if not tracing.enabled():
+            return self._transact_retrying(work, read_only)
+        with tracing.store_transaction(self._location.kind, purpose, read_only=read_only):
+            return self._transact_retrying(work, read_only)
+
+    def _transact_retrying(self, work: Callable[[Connection], T], read_only: bool) -> T:
         engine = self._reader if read_only else self._engine
         attempt = 0
         while True:

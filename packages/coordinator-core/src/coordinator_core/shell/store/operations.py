@@ -52,7 +52,7 @@ class StoreOperations(StoreBase):
             self._notify_txn(conn)
             return self._apply_txn(conn, snapshot, write, moment).snapshot
 
-        return self._transact(work)
+        return self._transact("request-cancel", work)
 
     def update_run(
         self,
@@ -80,7 +80,7 @@ class StoreOperations(StoreBase):
                 self._notify_txn(conn)
             return after
 
-        return self._transact(work)
+        return self._transact("update-run", work)
 
     def advance_completion_waits(
         self, completion_ref: str, now: datetime, floor_seconds: int
@@ -126,7 +126,7 @@ class StoreOperations(StoreBase):
                 self._notify_txn(conn)
             return moved
 
-        return self._transact(work)
+        return self._transact("advance-completion-waits", work)
 
     # -- holds (07 §12) -------------------------------------------------------------------------
 
@@ -173,7 +173,7 @@ class StoreOperations(StoreBase):
                     self._write_head_txn(conn, head, moment)
             return self._hold_state_txn(conn)
 
-        return self._transact(work)
+        return self._transact("set-restore-hold", work)
 
     def release_restore_hold(self, evidence_ref: str) -> HoldState:
         """07 §12 step 6: clears `restoreHold` and records the (keyed) fencing-evidence
@@ -187,7 +187,7 @@ class StoreOperations(StoreBase):
             self._notify_txn(conn)
             return self._hold_state_txn(conn)
 
-        return self._transact(work)
+        return self._transact("release-restore-hold", work)
 
     def release_admission_hold(
         self,
@@ -212,7 +212,7 @@ class StoreOperations(StoreBase):
             )
             return self._hold_state_txn(conn)
 
-        return self._transact(work)
+        return self._transact("release-admission-hold", work)
 
     # -- retention (07 §13) ---------------------------------------------------------------------
 
@@ -267,4 +267,4 @@ class StoreOperations(StoreBase):
                 erased += 1
             return erased
 
-        return self._transact(work)
+        return self._transact("erase-settled-before", work)

@@ -39,7 +39,7 @@ class StoreReads(StoreBase):
                 raise refuse("coordinator.deployment.schema-mismatch")
             return control_from(row)
 
-        return self._transact(work, read_only=True)
+        return self._transact("control", work, read_only=True)
 
     def get_run(self, run_id: uuid.UUID) -> RunRow | None:
         """The run row (tombstones included), or None."""
@@ -48,7 +48,7 @@ class StoreReads(StoreBase):
             row = conn.execute(select(RUNS).where(RUNS.c.run_id == run_id)).mappings().first()
             return None if row is None else run_from(row)
 
-        return self._transact(work, read_only=True)
+        return self._transact("get-run", work, read_only=True)
 
     def find_run(self, start_identity: str) -> RunRow | None:
         """The run admitted under a start identity (the event path's lookup-first, 06 §8)."""
@@ -61,7 +61,7 @@ class StoreReads(StoreBase):
             )
             return None if row is None else run_from(row)
 
-        return self._transact(work, read_only=True)
+        return self._transact("find-run", work, read_only=True)
 
     def get_run_snapshot(self, run_id: uuid.UUID) -> RunSnapshot | None:
         """The run, all its records and the control row from one consistent read (06 §5.4:
@@ -73,7 +73,7 @@ class StoreReads(StoreBase):
                 raise refuse("coordinator.deployment.schema-mismatch")
             return self._snapshot_txn(conn, control_from(row), run_id, lock_run=False)
 
-        return self._transact(work, read_only=True)
+        return self._transact("get-run-snapshot", work, read_only=True)
 
     def list_runs(
         self,
@@ -121,17 +121,19 @@ class StoreReads(StoreBase):
             position = RunPosition(last.admitted_at, last.run_id) if more and last else None
             return RunPage(page, position)
 
-        return self._transact(work, read_only=True)
+        return self._transact("list-runs", work, read_only=True)
 
     def hold_state(self) -> HoldState:
         """06 §11.8: the holds and the number of runs under restore review."""
-        return self._transact(self._hold_state_txn, read_only=True)
+        return self._transact("hold-state", self._hold_state_txn, read_only=True)
 
     def unsettled_bindings(self, now: datetime) -> frozenset[tuple[str, str]]:
         """Every distinct (definition digest, binding digest) of the runs not settled at `now`
         (07 §13): the input of the live-binding check (05 §10)."""
         moment = truncate_ms(now)
-        return self._transact(lambda conn: unsettled_txn(conn, moment), read_only=True)
+        return self._transact(
+            "unsettled-bindings", lambda conn: unsettled_txn(conn, moment), read_only=True
+        )
 
     def definition_snapshot(self, definition_digest: str) -> tuple[uuid.UUID, bytes] | None:
         """The sealed snapshot stored for `definition_digest` and the run whose scope seals it
@@ -152,7 +154,7 @@ class StoreReads(StoreBase):
                 ).first()
             return None if row is None else (row[0], row[1])
 
-        return self._transact(work, read_only=True)
+        return self._transact("definition-snapshot", work, read_only=True)
 
     def summary(self, now: datetime) -> StoreSummary:
         """The store part of `GET /v1/doctor` (06 §7.1), from one read transaction."""
@@ -195,7 +197,7 @@ class StoreReads(StoreBase):
                 oldest_terminal_payload_at=payloads[1],
             )
 
-        return self._transact(work, read_only=True)
+        return self._transact("summary", work, read_only=True)
 
     def gauges(self, now: datetime) -> StoreGauges:
         """The store gauges of `GET /metrics` (06 §14), from one read transaction: runs by
@@ -226,7 +228,7 @@ class StoreReads(StoreBase):
                 },
             )
 
-        return self._transact(work, read_only=True)
+        return self._transact("gauges", work, read_only=True)
 
     def journal_heads(self) -> dict[str, JournalPosition]:
         """The journal head the store holds for each file group (07 §12.1)."""
@@ -244,13 +246,15 @@ class StoreReads(StoreBase):
                 for row in rows
             }
 
-        return self._transact(work, read_only=True)
+        return self._transact("journal-heads", work, read_only=True)
 
     def run_ids(self) -> list[uuid.UUID]:
         """Every run's id (tombstones included): what keyed journal references are matched
         against."""
         return self._transact(
-            lambda conn: list(conn.execute(select(RUNS.c.run_id)).scalars()), read_only=True
+            "run-ids",
+            lambda conn: list(conn.execute(select(RUNS.c.run_id)).scalars()),
+            read_only=True,
         )
 
 

@@ -43,7 +43,7 @@ class StoreWakeUps(StoreBase):
         if channel is None:
             return
         payload = {"channel": channel, "payload": str(to_epoch_ms(instant))}
-        self._transact(lambda conn: NOTIFY_AT.run(conn, payload))
+        self._transact("announce", lambda conn: NOTIFY_AT.run(conn, payload))
 
     def listen(
         self,
@@ -133,7 +133,7 @@ class StoreWakeUps(StoreBase):
                 return NextInstants()
             return NextInstants(row["due_at"], row["lapses_at"], row["overdue_at"])
 
-        return self._transact(work, read_only=True)
+        return self._transact("next-instants", work, read_only=True)
 
 
 def announced(payload: bytes, ring: Callable[[], None], schedule: Any) -> None:

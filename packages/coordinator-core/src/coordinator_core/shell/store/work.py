@@ -84,7 +84,7 @@ class StoreWork(StoreBase):
                 return None
             return self._apply_txn(conn, snapshot, write, moment, lease=lease)
 
-        return self._transact(work)
+        return self._transact("claim-due-step", work)
 
     def fire_due_waits(
         self, now: datetime, decide: DecideEach, *, limit: int = FIRE_BATCH
@@ -121,7 +121,7 @@ class StoreWork(StoreBase):
                 )
             return len(snapshots), written
 
-        return self._transact(work)
+        return self._transact("fire-due-waits", work)
 
     def sweep(
         self,
@@ -147,9 +147,10 @@ class StoreWork(StoreBase):
         for kind in ("lease-lapsed", "deadline-passed"):
             for _ in range(limit):
                 found = self._transact(
+                    "sweep",
                     lambda conn, kind=kind: self._sweep_one_txn(  # type: ignore[misc]
                         conn, kind, worker_id, moment, expires, recover
-                    )
+                    ),
                 )
                 if not found:
                     break
@@ -228,7 +229,7 @@ class StoreWork(StoreBase):
                 return Written(snapshot, evolve(claim, snapshot=snapshot))
             return self._apply_txn(conn, snapshot, write, moment, held=claim)
 
-        return self._transact(work)
+        return self._transact("record-step-progress", work)
 
     def complete_step(
         self,
@@ -261,4 +262,4 @@ class StoreWork(StoreBase):
                 lease=lease if self.may_claim(snapshot.control) else None,
             )
 
-        return self._transact(work)
+        return self._transact("complete-step", work)
