@@ -146,15 +146,18 @@ def _yaml_line(raw: str, pointer: str, *, names: bool) -> tuple[str, list[int]] 
         return _assemble(raw, [(0, len(lead), lead)], len(lead), item.group("rest"))
     key = match.group("key")
     bare = key[1:-1] if key[:1] in "\"'" else key
-    if bare not in tokens:
+    # The line of an item the pointer names (`- type: step` for `…/arguments/0`) starts with
+    # the item's first key.
+    item_start = bool(tokens) and tokens[-1].isdigit() and "-" in match.group("lead")
+    if bare not in tokens and not item_start:
         return None  # the line is not the member the pointer names
     prefix_end = match.end("colon")
     kept = [(0, prefix_end, raw[:prefix_end])]
     rest = match.group("rest")
+    names_this = bool(tokens) and (tokens[-1] == bare or item_start)
     shown_name = (
         names
-        and tokens
-        and tokens[-1] == bare
+        and names_this
         and (bare in NAME_MEMBERS or (len(tokens) > 1 and tokens[-2] in NAME_MAPS))
     )
     value = _NAME_VALUE.match(rest) if shown_name else None
