@@ -61,3 +61,9 @@ def test_a_runtime_file_shows_keys_only() -> None:
     runtime = "connections:\n  notices:\n    product: messaging\n"
     shown = _frame("runtime.yaml", runtime, 3, 14, "/connections/notices/product")
     assert shown == ("    product: …", 13, 1)
+
+
+def test_a_template_string_is_masked_with_its_interpolations() -> None:
+    source = f"fn f(x) {{\n    let s = `a ${{ `{CANARY}` }} {CANARY}` + ;\n}}\n"
+    shown, _, _ = _frame("functions.rhai", source, 2, 1)
+    assert shown == "    let s = `…` + ;"

@@ -278,10 +278,35 @@ def _rhai_line(source: str, line: int) -> tuple[str, list[int]] | None:
             put("*")
             i += 2
             skip("*/", escapes=False, nested="/*")
-        elif ch in "\"'`":
+        elif ch == "`":
             put(ch)
             i += 1
-            skip(ch, escapes=ch != "`")
+            # A template string: everything up to its closing backtick is masked, including
+            # `${…}` interpolations (and any string nested in them).
+            depth = 0
+            while i < n:
+                c = source[i]
+                if c == "\n":
+                    newline()
+                elif source.startswith("${", i):
+                    depth += 1
+                    hide()
+                    i += 1
+                    hide()
+                elif c == "}" and depth > 0:
+                    depth -= 1
+                    hide()
+                elif c == "`" and depth == 0:
+                    put(c)
+                    i += 1
+                    break
+                elif c != "\r":
+                    hide()
+                i += 1
+        elif ch in "\"'":
+            put(ch)
+            i += 1
+            skip(ch, escapes=True)
         elif ch.isdigit():
             while i < n and (source[i].isalnum() or source[i] in "_."):
                 if source[i] == "." and not (i + 1 < n and source[i + 1].isdigit()):
