@@ -37,6 +37,7 @@ DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 CODE = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
 COORDINATOR_CODE = re.compile(r"^coordinator\.[a-z0-9]+(?:-[a-z0-9]+)*\.[a-z0-9]+(?:-[a-z0-9]+)*$")
 TEXT_HEADER = re.compile(r"^(error|warning)\[([a-z0-9.-]+)\] (\S+) (/.*)$")
+TEXT_FRAME = re.compile(r"^  (?:\d+ \| .*| + \|(?: +\^+)?)$")
 TEXT_SUMMARY = re.compile(r"^(\d+) (errors?), (\d+) (warnings?) in (\d+) (files?)$")
 MODELINE = (
     "# yaml-language-server: $schema="
@@ -523,7 +524,14 @@ def _assert_text_diagnostics(stderr: str, diagnostics: list[dict[str, Any]]) -> 
         assert len(block) >= 3, block
         assert block[1] == "  " + _render(d["message"]), block
         assert block[2] == "  next: " + _render(d["suggestedAction"]), block
-        notes = block[3:]
+        extra = block[3:]
+        notes = [line for line in extra if line.startswith("  note: ")]
+        assert extra[len(extra) - len(notes) :] == notes, f"notes come last: {block}"
+        for line in extra[: len(extra) - len(notes)]:
+            # The code frame (gutter, source line, caret run) and the `help:` suggestion.
+            assert TEXT_FRAME.match(line) or line == (
+                f"  help: did you mean `{d.get('suggestion')}`?"
+            ), (line, block)
         related = d.get("related") or []
         assert len(notes) == len(related), block
         for note, entry in zip(notes, related, strict=True):

@@ -1481,9 +1481,32 @@ def test_canary_secret_paths_and_urls() -> None:
 def test_canary_bindings() -> None:
     operations = {"x": {"operation": "messaging.submit-message/v1", "connection": "canary7f3a"}}
     found = check_bindings(workflow(operations=operations, steps={}), run(base()))
-    # The pointer names the connection (a structural identifier); the sentences never do.
+    # The pointer and the message name the connection and the alias (structural identifiers,
+    # contract 02 §1 item 2); the fixed hint does not, and nothing bound in the runtime file that
+    # is not close to it is suggested.
     assert [d.path for d in found] == ["/connections/canary7f3a"]
-    assert all("canary7f3a" not in d.effective_message for d in found)
+    assert [d.effective_message for d in found] == [
+        "Operation alias x uses connection canary7f3a, which is not bound under `connections`."
+    ]
+    assert all("canary7f3a" not in d.effective_hint for d in found)
+    assert [d.suggestion for d in found] == [None]
+
+
+def test_an_unbound_connection_suggests_the_closest_bound_name() -> None:
+    operations = {"x": {"operation": "messaging.submit-message/v1", "connection": "notice"}}
+    found = check_bindings(
+        workflow(operations=operations, steps={}), run(base()), lambda pointer: (7, 17)
+    )
+    assert [(d.path, d.suggestion) for d in found] == [("/connections/notice", "notices")]
+    assert [r.to_json() for r in found[0].related] == [
+        {
+            "file": "workflow.yaml",
+            "line": 7,
+            "column": 17,
+            "path": "/operations/x/connection",
+            "message": "connection notice is used here",
+        }
+    ]
 
 
 def test_nothing_inside_a_skipped_object_is_reported() -> None:

@@ -8,6 +8,9 @@ may only name structural identifiers (file names, member names, step ids, functi
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -89,6 +92,9 @@ class Diagnostic:
     severity: Severity | None = None
     artifact: str | None = None
     related: tuple[Related, ...] = field(default=())
+    # The declared name closest to an unknown one ("did you mean"): always an identifier that
+    # exists in the project or the catalog, never a value.
+    suggestion: str | None = None
 
     @property
     def effective_severity(self) -> Severity:
@@ -128,7 +134,32 @@ class Diagnostic:
             out["source"] = source
         if self.related:
             out["related"] = [r.to_json() for r in self.related]
+        if self.suggestion is not None:
+            out["suggestion"] = self.suggestion
         return out
+
+
+# What a message may name: an identifier of the authored formats (step ids, aliases, outcome
+# ids, completion and connection names, function names, operation ids). Anything else an
+# author wrote where a name belongs is not repeated back: it could be a value.
+IDENTIFIER: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/]{0,127}$")
+
+
+def is_identifier(name: object) -> bool:
+    """Whether a message may name `name` (a structural identifier, never a value)."""
+    return isinstance(name, str) and bool(IDENTIFIER.match(name))
+
+
+def closest_name(name: str, candidates: Iterable[str]) -> str | None:
+    """The declared name most like `name` (a typo's "did you mean"), or None when none is close."""
+    names = sorted({c for c in candidates if c != name})
+    if not names:
+        return None
+    by_fold = {c.casefold(): c for c in names}
+    if name.casefold() in by_fold:
+        return by_fold[name.casefold()]
+    matches = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return matches[0] if matches else None
 
 
 class CoordinatorError(Exception):

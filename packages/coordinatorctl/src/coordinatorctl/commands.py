@@ -56,12 +56,14 @@ def check(
         assert runtime_config is not None
         runtime_only = check_runtime_only(runtime_config, environment)
         outcome = Outcome(command, runtime_only.diagnostics, deny_warnings=deny_warnings)
+        outcome.sources = runtime_only.sources
         outcome.status = "valid-with-warnings" if runtime_only.has_warnings else "valid"
         outcome.result = {"runtimeConfig": str(runtime_config)}
         outcome.text = f"Valid runtime file {runtime_config}\n"
         return outcome
     checked = check_project(project, runtime_config=runtime_config, environment=environment)
     outcome = Outcome(command, checked.diagnostics, deny_warnings=deny_warnings)
+    outcome.sources = checked.sources
     definition = checked.definition
     if checked.has_errors or definition is None or definition.snapshot is None:
         return outcome

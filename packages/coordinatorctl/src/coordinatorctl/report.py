@@ -11,6 +11,7 @@ from typing import Any, Final, TextIO
 
 from coordinator_core import limits
 from coordinator_core.errors import Diagnostic, exit_code_of
+from coordinatorctl.excerpt import frame_of
 
 __all__ = ["Outcome", "emit", "render_text", "sanitize"]
 
@@ -32,6 +33,9 @@ class Outcome:
     raw: str | None = None  # json-mode stdout instead of the envelope on success (`openapi`)
     lines: list[tuple[str, str]] | None = None  # styled text-mode stdout, printed on failure too
     deny_warnings: bool = False
+    # The files the command read, as written, by diagnostic `file`: text mode shows a code
+    # frame from them (coordinatorctl.excerpt decides what of a line may be shown).
+    sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:
@@ -77,8 +81,28 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def render_text(diagnostics: Sequence[Diagnostic]) -> list[tuple[str, str]]:
-    """The text blocks of 02 §2.2 as (style, line) pairs; style is for the terminal only."""
+def _frame_lines(d: Diagnostic, sources: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The code frame under a diagnostic's first three lines: the line, then a caret run."""
+    frame = frame_of(d, sources)
+    if frame is None:
+        return []
+    number = str(frame.line)
+    gutter = " " * len(number)
+    return [
+        ("frame", f"  {gutter} |"),
+        ("frame", f"  {number} | {sanitize(frame.text)}"),
+        (f"caret-{d.effective_severity}", f"  {gutter} | {' ' * frame.caret}{'^' * frame.width}"),
+    ]
+
+
+def render_text(
+    diagnostics: Sequence[Diagnostic], sources: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """The text blocks of 02 §2.2 as (style, line) pairs; style is for the terminal only.
+
+    After its `next:` line a block shows the code frame when `sources` holds the file, and a
+    `help:` line with the suggested name when there is one; the `note:` lines come last.
+    """
     lines: list[tuple[str, str]] = []
     files: set[str] = set()
     errors = warnings = 0
@@ -98,6 +122,9 @@ def render_text(diagnostics: Sequence[Diagnostic]) -> list[tuple[str, str]]:
         lines.append((severity, head))
         lines.append(("message", f"  {sanitize(d.effective_message)}"))
         lines.append(("hint", f"  next: {sanitize(d.effective_hint)}"))
+        lines.extend(_frame_lines(d, sources or {}))
+        if d.suggestion is not None:
+            lines.append(("help", f"  help: did you mean `{sanitize(d.suggestion)}`?"))
         for related in d.related:
             where = sanitize(related.file)
             if related.line is not None:
@@ -124,6 +151,10 @@ _STYLES: Final = {
     "message": "",
     "hint": "cyan",
     "note": "dim",
+    "frame": "bold blue",
+    "caret-error": "bold red",
+    "caret-warning": "bold yellow",
+    "help": "green",
     "summary": "bold",
     "pass": "green",
     "fail": "bold red",
@@ -169,7 +200,7 @@ def emit(outcome: Outcome, output_format: str) -> int:
         _write_lines(sys.stdout, outcome.lines)  # `test`: every case, failed ones included
         sys.stdout.flush()
     if outcome.diagnostics:
-        _write_lines(sys.stderr, render_text(outcome.diagnostics))
+        _write_lines(sys.stderr, render_text(outcome.diagnostics, outcome.sources))
     if outcome.exit_code == 0 and outcome.lines is None:
         if outcome.text is not None:
             sys.stdout.write(outcome.text)

@@ -79,6 +79,9 @@ class ProjectCheck:
     runtime: list[Any] = field(default_factory=list)  # project.runtime.RuntimeCheck
     scenarios: AuthoredFile | None = None
     scenario_report: Any = None  # coordinator_core.scenarios.ScenarioReport when cases ran
+    # The text of every file read, as authored (never substituted), by its diagnostic `file`
+    # name: what a text report shows back to the author around a position (its code frame).
+    sources: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def has_errors(self) -> bool:
@@ -90,6 +93,15 @@ class ProjectCheck:
 
 
 # -- project directory --------------------------------------------------------------------
+
+
+def _keep_source(sources: dict[str, str], name: str, data: bytes | None) -> None:
+    if data is None:
+        return
+    try:
+        sources[name] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return
 
 
 def _entry_diagnostic(code: str, name: str) -> Diagnostic:
@@ -234,6 +246,7 @@ def _compile(source: str, out: list[Diagnostic]) -> Any:
                 line=error.line,
                 column=error.column,
                 message=error.message,
+                hint=error.hint,
                 artifact="functions",
             )
         )
@@ -488,6 +501,7 @@ def check_project(
     """
     out: list[Diagnostic] = []
     runtime_names: list[str] = []
+    sources: dict[str, str] = {}
     if not directory.is_dir():
         out.append(Diagnostic("coordinator.definition.read", path="", file=WORKFLOW_FILE))
         return ProjectCheck(finalize(out))
@@ -495,6 +509,7 @@ def check_project(
     if extra_yaml is None:
         return ProjectCheck(finalize(out))
     workflow_bytes = _read_workflow_bytes(directory, out)
+    _keep_source(sources, WORKFLOW_FILE, workflow_bytes)
     authored = None
     if workflow_bytes is not None:
         authored = read_authored_file(
@@ -504,9 +519,12 @@ def check_project(
     source = _read_functions(directory, authored, out) if workflow_bytes is not None else None
     if workflow_bytes is None and (directory / FUNCTIONS_FILE).exists():
         source = _read_functions(directory, None, out)
+    if source is not None:
+        sources[FUNCTIONS_FILE] = source
     for name in extra_yaml:
         data = _read_regular(directory / name)
         if data is not None and _names_a_coordinator_format(data):
+            _keep_source(sources, name, data)
             out.extend(read_authored_file(data, file=name, expected_kind=None).diagnostics)
     definition = check_definition(authored, source, out)
 
@@ -517,12 +535,14 @@ def check_project(
         definition,
         out,
         runtime_names,
+        sources,
     )
     scenarios = None
     report = None
     scenarios_path = directory / SCENARIOS_FILE
     if not definition_only and _is_regular(scenarios_path):
         data = _read_regular(scenarios_path)
+        _keep_source(sources, SCENARIOS_FILE, data)
         if data is not None:
             scenarios = read_authored_file(
                 data, file=SCENARIOS_FILE, expected_kind=limits.KIND_SCENARIOS
@@ -536,7 +556,9 @@ def check_project(
                 )
                 report = run_scenarios(scenarios, definition.snapshot, definition=engine_definition)
                 out.extend(report.diagnostics)
-    return ProjectCheck(finalize(out, runtime_names), definition, runtime_checks, scenarios, report)
+    return ProjectCheck(
+        finalize(out, runtime_names), definition, runtime_checks, scenarios, report, sources
+    )
 
 
 def _check_runtime_files(
@@ -546,6 +568,7 @@ def _check_runtime_files(
     definition: DefinitionCheck | None,
     out: list[Diagnostic],
     names: list[str],
+    sources: dict[str, str] | None = None,
 ) -> list[Any]:
     """02 §4.1 step 8: each runtime file alone, then its bindings against the workflow."""
     candidates: list[tuple[Path, str]] = []
@@ -560,6 +583,10 @@ def _check_runtime_files(
     checks = []
     for path, display in candidates:
         names.append(display)
+        if sources is not None:
+            # The file as written: a code frame never shows a substituted value (the frame
+            # renderer also shows no value of a runtime file at all).
+            _keep_source(sources, display, _read_regular(path))
         runtime = check_runtime_file(path, display_file=display, environment=environment)
         out.extend(runtime.diagnostics)
         workflow_ok = (
@@ -571,7 +598,8 @@ def _check_runtime_files(
         )
         if workflow_ok and runtime.ok_for_bindings and definition is not None:
             assert definition.decoded is not None
-            out.extend(check_bindings(definition.decoded, runtime))
+            assert definition.workflow is not None
+            out.extend(check_bindings(definition.decoded, runtime, definition.workflow.position))
         checks.append(runtime)
     return checks
 
@@ -596,5 +624,6 @@ def check_runtime_only(
     """`check --runtime-config FILE` without `--project`: the standalone runtime-file check."""
     out: list[Diagnostic] = []
     names: list[str] = []
-    checks = _check_runtime_files(None, runtime_config, environment, None, out, names)
-    return ProjectCheck(finalize(out, names), None, checks)
+    sources: dict[str, str] = {}
+    checks = _check_runtime_files(None, runtime_config, environment, None, out, names, sources)
+    return ProjectCheck(finalize(out, names), None, checks, sources=sources)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -34,7 +34,7 @@ from coordinator_core.config.rules import (
     holds_stand_in,
     is_reference_member,
 )
-from coordinator_core.errors import Diagnostic
+from coordinator_core.errors import Diagnostic, Related, closest_name, is_identifier
 from coordinator_core.operations import product_of
 
 __all__ = [
@@ -373,11 +373,16 @@ def _member_schema(schema: Mapping[str, Any] | None, key: str) -> Mapping[str, A
 # -- bindings (02 §5.8) -------------------------------------------------------------------
 
 
-def check_bindings(workflow: Mapping[str, Any], runtime: RuntimeCheck) -> list[Diagnostic]:
+def check_bindings(
+    workflow: Mapping[str, Any],
+    runtime: RuntimeCheck,
+    workflow_position: Callable[[str], tuple[int | None, int | None]] | None = None,
+) -> list[Diagnostic]:
     """B1–B4 and B6 of a decoded workflow body against a runtime file (B5 is the file's own).
 
     Positions are in the runtime file. A member holding an environment stand-in, or inside an
-    object skipped for one, is not judged.
+    object skipped for one, is not judged. With `workflow_position` (a pointer's line and column
+    in workflow.yaml), an unbound name gets a `related` entry where the workflow uses it.
     """
     decoded = runtime.authored.decoded
     document = runtime.authored.document
@@ -393,16 +398,33 @@ def check_bindings(workflow: Mapping[str, Any], runtime: RuntimeCheck) -> list[D
         message: str | None,
         code: str = "coordinator.runtime.workflow-binding",
         severity: Literal["error", "warning"] | None = None,
+        unbound: tuple[str, str, str] | None = None,
     ) -> None:
         if (code, pointer) in reported:
             return
         reported.add((code, pointer))
         anchor: Literal["key", "value"] = "key" if document.key_positions.get(pointer) else "value"
-        out.append(
-            diagnostic_at(
-                document, file, code, pointer, anchor=anchor, message=message, severity=severity
-            )
+        found = diagnostic_at(
+            document, file, code, pointer, anchor=anchor, message=message, severity=severity
         )
+        if unbound is not None:
+            # (name, the runtime map it belongs in, the workflow pointer that uses it)
+            name, map_name, used_at = unbound
+            noun = "event source" if map_name == "eventSources" else "connection"
+            entries = decoded.get(map_name)
+            names = entries.keys() if isinstance(entries, dict) else ()
+            related: tuple[Related, ...] = ()
+            if workflow_position is not None:
+                line, column = workflow_position(used_at)
+                related = (
+                    Related("workflow.yaml", used_at, f"{noun} {name} is used here", line, column),
+                )
+            found = dataclasses.replace(
+                found,
+                suggestion=closest_name(name, names) if is_identifier(name) else None,
+                related=related,
+            )
+        out.append(found)
 
     def entry(map_name: str, name: str) -> Any:
         entries = decoded.get(map_name)
@@ -410,7 +432,7 @@ def check_bindings(workflow: Mapping[str, Any], runtime: RuntimeCheck) -> list[D
 
     operations = workflow.get("operations")
     aliases: Mapping[str, Any] = operations if isinstance(operations, dict) else {}
-    for alias in aliases.values():
+    for alias_id, alias in aliases.items():
         if not isinstance(alias, dict):
             continue
         operation, connection = alias.get("operation"), alias.get("connection")
@@ -430,7 +452,21 @@ def check_bindings(workflow: Mapping[str, Any], runtime: RuntimeCheck) -> list[D
             continue
         bound = entry(map_name, connection)
         if bound is None:
-            report(pointer, message=MESSAGES["missing-connection"])
+            named = is_identifier(connection) and is_identifier(alias_id)
+            report(
+                pointer,
+                message=(
+                    f"Operation alias {alias_id} uses connection {connection}, "
+                    f"which is not bound under `{map_name}`."
+                )
+                if named
+                else MESSAGES["missing-connection"],
+                unbound=(
+                    connection,
+                    map_name,
+                    f"/operations/{escape_pointer_token(alias_id)}/connection",
+                ),
+            )
         elif map_name == "connections" and isinstance(bound, dict):
             if runtime.holds_stand_in(f"{pointer}/product"):
                 continue
@@ -439,12 +475,23 @@ def check_bindings(workflow: Mapping[str, Any], runtime: RuntimeCheck) -> list[D
 
     triggers = workflow.get("triggers")
     if isinstance(triggers, dict):
-        for trigger in triggers.values():
+        for trigger_id, trigger in triggers.items():
             source = trigger.get("source") if isinstance(trigger, dict) else None
             if isinstance(source, str) and entry("eventSources", source) is None:
+                named = is_identifier(source) and is_identifier(trigger_id)
                 report(
                     f"/eventSources/{escape_pointer_token(source)}",
-                    message=MESSAGES["missing-event-source"],
+                    message=(
+                        f"Trigger {trigger_id} names event source {source}, "
+                        "which is not declared under `eventSources`."
+                    )
+                    if named
+                    else MESSAGES["missing-event-source"],
+                    unbound=(
+                        source,
+                        "eventSources",
+                        f"/triggers/{escape_pointer_token(trigger_id)}/source",
+                    ),
                 )
 
     steps = workflow.get("steps")

@@ -15,7 +15,7 @@ from typing import Any, Final
 from coordinator_core import limits
 from coordinator_core.authoring.decode import AuthoredFile
 from coordinator_core.authoring.yamlreader import escape_pointer_token
-from coordinator_core.errors import Diagnostic, Related
+from coordinator_core.errors import Diagnostic, Related, closest_name, is_identifier
 from coordinator_core.functions.lexer import (
     DISABLED,
     KEYWORD_FUNCTIONS,
@@ -29,6 +29,18 @@ from coordinator_core.values import JsonBoundsError, check_json_value
 __all__ = ["MappingRef", "WorkflowRules", "mappings_of"]
 
 FUNCTION_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+# Per-condition repair hints of codes that cover several conditions (fixed sentences).
+HINT_MISSING_FUNCTION: Final = (
+    "Define a public function with this name in functions.rhai, or name an existing function "
+    "in the mapping's `function`."
+)
+HINT_PRIVATE_FUNCTION: Final = (
+    "Remove `private` from the function, or name a public function in the mapping."
+)
+HINT_FUNCTION_ARITY: Final = (
+    "Give the function one parameter per mapping argument, or change the mapping's `arguments`."
+)
 WORKFLOW_FILE: Final = "workflow.yaml"
 FUNCTIONS_FILE: Final = "functions.rhai"
 
@@ -107,6 +119,8 @@ class WorkflowRules:
         message: str | None = None,
         key: bool = False,
         related: tuple[Related, ...] = (),
+        suggestion: str | None = None,
+        hint: str | None = None,
     ) -> None:
         line, column = (
             self.authored.key_position(pointer) if key else self.authored.position(pointer)
@@ -119,9 +133,43 @@ class WorkflowRules:
                 line=line,
                 column=column,
                 message=message,
+                hint=hint,
                 artifact=limits.KIND_PROJECT,
                 related=related,
+                suggestion=suggestion,
             )
+        )
+
+    def declared_here(self, pointer: str, what: str) -> tuple[Related, ...]:
+        """A `related` entry at the declaration of a suggested name (its key in the file)."""
+        line, column = self.authored.key_position(pointer)
+        return (Related(WORKFLOW_FILE, pointer, f"{what} is declared here", line, column),)
+
+    def unknown(
+        self,
+        code: str,
+        pointer: str,
+        name: str,
+        candidates: Iterator[str] | list[str] | set[str],
+        *,
+        message: str,
+        declared_under: str | None,
+        noun: str,
+    ) -> None:
+        """An unknown name, named in `message` only if it is an identifier, with the closest
+        declared name as `suggestion` and (for a name declared in workflow.yaml) `related`."""
+        suggestion = closest_name(name, candidates) if is_identifier(name) else None
+        related: tuple[Related, ...] = ()
+        if suggestion is not None and declared_under is not None:
+            related = self.declared_here(
+                f"{declared_under}/{escape_pointer_token(suggestion)}", f"{noun} {suggestion}"
+            )
+        self.report(
+            code,
+            pointer,
+            message=message if is_identifier(name) else None,
+            related=related,
+            suggestion=suggestion,
         )
 
     def raw_step_type(self, step_id: str) -> str | None:
@@ -157,7 +205,15 @@ class WorkflowRules:
             self.report("coordinator.definition.deadline", "/deadlineSeconds")
         start = workflow.get("start")
         if isinstance(start, str) and "steps" in workflow and start not in self.raw_steps:
-            self.report("coordinator.definition.target", "/start")
+            self.unknown(
+                "coordinator.definition.target",
+                "/start",
+                start,
+                set(self.raw_steps),
+                message=f"The start member names step {start}, which is not declared under `steps`.",
+                declared_under="/steps",
+                noun="step",
+            )
             self.route_errors = True
         if "input" in self.raw_steps:
             self.report("coordinator.definition.step", "/steps/input", key=True)
@@ -212,9 +268,17 @@ class WorkflowRules:
                 message="More than 16 distinct connection names are declared.",
             )
 
-    def target(self, pointer: str, target: Any) -> None:
+    def target(self, pointer: str, target: Any, step_id: str) -> None:
         if isinstance(target, str) and target not in self.raw_steps:
-            self.report("coordinator.definition.target", pointer)
+            self.unknown(
+                "coordinator.definition.target",
+                pointer,
+                target,
+                {s for s in self.raw_steps if s != step_id},
+                message=f"Step {step_id} routes to step {target}, which is not declared under `steps`.",
+                declared_under="/steps",
+                noun="step",
+            )
             self.route_errors = True
 
     def step(self, step_id: str, step: Mapping[str, Any]) -> None:
@@ -222,15 +286,26 @@ class WorkflowRules:
         step_type = step.get("type")
         for member in ("next", "onTimeout", "onCancel"):
             if member in step:
-                self.target(f"{base}/{member}", step[member])
+                self.target(f"{base}/{member}", step[member], step_id)
         for label, target in (step.get("cases") or {}).items():
-            self.target(f"{base}/cases/{escape_pointer_token(label)}", target)
+            self.target(f"{base}/cases/{escape_pointer_token(label)}", target, step_id)
         for code, target in (step.get("onDeclaredRefusal") or {}).items():
-            self.target(f"{base}/onDeclaredRefusal/{escape_pointer_token(code)}", target)
+            self.target(f"{base}/onDeclaredRefusal/{escape_pointer_token(code)}", target, step_id)
         if step_type == "call":
             alias = step.get("operation")
             if isinstance(alias, str) and alias not in self.raw_operations:
-                self.report("coordinator.definition.operation", f"{base}/operation")
+                self.unknown(
+                    "coordinator.definition.operation",
+                    f"{base}/operation",
+                    alias,
+                    set(self.raw_operations),
+                    message=(
+                        f"Call step {step_id} names operation alias {alias}, "
+                        "which is not declared under `operations`."
+                    ),
+                    declared_under="/operations",
+                    noun="alias",
+                )
             elif isinstance(alias, str) and "onDeclaredRefusal" in step:
                 operation = self.alias_operation(alias)
                 descriptor = CATALOG.get(operation) if operation else None
@@ -243,7 +318,18 @@ class WorkflowRules:
         elif step_type == "finish":
             outcome = step.get("outcome")
             if isinstance(outcome, str) and outcome not in self.raw_outcomes:
-                self.report("coordinator.definition.outcome", f"{base}/outcome")
+                self.unknown(
+                    "coordinator.definition.outcome",
+                    f"{base}/outcome",
+                    outcome,
+                    set(self.raw_outcomes),
+                    message=(
+                        f"Finish step {step_id} names outcome {outcome}, "
+                        "which is not declared under `outcomes`."
+                    ),
+                    declared_under="/outcomes",
+                    noun="outcome",
+                )
 
     def wait_for(self, step_id: str, step: Mapping[str, Any], base: str) -> None:
         timeout = step.get("timeoutSeconds")
@@ -257,7 +343,30 @@ class WorkflowRules:
             return
         called_type = self.raw_step_type(called)
         if called not in self.raw_steps or (called_type is not None and called_type != "call"):
-            self.report("coordinator.definition.wait-for", f"{base}/call")
+            if called in self.raw_steps:
+                self.report(
+                    "coordinator.definition.wait-for",
+                    f"{base}/call",
+                    message=(
+                        f"Wait-for step {step_id} waits for step {called}, which is not a call step."
+                    )
+                    if is_identifier(called)
+                    else None,
+                )
+                return
+            calls = {s for s in self.raw_steps if self.raw_step_type(s) == "call"}
+            self.unknown(
+                "coordinator.definition.wait-for",
+                f"{base}/call",
+                called,
+                calls,
+                message=(
+                    f"Wait-for step {step_id} waits for step {called}, "
+                    "which is not declared under `steps`."
+                ),
+                declared_under="/steps",
+                noun="call step",
+            )
             return
         completion = step.get("completion")
         called_step = self.steps.get(called)
@@ -267,7 +376,18 @@ class WorkflowRules:
         operation = self.alias_operation(alias) if isinstance(alias, str) else None
         descriptor = CATALOG.get(operation) if operation else None
         if descriptor is not None and completion not in descriptor.completions:
-            self.report("coordinator.definition.completion", f"{base}/completion")
+            self.unknown(
+                "coordinator.definition.completion",
+                f"{base}/completion",
+                completion,
+                set(descriptor.completions),
+                message=(
+                    f"Wait-for step {step_id} waits for completion {completion}, which operation "
+                    f"{descriptor.id} of call step {called} does not expose."
+                ),
+                declared_under=None,
+                noun="completion",
+            )
 
     def all_steps_decoded(self) -> bool:
         """Whether every step decoded: rules about what the steps use need all of them."""
@@ -375,21 +495,29 @@ def function_rules(
         if info is not None and not info.private and info.parameters == len(arguments):
             continue
         related: tuple[Related, ...] = ()
+        suggestion: str | None = None
         if info is None:
             message = f"No function named {name} is defined in functions.rhai."
+            hint = HINT_MISSING_FUNCTION
+            public = {f for f, i in functions.items() if not i.private}
+            suggestion = closest_name(name, public)
+            if suggestion is not None:
+                info = functions[suggestion]
         elif info.private:
             message = f"Function {name} is private; a mapping can only call a public function."
+            hint = HINT_PRIVATE_FUNCTION
         else:
             message = (
                 f"Function {name} takes {_count(info.parameters, 'parameter')}, "
                 f"but the mapping passes {_count(len(arguments), 'argument')}."
             )
+            hint = HINT_FUNCTION_ARITY
         if info is not None:
             related = (
                 Related(
                     file=FUNCTIONS_FILE,
                     path="",
-                    message=f"function {name} is defined here",
+                    message=f"function {suggestion or name} is defined here",
                     line=info.line,
                     column=info.column,
                 ),
@@ -403,8 +531,10 @@ def function_rules(
                 line=line,
                 column=column,
                 message=message,
+                hint=hint,
                 artifact=limits.KIND_PROJECT,
                 related=related,
+                suggestion=suggestion,
             )
         )
 

@@ -15,6 +15,42 @@ CODE_OUTPUT: Final = "coordinator.function.output"
 CODE_JSON: Final = "coordinator.function.json"
 
 
+# The repair hint of each kind of compile-time refusal: all are `coordinator.function.definition`
+# (contract 02 §5.5 F2–F3), but a syntax error, a reserved word, a disabled feature and a
+# duplicate definition are repaired differently. Every hint is a fixed sentence.
+HINT_SYNTAX: Final = (
+    "Correct the syntax at the reported position; the function language is the Rhai subset "
+    "described in docs/functions.md."
+)
+HINT_RESERVED: Final = (
+    "Rename the variable, parameter or function: reserved words of the function language "
+    "cannot be used as names."
+)
+HINT_NOT_PERMITTED: Final = (
+    "Remove the construct: pure functions cannot use `print`, `debug`, `eval`, `import`, "
+    "`export`, closures or function pointers; compute the value from the parameters instead."
+)
+HINT_DEFINITIONS: Final = (
+    "Give every function a distinct name and keep to at most 128 functions in functions.rhai."
+)
+HINT_SOURCE: Final = "Save functions.rhai as UTF-8 text."
+
+_RESERVED_SUFFIX: Final = "is a reserved word of the function language; rename the variable."
+
+
+def compile_hint(message: str) -> str:
+    """The repair hint for a compile-time refusal with this fixed message."""
+    if message.endswith(_RESERVED_SUFFIX) or message == "A reserved keyword cannot be used here.":
+        return HINT_RESERVED
+    if "not permitted" in message:
+        return HINT_NOT_PERMITTED
+    if message.startswith("More than 128 functions") or message.endswith("more than once."):
+        return HINT_DEFINITIONS
+    if "UTF-8" in message:
+        return HINT_SOURCE
+    return HINT_SYNTAX
+
+
 class FunctionError(Exception):
     """A refusal of the pure-function boundary: one code and a fixed sentence.
 
@@ -26,15 +62,22 @@ class FunctionError(Exception):
     message: str
     line: int | None
     column: int | None
+    hint: str | None
 
     def __init__(
-        self, code: str, message: str, line: int | None = None, column: int | None = None
+        self,
+        code: str,
+        message: str,
+        line: int | None = None,
+        column: int | None = None,
+        hint: str | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.line = line
         self.column = column
+        self.hint = hint
 
     def __repr__(self) -> str:
         where = "" if self.line is None else f" at {self.line}:{self.column}"

@@ -165,6 +165,11 @@ def disabled_message(name: str) -> str:
     return f"'{name}' is not permitted in pure functions."
 
 
+def reserved_message(word: str) -> str:
+    """The refusal of a reserved word used as a name; it names the word (a fixed keyword)."""
+    return f"`{word}` is a reserved word of the function language; rename the variable."
+
+
 class Token:
     __slots__ = ("column", "kind", "line", "offset", "value")
 
@@ -366,7 +371,7 @@ class Lexer:
         elif word in KEYWORD_FUNCTIONS:
             tokens.append(Token(KWFN, word, start))
         elif word in RESERVED_WORDS:
-            tokens.append(Token(ERROR, "A reserved keyword cannot be used here.", start))
+            tokens.append(Token(ERROR, reserved_message(word), start))
         elif not _valid_identifier(word):
             tokens.append(Token(ERROR, MSG_MALFORMED_IDENT, start))
         else:

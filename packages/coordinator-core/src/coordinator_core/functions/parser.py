@@ -25,6 +25,7 @@ from coordinator_core.functions.lexer import (
     OP,
     STR,
     Token,
+    reserved_message,
 )
 from coordinator_core.functions.rvalues import MIN_I64, Char, Range
 from coordinator_core.limits import (
@@ -232,7 +233,7 @@ class Parser:
         name_token = self.next()
         if name_token.kind != IDENT:
             if name_token.kind == KWFN:
-                raise self.fail(MSG_RESERVED, name_token)
+                raise self.fail(reserved_message(name_token.value), name_token)
             raise self.fail("A function name is expected after 'fn'.", name_token)
         name = name_token.value
         self.headers.append(FnHeader(name, private, start.line, start.column))
@@ -246,7 +247,7 @@ class Parser:
                     token = self.next()
                     if token.kind != IDENT:
                         if token.kind == KWFN:
-                            raise self.fail(MSG_RESERVED, token)
+                            raise self.fail(reserved_message(token.value), token)
                         raise self.fail("A parameter name is expected.", token)
                     if token.value in params:
                         raise self.fail("A parameter name is repeated.", token)
@@ -357,7 +358,7 @@ class Parser:
         if token.kind == IDENT:
             return token
         if token.kind == KWFN:
-            raise self.fail(MSG_RESERVED, token)
+            raise self.fail(reserved_message(token.value), token)
         raise self.fail("A variable name is expected.", token)
 
     def parse_let(self, level: int) -> n.Let:
@@ -712,14 +713,14 @@ class Parser:
                 self.pos += 1
                 if self.peek().is_op("::"):
                     raise self.fail(MSG_PATH)
-                raise self.fail(MSG_RESERVED, token)
+                raise self.fail(reserved_message(token.value), token)
             else:
                 raise self.fail("An expression is expected.")
         elif kind == KWFN:
             self.pos += 1
             after = self.peek()
             if not (after.is_op("(") or after.is_op("()")):
-                raise self.fail(MSG_RESERVED, token)
+                raise self.fail(reserved_message(token.value), token)
             if token.value != "type_of":
                 raise self.fail(MSG_FN_POINTER, token)
             e = self.parse_call(level, token)
@@ -892,7 +893,7 @@ class Parser:
                     raise self.fail("A map literal repeats a key.", token)
                 key = token.value
             elif token.kind == KWFN:
-                raise self.fail(MSG_RESERVED, token)
+                raise self.fail(reserved_message(token.value), token)
             else:
                 raise self.fail("A property name is expected in the map literal.", token)
             self.expect(":", "':' is expected after a map key.")

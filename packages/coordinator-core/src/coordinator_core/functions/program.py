@@ -19,11 +19,13 @@ from coordinator_core.functions.errors import (
     CODE_RESOURCE_LIMIT,
     CODE_SOURCE_LIMIT,
     CODE_VALUE_LIMIT,
+    HINT_SOURCE,
     FunctionError,
     LimitError,
     OutputError,
     ParseError,
     ScriptError,
+    compile_hint,
 )
 from coordinator_core.functions.lexer import tokenize
 from coordinator_core.functions.parser import Parser
@@ -205,7 +207,9 @@ def compile_functions(source: str) -> CompileResult:
         size = len(source.encode("utf-8"))
     except UnicodeEncodeError as error:
         line, column = _position(source, error.start)
-        return CompileResult(None, (FunctionError(CODE_DEFINITION, MSG_NOT_UTF8, line, column),))
+        return CompileResult(
+            None, (FunctionError(CODE_DEFINITION, MSG_NOT_UTF8, line, column, HINT_SOURCE),)
+        )
     if size > FUNCTION_MAX_SOURCE_BYTES:
         return CompileResult(None, (FunctionError(CODE_SOURCE_LIMIT, MSG_SOURCE_LIMIT),))
     try:
@@ -220,7 +224,11 @@ def compile_functions(source: str) -> CompileResult:
             key = (e.line, e.column, e.message)
             if key not in seen:
                 seen.add(key)
-                unique.append(FunctionError(CODE_DEFINITION, e.message, e.line, e.column))
+                unique.append(
+                    FunctionError(
+                        CODE_DEFINITION, e.message, e.line, e.column, compile_hint(e.message)
+                    )
+                )
         return CompileResult(None, tuple(unique))
     return CompileResult(CompiledFunctions(fns), ())
 
