@@ -380,3 +380,20 @@ def test_long_lines_are_trimmed_around_the_column(
     assert len(shown) <= 96 and shown.startswith("…") and shown.endswith("+;")
     caret = block[block.index(row) + 1].split(" | ", 1)[1]
     assert shown[len(caret) - 1] == ";"
+
+
+@pytest.mark.parametrize("command", ["package", "test"])
+def test_package_and_test_show_the_same_frame_as_check(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    project = _project(
+        tmp_path, workflow_yaml=[("    next: request-review\n", "    next: request-reveiw\n")]
+    )
+    argv = [command, "--project", str(project)]
+    if command == "package":
+        argv += ["--output", str(tmp_path / "package")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    block = _block(err, "coordinator.definition.target", "/steps/read-application/next")
+    assert "    next: request-reveiw" in "\n".join(block)
+    assert "  help: did you mean `request-review`?" in block

@@ -155,6 +155,7 @@ def package(project: Path, output: Path, *, runtime_config: Path | None) -> Outc
         project, runtime_config=runtime_config, environment=None, definition_only=True
     )
     outcome = Outcome("package", checked.diagnostics)
+    outcome.sources = checked.sources
     definition = checked.definition
     if outcome.exit_code != 0 or definition is None or definition.snapshot is None:
         return outcome
@@ -411,6 +412,7 @@ def _run_test(
 
     checked = check_project(project, runtime_config=None, environment=None, definition_only=True)
     outcome = Outcome("test", list(checked.diagnostics))
+    outcome.sources = checked.sources
     definition = checked.definition
     if outcome.exit_code != 0 or definition is None or definition.snapshot is None:
         return outcome, None, None, None
