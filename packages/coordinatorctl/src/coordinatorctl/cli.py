@@ -37,10 +37,12 @@ class _Parser(argparse.ArgumentParser):
 def _add_global_flags(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     default: Any = argparse.SUPPRESS if suppress else None
     parser.add_argument(
+        "-o",
         "--format",
-        choices=("text", "json"),
+        choices=("text", "json", "jsonl"),
         default=argparse.SUPPRESS if suppress else "text",
-        help="output mode: text (default) or json (one CoordinatorCtlReport on stdout)",
+        help="output mode: text (default), json (one CoordinatorCtlReport on stdout) or jsonl"
+        " (one report per line: a run per line for list, a line per change for --wait/--watch)",
     )
     parser.add_argument("--runtime-config", default=default, metavar="FILE", help="runtime file")
     parser.add_argument("--url", default=default, metavar="ORIGIN", help="service origin")
@@ -165,10 +167,13 @@ def _command_name(options: argparse.Namespace) -> str:
 def _sniff_format(arguments: Sequence[str]) -> str:
     """The output mode for a usage error, read without trusting the rest of the line."""
     for index, argument in enumerate(arguments):
-        if argument == "--format=json" or (
-            argument == "--format" and index + 1 < len(arguments) and arguments[index + 1] == "json"
-        ):
-            return "json"
+        for flag in ("--format", "-o"):
+            if argument in (f"{flag}=json", f"{flag}=jsonl") or (
+                argument == flag
+                and index + 1 < len(arguments)
+                and arguments[index + 1] in ("json", "jsonl")
+            ):
+                return "json"
     return "text"
 
 
