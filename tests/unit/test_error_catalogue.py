@@ -75,6 +75,11 @@ PRODUCT_CODES = (
     # A deployment command of a `coordinatorctl` installed without its `deploy` extra (the
     # offline commands install without a store driver, docs/installing.md).
     "coordinator.command.extra-required",
+    # `start --wait` / `status --watch` (docs/cli.md): the watched run settled without a finish,
+    # the watch's `--timeout` passed, or Ctrl-C ended it (the process exits 130).
+    "coordinator.command.run-not-finished",
+    "coordinator.command.watch-timeout",
+    "coordinator.command.watch-interrupted",
 )
 
 EXIT_3 = {
