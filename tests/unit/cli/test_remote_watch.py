@@ -550,6 +550,47 @@ def test_a_failing_poll_ends_the_watch_with_its_outcome_and_the_last_run(
     )
     assert code == 3 and codes(document) == ["coordinator.command.service-unavailable"]
     assert document["command"] == "status" and document["run"] == RUNNING
+    assert service.calls("GET", RUN_PATH) == 1 + remote_watch.POLL_ATTEMPTS
+
+
+def test_a_read_that_fails_is_tried_again_twice(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, fast: None
+) -> None:
+    service.on("GET", RUN_PATH, RUNNING)
+    service.then("GET", RUN_PATH, 503, {"oops": True}, "application/json")
+    service.then("GET", RUN_PATH, 503, {"oops": True}, "application/json")
+    service.then("GET", RUN_PATH, 200, FINISHED, "application/json")
+    code, out, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
+    assert code == 0 and "Status:     finished" in out
+    lines = err.splitlines()
+    assert len(lines) == 4 and "could not be read (1 of 2 retries)" in lines[1]
+    assert "could not be read (2 of 2 retries)" in lines[2] and " finished at " in lines[3]
+    assert service.calls("GET", RUN_PATH) == 4
+
+
+def test_a_refused_read_is_not_tried_again(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, fast: None
+) -> None:
+    service.on("GET", RUN_PATH, RUNNING)
+    service.then(
+        "GET",
+        RUN_PATH,
+        401,
+        {
+            "type": "https://id.registrystack.org/problems/registry-coordinator/access/unauthenticated",
+            "title": "Refused",
+            "status": 401,
+            "detail": "A fixed sentence.",
+            "code": "coordinator.access.unauthenticated",
+            "suggestedAction": "Do the fixed next thing.",
+        },
+        "application/problem+json",
+    )
+    code, document = report(
+        capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch"
+    )
+    assert code == 1 and codes(document) == ["coordinator.access.unauthenticated"]
+    assert document["run"] == RUNNING and service.calls("GET", RUN_PATH) == 2
 
 
 def test_a_refused_start_is_not_followed(
@@ -593,6 +634,61 @@ def test_the_live_panel_on_a_terminal_shows_no_secret(
     code, out, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
     assert code == 0 and "Status:     finished" in out
     assert "\x1b" in err  # drawn, then removed
+
+
+def test_the_live_panel_shows_the_wait_timing_of_a_wait_step(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fast: None,
+) -> None:
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "200")
+    wait = {
+        "call": "read-review",
+        "completion": "review-completed",
+        "startedAt": "2025-01-01T10:00:01.000Z",
+        "timeoutAt": "2025-01-08T10:00:01.000Z",
+        "intervalSeconds": 900,
+        "observations": 4,
+        "lastObservedAt": "2025-01-01T10:45:00.000Z",
+        "nextObservationAt": "2025-01-01T11:00:00.000Z",
+        "result": "waiting",
+    }
+    step = {
+        "step": "await-review",
+        "type": "wait-for",
+        "state": "pending",
+        "generation": 1,
+        "attempt": 0,
+        "enteredAt": "2025-01-01T10:00:01.000Z",
+        "finishedAt": None,
+        "nextDueAt": "2025-01-01T11:00:00.000Z",
+        "leaseExpiresAt": None,
+        "failureCode": None,
+        "route": None,
+        "wait": wait,
+    }
+    inspection = {
+        "run": WAITING,
+        "steps": [step],
+        "effects": [],
+        "recovery": {
+            "retryAllowed": False,
+            "retryBlockedBy": "not-uncertain",
+            "reconcileAllowed": False,
+            "reconcileBlockedBy": "not-uncertain",
+        },
+    }
+    service.on("GET", RUN_PATH, WAITING, WAITING, FINISHED)
+    service.on("GET", RUN_PATH + "/inspect", inspection)
+    code, _, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
+    assert code == 0 and service.calls("GET", RUN_PATH + "/inspect") == 1
+    assert "waiting, 4 observations, next 2025-01-01T11:00:00.000Z" in err
+    assert "times out 2025-01-08T10:00:01.000Z" in err
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ past `--timeout`. A run has settled for the watch when nothing will move it with
 
 What the caller sees while it runs depends on the output mode:
 
-- text, stderr a terminal: a live panel on stderr (rich Live: status, step, next due, elapsed,
+- text, stderr a terminal: a live panel on stderr (rich Live: status, step, next due, the wait
+  timing of a wait step from one `GET /v1/runs/{run}/inspect` per step entered, elapsed,
   timeout), removed when the watch ends;
 - text, stderr not a terminal: one plain line on stderr per observed change;
 - `--format json`: nothing until the final report;
@@ -23,7 +24,7 @@ The final outcome, and the exit code:
 | the run is `failed`, `cancelled`, `cancelled-after-effect`, `expired` or `attention` | 1 | `coordinator.command.run-not-finished` |
 | `--timeout` passed first | 1 | `coordinator.command.watch-timeout` |
 | Ctrl-C (SIGINT) | 130 (the report says `domain-refusal`) | `coordinator.command.watch-interrupted` |
-| a call failed | that call's 09 §4 outcome (1 or 3) | that call's |
+| a call failed (a read: exit 3 three times in a row) | that call's 09 §4 outcome (1 or 3) | that call's |
 
 The report's `run` is the last run observed, whenever one was. A watch never cancels or changes
 anything: it only reads. No line carries the token, the input or the run's output; every string
@@ -35,7 +36,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -53,6 +54,7 @@ __all__ = [
     "FIRST_INTERVAL_SECONDS",
     "INTERRUPTED_EXIT",
     "MAX_INTERVAL_SECONDS",
+    "POLL_ATTEMPTS",
     "SETTLED",
     "watch",
 ]
@@ -60,6 +62,7 @@ __all__ = [
 FIRST_INTERVAL_SECONDS: float = 1.0
 MAX_INTERVAL_SECONDS: float = 5.0
 INTERVAL_GROWTH: Final = 1.5
+POLL_ATTEMPTS: Final = 3  # consecutive reads that fail with exit 3 before the watch gives up
 INTERRUPTED_EXIT: Final = 130  # 128 + SIGINT, as a shell reports a command ended by Ctrl-C
 SETTLED: Final = frozenset(
     {"finished", "failed", "cancelled", "cancelled-after-effect", "expired", "attention"}
@@ -119,6 +122,29 @@ def _due_in(text: str | None) -> str | None:
     return f"{text} ({'in ' + _duration(left) if left >= 1 else 'due now'})"
 
 
+def wait_text(inspection: Mapping[str, Any] | None, step: object) -> str | None:
+    """The wait timing of the current step from an inspection (06 §11.3 `wait`), or None."""
+    if inspection is None:
+        return None
+    waits = [
+        entry["wait"]
+        for entry in inspection.get("steps", [])
+        if isinstance(entry, dict)
+        and entry.get("step") == step
+        and isinstance(entry.get("wait"), dict)
+    ]
+    if not waits:
+        return None
+    wait: Mapping[str, Any] = waits[-1]
+    if "until" in wait:
+        return f"until {_due_in(_word(wait, 'until'))}"
+    text = f"{_word(wait, 'result')}, {wait.get('observations')} observations"
+    following = _word(wait, "nextObservationAt")
+    if following is not None:
+        text += f", next {following}"
+    return text + f", times out {_due_in(_word(wait, 'timeoutAt'))}"
+
+
 # --------------------------------------------------------------------------------------------
 # What is shown while watching.
 
@@ -140,6 +166,10 @@ class _Display:
     def change(self, run: Mapping[str, Any], *, settled: bool) -> None:
         return None
 
+    def trouble(self, failures: int) -> None:
+        """A read failed with exit 3 (`failures` in a row); it is tried again."""
+        return None
+
 
 @dataclass
 class _JsonLines(_Display):
@@ -159,6 +189,15 @@ class _Lines(_Display):
         sys.stderr.write(change_line(run, time.monotonic() - self.started) + "\n")
         sys.stderr.flush()
 
+    def trouble(self, failures: int) -> None:
+        if not failures:
+            return
+        sys.stderr.write(
+            f"+{_duration(time.monotonic() - self.started)} the service could not be read"
+            f" ({failures} of {POLL_ATTEMPTS - 1} retries); reading again\n"
+        )
+        sys.stderr.flush()
+
 
 @dataclass
 class _LivePanel(_Display):
@@ -166,6 +205,11 @@ class _LivePanel(_Display):
 
     run: Mapping[str, Any] | None = None
     live: Live | None = None
+    failures: int = 0
+    # Reads the run's inspection (06 §11.2) for the wait timing of its current step; set by
+    # `watch`, called once per step entered. None, or a failed read, shows no wait row.
+    inspect: Callable[[], Mapping[str, Any] | None] | None = None
+    wait: str | None = None
 
     def __enter__(self) -> _LivePanel:
         from rich.console import Console
@@ -181,9 +225,18 @@ class _LivePanel(_Display):
             self.live.stop()
 
     def change(self, run: Mapping[str, Any], *, settled: bool) -> None:
+        entered = self.run is None or self.run.get("step") != run.get("step")
         self.run = run
+        self.failures = 0
+        if settled:
+            self.wait = None
+        elif entered and self.inspect is not None:
+            self.wait = wait_text(self.inspect(), run.get("step"))
         if self.live is not None:
             self.live.refresh()
+
+    def trouble(self, failures: int) -> None:
+        self.failures = failures
 
     def render(self) -> RenderableType:
         from rich.table import Table
@@ -203,9 +256,16 @@ class _LivePanel(_Display):
             due = _due_in(_word(run, "nextDueAt"))
             if due is not None:
                 grid.add_row("Next due", Text(due))
+            if self.wait is not None:
+                grid.add_row("Wait", Text(self.wait))
             failure = _word(run, "failureCode")
             if failure is not None:
                 grid.add_row("Failure", Text(failure))
+        if self.failures:
+            grid.add_row(
+                "Service",
+                Text(f"not answering; reading again ({self.failures} of {POLL_ATTEMPTS - 1})"),
+            )
         grid.add_row("Elapsed", Text(_duration(now - self.started)))
         if self.deadline is not None:
             grid.add_row("Timeout", Text(f"in {_duration(self.deadline - now)}"))
@@ -321,7 +381,18 @@ def watch(
             run: Mapping[str, Any] = outcome.result["run"]
             run_id = str(uuid.UUID(run["runId"]))
             poll = ApiRequest("GET", f"/v1/runs/{run_id}")
+            if isinstance(display, _LivePanel):
+
+                def inspect() -> Mapping[str, Any] | None:
+                    read = ApiRequest("GET", f"/v1/runs/{run_id}/inspect")
+                    found = outcome_of(
+                        "inspect", exchange(origin, read, token), stdout_is_terminal=False
+                    )
+                    return found.result if found.exit_code == 0 else None
+
+                display.inspect = inspect
             interval = FIRST_INTERVAL_SECONDS
+            failures = 0
             while True:
                 changed = run != last
                 last = run
@@ -346,10 +417,17 @@ def watch(
                 polled = outcome_of(
                     "status", exchange(origin, poll, token), stdout_is_terminal=False
                 )
+                if polled.exit_code == 3 and failures + 1 < POLL_ATTEMPTS:
+                    failures += 1  # unreachable, timed out or 5xx: read again at the next pause
+                    display.trouble(failures)
+                    continue
                 if polled.exit_code != 0:
                     polled.command = command
                     polled.result = {**(polled.result or {}), "run": dict(last)}
                     return polled
+                if failures:
+                    failures = 0
+                    display.trouble(0)
                 outcome = polled
                 assert outcome.result is not None
                 run = outcome.result["run"]
