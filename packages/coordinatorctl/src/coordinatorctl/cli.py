@@ -45,8 +45,15 @@ def _add_global_flags(parser: argparse.ArgumentParser, *, suppress: bool) -> Non
         " (one report per line: a run per line for list, a line per change for --wait/--watch)",
     )
     parser.add_argument("--runtime-config", default=default, metavar="FILE", help="runtime file")
-    parser.add_argument("--url", default=default, metavar="ORIGIN", help="service origin")
-    parser.add_argument("--token-file", default=default, metavar="FILE", help="access token file")
+    parser.add_argument(
+        "--url", default=default, metavar="ORIGIN", help="service origin (else $COORDINATOR_URL)"
+    )
+    parser.add_argument(
+        "--token-file",
+        default=default,
+        metavar="FILE",
+        help="access token file (else $COORDINATOR_TOKEN_FILE)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
