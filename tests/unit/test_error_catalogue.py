@@ -82,6 +82,11 @@ PRODUCT_CODES = (
     # `inspect --graph --project DIR` over a project whose definition digest is not the run's:
     # the API answers no step graph, so the run is drawn over the local project's (docs/graphs.md).
     "coordinator.command.graph-definition-mismatch",
+    # `start --wait` / `status --watch` (docs/cli.md): the watched run settled without a finish,
+    # the watch's `--timeout` passed, or Ctrl-C ended it (the process exits 130).
+    "coordinator.command.run-not-finished",
+    "coordinator.command.watch-timeout",
+    "coordinator.command.watch-interrupted",
 )
 
 EXIT_3 = {

@@ -928,11 +928,18 @@ def test_missing_url_and_token_file_are_both_reported(
     assert service.seen == []
 
 
-def test_a_relative_token_file_path_is_command_usage(
-    capsys: pytest.CaptureFixture[str], service: FakeService
+def test_a_relative_token_file_path_is_resolved_against_the_current_directory(
+    capsys: pytest.CaptureFixture[str],
+    service: FakeService,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # 09 §1 names the token file by an absolute path: a relative one is joined to the current
+    # directory before it is read (tests/unit/cli/test_remote_watch.py reads one).
+    monkeypatch.chdir(tmp_path)
     code, document = report(capsys, "--url", service.url, "--token-file", "token", "doctor")
-    assert code == 2 and codes(document) == ["coordinator.command.usage"]
+    assert code == 1 and codes(document) == ["coordinator.command.token-invalid"]
+    assert document["diagnostics"][0]["source"]["file"] == str(tmp_path / "token")
     assert service.seen == []
 
 
@@ -1231,9 +1238,11 @@ def test_list_text_is_a_plain_aligned_table_off_a_terminal(
     code, out, _ = run(capsys, *remote_args(service, token_file), "list")
     assert code == 0 and "\x1b" not in out
     lines = out.splitlines()
-    assert lines[0].split() == ["RUN", "WORKFLOW", "STATUS", "STEP", "ADMITTED", "OUTCOME"]
+    assert lines[0].split() == [
+        "RUN", "WORKFLOW", "STATUS", "STEP", "OUTCOME", "FAILURE", "ADMITTED"
+    ]  # fmt: skip
     assert lines[1].split()[:3] == [RUN_ID, "reviewed-notice", "running"]
-    assert lines[2].split()[-1] == "notice-sent"
+    assert lines[2].split()[4:6] == ["notice-sent", "-"]
     column = lines[0].index("STATUS")
     assert lines[1][column:].startswith("running") and lines[2][column:].startswith("finished")
     assert lines[-1] == "Next cursor: c.1"

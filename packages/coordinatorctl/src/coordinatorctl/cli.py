@@ -55,11 +55,14 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # command, 09 §1) but not shown in its help, where they would mean nothing.
 _RUNTIME_CHECKED = frozenset({"check", "explain", "package", "audit verify"})
 _GLOBAL_HELP: Final = {
-    "--format": "output mode: text (default) or json (one CoordinatorCtlReport on stdout)",
+    "--format": "output mode: text (default), json (one CoordinatorCtlReport on stdout) or jsonl"
+    " (one report per line: a run per line for list, a line per change for --wait/--watch)",
     "--runtime-config": "absolute path of a runtime file (required by deployment commands;"
     " checked with the project by check, explain and package)",
-    "--url": "the service origin: https://host[:port], or http:// with a loopback host",
-    "--token-file": "absolute path of a file holding one access token (never printed)",
+    "--url": "the service origin: https://host[:port], or http:// with a loopback host"
+    " (else $COORDINATOR_URL)",
+    "--token-file": "path of a file holding one access token, never printed"
+    " (else $COORDINATOR_TOKEN_FILE)",
 }
 
 
@@ -98,9 +101,10 @@ def _add_global_flags(parser: argparse.ArgumentParser, *, command: str | None) -
         text = _GLOBAL_HELP[flag]
         if flag == "--runtime-config" and command is not None:
             text = _RUNTIME_HELP.get(command, "absolute path of the runtime file (required)")
-        group.add_argument(flag, help=text if visible else argparse.SUPPRESS, **kwargs)
+        names = ("-o", flag) if flag == "--format" else (flag,)
+        group.add_argument(*names, help=text if visible else argparse.SUPPRESS, **kwargs)
 
-    add("--format", choices=("text", "json"), default="text")
+    add("--format", choices=("text", "json", "jsonl"), default="text")
     add("--runtime-config", metavar="FILE")
     add("--url", metavar="ORIGIN")
     add("--token-file", metavar="FILE")
@@ -285,10 +289,13 @@ def _command_name(options: argparse.Namespace) -> str:
 def _sniff_format(arguments: Sequence[str]) -> str:
     """The output mode for a usage error, read without trusting the rest of the line."""
     for index, argument in enumerate(arguments):
-        if argument == "--format=json" or (
-            argument == "--format" and index + 1 < len(arguments) and arguments[index + 1] == "json"
-        ):
-            return "json"
+        for flag in ("--format", "-o"):
+            if argument in (f"{flag}=json", f"{flag}=jsonl") or (
+                argument == flag
+                and index + 1 < len(arguments)
+                and arguments[index + 1] in ("json", "jsonl")
+            ):
+                return "json"
     return "text"
 
 

@@ -18,6 +18,14 @@ remote_request.py (the API call of each command), remote_exchange.py (the HTTP e
 remote_outcome.py (answers to outcomes). remote_args.py holds the command lines and
 remote_text.py the text mode. remote_models.py is their typed boundary: request bodies are built
 and answers read through the generated models of the API's bodies (spec/schemas/api.schema.json).
+
+`--url` and `--token-file` default to the environment variables `COORDINATOR_URL` and
+`COORDINATOR_TOKEN_FILE` (a flag wins; an empty variable counts as unset). 09 §1 asks for an
+absolute token path: a relative one is resolved against the current directory here, before
+anything is read, so the file that is read is always named by an absolute path.
+
+`start --wait` and `status --watch` follow the run after the command's own call with further
+`GET /v1/runs/{run}` calls, each under the same client policy (remote_watch.py).
 """
 
 from __future__ import annotations
@@ -25,19 +33,44 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from coordinator_core.errors import Diagnostic
-from coordinatorctl.remote_exchange import RemoteAnswer, send
+from coordinatorctl.remote_exchange import Failure, RemoteAnswer, send
 from coordinatorctl.remote_inputs import parse_origin, read_token
 from coordinatorctl.remote_outcome import outcome_of
-from coordinatorctl.remote_request import build_request
+from coordinatorctl.remote_request import ApiRequest, build_request
 from coordinatorctl.report import Outcome
 
 if TYPE_CHECKING:
     from coordinatorctl.remote_graph import GraphRequest
 
-__all__ = ["run"]
+__all__ = ["TOKEN_FILE_VARIABLE", "URL_VARIABLE", "exchange", "run"]
+
+URL_VARIABLE: Final = "COORDINATOR_URL"
+TOKEN_FILE_VARIABLE: Final = "COORDINATOR_TOKEN_FILE"
+
+
+def _from_environment(flag_value: str | None, variable: str) -> tuple[str | None, bool]:
+    """The flag's value, else the variable's (unset or empty: None); and whether it came from
+    the environment."""
+    if flag_value is not None:
+        return flag_value, False
+    value = os.environ.get(variable)
+    return (value, True) if value else (None, False)
+
+
+def _usage(message: str, hint: str) -> Diagnostic:
+    return Diagnostic("coordinator.command.usage", path="", message=message, hint=hint)
+
+
+def exchange(origin: str, request: ApiRequest, token: str) -> RemoteAnswer | Failure:
+    """One request under the client policy of 09 §4; an answer that repeats the caller's token
+    is no valid answer of the service (06 §12) and never reaches the output."""
+    answer = send(origin, request, token)
+    if isinstance(answer, RemoteAnswer) and token.encode("ascii") in answer.body:
+        return "invalid"
+    return answer
 
 
 def run(options: argparse.Namespace) -> Outcome:
@@ -45,33 +78,45 @@ def run(options: argparse.Namespace) -> Outcome:
     command: str = options.command
     usage: list[Diagnostic] = []
     origin: str | None = None
-    if options.url is None:
+    url, url_from_environment = _from_environment(options.url, URL_VARIABLE)
+    if url is None:
         usage.append(Diagnostic("coordinator.command.service-required", path=""))
     else:
-        origin = parse_origin(options.url)
+        origin = parse_origin(url)
         if origin is None:
             # Never echoed: the value may carry user info.
+            source = URL_VARIABLE if url_from_environment else "--url"
             usage.append(
-                Diagnostic(
-                    "coordinator.command.usage",
-                    path="",
-                    message=(
-                        "--url must be an origin: https://host[:port], or http:// with a "
-                        "loopback host, without user info, path, query or fragment."
-                    ),
-                    hint="Pass the service origin only, e.g. --url https://coordinator.example.org.",
+                _usage(
+                    f"{source} must be an origin: https://host[:port], or http:// with a "
+                    "loopback host, without user info, path, query or fragment.",
+                    f"Give the service origin only, e.g. {source}"
+                    f"{'=' if url_from_environment else ' '}https://coordinator.example.org.",
                 )
             )
-    token_file: str | None = options.token_file
+    token_file, _ = _from_environment(options.token_file, TOKEN_FILE_VARIABLE)
     if token_file is None:
         usage.append(Diagnostic("coordinator.command.token-file-required", path=""))
     elif not os.path.isabs(token_file):
+        try:
+            # Joined, not normalised: `..` keeps its meaning under a symbolic link.
+            token_file = os.path.join(os.getcwd(), token_file)
+        except OSError:  # the current directory is gone
+            usage.append(
+                _usage(
+                    "The relative token file path cannot be resolved: the current directory "
+                    "cannot be read.",
+                    "Name the token file by its absolute path, e.g. /home/ops/token.",
+                )
+            )
+            token_file = None
+    watching = bool(getattr(options, "wait", False) or getattr(options, "watch", False))
+    if getattr(options, "timeout", None) is not None and not watching:
+        flag = "--wait" if command == "start" else "--watch"
         usage.append(
-            Diagnostic(
-                "coordinator.command.usage",
-                path="",
-                message="--token-file must be an absolute path.",
-                hint="Name the token file by its absolute path, e.g. /home/ops/token.",
+            _usage(
+                f"--timeout bounds a watch: it needs {flag}.",
+                f"Add {flag} to follow the run, or drop --timeout.",
             )
         )
     if usage:
@@ -95,14 +140,26 @@ def run(options: argparse.Namespace) -> Outcome:
         local.extend(request)
     if local or isinstance(token, Diagnostic) or isinstance(request, list):
         return Outcome(command, local)
-    answer = send(origin, request, token)
-    if isinstance(answer, RemoteAnswer) and token.encode("ascii") in answer.body:
-        # 06 §12: the service never returns a token; an answer that repeats the caller's is not
-        # a valid answer of the service, and it must not reach the output.
-        answer = "invalid"
+    output_format: str = getattr(options, "format", "text")
+    if watching:
+        from coordinatorctl.remote_watch import watch
+
+        return watch(
+            command,
+            origin,
+            token,
+            request,
+            timeout=options.timeout,
+            output_format=output_format,
+        )
+    answer = exchange(origin, request, token)
     outcome = outcome_of(command, answer, stdout_is_terminal=sys.stdout.isatty())
     if graph is not None and isinstance(answer, RemoteAnswer) and outcome.exit_code == 0:
         from coordinatorctl import remote_graph
 
         return remote_graph.draw(graph, answer.body, outcome)
+    if output_format == "jsonl" and command == "list" and outcome.exit_code == 0:
+        from coordinatorctl.remote_outcome import list_lines
+
+        outcome.raw = list_lines(outcome)
     return outcome

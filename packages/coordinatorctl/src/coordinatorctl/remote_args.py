@@ -10,7 +10,7 @@ from typing import Final
 
 from coordinator_core.limits import RUN_STATUSES
 
-__all__ = ["COMMANDS", "RUN_STATUSES", "add_remote_commands"]
+__all__ = ["COMMANDS", "MAX_WATCH_TIMEOUT_SECONDS", "RUN_STATUSES", "add_remote_commands"]
 
 COMMANDS: Final = frozenset(
     {
@@ -31,6 +31,7 @@ COMMANDS: Final = frozenset(
 )
 LIST_DEFAULT_LIMIT: Final = 20
 RETAIN_DEFAULT_LIMIT: Final = 100
+MAX_WATCH_TIMEOUT_SECONDS: Final = 31_536_000  # a year: longer than any run deadline worth a watch
 
 
 def _limit(text: str) -> int:
@@ -38,6 +39,22 @@ def _limit(text: str) -> int:
         # Reported by the parser as coordinator.cli.usage, without echoing the value.
         raise argparse.ArgumentTypeError("out of range")
     return int(text)
+
+
+def _timeout(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,8}", text) or not 1 <= int(text) <= MAX_WATCH_TIMEOUT_SECONDS:
+        raise argparse.ArgumentTypeError("out of range")  # never echoed, as for _limit
+    return int(text)
+
+
+def _add_timeout(parser: argparse.ArgumentParser, flag: str) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=_timeout,
+        metavar="SECONDS",
+        help=f"with {flag}: stop watching after SECONDS (1..{MAX_WATCH_TIMEOUT_SECONDS:,});"
+        " nothing is cancelled",
+    )
 
 
 def add_remote_commands(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
@@ -51,9 +68,21 @@ def add_remote_commands(command: Callable[[str, str], argparse.ArgumentParser]) 
     start.add_argument(
         "--key-file", required=True, metavar="FILE", help="the Idempotency-Key of the admission"
     )
+    start.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow the admitted run until it settles; exit 0 only if it finished",
+    )
+    _add_timeout(start, "--wait")
 
     status = command("status", "show one run (GET /v1/runs/{run})")
     status.add_argument("--run", required=True, metavar="UUID", help="the run id")
+    status.add_argument(
+        "--watch",
+        action="store_true",
+        help="follow the run until it settles; exit 0 only if it finished",
+    )
+    _add_timeout(status, "--watch")
 
     listing = command("list", "list the runs visible to the caller (GET /v1/runs)")
     listing.add_argument(

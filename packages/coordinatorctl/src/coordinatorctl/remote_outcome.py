@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from coordinator_core.errors import Diagnostic, entry
@@ -46,9 +46,11 @@ __all__ = [
     "RemoteOutcome",
     "RemoteProblem",
     "Shape",
+    "list_lines",
     "outcome_of",
     "passed_text",
     "problem_of",
+    "report_line",
 ]
 
 MAX_PASSED_TEXT_CHARS: Final = 512
@@ -113,12 +115,43 @@ class RemoteOutcome(Outcome):
     """An Outcome whose exit code is fixed by the outcome mapping of 09 §4 when set."""
 
     forced_exit: int | None = None
+    # The process's exit code when it is none of the report's classes (130 for an interrupted
+    # watch, remote_watch.py); the report itself follows `forced_exit`.
+    process_exit: int | None = None
 
     @property
     def exit_code(self) -> int:
+        if self.process_exit is not None:
+            return self.process_exit
         if self.forced_exit is not None:
             return self.forced_exit
         return super().exit_code
+
+    def envelope(self) -> dict[str, Any]:
+        if self.process_exit is not None:
+            return replace(self, process_exit=None).envelope()
+        return super().envelope()
+
+
+def report_line(command: str, status: str, result: Mapping[str, Any]) -> str:
+    """One successful report as one JSON line (`--format jsonl`)."""
+    envelope = RemoteOutcome(command, status=status, result=result, forced_exit=0).envelope()
+    return json.dumps(envelope, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def list_lines(outcome: Outcome) -> str:
+    """`list --format jsonl`: one report line per run of the page (`run`, and the page's
+    `nextCursor`); a page without runs is the one report of `--format json`."""
+    result = outcome.result
+    assert result is not None
+    runs = result["runs"]
+    if not runs:
+        return report_line(outcome.command, outcome.status, result)
+    cursor = result["nextCursor"]
+    return "".join(
+        report_line(outcome.command, outcome.status, {"run": run, "nextCursor": cursor})
+        for run in runs
+    )
 
 
 # --------------------------------------------------------------------------------------------

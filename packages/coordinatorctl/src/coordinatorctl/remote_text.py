@@ -26,7 +26,7 @@ from coordinatorctl.report import sanitize
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-__all__ = ["render_text"]
+__all__ = ["LIST_COLUMNS", "render_text"]
 
 
 def _show(value: object) -> str:
@@ -169,21 +169,24 @@ def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
     return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
 
 
-_LIST_COLUMNS: Final = ("RUN", "WORKFLOW", "STATUS", "STEP", "ADMITTED", "OUTCOME")
+# What each column holds: the run id, its workflow, its status (06 §11.5; `(uncertain)` when an
+# effect is unknown), its current step, the finish it reached (an outcome id), its failure code
+# (06 §11.7) and when it was admitted. `-` where a run has none.
+LIST_COLUMNS: Final = ("RUN", "WORKFLOW", "STATUS", "STEP", "OUTCOME", "FAILURE", "ADMITTED")
 
 
 def _list_rows(runs: Sequence[RunStatus]) -> list[list[str]]:
     rows = []
     for run in runs:
-        finish = run.outcome.root if run.outcome is not None else run.failure_code
         rows.append(
             [
                 _show(str(run.run_id)),
                 _show(run.workflow_id),
                 _show(run.status) + (" (uncertain)" if run.uncertain else ""),
                 _show(run.step),
+                _show(run.outcome.root if run.outcome is not None else None),
+                _show(run.failure_code),
                 _show(run.admitted_at),
-                _show(finish) if finish is not None else "-",
             ]
         )
     return rows
@@ -205,7 +208,7 @@ def _list_text(page: RunList, terminal: bool) -> str:
         from rich.text import Text
 
         table = Table(box=None, header_style="bold", pad_edge=False)
-        for column in _LIST_COLUMNS:
+        for column in LIST_COLUMNS:
             table.add_column(column, no_wrap=column in ("RUN", "ADMITTED"))
         for row in rows:
             table.add_row(*(Text(cell) for cell in row))
@@ -218,7 +221,7 @@ def _list_text(page: RunList, terminal: bool) -> str:
         )
         console.print(table)
         return buffer.getvalue() + footer
-    return "\n".join(_aligned([list(_LIST_COLUMNS), *rows])) + "\n" + footer
+    return "\n".join(_aligned([list(LIST_COLUMNS), *rows])) + "\n" + footer
 
 
 def render_text(command: str, status_word: str, answer: BaseModel, *, terminal: bool) -> str | None:

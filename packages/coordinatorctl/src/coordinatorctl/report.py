@@ -186,8 +186,9 @@ def _write_lines(stream: TextIO, lines: Sequence[tuple[str, str]]) -> None:
 
 
 def emit(outcome: Outcome, output_format: str) -> int:
-    """Write the outcome as the envelope (json) or as text; return the exit code."""
-    if output_format == "json":
+    """Write the outcome as the envelope (json; jsonl: the same one line, or the stream's lines
+    in `raw`) or as text; return the exit code."""
+    if output_format in ("json", "jsonl"):
         if outcome.raw is not None and outcome.exit_code == 0:
             sys.stdout.write(outcome.raw)  # the document itself, without the envelope (09 §2)
         else:

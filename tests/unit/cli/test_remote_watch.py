@@ -1,0 +1,757 @@
+"""Remote ergonomics: `COORDINATOR_URL` / `COORDINATOR_TOKEN_FILE` defaults, a relative token
+path, `start --wait` / `status --watch` (remote_watch.py), the `list` columns and `--format jsonl`.
+
+A scripted fake service (the standard library's threading HTTP server on loopback) answers each
+route from a queue: every request takes the next answer, the last one repeats. Every invocation
+goes through `coordinatorctl.cli.main`; every output is checked for the token and input canaries.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from coordinatorctl import remote_watch
+from coordinatorctl.cli import main
+from coordinatorctl.remote_text import LIST_COLUMNS
+
+REPO = Path(__file__).resolve().parents[3]
+REPORT_SCHEMA = json.loads(
+    (REPO / "spec" / "schemas" / "ctl-report.schema.json").read_text(encoding="utf-8")
+)
+CANARY = "Q0FOQVJZLXdhdGNoLTlkMmI"
+TOKEN = f"eyJhbGciOiJFUzI1NiIsInR5cCI6ImF0K2p3dCJ9.{CANARY}.c2lnbmF0dXJlLXNlZ21lbnQ"
+INPUT_CANARY = "INPUT-CANARY-4b1e"
+RUN_ID = "0b7d3c52-5e1a-4b9e-9c1d-2f3a4b5c6d7e"
+DIGEST = "sha256:" + "5" * 64
+RUN_PATH = f"/v1/runs/{RUN_ID}"
+
+
+def run_status(
+    status: str = "running", step: str = "read-application", **members: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "runId": RUN_ID,
+        "workflowId": "reviewed-notice",
+        "workflowVersion": "1",
+        "revision": DIGEST,
+        "definitionDigest": DIGEST,
+        "bindingDigest": DIGEST,
+        "origin": "api",
+        "trigger": None,
+        "status": status,
+        "step": step,
+        "admittedAt": "2025-01-01T10:00:00.000Z",
+        "deadlineAt": "2025-02-01T10:00:00.000Z",
+        "completedAt": None,
+        "nextDueAt": None,
+        "cancelRequested": False,
+        "restoreReview": False,
+        "uncertain": False,
+        "outcome": None,
+        "output": None,
+        "failureCode": None,
+        "payloadErased": False,
+    }
+    body.update(members)
+    return body
+
+
+RUNNING = run_status()
+WAITING = run_status(step="await-review", nextDueAt="2025-01-01T11:00:00.000Z")
+FINISHED = run_status(
+    "finished",
+    "notice-sent",
+    outcome="notice-sent",
+    completedAt="2025-01-01T12:00:00.000Z",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# The scripted fake service.
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Script:
+    answers: dict[tuple[str, str], list[tuple[int, bytes, str]]] = field(default_factory=dict)
+    seen: list[Seen] = field(default_factory=list)
+    url: str = ""
+
+    def on(self, method: str, path: str, *bodies: Any, status: int = 200) -> None:
+        self.answers[(method, path)] = [
+            (status, json.dumps(body).encode(), "application/json") for body in bodies
+        ]
+
+    def then(self, method: str, path: str, status: int, body: Any, media: str) -> None:
+        self.answers[(method, path)].append((status, json.dumps(body).encode(), media))
+
+    def take(self, method: str, path: str) -> tuple[int, bytes, str]:
+        queue = self.answers.get((method, path))
+        if not queue:
+            return 404, b'{"nope": true}', "application/json"
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    def calls(self, method: str, path: str) -> int:
+        return sum(1 for seen in self.seen if (seen.method, seen.path) == (method, path))
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Script]:
+    script = Script()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_: Any) -> None:
+            return None
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            path = self.path.split("?", 1)[0]
+            script.seen.append(
+                Seen(
+                    self.command,
+                    path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    self.rfile.read(length),
+                )
+            )
+            status, body, media = script.take(self.command, path)
+            self.send_response(status)
+            self.send_header("Content-Type", media)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = _answer
+        do_POST = _answer
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    script.url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield script
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def service(server: Script, monkeypatch: pytest.MonkeyPatch) -> Script:
+    server.answers = {}
+    server.seen = []
+    monkeypatch.delenv("COORDINATOR_URL", raising=False)
+    monkeypatch.delenv("COORDINATOR_TOKEN_FILE", raising=False)
+    return server
+
+
+@pytest.fixture
+def fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Watch pauses of 10–40 ms instead of 1–5 s."""
+    monkeypatch.setattr(remote_watch, "FIRST_INTERVAL_SECONDS", 0.01)
+    monkeypatch.setattr(remote_watch, "MAX_INTERVAL_SECONDS", 0.04)
+
+
+@pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    path = tmp_path / "token"
+    path.write_text(TOKEN + "\n", encoding="ascii")
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    everything = captured.out + captured.err
+    assert CANARY not in everything, "the access token reached the output"
+    assert INPUT_CANARY not in everything, "an input value reached the output"
+    return code, captured.out, captured.err
+
+
+def valid(document: dict[str, Any]) -> dict[str, Any]:
+    jsonschema.Draft202012Validator(REPORT_SCHEMA).validate(document)
+    return document
+
+
+def report(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code, out, err = run(capsys, *argv, "--format", "json")
+    assert err == "" and out.count("\n") == 1
+    document = valid(json.loads(out))
+    assert document["ok"] is (code == 0)
+    return code, document
+
+
+def flags(service: Script, token_file: Path) -> list[str]:
+    return ["--url", service.url, "--token-file", str(token_file)]
+
+
+def codes(document: dict[str, Any]) -> list[str]:
+    return [d["code"] for d in document["diagnostics"]]
+
+
+def start_argv(tmp_path: Path) -> list[str]:
+    payload = tmp_path / "input.json"
+    payload.write_text(json.dumps({"applicationId": INPUT_CANARY}), encoding="utf-8")
+    key = tmp_path / "key"
+    key.write_text("key-1\n", encoding="ascii")
+    return [
+        "start",
+        "--workflow",
+        "reviewed-notice",
+        "--revision",
+        DIGEST,
+        "--input",
+        str(payload),
+        "--key-file",
+        str(key),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# COORDINATOR_URL, COORDINATOR_TOKEN_FILE and a relative token path.
+
+
+def test_the_environment_gives_the_url_and_the_token_file(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service.on("GET", RUN_PATH, RUNNING)
+    monkeypatch.setenv("COORDINATOR_URL", service.url)
+    monkeypatch.setenv("COORDINATOR_TOKEN_FILE", str(token_file))
+    code, document = report(capsys, "status", "--run", RUN_ID)
+    assert code == 0 and document["run"]["status"] == "running"
+    assert service.seen[0].headers["authorization"] == f"Bearer {TOKEN}"
+
+
+def test_flags_win_over_the_environment(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service.on("GET", RUN_PATH, RUNNING)
+    # Neither would work: a non-loopback http origin and a missing file.
+    monkeypatch.setenv("COORDINATOR_URL", f"http://{CANARY}.example.org")
+    monkeypatch.setenv("COORDINATOR_TOKEN_FILE", str(tmp_path / "absent"))
+    code, _ = report(capsys, *flags(service, token_file), "status", "--run", RUN_ID)
+    assert code == 0 and len(service.seen) == 1
+
+
+def test_an_empty_variable_counts_as_unset(
+    capsys: pytest.CaptureFixture[str], service: Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COORDINATOR_URL", "")
+    monkeypatch.setenv("COORDINATOR_TOKEN_FILE", "")
+    code, document = report(capsys, "doctor")
+    assert code == 2 and codes(document) == [
+        "coordinator.command.service-required",
+        "coordinator.command.token-file-required",
+    ]
+
+
+def test_a_missing_url_names_the_flag_and_the_variable(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path
+) -> None:
+    code, out, err = run(capsys, "--token-file", str(token_file), "doctor")
+    assert code == 2 and out == ""
+    assert err.splitlines()[0] == "error[coordinator.command.service-required] /"
+    assert "`--url`" in err and "`COORDINATOR_URL`" in err
+    assert service.seen == []
+
+
+def test_a_missing_token_file_names_the_flag_and_the_variable(
+    capsys: pytest.CaptureFixture[str], service: Script
+) -> None:
+    code, _, err = run(capsys, "--url", service.url, "doctor")
+    assert code == 2 and "`--token-file`" in err and "`COORDINATOR_TOKEN_FILE`" in err
+
+
+def test_a_bad_url_from_the_environment_names_the_variable_and_is_never_echoed(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COORDINATOR_URL", f"https://user:{CANARY}@svc.example.org")
+    code, document = report(capsys, "--token-file", str(token_file), "doctor")
+    assert code == 2 and codes(document) == ["coordinator.command.usage"]
+    assert document["diagnostics"][0]["message"].startswith("COORDINATOR_URL must be an origin")
+    assert service.seen == []
+
+
+@pytest.mark.parametrize("via", ["flag", "variable"])
+def test_a_relative_token_path_is_read_from_the_current_directory(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    via: str,
+) -> None:
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "token").write_text(TOKEN, encoding="ascii")
+    monkeypatch.chdir(tmp_path)
+    service.on("GET", RUN_PATH, RUNNING)
+    argv = ["--url", service.url]
+    if via == "flag":
+        argv += ["--token-file", "secrets/token"]
+    else:
+        monkeypatch.setenv("COORDINATOR_TOKEN_FILE", "secrets/token")
+    code, _ = report(capsys, *argv, "status", "--run", RUN_ID)
+    assert code == 0 and service.seen[0].headers["authorization"] == f"Bearer {TOKEN}"
+
+
+def test_a_relative_token_path_that_is_not_there_names_its_absolute_path(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, document = report(capsys, "--url", service.url, "--token-file", "absent", "doctor")
+    assert code == 1 and codes(document) == ["coordinator.command.token-invalid"]
+    assert document["diagnostics"][0]["source"]["file"] == str(tmp_path / "absent")
+    assert service.seen == []
+
+
+# --------------------------------------------------------------------------------------------
+# status --watch and start --wait.
+
+
+def test_status_watch_follows_the_run_to_finished_one_plain_line_per_change(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, fast: None
+) -> None:
+    service.on("GET", RUN_PATH, RUNNING, RUNNING, WAITING, WAITING, WAITING, FINISHED)
+    code, out, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
+    assert code == 0
+    lines = err.splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == [
+        "running at read-application",
+        "running at await-review, next due 2025-01-01T11:00:00.000Z",
+        "finished at notice-sent, outcome notice-sent",
+    ]
+    assert all(line.startswith("+") and "s " in line for line in lines)
+    assert "Status:     finished" in out and "Outcome:    notice-sent" in out
+    assert service.calls("GET", RUN_PATH) == 6
+    assert [seen.method for seen in service.seen] == ["GET"] * 6  # only reads, never a cancel
+
+
+def test_start_wait_admits_then_follows_the_run(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    tmp_path: Path,
+    fast: None,
+) -> None:
+    service.on("POST", "/v1/runs", RUNNING, status=201)
+    service.on("GET", RUN_PATH, WAITING, FINISHED)
+    code, out, err = run(capsys, *flags(service, token_file), *start_argv(tmp_path), "--wait")
+    assert code == 0
+    assert out.splitlines()[0] == f"Admitted run {RUN_ID}"
+    assert "Status:     finished" in out
+    assert len(err.splitlines()) == 3
+    assert service.calls("POST", "/v1/runs") == 1 and service.calls("GET", RUN_PATH) == 2
+
+
+def test_start_wait_json_prints_only_the_final_report(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    tmp_path: Path,
+    fast: None,
+) -> None:
+    service.on("POST", "/v1/runs", RUNNING, status=200)
+    service.on("GET", RUN_PATH, WAITING, FINISHED)
+    code, document = report(capsys, *flags(service, token_file), *start_argv(tmp_path), "--wait")
+    assert code == 0 and document["command"] == "start" and document["status"] == "replayed"
+    assert document["run"] == FINISHED
+
+
+def test_a_run_already_finished_at_admission_is_not_polled(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    tmp_path: Path,
+    fast: None,
+) -> None:
+    service.on("POST", "/v1/runs", FINISHED, status=200)
+    code, out, _ = run(capsys, *flags(service, token_file), *start_argv(tmp_path), "--wait")
+    assert code == 0 and out.splitlines()[0] == f"Replayed run {RUN_ID}"
+    assert out.count("Replayed run") == 1 and service.calls("GET", RUN_PATH) == 0
+
+
+@pytest.mark.parametrize(
+    ("final", "fragment"),
+    [
+        (run_status("failed", "send-notice", failureCode="product-refused"), "ended `failed`"),
+        (run_status("cancelled", "read-application", cancelRequested=True), "ended `cancelled`"),
+        (run_status("cancelled-after-effect", "send-notice"), "ended `cancelled-after-effect`"),
+        (run_status("expired", "await-review", failureCode="deadline-reached"), "ended `expired`"),
+        (
+            run_status(
+                "attention", "send-notice", uncertain=True, failureCode="transport-uncertain"
+            ),
+            "needs an operator (`attention`)",
+        ),
+    ],
+)
+def test_a_run_that_settles_otherwise_is_exit_1_run_not_finished(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    fast: None,
+    final: dict[str, Any],
+    fragment: str,
+) -> None:
+    service.on("GET", RUN_PATH, RUNNING, final)
+    code, document = report(
+        capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch"
+    )
+    assert code == 1 and document["status"] == "domain-refusal"
+    assert codes(document) == ["coordinator.command.run-not-finished"]
+    assert fragment in document["diagnostics"][0]["message"]
+    if final["failureCode"] is not None:
+        assert f"failure code `{final['failureCode']}`" in document["diagnostics"][0]["message"]
+    assert document["run"] == final
+    code, out, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
+    assert code == 1 and out == "" and "error[coordinator.command.run-not-finished]" in err
+
+
+def test_jsonl_prints_one_report_per_change_then_the_final_report(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, fast: None
+) -> None:
+    service.on("GET", RUN_PATH, RUNNING, RUNNING, WAITING, WAITING, FINISHED)
+    code, out, err = run(
+        capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch", "-o", "jsonl"
+    )
+    assert code == 0 and err == ""
+    lines = [valid(json.loads(line)) for line in out.splitlines()]
+    assert [(line["status"], line["run"]["step"]) for line in lines] == [
+        ("observed", "read-application"),
+        ("observed", "await-review"),
+        ("completed", "notice-sent"),
+    ]
+    assert all(line["command"] == "status" and line["ok"] for line in lines)
+
+
+def test_jsonl_ends_with_the_failing_report(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, fast: None
+) -> None:
+    service.on("GET", RUN_PATH, RUNNING, run_status("expired", failureCode="deadline-reached"))
+    code, out, _ = run(
+        capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch", "--format=jsonl"
+    )
+    lines = [valid(json.loads(line)) for line in out.splitlines()]
+    assert code == 1 and [line["ok"] for line in lines] == [True, False]
+    assert codes(lines[-1]) == ["coordinator.command.run-not-finished"]
+
+
+def test_the_pause_grows_from_1_s_by_half_to_5_s_and_resets_on_a_change(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pauses: list[float] = []
+    monkeypatch.setattr(remote_watch.time, "sleep", pauses.append)
+    service.on("GET", RUN_PATH, *([RUNNING] * 7), WAITING, WAITING, FINISHED)
+    code, _ = report(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
+    assert code == 0
+    assert pauses == [1.0, 1.5, 2.25, 3.375, 5.0, 5.0, 5.0, 1.0, 1.5]
+
+
+def test_the_timeout_ends_the_watch_with_exit_1_and_cancels_nothing(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, fast: None
+) -> None:
+    service.on("GET", RUN_PATH, WAITING)
+    code, document = report(
+        capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch", "--timeout", "1"
+    )
+    assert code == 1 and codes(document) == ["coordinator.command.watch-timeout"]
+    assert document["run"] == WAITING
+    assert {seen.method for seen in service.seen} == {"GET"}
+    assert service.calls("GET", RUN_PATH) >= 10  # polled until the deadline, not once
+
+
+def test_timeout_without_a_watch_is_command_usage(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path
+) -> None:
+    code, document = report(
+        capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--timeout", "5"
+    )
+    assert code == 2 and codes(document) == ["coordinator.command.usage"]
+    assert service.seen == []
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "31536001", CANARY])
+def test_a_bad_timeout_is_cli_usage_and_never_echoed(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, value: str
+) -> None:
+    code, document = report(
+        capsys,
+        *flags(service, token_file),
+        "status",
+        "--run",
+        RUN_ID,
+        "--watch",
+        "--timeout",
+        value,
+    )
+    assert code == 2 and codes(document) == ["coordinator.cli.usage"]
+    assert value not in json.dumps(document["diagnostics"])
+
+
+def test_ctrl_c_ends_the_watch_with_exit_130_and_cancels_nothing(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def interrupt(_: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(remote_watch.time, "sleep", interrupt)
+    service.on("GET", RUN_PATH, WAITING)
+    code, out, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
+    assert code == 130 and out == ""
+    assert "error[coordinator.command.watch-interrupted]" in err and "nothing was cancelled" in err
+    code, document = report(
+        capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch"
+    )
+    assert code == 130 and document["ok"] is False and document["status"] == "domain-refusal"
+    assert codes(document) == ["coordinator.command.watch-interrupted"]
+    assert document["run"] == WAITING
+    assert {seen.method for seen in service.seen} == {"GET"}
+
+
+def test_a_failing_poll_ends_the_watch_with_its_outcome_and_the_last_run(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, fast: None
+) -> None:
+    service.on("GET", RUN_PATH, RUNNING)
+    service.then("GET", RUN_PATH, 503, {"oops": True}, "application/json")
+    code, document = report(
+        capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch"
+    )
+    assert code == 3 and codes(document) == ["coordinator.command.service-unavailable"]
+    assert document["command"] == "status" and document["run"] == RUNNING
+    assert service.calls("GET", RUN_PATH) == 1 + remote_watch.POLL_ATTEMPTS
+
+
+def test_a_read_that_fails_is_tried_again_twice(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, fast: None
+) -> None:
+    service.on("GET", RUN_PATH, RUNNING)
+    service.then("GET", RUN_PATH, 503, {"oops": True}, "application/json")
+    service.then("GET", RUN_PATH, 503, {"oops": True}, "application/json")
+    service.then("GET", RUN_PATH, 200, FINISHED, "application/json")
+    code, out, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
+    assert code == 0 and "Status:     finished" in out
+    lines = err.splitlines()
+    assert len(lines) == 4 and "could not be read (1 of 2 retries)" in lines[1]
+    assert "could not be read (2 of 2 retries)" in lines[2] and " finished at " in lines[3]
+    assert service.calls("GET", RUN_PATH) == 4
+
+
+def test_a_refused_read_is_not_tried_again(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, fast: None
+) -> None:
+    service.on("GET", RUN_PATH, RUNNING)
+    service.then(
+        "GET",
+        RUN_PATH,
+        401,
+        {
+            "type": "https://id.registrystack.org/problems/registry-coordinator/access/unauthenticated",
+            "title": "Refused",
+            "status": 401,
+            "detail": "A fixed sentence.",
+            "code": "coordinator.access.unauthenticated",
+            "suggestedAction": "Do the fixed next thing.",
+        },
+        "application/problem+json",
+    )
+    code, document = report(
+        capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch"
+    )
+    assert code == 1 and codes(document) == ["coordinator.access.unauthenticated"]
+    assert document["run"] == RUNNING and service.calls("GET", RUN_PATH) == 2
+
+
+def test_a_refused_start_is_not_followed(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    tmp_path: Path,
+    fast: None,
+) -> None:
+    service.on("POST", "/v1/runs")
+    service.then(
+        "POST",
+        "/v1/runs",
+        409,
+        {
+            "type": "https://id.registrystack.org/problems/registry-coordinator/command/restore-hold",
+            "title": "Refused",
+            "status": 409,
+            "detail": "A fixed sentence.",
+            "code": "coordinator.command.restore-hold",
+            "suggestedAction": "Do the fixed next thing.",
+        },
+        "application/problem+json",
+    )
+    code, document = report(capsys, *flags(service, token_file), *start_argv(tmp_path), "--wait")
+    assert code == 1 and codes(document) == ["coordinator.command.restore-hold"]
+    assert service.calls("GET", RUN_PATH) == 0
+
+
+def test_the_live_panel_on_a_terminal_shows_no_secret(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fast: None,
+) -> None:
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    service.on("GET", RUN_PATH, RUNNING, WAITING, FINISHED)
+    code, out, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
+    assert code == 0 and "Status:     finished" in out
+    assert "\x1b" in err  # drawn, then removed
+
+
+def test_the_live_panel_shows_the_wait_timing_of_a_wait_step(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fast: None,
+) -> None:
+    import sys
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "200")
+    wait = {
+        "call": "read-review",
+        "completion": "review-completed",
+        "startedAt": "2025-01-01T10:00:01.000Z",
+        "timeoutAt": "2025-01-08T10:00:01.000Z",
+        "intervalSeconds": 900,
+        "observations": 4,
+        "lastObservedAt": "2025-01-01T10:45:00.000Z",
+        "nextObservationAt": "2025-01-01T11:00:00.000Z",
+        "result": "waiting",
+    }
+    step = {
+        "step": "await-review",
+        "type": "wait-for",
+        "state": "pending",
+        "generation": 1,
+        "attempt": 0,
+        "enteredAt": "2025-01-01T10:00:01.000Z",
+        "finishedAt": None,
+        "nextDueAt": "2025-01-01T11:00:00.000Z",
+        "leaseExpiresAt": None,
+        "failureCode": None,
+        "route": None,
+        "wait": wait,
+    }
+    inspection = {
+        "run": WAITING,
+        "steps": [step],
+        "effects": [],
+        "recovery": {
+            "retryAllowed": False,
+            "retryBlockedBy": "not-uncertain",
+            "reconcileAllowed": False,
+            "reconcileBlockedBy": "not-uncertain",
+        },
+    }
+    service.on("GET", RUN_PATH, WAITING, WAITING, FINISHED)
+    service.on("GET", RUN_PATH + "/inspect", inspection)
+    code, _, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
+    assert code == 0 and service.calls("GET", RUN_PATH + "/inspect") == 1
+    assert "waiting, 4 observations, next 2025-01-01T11:00:00.000Z" in err
+    assert "times out 2025-01-08T10:00:01.000Z" in err
+
+
+# --------------------------------------------------------------------------------------------
+# list: the columns, and one run per line with --format jsonl.
+
+
+def test_list_columns_say_what_they_hold(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path
+) -> None:
+    failed = run_status("failed", "send-notice", failureCode="product-refused")
+    failed["runId"] = "1" * 8 + RUN_ID[8:]
+    service.on("GET", "/v1/runs", {"runs": [FINISHED, failed, WAITING], "nextCursor": None})
+    code, out, _ = run(capsys, *flags(service, token_file), "list")
+    assert code == 0
+    lines = out.splitlines()
+    assert LIST_COLUMNS == ("RUN", "WORKFLOW", "STATUS", "STEP", "OUTCOME", "FAILURE", "ADMITTED")
+    assert lines[0].split() == list(LIST_COLUMNS)
+    assert lines[1].split() == [
+        RUN_ID,
+        "reviewed-notice",
+        "finished",
+        "notice-sent",
+        "notice-sent",
+        "-",
+        "2025-01-01T10:00:00.000Z",
+    ]
+    assert lines[2].split()[2:6] == ["failed", "send-notice", "-", "product-refused"]
+    assert lines[3].split()[2:6] == ["running", "await-review", "-", "-"]
+    for name in ("OUTCOME", "FAILURE", "ADMITTED"):
+        column = lines[0].index(name)
+        assert all(line[column - 1] == " " and line[column] != " " for line in lines[1:])
+
+
+def test_list_jsonl_prints_one_run_per_line(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path
+) -> None:
+    service.on("GET", "/v1/runs", {"runs": [RUNNING, FINISHED], "nextCursor": "c.2"})
+    code, out, err = run(capsys, *flags(service, token_file), "list", "--format", "jsonl")
+    assert code == 0 and err == ""
+    lines = [valid(json.loads(line)) for line in out.splitlines()]
+    assert [line["run"] for line in lines] == [RUNNING, FINISHED]
+    assert all(line["nextCursor"] == "c.2" and line["command"] == "list" for line in lines)
+
+
+def test_list_jsonl_of_an_empty_page_is_the_one_report(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path
+) -> None:
+    service.on("GET", "/v1/runs", {"runs": [], "nextCursor": None})
+    code, out, _ = run(capsys, *flags(service, token_file), "-o", "jsonl", "list")
+    assert code == 0 and out.count("\n") == 1
+    assert valid(json.loads(out))["runs"] == []
+
+
+def test_jsonl_for_a_single_answer_is_its_one_report_line(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path
+) -> None:
+    service.on("GET", RUN_PATH, RUNNING)
+    code, out, _ = run(
+        capsys, *flags(service, token_file), "status", "--run", RUN_ID, "-o", "jsonl"
+    )
+    assert code == 0 and out.count("\n") == 1 and valid(json.loads(out))["run"] == RUNNING
+
+
+def test_a_usage_error_under_o_json_is_a_report(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "-o", "jsonl", "list", "--limit", "0")
+    assert code == 2 and valid(json.loads(out))["command"] == "usage"
