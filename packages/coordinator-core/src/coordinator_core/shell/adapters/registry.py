@@ -13,8 +13,8 @@ With tracing on (`shell.tracing`), each call a bound adapter makes is one
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from coordinator_core.engine.commands import (
     Dispatch,
@@ -206,26 +206,20 @@ class Adapters:
         if isinstance(found, CallOutcome):
             return found
         adapter, bound = found
-        if not tracing.enabled():
-            return adapter.prepare(
+        return _traced(
+            "prepare",
+            command,
+            traceparent,
+            lambda span_parent: adapter.prepare(
                 bound,
                 command,
                 frozen,
                 attempt_deadline=attempt_deadline,
                 credential=credential,
-                traceparent=traceparent,
-            )
-        with tracing.product_call("prepare", command.operation, command.step) as call:
-            answer = adapter.prepare(
-                bound,
-                command,
-                frozen,
-                attempt_deadline=attempt_deadline,
-                credential=credential,
-                traceparent=traceparent or call.traceparent,
-            )
-            call.outcome(*_prepared(answer))
-            return answer
+                traceparent=span_parent,
+            ),
+            _prepared,
+        )
 
     def dispatch(
         self,
@@ -240,26 +234,20 @@ class Adapters:
         if isinstance(found, CallOutcome):
             return found
         adapter, bound = found
-        if not tracing.enabled():
-            return adapter.dispatch(
+        return _traced(
+            "dispatch",
+            command,
+            traceparent,
+            lambda span_parent: adapter.dispatch(
                 bound,
                 command,
                 frozen,
                 attempt_deadline=attempt_deadline,
                 credential=credential,
-                traceparent=traceparent,
-            )
-        with tracing.product_call("dispatch", command.operation, command.step) as call:
-            answer = adapter.dispatch(
-                bound,
-                command,
-                frozen,
-                attempt_deadline=attempt_deadline,
-                credential=credential,
-                traceparent=traceparent or call.traceparent,
-            )
-            call.outcome(answer.outcome, answer.code)
-            return answer
+                traceparent=span_parent,
+            ),
+            lambda answer: (answer.outcome, answer.code),
+        )
 
     def observe(
         self,
@@ -273,24 +261,19 @@ class Adapters:
         if isinstance(found, CallOutcome):
             return ObservationOutcome(command.step, "refused", code=found.code)
         adapter, bound = found
-        if not tracing.enabled():
-            return adapter.observe(
+        return _traced(
+            "observe",
+            command,
+            traceparent,
+            lambda span_parent: adapter.observe(
                 bound,
                 command,
                 attempt_deadline=attempt_deadline,
                 credential=credential,
-                traceparent=traceparent,
-            )
-        with tracing.product_call("observe", command.operation, command.step) as call:
-            answer = adapter.observe(
-                bound,
-                command,
-                attempt_deadline=attempt_deadline,
-                credential=credential,
-                traceparent=traceparent or call.traceparent,
-            )
-            call.outcome(answer.outcome, answer.code)
-            return answer
+                traceparent=span_parent,
+            ),
+            lambda answer: (answer.outcome, answer.code),
+        )
 
     def lookup_receipt(
         self,
@@ -305,26 +288,41 @@ class Adapters:
         if isinstance(found, CallOutcome):
             return ReceiptAnswer(command.step, command.generation, "unavailable")
         adapter, bound = found
-        if not tracing.enabled():
-            return adapter.lookup_receipt(
+        return _traced(
+            "receipt-lookup",
+            command,
+            traceparent,
+            lambda span_parent: adapter.lookup_receipt(
                 bound,
                 command,
                 frozen,
                 attempt_deadline=attempt_deadline,
                 credential=credential,
-                traceparent=traceparent,
-            )
-        with tracing.product_call("receipt-lookup", command.operation, command.step) as call:
-            answer = adapter.lookup_receipt(
-                bound,
-                command,
-                frozen,
-                attempt_deadline=attempt_deadline,
-                credential=credential,
-                traceparent=traceparent or call.traceparent,
-            )
-            call.outcome(answer.answer)
-            return answer
+                traceparent=span_parent,
+            ),
+            lambda answer: (answer.answer, None),
+        )
+
+
+Answer = TypeVar("Answer")
+
+
+def _traced(
+    call: str,
+    command: Prepare | Dispatch | Observe | LookupReceipt,
+    traceparent: str | None,
+    send: Callable[[str | None], Answer],
+    words: Callable[[Answer], tuple[str, str | None]],
+) -> Answer:
+    """`send(traceparent)`; while tracing is on, inside the call's product-call span, whose
+    `traceparent` the product gets unless the caller gave one, and which records the outcome
+    word (and failure code) that `words` reads off the answer."""
+    if not tracing.enabled():
+        return send(traceparent)
+    with tracing.product_call(call, command.operation, command.step) as span:
+        answer = send(traceparent or span.traceparent)
+        span.outcome(*words(answer))
+        return answer
 
 
 def _prepared(answer: PreparationDone | CallOutcome) -> tuple[str, str | None]:
