@@ -238,6 +238,8 @@ def test_a_post_needs_the_csrf_token_and_the_console_origin(
         ({k: v for k, v in form.items() if k != "csrf"}, origin),
         (form, {"origin": "http://evil.example"}),
         (form, {}),
+        (form, {"origin": "null"}),
+        (form, {"origin": "null", "sec-fetch-site": "cross-site"}),
     ):
         answer = client.post(f"/runs/{RUN}/cancel", data=data, headers=headers)
         assert answer.status_code == 403
@@ -249,6 +251,9 @@ def test_a_post_needs_the_csrf_token_and_the_console_origin(
         (f"/v1/runs/{RUN}/cancel", {"reason": "case-1"})
     ]
     assert 'id="action-status">cancelled<' in answer.text
+    # What a browser sends under `Referrer-Policy: no-referrer`: the page's own form.
+    same_page = {"origin": "null", "sec-fetch-site": "same-origin"}
+    assert client.post(f"/runs/{RUN}/cancel", data=form, headers=same_page).status_code == 200
 
 
 def test_a_post_without_confirmation_asks_again_and_sends_nothing(

@@ -327,7 +327,11 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
         return await inspection_page(run_id)
 
     def form_refusal(form: Form, request: Request) -> str | None:
-        if request.headers.get("origin") != settings.origin:
+        # Under `Referrer-Policy: no-referrer` a browser sends `Origin: null` for a form of
+        # the page itself; then only its `Sec-Fetch-Site: same-origin` vouches for the page.
+        origin = request.headers.get("origin")
+        same_site = request.headers.get("sec-fetch-site") == "same-origin"
+        if not (origin == settings.origin or (origin == "null" and same_site)):
             return "The request did not come from this console's own page."
         given = form.get("csrf")
         if not isinstance(given, str) or not secrets.compare_digest(given, settings.csrf):
