@@ -107,7 +107,10 @@ def test_a_bad_choice_lists_the_choices_and_never_the_value(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     fmt = usage(capsys, "check", "--project", PROJECT, "--format", "yaml")
-    assert fmt["message"] == "The value given to `--format` is not one of its choices: text, json, jsonl."
+    assert (
+        fmt["message"]
+        == "The value given to `--format` is not one of its choices: text, json, jsonl."
+    )
     assert "yaml" not in json.dumps(fmt)
     schema = usage(capsys, "schema", "nope")
     assert schema["message"] == (
