@@ -28,9 +28,7 @@ def browser_unavailable(reason: str) -> None:
     message = f"The browser tests cannot run: {reason}"
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message + " (CI=true: the browser tests must run)", pytrace=False)
-    pytest.skip(
-        message + f" (run `nox -s browser`, or set {CHROMIUM_VARIABLE}; CI=true fails)"
-    )
+    pytest.skip(message + f" (run `nox -s browser`, or set {CHROMIUM_VARIABLE}; CI=true fails)")
 
 
 def chromium_path() -> str | None:

@@ -110,7 +110,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         sandbox = project.start_sandbox()
         project.write_runtime(sandbox)
         text = project.runtime.read_text()
-        text = text.replace("allowedClients: [ops-console]", "allowedClients: [ops-console, viewer]")
+        text = text.replace(
+            "allowedClients: [ops-console]", "allowedClients: [ops-console, viewer]"
+        )
         text = text.replace("        operator: true\n", "        operator: true\n" + VIEWER_POLICY)
         project.runtime.write_text(text)
         assert project.deploy_ctl("migrate")["status"] == "migrated"
@@ -158,9 +160,17 @@ def recorded(browser: Any) -> Iterator[tuple[Any, Recorder]]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     recorder = Recorder()
-    page.on("response", lambda response: recorder.responses.append(response))
     errors: list[str] = []
-    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+
+    def record(response: Any) -> None:  # Playwright wraps handlers: a bound builtin fails
+        recorder.responses.append(response)
+
+    def complain(message: Any) -> None:
+        if message.type == "error":
+            errors.append(message.text)
+
+    page.on("response", record)
+    page.on("console", complain)
     try:
         yield page, recorder
         assert not [e for e in errors if "Content Security Policy" in e], errors
@@ -208,9 +218,7 @@ def test_the_runs_list_shows_the_runs_and_the_counts(
     assert_no_canary(live, recorder, page.content())
 
 
-def test_a_run_page_shows_its_path_on_the_graph(
-    live: Live, recorded: tuple[Any, Recorder]
-) -> None:
+def test_a_run_page_shows_its_path_on_the_graph(live: Live, recorded: tuple[Any, Recorder]) -> None:
     page, recorder = recorded
     run_id = live.start()
     live.wait(run_id, {"finished"})

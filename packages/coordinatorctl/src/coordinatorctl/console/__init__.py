@@ -54,9 +54,7 @@ def run(options: argparse.Namespace) -> Outcome:
         usage.append(Diagnostic("coordinator.command.token-file-required", path=""))
     port: int = options.port
     if not 0 <= port <= 65535:
-        usage.append(
-            _usage("--port must be 0–65535.", "Pass a free port, or 0 for any free port.")
-        )
+        usage.append(_usage("--port must be 0–65535.", "Pass a free port, or 0 for any free port."))
     if usage:
         return Outcome("console", usage)
     assert origin is not None and token_file is not None

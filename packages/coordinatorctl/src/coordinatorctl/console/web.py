@@ -243,7 +243,9 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
         workflow = params.get("workflow") or None
         cursor = params.get("cursor") or None
         auto = params.get("auto")
-        refresh = int(auto) if auto is not None and auto.isdigit() and 2 <= int(auto) <= 300 else None
+        refresh = (
+            int(auto) if auto is not None and auto.isdigit() and 2 <= int(auto) <= 300 else None
+        )
         problems: list[str] = []
         if status is not None and status not in STATUSES:
             problems.append("The status filter is not a run status.")
