@@ -137,7 +137,8 @@ def browser(session: nox.Session) -> None:
         else:
             session.log(f"no {CHROMIUM} and not root with apt-get: the browser tests skip")
     install_workspace(session, *TEST_TOOLS, *BROWSER_TOOLS)
-    session.run("pytest", "-q", "-n", "1", "-p", "no:warnings", "tests/browser", *session.posargs)
+    session.run("pytest", "--browser", "-q", "-p", "no:warnings", "-p", "no:cacheprovider",
+                "tests/browser", *session.posargs)  # fmt: skip
 
 
 @nox.session
