@@ -213,6 +213,12 @@ def test_the_runs_list_shows_the_runs_and_the_counts(
     page.goto(live.operator.url + "/")
     IMAGES.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(IMAGES / "console-runs.png"), full_page=True)
+    page.click('header a[href="/workflow"]')
+    assert live.project.revision in page.locator("#workflow-info").inner_text()
+    assert page.locator("img#graph").count() == 1  # --project is the active definition
+    page.click('header a[href="/holds"]')
+    assert page.locator("#form-restore-hold").count() == 1
+    assert page.locator("#form-retention").count() == 1
     headers = recorder.responses[0].headers
     assert headers["content-security-policy"].startswith("default-src 'none'")
     assert_no_canary(live, recorder, page.content())

@@ -302,3 +302,76 @@ def test_an_unreachable_service_is_one_sentence(settings: ConsoleSettings) -> No
     api: Callable[[ApiRequest], RemoteAnswer | Failure] = unreachable
     page = TestClient(create_app(api, settings), base_url=BASE).get("/").text
     assert "The service cannot be reached." in page
+
+
+def test_the_holds_page_sends_the_attestations_and_retention_as_typed(
+    client: TestClient, service: FakeService
+) -> None:
+    page = client.get("/holds").text
+    assert 'id="form-restore-hold"' in page
+    assert 'id="form-retention"' in page
+    token = csrf_of(page)
+    origin = {"origin": BASE}
+    client.post(
+        "/holds/release-admission-hold",
+        data={"csrf": token, "reason": "EV-1", "confirm": "yes", "priorDeploymentFenced": "yes"},
+        headers=origin,
+    )
+    client.post(
+        "/holds/retention",
+        data={"csrf": token, "before": "2026-11-01T00:00:00.5Z", "limit": "7", "confirm": "yes"},
+        headers=origin,
+    )
+    refused = client.post(
+        "/holds/retention",
+        data={"csrf": token, "before": "yesterday", "limit": "7", "confirm": "yes"},
+        headers=origin,
+    )
+    assert refused.status_code == 400
+    posted = [(r.path, r.body) for r in service.sent if r.method == "POST"]
+    assert posted == [
+        (
+            "/v1/release-admission-hold",
+            {"reason": "EV-1", "admissionHistoryComplete": False, "priorDeploymentFenced": True},
+        ),
+        ("/v1/retention", {"before": "2026-11-01T00:00:00.5Z", "limit": 7}),
+    ]
+
+
+def test_the_workflow_page_shows_the_active_revision(settings: ConsoleSettings) -> None:
+    info = {
+        "workflowId": "follow-up", "title": "Follow <up>", "version": "1", "revision": DIGEST,
+        "definitionDigest": DIGEST, "packageDigest": DIGEST, "inputSchema": True,
+        "triggers": [], "outcomes": ["sent"],
+    }  # fmt: skip
+
+    def api(request: ApiRequest) -> RemoteAnswer | Failure:
+        return ok(info) if request.path == "/v1/workflow" else "unreachable"
+
+    page = TestClient(create_app(api, settings), base_url=BASE).get("/workflow").text
+    assert DIGEST in page
+    assert "Follow &lt;up&gt;" in page
+    assert "sent" in page
+
+
+def test_the_command_refuses_before_it_listens(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    from coordinatorctl.cli import main
+
+    monkeypatch.delenv("COORDINATOR_URL", raising=False)
+    monkeypatch.delenv("COORDINATOR_TOKEN_FILE", raising=False)
+    assert main(["--format", "json", "console"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    codes = {d["code"] for d in report["diagnostics"]}
+    assert codes == {
+        "coordinator.command.service-required",
+        "coordinator.command.token-file-required",
+    }
+    token = tmp_path / "token"
+    token.write_text("not a token\n")
+    arguments = ["--format", "json", "--url", "http://127.0.0.1:9", "--token-file", str(token)]
+    assert main([*arguments, "console", "--port", "70000"]) == 2
+    capsys.readouterr()
+    assert main([*arguments, "console", "--port", "0"]) != 0  # the token file is refused
+    assert "not a token" not in capsys.readouterr().out

@@ -34,7 +34,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator_core.errors import Diagnostic
 from coordinatorctl.remote_exchange import Failure, RemoteAnswer
-from coordinatorctl.remote_inputs import check_reason, check_text_argument, parse_run_id
+from coordinatorctl.remote_inputs import (
+    check_date_time,
+    check_reason,
+    check_text_argument,
+    parse_run_id,
+)
 from coordinatorctl.remote_models import (
     Doctor,
     HoldState,
@@ -42,6 +47,8 @@ from coordinatorctl.remote_models import (
     ReasonRequest,
     ReconcileResult,
     ReleaseAdmissionHoldRequest,
+    RetentionRequest,
+    RetentionResult,
     RunInspection,
     RunList,
     RunStatus,
@@ -431,6 +438,30 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
         checked = await doctor()
         return page("holds.html", checked=checked, result=result, action=action)
 
+    async def retention(request: Request) -> Response:
+        form, refused = await read_form(request)
+        if refused is not None or form is None:
+            return page("message.html", 403, title="Refused", text=refused)
+        checked = await doctor()
+        before = form.get("before", "")
+        limit = form.get("limit", "")
+        missing = None
+        if check_date_time(before) is not None:
+            missing = "Give “before” as an RFC 3339 instant, e.g. 2026-11-01T00:00:00Z."
+        elif not (limit.isdigit() and 1 <= int(limit) <= 100):
+            missing = "Give a limit of 1–100 runs."
+        elif form.get("confirm") != "yes":
+            missing = "Tick “I confirm” to go ahead."
+        if missing is not None:
+            return page("holds.html", 400, checked=checked, problem=missing, action="retention")
+        body = request_body(RetentionRequest, before=before, limit=int(limit))
+        if not isinstance(body, dict):
+            return page("message.html", 400, title="Refused", text="The form is not valid.")
+        sent = {**body, "before": before}  # the caller's RFC 3339 text, as `retain` sends it
+        result = await call(ApiRequest("POST", "/v1/retention", body=sent), RetentionResult)
+        checked = await doctor()
+        return page("holds.html", checked=checked, result=result, action="retention")
+
     async def workflow(request: Request) -> Response:
         info = await call(ApiRequest("GET", "/v1/workflow"), WorkflowInfo)
         checked = await doctor()
@@ -464,6 +495,7 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
             Route("/runs/{run}/{action}", confirm, methods=["GET"]),
             Route("/runs/{run}/{action}", run_action, methods=["POST"]),
             Route("/holds", holds),
+            Route("/holds/retention", retention, methods=["POST"]),
             Route("/holds/{action}", hold_action, methods=["POST"]),
             Route("/workflow", workflow),
             Route("/console.css", stylesheet),
