@@ -210,9 +210,6 @@ def test_the_runs_list_shows_the_runs_and_the_counts(
     page.click("text=Filter")
     assert page.locator(f'tr[data-run="{waiting}"]').count() == 0
     assert page.locator(f'tr[data-run="{finished}"]').count() == 1
-    page.goto(live.operator.url + "/")
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMAGES / "console-runs.png"), full_page=True)
     page.click('header a[href="/workflow"]')
     assert live.project.revision in page.locator("#workflow-info").inner_text()
     assert page.locator("img#graph").count() == 1  # --project is the active definition
@@ -236,10 +233,12 @@ def test_a_run_page_shows_its_path_on_the_graph(live: Live, recorded: tuple[Any,
     source = graph.get_attribute("src") or ""
     svg = base64.b64decode(source.split(",", 1)[1]).decode()
     assert "notify" in svg and "accepted" in svg
+    assert "now: delivered" in svg  # the current step, marked on the path
     assert page.evaluate("document.getElementById('graph').naturalWidth") > 0
     assert page.locator('tr[data-step="notify"]').count() == 1
     assert "messageId" in page.locator("#output").inner_text()  # the declared output
     assert page.locator("#form-cancel").count() == 0  # finished: nothing to cancel
+    IMAGES.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(IMAGES / "console-run.png"), full_page=True)
     assert_no_canary(live, recorder, page.content())
 
@@ -304,6 +303,22 @@ def test_a_non_operator_token_sees_no_operator_pages(
     assert page.locator("form").count() == 0
     page.goto(f"{live.viewer.url}/runs/{run_id}")
     assert page.locator('a[href="/holds"]').count() == 0
+    assert_no_canary(live, recorder, page.content())
+
+
+def test_attention_runs_come_first_in_the_list(live: Live, recorded: tuple[Any, Recorder]) -> None:
+    page, recorder = recorded
+    live.sandbox.fault({"operation": MESSAGING, "kind": "commit-then-drop"})
+    held = live.start()
+    assert live.wait(held, {"attention", "finished", "failed"})["status"] == "attention"
+    live.start(delay=3600)  # a newer run, still listed after the attention run
+    page.goto(live.operator.url + "/")
+    first = page.locator("#runs tbody tr").first
+    assert first.get_attribute("data-run") == held
+    assert "uncertain effect" in first.inner_text()
+    assert int(page.locator('dd[data-count="unknown-effects"]').inner_text()) == 1
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(IMAGES / "console-runs.png"), full_page=True)
     assert_no_canary(live, recorder, page.content())
 
 
