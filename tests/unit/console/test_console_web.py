@@ -375,3 +375,12 @@ def test_the_command_refuses_before_it_listens(
     capsys.readouterr()
     assert main([*arguments, "console", "--port", "0"]) != 0  # the token file is refused
     assert "not a token" not in capsys.readouterr().out
+
+
+def test_a_project_of_another_definition_draws_no_graph(service: FakeService) -> None:
+    other = ConsoleSettings(
+        port=PORT, explained={"definitionDigest": "sha256:" + "b" * 64, "steps": []}
+    )
+    page = TestClient(create_app(service, other), base_url=BASE).get(f"/runs/{RUN}").text
+    assert 'id="graph"' not in page
+    assert "is not this run" in page
