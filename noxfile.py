@@ -113,6 +113,34 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *args)
 
 
+# The browser suite's driver: Playwright on the system's Chromium (never a downloaded browser).
+BROWSER_TOOLS = ("playwright",)
+CHROMIUM = "/usr/bin/chromium"
+
+
+@nox.session
+def browser(session: nox.Session) -> None:
+    """The operator console in headless Chromium (tests/browser) against a live service.
+    Installs Debian's chromium when it is missing and this runs as root with apt-get; otherwise
+    the suite skips with a message (and fails under CI=true)."""
+    if not os.access(CHROMIUM, os.X_OK):
+        if os.geteuid() == 0 and shutil.which("apt-get"):
+            import subprocess
+
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            install = ["apt-get", "install", "-y", "-q", "--no-install-recommends",
+                       "chromium", "chromium-driver"]  # fmt: skip
+            session.log("installing Debian's chromium and chromium-driver")
+            if subprocess.run(install, env=env, check=False).returncode != 0:
+                subprocess.run(["apt-get", "update", "-q"], env=env, check=True)
+                subprocess.run(install, env=env, check=True)
+        else:
+            session.log(f"no {CHROMIUM} and not root with apt-get: the browser tests skip")
+    install_workspace(session, *TEST_TOOLS, *BROWSER_TOOLS)
+    session.run("pytest", "--browser", "-q", "-p", "no:warnings", "-p", "no:cacheprovider",
+                "tests/browser", *session.posargs)  # fmt: skip
+
+
 @nox.session
 def chaos(session: nox.Session) -> None:
     """The chaos suite (tests/chaos): SIGKILLs at random moments and at every failpoint, lost

@@ -82,13 +82,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--chaos", action="store_true", help="collect tests/chaos (what `nox -s chaos` runs)"
     )
+    parser.addoption(
+        "--browser",
+        action="store_true",
+        help="collect tests/browser (what `nox -s browser` runs, with Playwright installed)",
+    )
 
 
 def pytest_ignore_collect(collection_path: object, config: pytest.Config) -> bool | None:
-    """tests/chaos is the chaos suite's (`nox -s chaos`), not the ordinary run's."""
+    """tests/chaos is the chaos suite's (`nox -s chaos`) and tests/browser the browser suite's
+    (`nox -s browser`), not the ordinary run's."""
     name = getattr(collection_path, "name", "")
     parent = getattr(getattr(collection_path, "parent", None), "name", "")
     if name == "chaos" and parent == "tests" and not config.getoption("--chaos"):
+        return True
+    if name == "browser" and parent == "tests" and not config.getoption("--browser"):
         return True
     return None
 

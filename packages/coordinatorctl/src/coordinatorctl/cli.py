@@ -47,6 +47,7 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     )),
     ("operator commands (--url, --token-file)", (
         "doctor", "restore-hold", "release-restore-hold", "release-admission-hold", "retain",
+        "console",
     )),
     ("shell", ("completion",)),
 )  # fmt: skip
@@ -79,6 +80,8 @@ def _global_flags(command: str) -> frozenset[str]:
     if command in DEPLOYMENT_COMMANDS:
         return frozenset({"--runtime-config"})
     if command in remote_args.COMMANDS:
+        return frozenset({"--url", "--token-file"})
+    if command == "console":
         return frozenset({"--url", "--token-file"})
     if command in _RUNTIME_CHECKED:
         return frozenset({"--runtime-config"})
@@ -211,6 +214,23 @@ def build_parser() -> argparse.ArgumentParser:
     command("deployment-status", "run the service's deployment check (read-only)")
 
     remote_args.add_remote_commands(command)  # 09 §4: workflow, start, status, list, inspect, …
+    console = command(
+        "console",
+        "serve the operator console, a local web companion over the service API, on loopback",
+    )
+    console.add_argument(
+        "--port",
+        type=int,
+        default=8470,
+        metavar="PORT",
+        help="the port on 127.0.0.1 (the only address it binds; default 8470, 0: any free port)",
+    )
+    console.add_argument(
+        "--project",
+        metavar="DIR",
+        help="the run's project directory: draws runs' paths over its graph when its"
+        " definition digest matches",
+    )
     command("completion", "print a shell completion script (bash, zsh or fish)").add_argument(
         "shell", choices=completion.SHELLS, metavar="bash|zsh|fish", help="the shell"
     )
@@ -391,6 +411,10 @@ def _run(options: argparse.Namespace) -> Outcome:
         from coordinatorctl import remote
 
         return remote.run(options)
+    if options.command == "console":
+        from coordinatorctl import console
+
+        return console.run(options)
     if options.command == "completion":
         script = completion.script(options.shell)
         return Outcome(

@@ -1,0 +1,506 @@
+"""The operator console's web application (docs/console.md): server-rendered pages over the
+service API, served on loopback only.
+
+Every page is one or two API calls made by this process with the operator's token (the
+browser never holds it); the answers are read through the generated models (remote_models.py)
+and rendered by Jinja2 with autoescaping. Nothing of a run but its ids, closed words, timing
+and the declared output of a finished run reaches a page: never an input, a product response,
+a command, a reason or the token (ARCHITECTURE rule 4, contract 06 §12).
+
+Guards, on every request: the Host header must be `127.0.0.1:<port>` (no DNS rebinding); every
+answer carries a strict CSP, `nosniff`, `no-referrer` and `no-store`. A POST must also carry
+the per-process CSRF token in its form and an Origin of `http://127.0.0.1:<port>`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib.resources import files
+from typing import Any, Final, TypeVar
+from urllib.parse import parse_qsl, urlencode
+
+from jinja2 import Environment, select_autoescape
+from pydantic import BaseModel
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from coordinator_core.errors import Diagnostic
+from coordinatorctl.remote_exchange import Failure, RemoteAnswer
+from coordinatorctl.remote_inputs import (
+    check_date_time,
+    check_reason,
+    check_text_argument,
+    parse_run_id,
+)
+from coordinatorctl.remote_models import (
+    Doctor,
+    HoldState,
+    Problem,
+    ReasonRequest,
+    ReconcileResult,
+    ReleaseAdmissionHoldRequest,
+    RetentionRequest,
+    RetentionResult,
+    RunInspection,
+    RunList,
+    RunStatus,
+    WorkflowInfo,
+    answer_of,
+    request_body,
+)
+from coordinatorctl.remote_request import ApiRequest
+
+__all__ = ["CSP", "Api", "ConsoleSettings", "create_app"]
+
+CSP: Final = (
+    "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS: Final = (
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+    (b"x-frame-options", b"DENY"),
+)
+STATUSES: Final = (
+    "running", "attention", "cancel-requested", "finished", "failed", "cancelled",
+    "cancelled-after-effect", "expired",
+)  # fmt: skip
+TERMINAL: Final = frozenset({"finished", "cancelled", "cancelled-after-effect", "expired"})
+RUN_ACTIONS: Final = ("cancel", "retry-same", "reconcile")
+HOLD_ACTIONS: Final = ("restore-hold", "release-restore-hold", "release-admission-hold")
+PAGE_SIZE: Final = 50
+MAX_FORM_BYTES: Final = 4096
+Form = dict[str, str]
+FAILURE_TEXT: Final = {
+    "unreachable": "The service cannot be reached.",
+    "timeout": "The service did not answer in time.",
+    "oversize": "The service's answer was too large.",
+    "invalid": "The service's answer was not a valid answer.",
+    "redirect": "The service answered with a redirect, which is never followed.",
+}
+
+# One API call under the client policy of 09 §4 (remote.exchange in production).
+Api = Callable[[ApiRequest], RemoteAnswer | Failure]
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleSettings:
+    """What the application needs: the loopback port it is served on (for the Host and Origin
+    checks), the checked project's explain result (for graphs) and the CSRF token."""
+
+    port: int
+    explained: Mapping[str, Any] | None = None
+    csrf: str = field(default_factory=lambda: secrets.token_urlsafe(32), repr=False)
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One API answer as a page sees it: the typed body, or the problem, or the failure."""
+
+    value: Any = None
+    problem: Problem | None = None
+    failure: str | None = None
+    status: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.value is not None
+
+
+class _Guard:
+    """Host check and security headers on every answer (pure ASGI: no buffering)."""
+
+    def __init__(self, app: ASGIApp, settings: ConsoleSettings) -> None:
+        self.app = app
+        self.host = f"127.0.0.1:{settings.port}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [
+                    (name, value)
+                    for name, value in message.get("headers", [])
+                    if name.lower() not in {header for header, _ in SECURITY_HEADERS}
+                ]
+                message["headers"] = [*headers, *SECURITY_HEADERS]
+            await send(message)
+
+        hosts = [value for name, value in scope.get("headers", []) if name == b"host"]
+        if hosts != [self.host]:
+            refused = PlainTextResponse(
+                "This console answers only at its loopback address.", status_code=421
+            )
+            await refused(scope, receive, secured)
+            return
+        await self.app(scope, receive, secured)
+
+
+def _templates() -> Environment:
+    root = files("coordinatorctl.console").joinpath("templates")
+
+    def load(name: str) -> str:
+        return root.joinpath(name).read_text(encoding="utf-8")
+
+    from jinja2 import FunctionLoader
+
+    environment = Environment(
+        loader=FunctionLoader(load),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters["when"] = _when
+    environment.filters["word"] = _word
+    return environment
+
+
+def _when(value: Any) -> str:
+    """An instant as RFC 3339 UTC with milliseconds; an empty value as an en dash."""
+    if value is None:
+        return "–"
+    text: str = value.isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
+
+
+def _word(value: Any) -> str:
+    """A closed word (an enum member or a generated id model) as its text; None as a dash."""
+    if value is None:
+        return "–"
+    if hasattr(value, "root"):
+        return str(value.root)
+    if hasattr(value, "value"):
+        return str(value.value)
+    return str(value)
+
+
+def attention_reason(run: RunStatus) -> str | None:
+    """Why a run needs an operator, in the console's words, or None."""
+    if run.restore_review:
+        return "restore review"
+    if run.status.value != "attention":
+        return None
+    if run.failure_code is not None and run.failure_code.value == "receipt-expired":
+        return "receipt expired"
+    if run.uncertain:
+        return "uncertain effect"
+    return "operator needed"
+
+
+def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
+    """The console: its routes behind the guard."""
+    templates = _templates()
+    css = files("coordinatorctl.console").joinpath("static", "console.css").read_bytes()
+
+    async def call(request: ApiRequest, model: type[_Model]) -> Answer:
+        answer = await run_in_threadpool(api, request)
+        if not isinstance(answer, RemoteAnswer):
+            return Answer(failure=FAILURE_TEXT.get(answer, FAILURE_TEXT["invalid"]))
+        if 200 <= answer.status < 300:
+            typed = answer_of(model, answer.body)
+            if typed is None:
+                return Answer(failure=FAILURE_TEXT["invalid"], status=answer.status)
+            return Answer(value=typed, status=answer.status)
+        problem = answer_of(Problem, answer.body)
+        if problem is None:
+            return Answer(failure=FAILURE_TEXT["invalid"], status=answer.status)
+        return Answer(problem=problem, status=answer.status)
+
+    async def doctor() -> Answer:
+        return await call(ApiRequest("GET", "/v1/doctor"), Doctor)
+
+    def page(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        context.setdefault("auto", None)
+        text = templates.get_template(name).render(csrf=settings.csrf, **context)
+        return HTMLResponse(text, status_code=status_code)
+
+    def graph_image(path: Any) -> str | None:
+        """The SVG of the project's graph (with a run path) as a data: URI, or None."""
+        if settings.explained is None:
+            return None
+        from coordinatorctl import graphs
+
+        drawn = graphs.produce(settings.explained, "svg", output=None, path=path)
+        if not isinstance(drawn, str):
+            return None
+        encoded = base64.b64encode(drawn.encode()).decode("ascii")
+        return "data:image/svg+xml;base64," + encoded
+
+    async def runs(request: Request) -> Response:
+        params = request.query_params
+        status = params.get("status") or None
+        workflow = params.get("workflow") or None
+        cursor = params.get("cursor") or None
+        auto = params.get("auto")
+        refresh = (
+            int(auto) if auto is not None and auto.isdigit() and 2 <= int(auto) <= 300 else None
+        )
+        problems: list[str] = []
+        if status is not None and status not in STATUSES:
+            problems.append("The status filter is not a run status.")
+            status = None
+        for name, given in (("workflow", workflow), ("cursor", cursor)):
+            if given is not None and (check_text_argument(name, given) or len(given) > 512):
+                problems.append(f"The {name} filter is not valid text.")
+        if problems:
+            return page("runs.html", 400, problems=problems, filters={}, statuses=STATUSES)
+        query = [("limit", str(PAGE_SIZE))]
+        for key, given in (("cursor", cursor), ("status", status), ("workflow", workflow)):
+            if given is not None:
+                query.append((key, given))
+        listed = await call(ApiRequest("GET", "/v1/runs", query=tuple(query)), RunList)
+        checked = await doctor()
+        entries: list[tuple[RunStatus, str | None]] = []
+        next_link = None
+        if listed.ok:
+            found: RunList = listed.value
+            entries = [(run, attention_reason(run)) for run in found.runs]
+            entries.sort(key=lambda entry: entry[1] is None)  # attention first, order kept
+            if found.next_cursor is not None:
+                kept = {"status": status, "workflow": workflow, "auto": auto}
+                kept_query = {k: v for k, v in kept.items() if v}
+                next_link = "/?" + urlencode({**kept_query, "cursor": found.next_cursor})
+        filters = {"status": status or "", "workflow": workflow or ""}
+        return page(
+            "runs.html",
+            listed=listed,
+            entries=entries,
+            doctor=checked.value if checked.ok else None,
+            operator=checked.ok,
+            filters=filters,
+            statuses=STATUSES,
+            next_link=next_link,
+            first_page=cursor is not None,
+            auto=refresh,
+            refresh_link="/?" + urlencode({k: v for k, v in filters.items() if v}),
+        )
+
+    def run_id_of(request: Request) -> str | None:
+        found = parse_run_id(request.path_params["run"])
+        return None if not isinstance(found, str) else found
+
+    async def inspection_page(
+        run_id: str, *, result: Answer | None = None, action: str | None = None
+    ) -> Response:
+        inspected = await call(ApiRequest("GET", f"/v1/runs/{run_id}/inspect"), RunInspection)
+        checked = await doctor()
+        graph = None
+        graph_note = None
+        if inspected.ok and settings.explained is not None:
+            from coordinatorctl.remote_graph import run_path
+
+            path = run_path(inspected.value, dict(settings.explained))
+            if isinstance(path, Diagnostic):
+                graph_note = "The project given with --project is not this run's definition."
+            else:
+                graph = graph_image(path)
+        output = None
+        if inspected.ok and inspected.value.run.output is not None:
+            output = json.dumps(inspected.value.run.output, indent=2, ensure_ascii=False)
+        return page(
+            "run.html",
+            200 if inspected.ok or inspected.problem is None else inspected.status,
+            run_id=run_id,
+            inspected=inspected,
+            operator=checked.ok,
+            graph=graph,
+            graph_note=graph_note,
+            output=output,
+            terminal=TERMINAL,
+            result=result,
+            action=action,
+        )
+
+    async def run_page(request: Request) -> Response:
+        run_id = run_id_of(request)
+        if run_id is None:
+            return page("message.html", 404, title="No such run", text="That is not a run id.")
+        return await inspection_page(run_id)
+
+    def form_refusal(form: Form, request: Request) -> str | None:
+        # Under `Referrer-Policy: no-referrer` a browser sends `Origin: null` for a form of
+        # the page itself; then only its `Sec-Fetch-Site: same-origin` vouches for the page.
+        origin = request.headers.get("origin")
+        same_site = request.headers.get("sec-fetch-site") == "same-origin"
+        if not (origin == settings.origin or (origin == "null" and same_site)):
+            return "The request did not come from this console's own page."
+        given = form.get("csrf")
+        if not isinstance(given, str) or not secrets.compare_digest(given, settings.csrf):
+            return "The form is stale or not this console's: reload the page and try again."
+        return None
+
+    async def read_form(request: Request) -> tuple[Form | None, str | None]:
+        if request.headers.get("content-type", "").split(";")[0].strip() != (
+            "application/x-www-form-urlencoded"
+        ):
+            return None, "The request is not a form of this console."
+        body = await request.body()
+        if len(body) > MAX_FORM_BYTES:
+            return None, "The form is too large."
+        try:
+            pairs = parse_qsl(body.decode("utf-8"), max_num_fields=8, strict_parsing=False)
+        except (UnicodeDecodeError, ValueError):
+            return None, "The form is not valid."
+        form = dict(pairs)
+        return form, form_refusal(form, request)
+
+    def reason_of(form: Form) -> tuple[str, str | None]:
+        reason = form.get("reason")
+        text = reason if isinstance(reason, str) else ""
+        if check_reason(text) is not None:
+            return text, "Give a reason: 1–256 bytes of text without control characters."
+        if form.get("confirm") != "yes":
+            return text, "Tick “I confirm” to go ahead."
+        return text, None
+
+    async def run_action(request: Request) -> Response:
+        run_id = run_id_of(request)
+        action = request.path_params["action"]
+        if run_id is None or action not in RUN_ACTIONS:
+            return page("message.html", 404, title="Not found", text="No such action.")
+        form, refused = await read_form(request)
+        if refused is not None or form is None:
+            return page("message.html", 403, title="Refused", text=refused)
+        reason, missing = reason_of(form)
+        if missing is not None:
+            return page(
+                "confirm.html",
+                400,
+                run_id=run_id,
+                action=action,
+                problem=missing,
+                target=f"/runs/{run_id}/{action}",
+            )
+        body = request_body(ReasonRequest, reason=reason)
+        if not isinstance(body, dict):
+            return page("message.html", 400, title="Refused", text="The reason is not valid.")
+        model: type[BaseModel] = ReconcileResult if action == "reconcile" else RunStatus
+        result = await call(ApiRequest("POST", f"/v1/runs/{run_id}/{action}", body=body), model)
+        return await inspection_page(run_id, result=result, action=action)
+
+    async def confirm(request: Request) -> Response:
+        run_id = run_id_of(request)
+        action = request.path_params["action"]
+        if run_id is None or action not in RUN_ACTIONS:
+            return page("message.html", 404, title="Not found", text="No such action.")
+        return page(
+            "confirm.html", run_id=run_id, action=action, problem=None,
+            target=f"/runs/{run_id}/{action}",
+        )  # fmt: skip
+
+    async def holds(request: Request) -> Response:
+        checked = await doctor()
+        if not checked.ok:
+            return page("holds.html", 403 if checked.problem else 502, checked=checked)
+        return page("holds.html", checked=checked, result=None, action=None)
+
+    async def hold_action(request: Request) -> Response:
+        action = request.path_params["action"]
+        if action not in HOLD_ACTIONS:
+            return page("message.html", 404, title="Not found", text="No such action.")
+        form, refused = await read_form(request)
+        if refused is not None or form is None:
+            return page("message.html", 403, title="Refused", text=refused)
+        reason, missing = reason_of(form)
+        checked = await doctor()
+        if missing is not None:
+            return page("holds.html", 400, checked=checked, problem=missing, action=action)
+        if action == "release-admission-hold":
+            body = request_body(
+                ReleaseAdmissionHoldRequest,
+                reason=reason,
+                admission_history_complete=form.get("admissionHistoryComplete") == "yes",
+                prior_deployment_fenced=form.get("priorDeploymentFenced") == "yes",
+            )
+        else:
+            body = request_body(ReasonRequest, reason=reason)
+        if not isinstance(body, dict):
+            return page("message.html", 400, title="Refused", text="The form is not valid.")
+        result = await call(ApiRequest("POST", f"/v1/{action}", body=body), HoldState)
+        checked = await doctor()
+        return page("holds.html", checked=checked, result=result, action=action)
+
+    async def retention(request: Request) -> Response:
+        form, refused = await read_form(request)
+        if refused is not None or form is None:
+            return page("message.html", 403, title="Refused", text=refused)
+        checked = await doctor()
+        before = form.get("before", "")
+        limit = form.get("limit", "")
+        missing = None
+        if check_date_time(before) is not None:
+            missing = "Give “before” as an RFC 3339 instant, e.g. 2026-11-01T00:00:00Z."
+        elif not (limit.isdigit() and 1 <= int(limit) <= 100):
+            missing = "Give a limit of 1–100 runs."
+        elif form.get("confirm") != "yes":
+            missing = "Tick “I confirm” to go ahead."
+        if missing is not None:
+            return page("holds.html", 400, checked=checked, problem=missing, action="retention")
+        body = request_body(RetentionRequest, before=before, limit=int(limit))
+        if not isinstance(body, dict):
+            return page("message.html", 400, title="Refused", text="The form is not valid.")
+        sent = {**body, "before": before}  # the caller's RFC 3339 text, as `retain` sends it
+        result = await call(ApiRequest("POST", "/v1/retention", body=sent), RetentionResult)
+        checked = await doctor()
+        return page("holds.html", checked=checked, result=result, action="retention")
+
+    async def workflow(request: Request) -> Response:
+        info = await call(ApiRequest("GET", "/v1/workflow"), WorkflowInfo)
+        checked = await doctor()
+        graph = None
+        graph_note = None
+        if info.ok and settings.explained is not None:
+            if settings.explained.get("definitionDigest") == info.value.definition_digest:
+                graph = graph_image(None)
+            else:
+                graph_note = "The project given with --project is not the active definition."
+        return page(
+            "workflow.html", info=info, operator=checked.ok, graph=graph, graph_note=graph_note
+        )
+
+    async def stylesheet(request: Request) -> Response:
+        return Response(css, media_type="text/css")
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return page("message.html", 404, title="Not found", text="No such page.")
+
+    async def no_method(request: Request, exc: Exception) -> Response:
+        return PlainTextResponse("Method not allowed.", status_code=405)
+
+    async def favicon(request: Request) -> Response:
+        return Response(status_code=204)
+
+    app = Starlette(
+        routes=[
+            Route("/", runs),
+            Route("/runs/{run}", run_page),
+            Route("/runs/{run}/{action}", confirm, methods=["GET"]),
+            Route("/runs/{run}/{action}", run_action, methods=["POST"]),
+            Route("/holds", holds),
+            Route("/holds/retention", retention, methods=["POST"]),
+            Route("/holds/{action}", hold_action, methods=["POST"]),
+            Route("/workflow", workflow),
+            Route("/console.css", stylesheet),
+            Route("/favicon.ico", favicon),
+        ],
+        exception_handlers={404: not_found, 405: no_method},
+    )
+    return _Guard(app, settings)

@@ -1,0 +1,386 @@
+"""The operator console's web application against a fake service (docs/console.md): the
+loopback Host check, the CSRF token and Origin check on every state change, the security headers
+on every answer, escaping, attention runs first, the forms only where recovery allows them,
+and no operator page for a token that may not call doctor."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from coordinatorctl.console.web import CSP, ConsoleSettings, create_app
+from coordinatorctl.remote_exchange import Failure, RemoteAnswer
+from coordinatorctl.remote_request import ApiRequest
+
+PORT = 8470
+BASE = f"http://127.0.0.1:{PORT}"
+DIGEST = "sha256:" + "a" * 64
+RUN = str(uuid.UUID(int=1, version=4))
+ATTENTION_RUN = str(uuid.UUID(int=2, version=4))
+CANARY = "canary-input-7f3a"
+
+
+def run_status(run_id: str = RUN, **changes: Any) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "runId": run_id, "workflowId": "follow-up", "workflowVersion": "1",
+        "revision": DIGEST, "definitionDigest": DIGEST, "bindingDigest": DIGEST,
+        "origin": "api", "trigger": None, "status": "running", "step": "notify",
+        "admittedAt": "2026-12-01T10:00:00.000Z", "deadlineAt": "2026-12-02T10:00:00.000Z",
+        "completedAt": None, "nextDueAt": None, "cancelRequested": False,
+        "restoreReview": False, "uncertain": False, "outcome": None, "output": None,
+        "failureCode": None, "payloadErased": False,
+    }  # fmt: skip
+    status.update(changes)
+    return status
+
+
+def inspection(**changes: Any) -> dict[str, Any]:
+    recovery = {
+        "retryAllowed": False, "retryBlockedBy": "not-uncertain",
+        "reconcileAllowed": False, "reconcileBlockedBy": "not-uncertain",
+    }  # fmt: skip
+    recovery.update(changes.pop("recovery", {}))
+    return {
+        "run": run_status(**changes),
+        "steps": [
+            {
+                "step": "notify", "type": "call", "state": "leased", "generation": 1,
+                "attempt": 1, "enteredAt": "2026-12-01T10:00:00.000Z", "finishedAt": None,
+                "nextDueAt": None, "leaseExpiresAt": None, "failureCode": None, "route": None,
+                "operation": "messaging.submit-message/v1", "effect": "mutation",
+                "commandPrepared": True, "uncertain": False, "receiptExpired": False,
+            }
+        ],
+        "effects": [
+            {"step": "notify", "operation": "messaging.submit-message/v1", "state": "unknown",
+             "settledBy": None}
+        ],
+        "recovery": recovery,
+    }  # fmt: skip
+
+
+def doctor() -> dict[str, Any]:
+    statuses = dict.fromkeys(
+        ("running", "attention", "cancel-requested", "finished", "failed", "cancelled",
+         "cancelled-after-effect", "expired"), 0,
+    )  # fmt: skip
+    statuses.update(running=3, attention=1)
+    return {
+        "activationReady": True,
+        "state": {
+            "databaseId": "db", "store": "sqlite", "schemaVersion": 1,
+            "activePackageDigest": DIGEST, "activeRevision": DIGEST, "restoreHold": False,
+            "admissionsHold": False, "auditReady": True, "restoreReview": 0,
+            "statuses": statuses, "unknownEffects": 1, "waits": 0, "oldestDueAt": None,
+            "terminalPayloads": 0, "oldestTerminalPayloadAt": None, "auditHead": DIGEST,
+        },
+    }  # fmt: skip
+
+
+def problem(status: int, code: str, title: str) -> RemoteAnswer:
+    body = {
+        "type": "https://id.registrystack.org/problems/registry-coordinator/access/denied",
+        "title": title, "status": status, "detail": "The policy does not allow this.",
+        "code": code, "suggestedAction": "Ask for an operator token.",
+    }  # fmt: skip
+    return RemoteAnswer(status, "application/problem+json", json.dumps(body).encode())
+
+
+def ok(body: Any) -> RemoteAnswer:
+    return RemoteAnswer(200, "application/json", json.dumps(body).encode())
+
+
+class FakeService:
+    def __init__(self, *, operator: bool = True) -> None:
+        self.operator = operator
+        self.sent: list[ApiRequest] = []
+        self.inspection = inspection()
+
+    def __call__(self, request: ApiRequest) -> RemoteAnswer | Failure:
+        self.sent.append(request)
+        path = request.path
+        if path == "/v1/doctor":
+            if not self.operator:
+                return problem(403, "coordinator.access.denied", "Access denied")
+            return ok(doctor())
+        if path == "/v1/runs":
+            return ok(
+                {
+                    "runs": [
+                        run_status(),
+                        run_status(ATTENTION_RUN, status="attention", uncertain=True,
+                                   failureCode="transport-uncertain"),
+                    ],
+                    "nextCursor": "next.page",
+                }
+            )  # fmt: skip
+        if path.endswith("/inspect"):
+            return ok(self.inspection)
+        if path.endswith("/cancel"):
+            return ok(run_status(status="cancelled"))
+        if path.endswith("/reconcile"):
+            return problem(409, "coordinator.command.reconcile-refused", "Reconcile refused")
+        return problem(404, "coordinator.request.not-found", "Not found")
+
+
+@pytest.fixture
+def service() -> FakeService:
+    return FakeService()
+
+
+@pytest.fixture
+def settings() -> ConsoleSettings:
+    return ConsoleSettings(port=PORT)
+
+
+@pytest.fixture
+def client(service: FakeService, settings: ConsoleSettings) -> TestClient:
+    return TestClient(create_app(service, settings), base_url=BASE)
+
+
+def csrf_of(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found is not None
+    return found.group(1)
+
+
+def test_every_answer_carries_the_security_headers(client: TestClient) -> None:
+    for path in ("/", f"/runs/{RUN}", "/console.css", "/nowhere", "/workflow", "/holds"):
+        answer = client.get(path)
+        assert answer.headers["content-security-policy"] == CSP, path
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["referrer-policy"] == "no-referrer"
+        assert answer.headers["cache-control"] == "no-store"
+    assert client.get("/console.css").headers["content-type"].startswith("text/css")
+
+
+@pytest.mark.parametrize(
+    "host", ["evil.example", "localhost:8470", "127.0.0.1", "127.0.0.1:8471", "[::1]:8470"]
+)
+def test_a_host_other_than_the_loopback_address_and_port_is_refused(
+    service: FakeService, settings: ConsoleSettings, host: str
+) -> None:
+    client = TestClient(create_app(service, settings), base_url=BASE)
+    answer = client.get("/", headers={"host": host})
+    assert answer.status_code == 421
+    assert answer.headers["content-security-policy"] == CSP
+    assert service.sent == []  # nothing reached the service
+
+
+def test_the_runs_page_lists_attention_first_with_counts_and_paging(
+    client: TestClient, service: FakeService
+) -> None:
+    page = client.get("/?status=running&workflow=follow-up").text
+    assert page.index(ATTENTION_RUN) < page.index(RUN)
+    assert "uncertain effect" in page
+    assert '<dd data-status="running">3</dd>' in page
+    assert 'href="/?status=running&amp;workflow=follow-up&amp;cursor=next.page"' in page
+    listed = next(request for request in service.sent if request.path == "/v1/runs")
+    assert ("status", "running") in listed.query
+    assert ("workflow", "follow-up") in listed.query
+    assert "<script" not in page
+    assert 'http-equiv="refresh"' not in page
+    assert 'http-equiv="refresh" content="5"' in client.get("/?auto=5").text
+
+
+def test_a_bad_filter_is_refused_before_anything_is_sent(
+    client: TestClient, service: FakeService
+) -> None:
+    answer = client.get("/?status=<b>x</b>")
+    assert answer.status_code == 400
+    assert "<b>x</b>" not in answer.text
+    assert service.sent == []
+
+
+def test_ids_and_filters_are_escaped(client: TestClient) -> None:
+    page = client.get('/?workflow="><script>alert(1)</script>').text
+    assert "<script>alert(1)</script>" not in page
+    assert "&lt;script&gt;" in page or "&#34;&gt;&lt;script" in page
+    missing = client.get("/runs/%3Cscript%3E")
+    assert missing.status_code == 404
+    assert "<script>" not in missing.text
+
+
+def test_the_run_page_shows_steps_effects_and_only_the_allowed_forms(
+    client: TestClient, service: FakeService
+) -> None:
+    page = client.get(f"/runs/{RUN}").text
+    assert "messaging.submit-message/v1" in page
+    assert 'id="form-cancel"' in page  # not terminal
+    assert 'id="form-reconcile"' not in page
+    assert 'id="form-retry-same"' not in page
+    service.inspection = inspection(
+        status="attention", uncertain=True,
+        recovery={"reconcileAllowed": True, "reconcileBlockedBy": None},
+    )  # fmt: skip
+    page = client.get(f"/runs/{RUN}").text
+    assert 'id="form-reconcile"' in page
+    service.inspection = inspection(status="finished", outcome="sent", output={"ref": "x-1"})
+    page = client.get(f"/runs/{RUN}").text
+    assert 'id="form-cancel"' not in page
+    assert "x-1" in page  # the declared output of a finished run
+
+
+def test_a_post_needs_the_csrf_token_and_the_console_origin(
+    client: TestClient, service: FakeService
+) -> None:
+    token = csrf_of(client.get(f"/runs/{RUN}").text)
+    form = {"csrf": token, "reason": "case-1", "confirm": "yes"}
+    origin = {"origin": BASE}
+    for data, headers in (
+        ({**form, "csrf": "forged"}, origin),
+        ({k: v for k, v in form.items() if k != "csrf"}, origin),
+        (form, {"origin": "http://evil.example"}),
+        (form, {}),
+        (form, {"origin": "null"}),
+        (form, {"origin": "null", "sec-fetch-site": "cross-site"}),
+    ):
+        answer = client.post(f"/runs/{RUN}/cancel", data=data, headers=headers)
+        assert answer.status_code == 403
+    assert not [request for request in service.sent if request.method == "POST"]
+    answer = client.post(f"/runs/{RUN}/cancel", data=form, headers=origin)
+    assert answer.status_code == 200
+    posted = [request for request in service.sent if request.method == "POST"]
+    assert [(request.path, request.body) for request in posted] == [
+        (f"/v1/runs/{RUN}/cancel", {"reason": "case-1"})
+    ]
+    assert 'id="action-status">cancelled<' in answer.text
+    # What a browser sends under `Referrer-Policy: no-referrer`: the page's own form.
+    same_page = {"origin": "null", "sec-fetch-site": "same-origin"}
+    assert client.post(f"/runs/{RUN}/cancel", data=form, headers=same_page).status_code == 200
+
+
+def test_a_post_without_confirmation_asks_again_and_sends_nothing(
+    client: TestClient, service: FakeService
+) -> None:
+    token = csrf_of(client.get(f"/runs/{RUN}").text)
+    answer = client.post(
+        f"/runs/{RUN}/cancel", data={"csrf": token, "reason": "case-1"},
+        headers={"origin": BASE},
+    )  # fmt: skip
+    assert answer.status_code == 400
+    assert "I confirm" in answer.text
+    assert 'id="confirm-problem"' in answer.text
+    assert not [request for request in service.sent if request.method == "POST"]
+
+
+def test_a_refusal_shows_the_problem_title_and_hint(
+    client: TestClient, service: FakeService
+) -> None:
+    token = csrf_of(client.get(f"/runs/{RUN}").text)
+    answer = client.post(
+        f"/runs/{RUN}/reconcile", data={"csrf": token, "reason": "case-2", "confirm": "yes"},
+        headers={"origin": BASE},
+    )  # fmt: skip
+    assert "Reconcile refused" in answer.text
+    assert "coordinator.command.reconcile-refused" in answer.text
+    assert "Ask for an operator token." in answer.text
+
+
+def test_a_non_operator_token_sees_no_counts_and_no_operator_page(
+    settings: ConsoleSettings,
+) -> None:
+    client = TestClient(create_app(FakeService(operator=False), settings), base_url=BASE)
+    page = client.get("/").text
+    assert 'href="/holds"' not in page
+    assert 'id="counts"' not in page
+    holds = client.get("/holds")
+    assert holds.status_code == 403
+    assert "<form" not in holds.text
+
+
+def test_an_unreachable_service_is_one_sentence(settings: ConsoleSettings) -> None:
+    def unreachable(request: ApiRequest) -> RemoteAnswer | Failure:
+        return "unreachable"
+
+    api: Callable[[ApiRequest], RemoteAnswer | Failure] = unreachable
+    page = TestClient(create_app(api, settings), base_url=BASE).get("/").text
+    assert "The service cannot be reached." in page
+
+
+def test_the_holds_page_sends_the_attestations_and_retention_as_typed(
+    client: TestClient, service: FakeService
+) -> None:
+    page = client.get("/holds").text
+    assert 'id="form-restore-hold"' in page
+    assert 'id="form-retention"' in page
+    token = csrf_of(page)
+    origin = {"origin": BASE}
+    client.post(
+        "/holds/release-admission-hold",
+        data={"csrf": token, "reason": "EV-1", "confirm": "yes", "priorDeploymentFenced": "yes"},
+        headers=origin,
+    )
+    client.post(
+        "/holds/retention",
+        data={"csrf": token, "before": "2026-11-01T00:00:00.5Z", "limit": "7", "confirm": "yes"},
+        headers=origin,
+    )
+    refused = client.post(
+        "/holds/retention",
+        data={"csrf": token, "before": "yesterday", "limit": "7", "confirm": "yes"},
+        headers=origin,
+    )
+    assert refused.status_code == 400
+    posted = [(r.path, r.body) for r in service.sent if r.method == "POST"]
+    assert posted == [
+        (
+            "/v1/release-admission-hold",
+            {"reason": "EV-1", "admissionHistoryComplete": False, "priorDeploymentFenced": True},
+        ),
+        ("/v1/retention", {"before": "2026-11-01T00:00:00.5Z", "limit": 7}),
+    ]
+
+
+def test_the_workflow_page_shows_the_active_revision(settings: ConsoleSettings) -> None:
+    info = {
+        "workflowId": "follow-up", "title": "Follow <up>", "version": "1", "revision": DIGEST,
+        "definitionDigest": DIGEST, "packageDigest": DIGEST, "inputSchema": True,
+        "triggers": [], "outcomes": ["sent"],
+    }  # fmt: skip
+
+    def api(request: ApiRequest) -> RemoteAnswer | Failure:
+        return ok(info) if request.path == "/v1/workflow" else "unreachable"
+
+    page = TestClient(create_app(api, settings), base_url=BASE).get("/workflow").text
+    assert DIGEST in page
+    assert "Follow &lt;up&gt;" in page
+    assert "sent" in page
+
+
+def test_the_command_refuses_before_it_listens(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    from coordinatorctl.cli import main
+
+    monkeypatch.delenv("COORDINATOR_URL", raising=False)
+    monkeypatch.delenv("COORDINATOR_TOKEN_FILE", raising=False)
+    assert main(["--format", "json", "console"]) == 2
+    report = json.loads(capsys.readouterr().out)
+    codes = {d["code"] for d in report["diagnostics"]}
+    assert codes == {
+        "coordinator.command.service-required",
+        "coordinator.command.token-file-required",
+    }
+    token = tmp_path / "token"
+    token.write_text("not a token\n")
+    arguments = ["--format", "json", "--url", "http://127.0.0.1:9", "--token-file", str(token)]
+    assert main([*arguments, "console", "--port", "70000"]) == 2
+    capsys.readouterr()
+    assert main([*arguments, "console", "--port", "0"]) != 0  # the token file is refused
+    assert "not a token" not in capsys.readouterr().out
+
+
+def test_a_project_of_another_definition_draws_no_graph(service: FakeService) -> None:
+    other = ConsoleSettings(
+        port=PORT, explained={"definitionDigest": "sha256:" + "b" * 64, "steps": []}
+    )
+    page = TestClient(create_app(service, other), base_url=BASE).get(f"/runs/{RUN}").text
+    assert 'id="graph"' not in page
+    assert "is not this run" in page
