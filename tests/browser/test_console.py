@@ -328,3 +328,24 @@ def test_another_host_name_is_refused(live: Live) -> None:
     assert answer.status_code == 421
     rebound = httpx.get(live.operator.url + "/", headers={"Host": "attacker.example"}, timeout=5)
     assert rebound.status_code == 421
+
+
+def test_the_list_refreshes_in_place_and_waits_count_down(
+    live: Live, recorded: tuple[Any, Recorder]
+) -> None:
+    page, recorder = recorded
+    page.goto(f"{live.operator.url}/?auto=2")
+    page.evaluate("window.__kept = 42")  # gone if the page were reloaded
+    run_id = live.start(delay=3600)
+    page.wait_for_selector(f'tr[data-run="{run_id}"]', timeout=15_000)
+    assert page.evaluate("window.__kept") == 42, "the list was reloaded, not refreshed in place"
+    page.goto(f"{live.operator.url}/runs/{run_id}")
+    countdown = page.locator("#next-due .countdown")
+    first = countdown.inner_text()
+    assert first.startswith("(in ") and (" min" in first or " h" in first)
+    page.wait_for_function(
+        "text => document.querySelector('#next-due .countdown').textContent !== text",
+        arg=first,
+        timeout=5_000,
+    )
+    assert_no_canary(live, recorder, page.content())

@@ -184,9 +184,12 @@ def test_the_runs_page_lists_attention_first_with_counts_and_paging(
     listed = next(request for request in service.sent if request.path == "/v1/runs")
     assert ("status", "running") in listed.query
     assert ("workflow", "follow-up") in listed.query
-    assert "<script" not in page
-    assert 'http-equiv="refresh"' not in page
-    assert 'http-equiv="refresh" content="5"' in client.get("/?auto=5").text
+    # The one script is the console's own file (progressive enhancement, CSP script-src 'self').
+    assert re.findall(r"<script[^>]*>", page) == ['<script src="/console.js" defer>']
+    assert 'http-equiv="refresh"' not in page and "data-live" not in page
+    live = client.get("/?auto=5").text
+    assert '<main data-live="5">' in live
+    assert '<noscript><meta http-equiv="refresh" content="5"></noscript>' in live
 
 
 def test_a_bad_filter_is_refused_before_anything_is_sent(
@@ -384,3 +387,49 @@ def test_a_project_of_another_definition_draws_no_graph(service: FakeService) ->
     page = TestClient(create_app(service, other), base_url=BASE).get(f"/runs/{RUN}").text
     assert 'id="graph"' not in page
     assert "is not this run" in page
+
+
+def test_the_script_is_served_from_the_wheel_under_the_same_headers(client: TestClient) -> None:
+    answer = client.get("/console.js")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/javascript")
+    assert answer.headers["content-security-policy"] == CSP
+    assert "data-until" in answer.text and "data-live" in answer.text
+    assert "script-src 'self'" in CSP and "connect-src 'self'" in CSP
+
+
+def test_instants_carry_their_live_countdown(client: TestClient) -> None:
+    page = client.get(f"/runs/{RUN}?auto=5").text
+    assert (
+        '2026-12-02T10:00:00.000Z <span class="countdown" data-until="2026-12-02T10:00:00.000Z">'
+        in page
+    )
+    assert '<main data-live="5">' in page
+
+
+@pytest.mark.parametrize(
+    ("since", "shown", "next_page"),
+    [
+        ("2026-12-01T10:00:00Z", True, True),
+        ("2026-12-01", True, True),
+        ("2026-12-01T11:00:00+01:00", True, True),
+        ("2026-12-01T10:00:01Z", False, False),
+    ],
+)
+def test_the_admitted_since_filter_hides_older_runs_and_ends_the_paging(
+    client: TestClient, since: str, shown: bool, next_page: bool
+) -> None:
+    page = client.get("/", params={"since": since}).text
+    assert (f'data-run="{RUN}"' in page) is shown
+    assert ("cursor=next.page" in page) is next_page
+    if next_page:
+        assert "since=" in page.split("cursor=next.page")[0].rsplit("href=", 1)[1]
+
+
+def test_a_bad_admitted_since_filter_is_refused_before_anything_is_sent(
+    client: TestClient, service: FakeService
+) -> None:
+    answer = client.get("/", params={"since": "last tuesday <b>"})
+    assert answer.status_code == 400
+    assert "admitted-since filter" in answer.text and "<b>" not in answer.text
+    assert service.sent == []

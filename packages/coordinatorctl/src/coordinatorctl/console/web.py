@@ -19,11 +19,13 @@ import json
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from importlib.resources import files
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 from jinja2 import Environment, select_autoescape
+from markupsafe import Markup
 from pydantic import BaseModel
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -61,8 +63,8 @@ from coordinatorctl.remote_request import ApiRequest
 __all__ = ["CSP", "Api", "ConsoleSettings", "create_app"]
 
 CSP: Final = (
-    "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'"
+    "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 SECURITY_HEADERS: Final = (
     (b"content-security-policy", CSP.encode()),
@@ -169,6 +171,7 @@ def _templates() -> Environment:
         lstrip_blocks=True,
     )
     environment.filters["when"] = _when
+    environment.filters["until"] = _until
     environment.filters["word"] = _word
     return environment
 
@@ -179,6 +182,25 @@ def _when(value: Any) -> str:
         return "–"
     text: str = value.isoformat(timespec="milliseconds")
     return text.replace("+00:00", "Z")
+
+
+def _until(value: Any) -> Markup:
+    """An instant with its live countdown (console.js fills the span); a dash when empty."""
+    if value is None:
+        return Markup("–")
+    when = _when(value)
+    return Markup('{} <span class="countdown" data-until="{}"></span>').format(when, when)
+
+
+def _since(text: str) -> datetime | None:
+    """The `since` filter: an RFC 3339 instant with an offset, or a date (UTC midnight)."""
+    try:
+        if len(text) == 10:
+            return datetime.fromisoformat(text).replace(tzinfo=UTC)
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
 
 
 def _word(value: Any) -> str:
@@ -205,10 +227,16 @@ def attention_reason(run: RunStatus) -> str | None:
     return "operator needed"
 
 
+def _refresh(auto: str | None) -> int | None:
+    """`?auto=N`: refresh every N seconds (2–300), else None."""
+    return int(auto) if auto is not None and auto.isdigit() and 2 <= int(auto) <= 300 else None
+
+
 def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
     """The console: its routes behind the guard."""
     templates = _templates()
     css = files("coordinatorctl.console").joinpath("static", "console.css").read_bytes()
+    script = files("coordinatorctl.console").joinpath("static", "console.js").read_bytes()
 
     async def call(request: ApiRequest, model: type[_Model]) -> Answer:
         answer = await run_in_threadpool(api, request)
@@ -249,11 +277,15 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
         status = params.get("status") or None
         workflow = params.get("workflow") or None
         cursor = params.get("cursor") or None
+        since_text = params.get("since") or None
         auto = params.get("auto")
-        refresh = (
-            int(auto) if auto is not None and auto.isdigit() and 2 <= int(auto) <= 300 else None
-        )
+        refresh = _refresh(auto)
         problems: list[str] = []
+        since = None if since_text is None else _since(since_text)
+        if since_text is not None and since is None:
+            problems.append(
+                "The admitted-since filter is not a date (YYYY-MM-DD) or an RFC 3339 instant."
+            )
         if status is not None and status not in STATUSES:
             problems.append("The status filter is not a run status.")
             status = None
@@ -272,13 +304,15 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
         next_link = None
         if listed.ok:
             found: RunList = listed.value
-            entries = [(run, attention_reason(run)) for run in found.runs]
+            # The service lists newest first: a page that reaches past `since` is the last.
+            shown = [run for run in found.runs if since is None or run.admitted_at >= since]
+            entries = [(run, attention_reason(run)) for run in shown]
             entries.sort(key=lambda entry: entry[1] is None)  # attention first, order kept
-            if found.next_cursor is not None:
-                kept = {"status": status, "workflow": workflow, "auto": auto}
+            if found.next_cursor is not None and len(shown) == len(found.runs):
+                kept = {"status": status, "workflow": workflow, "since": since_text, "auto": auto}
                 kept_query = {k: v for k, v in kept.items() if v}
                 next_link = "/?" + urlencode({**kept_query, "cursor": found.next_cursor})
-        filters = {"status": status or "", "workflow": workflow or ""}
+        filters = {"status": status or "", "workflow": workflow or "", "since": since_text or ""}
         return page(
             "runs.html",
             listed=listed,
@@ -298,7 +332,11 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
         return None if not isinstance(found, str) else found
 
     async def inspection_page(
-        run_id: str, *, result: Answer | None = None, action: str | None = None
+        run_id: str,
+        *,
+        result: Answer | None = None,
+        action: str | None = None,
+        auto: int | None = None,
     ) -> Response:
         inspected = await call(ApiRequest("GET", f"/v1/runs/{run_id}/inspect"), RunInspection)
         checked = await doctor()
@@ -327,13 +365,14 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
             terminal=TERMINAL,
             result=result,
             action=action,
+            auto=auto,
         )
 
     async def run_page(request: Request) -> Response:
         run_id = run_id_of(request)
         if run_id is None:
             return page("message.html", 404, title="No such run", text="That is not a run id.")
-        return await inspection_page(run_id)
+        return await inspection_page(run_id, auto=_refresh(request.query_params.get("auto")))
 
     def form_refusal(form: Form, request: Request) -> str | None:
         # Under `Referrer-Policy: no-referrer` a browser sends `Origin: null` for a form of
@@ -479,6 +518,9 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
     async def stylesheet(request: Request) -> Response:
         return Response(css, media_type="text/css")
 
+    async def javascript(request: Request) -> Response:
+        return Response(script, media_type="text/javascript")
+
     async def not_found(request: Request, exc: Exception) -> Response:
         return page("message.html", 404, title="Not found", text="No such page.")
 
@@ -499,6 +541,7 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
             Route("/holds/{action}", hold_action, methods=["POST"]),
             Route("/workflow", workflow),
             Route("/console.css", stylesheet),
+            Route("/console.js", javascript),
             Route("/favicon.ico", favicon),
         ],
         exception_handlers={404: not_found, 405: no_method},
