@@ -44,7 +44,6 @@ __all__ = [
     "StartRunRequest",
     "WorkflowInfo",
     "doctor_body",
-    "dumps",
     "encode",
     "hold_state_body",
     "inspection_body",
@@ -96,16 +95,15 @@ def _json_default(value: object) -> str:
     raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
-def dumps(value: object) -> bytes:
-    """Compact JSON bytes; ASCII-escaped so that no value can make encoding fail."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False, default=_json_default).encode(
-        "ascii"
-    )
-
-
 def encode(body: Body) -> bytes:
-    """A model's JSON: spec member names; optional members only where set (`_absent`)."""
-    return dumps(body.model_dump(by_alias=True, exclude_unset=True))
+    """A model's JSON: spec member names; optional members only where set (`_absent`); compact
+    and ASCII-escaped, so that no value can make encoding fail."""
+    return json.dumps(
+        body.model_dump(by_alias=True, exclude_unset=True),
+        separators=(",", ":"),
+        allow_nan=False,
+        default=_json_default,
+    ).encode("ascii")
 
 
 BodyModel = TypeVar("BodyModel", bound=BaseModel)

@@ -42,7 +42,6 @@ __all__ = [
 
 RUNTIME_FILE: Final = "runtime.yaml"
 SCENARIOS_FILE: Final = "scenarios.yaml"
-COORDINATOR_DIR: Final = ".coordinator"
 
 
 @dataclass(frozen=True)
