@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 
@@ -31,11 +32,22 @@ WORKFLOW = "delayed-follow-up"
 READY_TIMEOUT = 30.0
 
 
+# Below Linux's ephemeral range (32768–60999 by default): a port handed out here is never the
+# one the kernel gives a later `bind(0)` (the sandbox's `--ports 0`, another test's client),
+# which could take it between this probe and the service's own bind.
+_LISTENER_PORTS: Final = range(20_000, 32_000)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A loopback port free now, outside the ephemeral range (for a listener bound later)."""
+    for port in random.sample(_LISTENER_PORTS, 64):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free loopback port below the ephemeral range")
 
 
 @dataclass
