@@ -1,7 +1,7 @@
 """The chaos campaign: real `coordinator serve` / `coordinator worker` processes, the sandbox
 products, a store on SQLite or on a private PostgreSQL cluster, and faults injected while runs
 are admitted and worked — SIGKILL at random moments and at each write-ahead failpoint
-(`shell.failpoints`), product responses lost after the product committed, PostgreSQL fast
+(`shell.runtime.failpoints`), product responses lost after the product committed, PostgreSQL fast
 restarts and a killed postmaster, and restore drills from backups taken at random moments.
 
 Afterwards the campaign settles every run (an operator reconciles what is `unknown`) and counts

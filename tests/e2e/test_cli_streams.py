@@ -27,7 +27,7 @@ COMMANDS = {
     "ctl-help": [CTL, "--help"],
     "ctl-module": [sys.executable, "-m", "coordinatorctl", "schema", "workflow"],
     "service-help": [SERVICE, "--help"],
-    "worker-help": [sys.executable, "-m", "coordinator_core.shell.process", "--help"],
+    "worker-help": [sys.executable, "-m", "coordinator_core.shell.runtime.process", "--help"],
 }
 
 

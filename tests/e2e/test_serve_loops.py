@@ -1,5 +1,5 @@
 """The rules of a service process's background loops (09 §5 step 7, shared by `coordinator
-serve` and `worker` in coordinator_core.shell.process), in-process and fast: the 30 s
+serve` and `worker` in coordinator_core.shell.runtime.process), in-process and fast: the 30 s
 deployment re-check stops the process on a definite failure and retries a check the store did
 not let run, a worker loop that cannot reach the store backs off and never stops the process
 (the loss and the recovery logged once), and a stop request ends the loops after the in-flight
@@ -17,10 +17,10 @@ from collections.abc import Callable
 import pytest
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.shell import process
-from coordinator_core.shell.outage import Backoff, StoreOutage
-from coordinator_core.shell.service_log import ServiceLog
-from coordinator_core.shell.wakeup import Wakeup
+from coordinator_core.shell.execution.wakeup import Wakeup
+from coordinator_core.shell.runtime import process
+from coordinator_core.shell.runtime.outage import Backoff, StoreOutage
+from coordinator_core.shell.runtime.service_log import ServiceLog
 
 
 def _shutdown() -> tuple[process.Shutdown, io.StringIO]:
@@ -222,7 +222,7 @@ def test_logging_records_lose_their_arguments() -> None:
 
 
 def serve_log_handler(stream: io.StringIO) -> logging.Handler:
-    from coordinator_core.shell.service_log import JsonLineHandler
+    from coordinator_core.shell.runtime.service_log import JsonLineHandler
 
     return JsonLineHandler(ServiceLog(stream))
 

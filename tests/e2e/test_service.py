@@ -6,7 +6,7 @@ products, each a separate process on loopback (09 §3, §5; 07 §1 guarantees).
 * PostgreSQL: `coordinator serve` plus a second `coordinator worker`; many runs admitted
   concurrently each finish exactly once; a replayed start key answers the same run.
 * Without HTTP: a `coordinator worker` that cannot import Connexion, Starlette or uvicorn (both
-  as `coordinator worker` and as `python -m coordinator_core.shell.process worker`) finishes
+  as `coordinator worker` and as `python -m coordinator_core.shell.runtime.process worker`) finishes
   runs admitted through `coordinator serve`; it needs only coordinator-core.
 * Crash: the service is SIGKILLed while a Messaging command is in flight (after the pre-send
   commit, before the outcome is recorded); after a restart the run is `attention` with the
@@ -210,7 +210,7 @@ runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
 WORKER_COMMANDS = (
     ("coordinator_api.serve", "worker"),  # what the `coordinator` console script runs
-    ("coordinator_core.shell.process", "worker"),
+    ("coordinator_core.shell.runtime.process", "worker"),
 )
 
 

@@ -30,6 +30,7 @@ import pytest
 from coordinator_core.checking.checker import check_project
 from coordinator_core.shell.audit import AuditWriter
 from coordinator_core.shell.deployment import Deployment, Secrets, load_deployment, resolve_secrets
+from coordinator_core.shell.execution.worker import Worker
 from coordinator_core.shell.package_files import LoadedPackage, load_package, write_package
 from coordinator_core.shell.service import (
     AdmissionRequest,
@@ -47,7 +48,6 @@ from coordinator_core.shell.store import (
     apply_activation,
     migrate,
 )
-from coordinator_core.shell.worker import Worker
 from coordinator_sandbox import launch
 
 ROOT = Path(__file__).resolve().parents[2]

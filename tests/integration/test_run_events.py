@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 from integration_support import APPLICATION_ID, Deployed, run_input
 
-from coordinator_core.shell import metrics
-from coordinator_core.shell.run_events import (
+from coordinator_core.shell.execution.run_log import (
     ADMISSION_REFUSED,
     ADMITTED,
     STATUS_CHANGED,
     STEP_OUTCOME,
 )
+from coordinator_core.shell.observe import metrics
+from coordinator_core.shell.runtime.service_log import JsonLineHandler, ServiceLog
 from coordinator_core.shell.service import ServiceRefusal
-from coordinator_core.shell.service_log import JsonLineHandler, ServiceLog
 
 REFERENCE = re.compile(r"hmac-sha256:[0-9a-f]{64}")
 

@@ -133,7 +133,7 @@ def test_the_live_binding_check_restores_a_definition_it_does_not_hold_from_a_ru
 ) -> None:
     """One live-binding check, one way to open a snapshot: a process that does not hold a
     run's definition restores it from the run's sealed snapshot through its DefinitionCache."""
-    from coordinator_core.shell.codec import DefinitionCache
+    from coordinator_core.shell.execution.codec import DefinitionCache
     from coordinator_core.shell.service.bindings import UNBOUND, LiveBindings
 
     deployed = sqlite_deployed

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from coordinator_core.shell import tracing
+from coordinator_core.shell.observe import tracing
 
 MESSAGING = "messaging.submit-message/v1"
 

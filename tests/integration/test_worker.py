@@ -21,8 +21,8 @@ from integration_support import (
 
 from coordinator_core.engine import Dispatch
 from coordinator_core.shell.audit import verify_directory
-from coordinator_core.shell.process import Shutdown, worker_loop
-from coordinator_core.shell.service_log import ServiceLog
+from coordinator_core.shell.runtime.process import Shutdown, worker_loop
+from coordinator_core.shell.runtime.service_log import ServiceLog
 from coordinator_core.shell.store import LEASE_SECONDS
 
 
@@ -49,7 +49,7 @@ def test_each_durable_event_is_advanced_once_when_nobody_changed_the_run(
 ) -> None:
     """The advance made before a fenced transaction is its decision when the run as committed
     is the state it was made from: no event of an uncontended run is advanced twice."""
-    import coordinator_core.shell.attempt as attempt_module
+    import coordinator_core.shell.execution.attempt as attempt_module
 
     calls: list[str] = []
     original = attempt_module.advance

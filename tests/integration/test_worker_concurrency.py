@@ -9,9 +9,9 @@ from collections import Counter
 
 from integration_support import Deployed, run_input
 
+from coordinator_core.shell.execution.worker import Worker
 from coordinator_core.shell.service import build_service
 from coordinator_core.shell.store import Store
-from coordinator_core.shell.worker import Worker
 
 RUNS = 12
 

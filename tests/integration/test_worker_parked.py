@@ -13,9 +13,9 @@ import pytest
 from integration_support import Deployed, run_input
 
 from coordinator_core.engine import format_instant
+from coordinator_core.shell.execution.wakeup import Wakeup
 from coordinator_core.shell.service import RunAdmitted
 from coordinator_core.shell.store import FIRE_BATCH, to_epoch_ms, truncate_ms
-from coordinator_core.shell.wakeup import Wakeup
 
 WAIT = "due"
 READ = "read-application"

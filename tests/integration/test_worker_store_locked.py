@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from integration_support import Deployed, Products, deploy, run_input
 
-from coordinator_core.shell.outage import StoreOutage
 from coordinator_core.shell.package_files import LoadedPackage
-from coordinator_core.shell.process import Shutdown, worker_loop
-from coordinator_core.shell.service_log import ServiceLog
+from coordinator_core.shell.runtime.outage import StoreOutage
+from coordinator_core.shell.runtime.process import Shutdown, worker_loop
+from coordinator_core.shell.runtime.service_log import ServiceLog
 from coordinator_core.shell.store import dialect
 
 BUSY_MS = 100  # the store's busy timeout, shortened so that a tick gives up within a second

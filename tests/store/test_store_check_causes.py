@@ -14,8 +14,8 @@ import pytest
 from store_support import ACTIVATION, IDENTITY, Backend, with_user
 
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell import process
-from coordinator_core.shell.service_log import ServiceLog
+from coordinator_core.shell.runtime import process
+from coordinator_core.shell.runtime.service_log import ServiceLog
 from coordinator_core.shell.store import NAMESPACE_MARKER, supported_version
 
 OTHER_PACKAGE = "sha256:" + "9abcdef0" * 8

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from sqlalchemy.dialects import postgresql, sqlite
 
-from coordinator_core.shell.codec import seal_value
+from coordinator_core.shell.execution.codec import seal_value
 from coordinator_core.shell.sealing import Sealer, StateKeyRing
 from coordinator_core.shell.store.dialect import HexKey, SealedBytes
 

@@ -15,16 +15,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from coordinator_core.shell import tracing
+from coordinator_core.shell.observe import tracing
 
 # Loads the service half as `coordinator serve` does, configures tracing from the environment
 # and reports whether it is on and which opentelemetry modules the process holds.
 PROBE = """
 import json, os, sys
 import coordinator_api.app, coordinator_api.edge
-import coordinator_core.shell.process, coordinator_core.shell.worker
+import coordinator_core.shell.runtime.process, coordinator_core.shell.execution.worker
 import coordinator_core.shell.adapters.registry, coordinator_core.shell.store
-from coordinator_core.shell import tracing
+from coordinator_core.shell.observe import tracing
 stop = tracing.configure(os.environ, process="serve")
 loaded = sorted(name for name in sys.modules if name.split(".")[0] == "opentelemetry")
 print(json.dumps({"enabled": tracing.enabled(), "loaded": loaded}))

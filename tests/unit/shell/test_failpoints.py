@@ -1,4 +1,4 @@
-"""Failpoints (`shell.failpoints`): unarmed they do nothing; armed, the process dies by SIGKILL
+"""Failpoints (`shell.runtime.failpoints`): unarmed they do nothing; armed, the process dies by SIGKILL
 exactly at the N-th passage of the named one, and nowhere else."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import signal
 import subprocess
 import sys
 
-from coordinator_core.shell import failpoints
+from coordinator_core.shell.runtime import failpoints
 
 PROGRAM = """
 import sys
-from coordinator_core.shell import failpoints
+from coordinator_core.shell.runtime import failpoints
 for name in ("after-claim", "after-pre-send", "after-claim", "after-pre-send", "after-claim"):
     failpoints.reach(name)
     print(name, flush=True)

@@ -11,8 +11,9 @@ import logging
 import httpx
 import pytest
 
-from coordinator_core.shell import metrics, process
-from coordinator_core.shell.service_log import JsonLineHandler, ServiceLog, keyed
+from coordinator_core.shell.observe import metrics
+from coordinator_core.shell.runtime import process
+from coordinator_core.shell.runtime.service_log import JsonLineHandler, ServiceLog, keyed
 
 REF = "hmac-sha256:" + "ab" * 32
 

@@ -1,4 +1,4 @@
-"""The outage record and the backoff of shell/outage.py (09 §5 step 7): one loss and one
+"""The outage record and the backoff of shell/runtime/outage.py (09 §5 step 7): one loss and one
 recovery line per outage, stale reports ignored, delays doubling from 100 ms to at most 5 s."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import json
 
-from coordinator_core.shell.outage import (
+from coordinator_core.shell.runtime.outage import (
     BACKOFF_CAP_SECONDS,
     BACKOFF_FIRST_SECONDS,
     STORE_AVAILABLE,
@@ -14,7 +14,7 @@ from coordinator_core.shell.outage import (
     Backoff,
     StoreOutage,
 )
-from coordinator_core.shell.service_log import ServiceLog
+from coordinator_core.shell.runtime.service_log import ServiceLog
 
 
 class _Clock:

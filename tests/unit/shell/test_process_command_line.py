@@ -9,8 +9,8 @@ from importlib import metadata
 
 import pytest
 
-from coordinator_core.shell import process
-from coordinator_core.shell.service_log import ServiceLog
+from coordinator_core.shell.runtime import process
+from coordinator_core.shell.runtime.service_log import ServiceLog
 
 VALUE = "canary-value-9b1c"
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from coordinator_core.shell.execution.wakeup import SWEEP_FALLBACK, Wakeup
 from coordinator_core.shell.store import NextInstants
-from coordinator_core.shell.wakeup import SWEEP_FALLBACK, Wakeup
 
 
 def test_a_ring_before_the_wait_is_not_lost() -> None:

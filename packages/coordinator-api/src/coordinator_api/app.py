@@ -82,7 +82,7 @@ from coordinator_api.spec import (
     operation_table,
 )
 from coordinator_api.wire import encode
-from coordinator_core.shell import tracing
+from coordinator_core.shell.observe import tracing
 from coordinator_core.shell.service import AuditJournal, BlockReason, RunService, ServiceRefusal
 
 __all__ = ["AppState", "create_app"]

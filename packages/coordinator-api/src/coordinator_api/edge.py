@@ -10,7 +10,7 @@
   runs before access and visibility have been decided (06 §1 item 6).
 * Every response gets `Cache-Control: no-store` and the recommended security headers.
 * A well-formed W3C `traceparent` is accepted and kept on the request context; with tracing
-  on (`coordinator_core.shell.tracing`), the request's span, named by its operationId, is its
+  on (`coordinator_core.shell.observe.tracing`), the request's span, named by its operationId, is its
   child (with the caller's `tracestate`).
 """
 
@@ -28,7 +28,7 @@ from coordinator_api.events import request_target
 from coordinator_api.limits import BODY_MAX_BYTES
 from coordinator_api.problems import problem_response
 from coordinator_api.spec import RouteTable
-from coordinator_core.shell import tracing
+from coordinator_core.shell.observe import tracing
 
 if TYPE_CHECKING:
     from coordinator_api.app import AppState

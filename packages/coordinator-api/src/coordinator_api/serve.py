@@ -4,7 +4,7 @@
     coordinator worker --runtime-config FILE [--poll-ms N] [--metrics-bind ADDR:PORT]
 
 The start sequence, the worker loops, the shutdown and the service log are
-`coordinator_core.shell.process`; `worker` is that module's command as it is. `serve` adds
+`coordinator_core.shell.runtime.process`; `worker` is that module's command as it is. `serve` adds
 the HTTP steps: the caller key set (exit 3), the listener (`listener-unavailable`, exit 3),
 the app and uvicorn with the connection guard of `coordinator_api.connection`. Nothing HTTP is imported at module level, so `coordinator worker` runs
 where Connexion, Starlette and uvicorn are not installed.
@@ -20,9 +20,9 @@ import time
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
-from coordinator_core.shell import process
-from coordinator_core.shell.command_line import add_version_flag
-from coordinator_core.shell.service_log import ServiceLog
+from coordinator_core.shell.runtime import process
+from coordinator_core.shell.runtime.argv import add_version_flag
+from coordinator_core.shell.runtime.service_log import ServiceLog
 
 T = TypeVar("T")
 

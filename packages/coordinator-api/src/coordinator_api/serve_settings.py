@@ -1,7 +1,7 @@
 """What `coordinator serve` derives for the HTTP app from the runtime file, its secrets and
 the package: the `AuthenticationSettings` of the caller key set and the `ApiSettings` of
 `create_app` (06). The runtime file is not read here: it was read and checked once, by the
-process start (`coordinator_core.shell.process`).
+process start (`coordinator_core.shell.runtime.process`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Offline commands call coordinator_core directly. An unparsable command line is
 `coordinator.cli.usage` (exit 2) with a message that names what is wrong by command and option
-names only, never a value given (coordinator_core.shell.command_line). A bare `coordinatorctl`
+names only, never a value given (coordinator_core.shell.runtime.argv). A bare `coordinatorctl`
 prints the help (exit 0), grouped by kind of command; each command's help shows the global
 flags it reads.
 """
@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.shell.command_line import (
+from coordinator_core.shell.runtime.argv import (
     ArgumentParser,
     HelpRequested,
     UsageMistake,
     VersionRequested,
     add_version_flag,
 )
-from coordinator_core.shell.streams import guard_output
+from coordinator_core.shell.runtime.streams import guard_output
 from coordinatorctl import completion, installed, remote_args
 from coordinatorctl.report import Outcome, emit, render_text
 

@@ -36,7 +36,6 @@ from coordinator_core.shell.audit import (
     response,
 )
 from coordinator_core.shell.audit.writer import JournalPosition
-from coordinator_core.shell.codec import DefinitionCache
 from coordinator_core.shell.deployment import (
     Deployment,
     DeploymentRefused,
@@ -47,6 +46,7 @@ from coordinator_core.shell.deployment import (
     package_binding_problems,
     resolve_secrets,
 )
+from coordinator_core.shell.execution.codec import DefinitionCache
 from coordinator_core.shell.package_files import LoadedPackage, load_package
 from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.service.bindings import LiveBindings

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from coordinator_api.edge import RequestContext
 from coordinator_api.handlers._shared import json_reply
 from coordinator_api.wire import Liveness, Readiness
-from coordinator_core.shell import metrics
+from coordinator_core.shell.observe import metrics
 
 __all__ = ["get_health", "get_metrics", "get_ready"]
 
@@ -39,7 +39,7 @@ async def get_ready(coordinator: RequestContext) -> Response:
 
 
 async def get_metrics(coordinator: RequestContext) -> Response:
-    """The process's metrics (`coordinator_core.shell.metrics`); the exposition reads the store
+    """The process's metrics (`coordinator_core.shell.observe.metrics`); the exposition reads the store
     gauges, so it is made in a worker thread, never on the event loop."""
     body = await asyncio.to_thread(metrics.exposition)
     return Response(content=body, status_code=200, headers={"Content-Type": metrics.CONTENT_TYPE})

@@ -30,7 +30,6 @@ from coordinator_core.engine.events import (
     ReceiptAnswer,
 )
 from coordinator_core.operations import CATALOG
-from coordinator_core.shell import tracing
 from coordinator_core.shell.adapters.base import (
     AccessToken,
     Connection,
@@ -48,6 +47,7 @@ from coordinator_core.shell.adapters.http import (
 )
 from coordinator_core.shell.adapters.transport import TransportFailure
 from coordinator_core.shell.adapters.validation import ShapeError
+from coordinator_core.shell.observe import tracing
 from coordinator_core.values import canonical_json
 
 __all__ = ["Attempt", "Effect", "ProductAdapter", "Stop", "receipt_lookup"]

@@ -6,7 +6,7 @@ refuse a workflow before any run is admitted). A connection the runtime file doe
 or binds in another map or to another product, is refused `operation-unbound` (08 §9) before
 any adapter runs. Each method takes the engine's I/O command and answers the engine's event for
 it; like the adapters, nothing but such an event (or an attempt's credential) leaves here.
-With tracing on (`shell.tracing`), each call a bound adapter makes is one
+With tracing on (`shell.observe.tracing`), each call a bound adapter makes is one
 `coordinator.product-call` span with its outcome word, and the product is sent that span's
 `traceparent` (random identifiers only; nothing is sent while tracing is off).
 """
@@ -30,7 +30,6 @@ from coordinator_core.engine.events import (
     ReceiptAnswer,
 )
 from coordinator_core.operations import product_of
-from coordinator_core.shell import tracing
 from coordinator_core.shell.adapters.base import (
     AccessToken,
     Adapter,
@@ -49,6 +48,7 @@ from coordinator_core.shell.adapters.external import ExternalHttpAdapter
 from coordinator_core.shell.adapters.http import HttpSettings
 from coordinator_core.shell.adapters.messaging import MessagingAdapter
 from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
+from coordinator_core.shell.observe import tracing
 
 if TYPE_CHECKING:
     from coordinator_core.shell.deployment import Deployment, Secrets

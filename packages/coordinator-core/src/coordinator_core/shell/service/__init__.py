@@ -6,7 +6,6 @@ engine: the HTTP API (coordinator-api) parses, calls it and renders.
 
 from __future__ import annotations
 
-from coordinator_core.shell.service.build import StoreRunService, build_service
 from coordinator_core.shell.service.journal import (
     AuditAction,
     AuditJournal,
@@ -45,6 +44,7 @@ from coordinator_core.shell.service.model import (
     WaitFor,
     WaitUntil,
 )
+from coordinator_core.shell.service.service import StoreRunService, build_service
 
 __all__ = [
     "INTERNAL_ERROR",

@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from coordinator_core.engine import Admitted, advance
-from coordinator_core.shell.codec import row_of, seal_value, sealed_snapshot
-from coordinator_core.shell.service.context import ServiceContext
+from coordinator_core.shell.execution.codec import row_of, seal_value, sealed_snapshot
 from coordinator_core.shell.service.model import AdmissionRequest, RunAdmitted, ServiceRefusal
+from coordinator_core.shell.service.runtime import ServiceContext
 from coordinator_core.shell.store import AdmissionResult, NewRun, RunSnapshot, to_epoch_ms
 
 __all__ = ["admit", "insert_run", "store_admission"]

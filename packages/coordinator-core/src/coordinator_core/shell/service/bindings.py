@@ -16,8 +16,8 @@ from typing import Final
 from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import DefinitionError
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell.codec import DefinitionCache
 from coordinator_core.shell.deployment import Deployment, DeploymentRefused, binding_digest
+from coordinator_core.shell.execution.codec import DefinitionCache
 from coordinator_core.shell.store import RunRow, Store
 
 __all__ = ["UNBOUND", "LiveBindings"]

@@ -9,8 +9,8 @@ from typing import Final
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.functions.errors import FunctionError
 from coordinator_core.shell.service.admission import insert_run, store_admission
-from coordinator_core.shell.service.context import ServiceContext
 from coordinator_core.shell.service.model import EventAdmitted, EventDelivery, ServiceRefusal
+from coordinator_core.shell.service.runtime import ServiceContext
 from coordinator_core.values import JsonBoundsError, check_json_value
 
 __all__ = ["admit_event", "complete_review"]

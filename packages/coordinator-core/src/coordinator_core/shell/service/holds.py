@@ -13,9 +13,9 @@ from coordinator_core.engine import EngineInvariantError, RestoreHold
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.audit import ZERO_HASH
 from coordinator_core.shell.audit.heads import journal_ends
-from coordinator_core.shell.codec import state_of, write_of
-from coordinator_core.shell.service.context import Decide, ServiceContext
+from coordinator_core.shell.execution.codec import state_of, write_of
 from coordinator_core.shell.service.model import RUN_STATUSES, Doctor, DoctorState, ServiceRefusal
+from coordinator_core.shell.service.runtime import Decide, ServiceContext
 from coordinator_core.shell.store import HoldState, RunSnapshot, RunWrite
 
 __all__ = [

@@ -18,8 +18,7 @@ from coordinator_core.engine import (
     advance,
 )
 from coordinator_core.shell.adapters import CommandFormatError, PreparedCommand
-from coordinator_core.shell.codec import state_of
-from coordinator_core.shell.service.context import ServiceContext
+from coordinator_core.shell.execution.codec import state_of
 from coordinator_core.shell.service.model import (
     BlockReason,
     Caller,
@@ -27,6 +26,7 @@ from coordinator_core.shell.service.model import (
     RunStatus,
     ServiceRefusal,
 )
+from coordinator_core.shell.service.runtime import ServiceContext
 from coordinator_core.shell.service.views import inspection
 from coordinator_core.shell.store import RunSnapshot, to_epoch_ms
 

@@ -21,8 +21,7 @@ from coordinator_core.engine import (
     to_canonical,
 )
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell.codec import state_of
-from coordinator_core.shell.service.context import ServiceContext
+from coordinator_core.shell.execution.codec import state_of
 from coordinator_core.shell.service.model import (
     BlockReason,
     Caller,
@@ -33,6 +32,7 @@ from coordinator_core.shell.service.model import (
     RunStatus,
     ServiceRefusal,
 )
+from coordinator_core.shell.service.runtime import ServiceContext
 from coordinator_core.shell.service.shapes import effects_of, step_status_of
 from coordinator_core.shell.store import RunPosition, RunSnapshot, from_epoch_ms, to_epoch_ms
 

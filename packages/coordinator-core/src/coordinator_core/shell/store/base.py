@@ -26,8 +26,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from coordinator_core.evolve import evolve
-from coordinator_core.shell import metrics, tracing
 from coordinator_core.shell.audit.writer import JournalPosition
+from coordinator_core.shell.observe import metrics, tracing
 from coordinator_core.shell.store.dialect import (
     StoreKind,
     StoreLocation,
@@ -290,7 +290,7 @@ class StoreBase:
         before the commit was sent (nothing of the transaction can have committed; this is
         what replaces a pre-ping per transaction). A connection lost during the commit leaves
         its outcome unknown: `store-unavailable`, never a retry. `purpose` is the fixed name
-        of the transaction in its span (`shell.tracing`; none while tracing is off)."""
+        of the transaction in its span (`shell.observe.tracing`; none while tracing is off)."""
         if not tracing.enabled():
             return self._transact_retrying(work, read_only)
         with tracing.store_transaction(self._location.kind, purpose, read_only=read_only):

@@ -11,7 +11,7 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.engine import Connection
 
 from coordinator_core.shell.audit.writer import JournalPosition
-from coordinator_core.shell.metrics import StoreGauges
+from coordinator_core.shell.observe.metrics import StoreGauges
 from coordinator_core.shell.store.base import StoreBase
 from coordinator_core.shell.store.dialect import truncate_ms
 from coordinator_core.shell.store.guards import control_from, refuse

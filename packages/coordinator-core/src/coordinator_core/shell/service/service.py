@@ -15,17 +15,17 @@ from datetime import datetime
 
 from coordinator_core.engine import CallStep
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell import metrics
 from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.audit import AuditWriter
-from coordinator_core.shell.codec import DefinitionCache
 from coordinator_core.shell.deployment import Deployment, Secrets
+from coordinator_core.shell.execution.codec import DefinitionCache
+from coordinator_core.shell.execution.run_log import RunEvents
+from coordinator_core.shell.execution.worker import Worker, WorkerAudit
+from coordinator_core.shell.observe import metrics
 from coordinator_core.shell.package_files import LoadedPackage
-from coordinator_core.shell.run_events import RunEvents
 from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.service import admission, events, holds, recovery, views
 from coordinator_core.shell.service.bindings import LiveBindings
-from coordinator_core.shell.service.context import ServiceContext
 from coordinator_core.shell.service.model import (
     AdmissionRequest,
     Caller,
@@ -40,8 +40,8 @@ from coordinator_core.shell.service.model import (
     RunQuery,
     RunStatus,
 )
+from coordinator_core.shell.service.runtime import ServiceContext
 from coordinator_core.shell.store import Store
-from coordinator_core.shell.worker import Worker, WorkerAudit
 
 __all__ = ["StoreRunService", "build_service"]
 

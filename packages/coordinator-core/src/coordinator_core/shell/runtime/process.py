@@ -2,7 +2,7 @@
 `coordinator serve` (coordinator-api adds the caller key set, the listener and the HTTP app)
 and `coordinator worker`, which needs only coordinator-core:
 
-    python -m coordinator_core.shell.process worker --runtime-config FILE [--poll-ms N]
+    python -m coordinator_core.shell.runtime.process worker --runtime-config FILE [--poll-ms N]
 
 is the same command as `coordinator worker`; neither imports an HTTP server framework.
 
@@ -22,7 +22,7 @@ Start sequence (`worker` skips the HTTP parts), each step refusing with its exit
    resume by themselves, a check that could not run is retried, and the process logs one line
    when the store is lost and one when it is back (`outage.StoreOutage`).
 
-Metrics (06 §14, `shell.metrics`): `serve` answers `GET /metrics` on its listener; `worker`
+Metrics (06 §14, `shell.observe.metrics`): `serve` answers `GET /metrics` on its listener; `worker`
 has no listener unless `--metrics-bind <ip>:<port>` opens one for its metrics (several worker
 processes may share a host, so none is assumed); a bind that fails refuses the start
 (`listener-unavailable`, exit 3). Both read the store gauges when scraped.
@@ -54,15 +54,7 @@ from types import FrameType
 from typing import Any, Final, Protocol
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.shell import metrics, process_store, tracing
 from coordinator_core.shell.audit import AuditWriter
-from coordinator_core.shell.command_line import (
-    ArgumentParser,
-    HelpRequested,
-    UsageMistake,
-    VersionRequested,
-    add_version_flag,
-)
 from coordinator_core.shell.deployment import (
     Deployment,
     DeploymentRefused,
@@ -73,15 +65,24 @@ from coordinator_core.shell.deployment import (
     package_binding_problems,
     resolve_secrets,
 )
-from coordinator_core.shell.outage import Backoff, StoreOutage
+from coordinator_core.shell.execution.wakeup import Wakeup
+from coordinator_core.shell.execution.worker import Worker
+from coordinator_core.shell.observe import metrics, tracing
 from coordinator_core.shell.package_files import LoadedPackage, load_package
 from coordinator_core.shell.restore_detection import check_journal
+from coordinator_core.shell.runtime import store_access
+from coordinator_core.shell.runtime.argv import (
+    ArgumentParser,
+    HelpRequested,
+    UsageMistake,
+    VersionRequested,
+    add_version_flag,
+)
+from coordinator_core.shell.runtime.outage import Backoff, StoreOutage
+from coordinator_core.shell.runtime.service_log import ServiceLog, install
+from coordinator_core.shell.runtime.streams import guard_output
 from coordinator_core.shell.service import StoreRunService, build_service
-from coordinator_core.shell.service_log import ServiceLog, install
 from coordinator_core.shell.store import Store
-from coordinator_core.shell.streams import guard_output
-from coordinator_core.shell.wakeup import Wakeup
-from coordinator_core.shell.worker import Worker
 
 __all__ = [
     "EXIT_OK", "EXIT_REFUSED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "GRACE_SECONDS", "ArgumentParser",
@@ -379,14 +380,14 @@ def start(
     with _step("coordinator.command.audit-unavailable"):
         writer = AuditWriter.open(settings.audit_directory, "serve" if serving else "worker")
     started.callback(writer.close)
-    url = started.enter_context(process_store.store_url(deployment, secrets))
+    url = started.enter_context(store_access.store_url(deployment, secrets))
     concurrency = 0 if recovery_only else settings.worker.concurrency
     # 4. The deployment check (Store.open verifies), the service, its live-binding check.
     with _step("coordinator.command.store-unavailable"):
         store = Store.open(
             url,
-            process_store.identity(settings, secrets),
-            namespace=process_store.namespace_of(deployment),
+            store_access.identity(settings, secrets),
+            namespace=store_access.namespace_of(deployment),
             exclusive=serving,
             pool_size=concurrency + (8 if serving else 2),
         )
@@ -402,7 +403,7 @@ def start(
     with _step():
         service, worker_for = build_service(deployment, secrets, store, package, audit=writer)
     service.events.write_to(log)
-    # Spans only when the environment names an exporter (shell.tracing); flushed at stop.
+    # Spans only when the environment names an exporter (shell.observe.tracing); flushed at stop.
     stop_tracing = tracing.configure(environment, process="serve" if serving else "worker")
     if stop_tracing is not None:
         started.callback(stop_tracing)
@@ -609,7 +610,7 @@ def join(threads: Sequence[threading.Thread]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m coordinator_core.shell.process worker --runtime-config FILE [--poll-ms N]`."""
+    """`python -m coordinator_core.shell.runtime.process worker --runtime-config FILE [--poll-ms N]`."""
     return run_command(build_parser(), {"worker": run_worker}, argv)
 
 

@@ -3,7 +3,7 @@
 `RunEvents` is made once per run service (`build_service`) and told what was *committed*:
 an admission the service decided, and (as `Store.observe`'s observer) the step outcomes the
 worker noted in a transaction and the run status changes it wrote, once it committed. Each
-becomes a metric update (`shell.metrics`) and one JSON line in the service log whose only
+becomes a metric update (`shell.observe.metrics`) and one JSON line in the service log whose only
 identifiers are the keyed references of 07 §11 (`runRef`, `stepRef`), never a run id, a key,
 an input or any other value. The lines go through `logging` (logger `coordinator.runs`) until
 the process hands its `ServiceLog` over (`write_to`): then straight to it, which costs less
@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from coordinator_core.engine.state import TERMINAL_STATUSES
-from coordinator_core.shell import metrics, tracing
 from coordinator_core.shell.audit import AuditReferences
-from coordinator_core.shell.service_log import ServiceLog
+from coordinator_core.shell.observe import metrics, tracing
+from coordinator_core.shell.runtime.service_log import ServiceLog
 from coordinator_core.shell.store import StatusChange, StepOutcome
 
 __all__ = ["ADMISSION_REFUSED", "ADMITTED", "STATUS_CHANGED", "STEP_OUTCOME", "RunEvents"]
@@ -57,7 +57,7 @@ class RunEvents:
         self._line: Line = _through_logging
 
     def write_to(self, log: ServiceLog) -> None:
-        """Write the lines straight to the process's service log (`shell.process`)."""
+        """Write the lines straight to the process's service log (`shell.runtime.process`)."""
 
         def line(code: str, message: str, members: Mapping[str, object]) -> None:
             log.emit("info", code, message, members)

@@ -30,8 +30,9 @@ from coordinator_core.engine import (
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.adapters.registry import Adapters, bound_connections
 from coordinator_core.shell.audit import AuditWriter
-from coordinator_core.shell.codec import DefinitionCache, RunKeys, state_of, write_of
 from coordinator_core.shell.deployment import Deployment, Secrets
+from coordinator_core.shell.execution.codec import DefinitionCache, RunKeys, state_of, write_of
+from coordinator_core.shell.execution.wakeup import Wakeup
 from coordinator_core.shell.package_files import LoadedPackage
 from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.service.bindings import LiveBindings
@@ -45,7 +46,6 @@ from coordinator_core.shell.store import (
     to_epoch_ms,
     truncate_ms,
 )
-from coordinator_core.shell.wakeup import Wakeup
 
 __all__ = ["Decide", "ServiceContext"]
 

@@ -42,9 +42,14 @@ from coordinator_core.engine import (
 )
 from coordinator_core.engine.program import DefinitionError, EngineInvariantError
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell import failpoints, metrics, tracing
 from coordinator_core.shell.adapters.registry import Adapters
-from coordinator_core.shell.attempt import (
+from coordinator_core.shell.audit import (
+    AuditReferences,
+    AuditWriter,
+    worker_correlation,
+    worker_record,
+)
+from coordinator_core.shell.execution.attempt import (
     Discard,
     Entry,
     RecordAttempt,
@@ -52,14 +57,11 @@ from coordinator_core.shell.attempt import (
     carried_entries,
     outcome_of,
 )
-from coordinator_core.shell.audit import (
-    AuditReferences,
-    AuditWriter,
-    worker_correlation,
-    worker_record,
-)
-from coordinator_core.shell.codec import DefinitionCache, RunKeys, state_of, write_of
-from coordinator_core.shell.run_events import RunEvents
+from coordinator_core.shell.execution.codec import DefinitionCache, RunKeys, state_of, write_of
+from coordinator_core.shell.execution.run_log import RunEvents
+from coordinator_core.shell.execution.wakeup import Wakeup
+from coordinator_core.shell.observe import metrics, tracing
+from coordinator_core.shell.runtime import failpoints
 from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.store import (
     FIRE_BATCH,
@@ -76,7 +78,6 @@ from coordinator_core.shell.store import (
     to_epoch_ms,
     truncate_ms,
 )
-from coordinator_core.shell.wakeup import Wakeup
 
 __all__ = [
     "ATTEMPT_BUDGET_SECONDS",
@@ -112,7 +113,7 @@ class Worker:
     """One worker loop's state: its id, the store, the sealer, the adapters and the caches.
 
     `tick()` processes exactly one step record (or recovers/expires one and claims nothing);
-    `shell.process.worker_loop` repeats it until the process stops. A `Worker` is used by one thread at a time; several
+    `shell.runtime.process.worker_loop` repeats it until the process stops. A `Worker` is used by one thread at a time; several
     workers may share the store (PostgreSQL) and the `DefinitionCache`.
     """
 

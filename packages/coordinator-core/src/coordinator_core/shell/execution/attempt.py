@@ -1,6 +1,6 @@
 """One tick's run, from its claim through the records it carries the run on to (`TickRun`),
 and the work of one leased record between its fences (`RecordAttempt`), with the journal
-entries they append (07 §7.2–§7.4, §7.7, §11). The worker loop (`shell.worker`) makes them;
+entries they append (07 §7.2–§7.4, §7.7, §11). The worker loop (`shell.execution.worker`) makes them;
 they hold no state beyond the tick.
 """
 
@@ -38,10 +38,10 @@ from coordinator_core.engine import (
 )
 from coordinator_core.engine.program import DefinitionError
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell import failpoints
 from coordinator_core.shell.adapters import AccessToken, CommandFormatError, PreparedCommand
 from coordinator_core.shell.audit import WorkerOutcome
-from coordinator_core.shell.codec import RunKeys, overlay, refreshed, state_of, write_of
+from coordinator_core.shell.execution.codec import RunKeys, overlay, refreshed, state_of, write_of
+from coordinator_core.shell.runtime import failpoints
 from coordinator_core.shell.store import (
     Claim,
     Recovery,
@@ -53,7 +53,7 @@ from coordinator_core.shell.store import (
 )
 
 if TYPE_CHECKING:
-    from coordinator_core.shell.worker import Worker
+    from coordinator_core.shell.execution.worker import Worker
 
 _DURABLE: Final = (FreezeCommand, FreezePreparation, MarkMaySend)
 _Mode = Literal["memory", "progress", "finish"]
@@ -103,7 +103,7 @@ def _ending(record: StepRecord) -> Literal["observation", "transition"]:
 
 
 def _boundary(mode: _Mode, guess: Advance, held: Claim | None) -> str:
-    """The failpoint a committed fence or finish passes (`shell.failpoints`)."""
+    """The failpoint a committed fence or finish passes (`shell.runtime.failpoints`)."""
     if mode == "finish":
         return "mid-continuation" if held is not None else "after-finish"
     if any(isinstance(command, MarkMaySend) for command in guess.commands):

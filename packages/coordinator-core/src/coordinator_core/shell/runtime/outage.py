@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from coordinator_core.shell.service_log import ServiceLog
+from coordinator_core.shell.runtime.service_log import ServiceLog
 
 __all__ = [
     "BACKOFF_CAP_SECONDS",
