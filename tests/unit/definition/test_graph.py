@@ -7,15 +7,24 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coordinator_core.authoring.model import model_from_json
 from coordinator_core.definition import graph
 
 STEP_TYPES = ("call", "choose", "wait-until", "wait-for", "finish")
 
 
 def _edges(steps: dict[str, dict[str, Any]]) -> list[graph.Edge]:
+    """The edges of these steps, read as the typed model reads them (other members absent)."""
+    document = {
+        "apiVersion": "id.registrystack.org/formats/coordinator/project/v1alpha1",
+        "kind": "CoordinatorProject",
+        "steps": steps,
+    }
+    model = model_from_json(document, file="workflow.yaml", artifact=None, out=[])
+    assert model is not None and model.steps is not None
     edges: list[graph.Edge] = []
-    for step_id, step in steps.items():
-        edges.extend(graph.edges_of(step_id, step))
+    for node in model.steps.values():
+        edges.extend(graph.edges_of(node))
     return edges
 
 

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from coordinator_core.checking.checker import check_project
+from coordinator_core.definition.restore import restore_definition
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell.package_files import load_package, restore_snapshot, write_package
+from coordinator_core.shell.package_files import load_package, write_package
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLE = REPO / "examples" / "reviewed-notice"
@@ -248,8 +249,8 @@ def test_restore_recomputes_identities_from_reordered_members(tmp_path: Path) ->
     canonical = (root / "definition.json").read_bytes()
     document = json.loads(canonical)
     reordered = json.dumps(dict(reversed(list(document.items())))).encode()
-    restored = restore_snapshot(reordered)
-    original = restore_snapshot(canonical)
+    restored = restore_definition(reordered)
+    original = restore_definition(canonical)
     assert (restored.revision, restored.definition_digest) == (
         original.revision,
         original.definition_digest,

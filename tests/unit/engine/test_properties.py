@@ -11,6 +11,7 @@ from engine_support import KEYS, OPERATIONS, SECOND, T0
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from coordinator_core.authoring.model import model_from_json
 from coordinator_core.definition import graph
 from coordinator_core.definition.snapshot import build_snapshot
 from coordinator_core.engine import (
@@ -59,6 +60,7 @@ fn publish_after(input, seen) { input.out }
 PROGRAM = compile_functions(SOURCE).program
 assert PROGRAM is not None
 
+PROJECT_API_VERSION = "id.registrystack.org/formats/coordinator/project/v1alpha1"
 CALL_ALIASES = ("record", "review", "notice", "action", "evaluate", "withdraw")
 RESTING = {"finished", "failed", "cancelled", "cancelled-after-effect", "expired", "attention"}
 MAX_EVENTS = 4000
@@ -142,7 +144,10 @@ def definitions(draw: st.DrawFn) -> tuple[Definition, dict[str, Any]]:
                     step[member] = draw(later(index))
             steps[step_id] = step
     # Let some mappings read an output that the availability analysis says is there.
-    edges = [edge for step_id, step in steps.items() for edge in graph.edges_of(step_id, step)]
+    shape = {"apiVersion": PROJECT_API_VERSION, "kind": "CoordinatorProject", "steps": steps}
+    nodes = model_from_json(shape, file="workflow.yaml", artifact=None, out=[])
+    assert nodes is not None and nodes.steps is not None
+    edges = [edge for node in nodes.steps.values() for edge in graph.edges_of(node)]
     order, _ = graph.topological_order(ids[0], ids, edges)
     available = graph.availability(order, ids[0], edges)
     for step_id, step in steps.items():

@@ -65,7 +65,7 @@ def case(
 
 
 def run(*cases: dict[str, Any], project: str = "lab") -> ScenarioReport:
-    return run_scenarios(document(*cases), snapshot(project), definition=definition(project))
+    return run_scenarios(document(*cases), definition(project))
 
 
 def only(report: ScenarioReport) -> CaseResult:

@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from scenario_support import case, codes, document, only, run, snapshot, success
+from scenario_support import case, codes, definition, document, only, run, success
 
 from coordinator_core.scenarios import check_scenario_document
 
 
 def _findings(*cases: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(d.code, d.path) for d in check_scenario_document(document(*cases), snapshot("lab"))]
+    return [(d.code, d.path) for d in check_scenario_document(document(*cases), definition("lab"))]
 
 
 def _not_run(*cases: dict[str, Any]) -> None:

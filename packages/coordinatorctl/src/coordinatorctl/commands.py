@@ -432,7 +432,8 @@ def _run_test(
     outcome.diagnostics.extend(authored.diagnostics)
     if authored.decoded is None:
         return outcome, None, suite, revision
-    report = run_scenarios(authored, definition.snapshot)
+    assert definition.ir is not None
+    report = run_scenarios(authored, definition.ir)
     outcome.diagnostics.extend(
         dataclasses.replace(d, file=display) if d.file == "scenarios.yaml" else d
         for d in report.diagnostics

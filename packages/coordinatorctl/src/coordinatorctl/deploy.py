@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from coordinator_core.definition.snapshot import Snapshot
+from coordinator_core.definition.ir import Definition
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.audit import (
     AuditWriter,
@@ -353,7 +353,7 @@ def _apply(context: _Context, url: str, reference: str | None) -> Outcome:
         definition_digest=snapshot.definition_digest,
     )
     identity = context.identity()
-    bindings_ok = _live_bindings(context, url, snapshot)
+    bindings_ok = _live_bindings(context, url, loaded.definition)
     journal = _open_journal(context)
     try:
         correlation = new_correlation()
@@ -387,7 +387,7 @@ def _apply(context: _Context, url: str, reference: str | None) -> Outcome:
 
 
 def _live_bindings(
-    context: _Context, url: str, snapshot: Snapshot
+    context: _Context, url: str, definition: Definition
 ) -> Callable[[frozenset[tuple[str, str]]], bool]:
     """The service's live-binding check (05 §10, `LiveBindings`) over (definition digest,
     binding digest) pairs, for this command: the package's definition is known; an older
@@ -410,7 +410,7 @@ def _live_bindings(
 
     sealer = Sealer(context.secrets.state_keys, context.settings.database_id)
     definitions = DefinitionCache(sealer, stored)
-    definitions.add(snapshot)
+    definitions.add(definition.snapshot, definition)
     return LiveBindings(context.deployment, definitions).all_match
 
 
@@ -419,11 +419,10 @@ def _live_bindings(
 
 def _status(context: _Context, url: str) -> Outcome:
     loaded = _load_package(context)
-    snapshot = loaded.snapshot
     with Store.open(url, context.identity(), namespace=context.namespace, pool_size=1) as store:
         control = store.verify()
         pairs = store.unsettled_bindings(datetime.now(UTC))
-    check = _live_bindings(context, url, snapshot)
+    check = _live_bindings(context, url, loaded.definition)
     if not check(pairs):
         raise CoordinatorError(Diagnostic("coordinator.command.live-binding-conflict"))
     state = inspect_deployment(url, namespace=context.namespace)

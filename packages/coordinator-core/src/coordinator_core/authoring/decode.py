@@ -19,6 +19,8 @@ from typing import Any, Final
 from coordinator_core import limits
 from coordinator_core.authoring.yamlreader import (
     INVALID,
+    NO_POSITIONS,
+    SourceMap,
     YamlDocument,
     escape_pointer_token,
     read_yaml,
@@ -28,6 +30,7 @@ from coordinator_core.errors import Diagnostic
 __all__ = [
     "AuthoredFile",
     "decode_body",
+    "decode_json",
     "load_schema",
     "read_authored_file",
 ]
@@ -181,23 +184,47 @@ def decode_body(
     out: list[Diagnostic],
 ) -> tuple[dict[str, Any] | None, frozenset[str]]:
     """Decode the document root against `schema`; failed members are left out."""
-    decoder = _Decoder(document, schema, file, artifact, out)
-    value = decoder.decode(document.value, schema, "")
-    if isinstance(value, _Failed) or not isinstance(value, dict):
+    return _decode_root(document.value, document.source_map, schema, file, artifact, out)
+
+
+def decode_json(
+    value: object,
+    schema: Mapping[str, Any],
+    *,
+    file: str,
+    artifact: str | None,
+    out: list[Diagnostic],
+) -> tuple[dict[str, Any] | None, frozenset[str]]:
+    """Decode a JSON tree that was never YAML text (a snapshot's workflow) against `schema`,
+    by the same rules; its diagnostics carry no line or column."""
+    return _decode_root(value, NO_POSITIONS, schema, file, artifact, out)
+
+
+def _decode_root(
+    value: object,
+    source_map: SourceMap,
+    schema: Mapping[str, Any],
+    file: str,
+    artifact: str | None,
+    out: list[Diagnostic],
+) -> tuple[dict[str, Any] | None, frozenset[str]]:
+    decoder = _Decoder(source_map, schema, file, artifact, out)
+    decoded = decoder.decode(value, schema, "")
+    if isinstance(decoded, _Failed) or not isinstance(decoded, dict):
         return None, frozenset(decoder.failed)
-    return value, frozenset(decoder.failed)
+    return decoded, frozenset(decoder.failed)
 
 
 class _Decoder:
     def __init__(
         self,
-        document: YamlDocument,
+        source_map: SourceMap,
         root_schema: Mapping[str, Any],
         file: str,
         artifact: str | None,
         out: list[Diagnostic],
     ) -> None:
-        self.document = document
+        self.source_map = source_map
         self.root = root_schema
         self.file = file
         self.artifact = artifact
@@ -217,11 +244,11 @@ class _Decoder:
         message: str | None = None,
     ) -> None:
         if container is not None:
-            mark = self.document.mark_of(container)
+            mark = self.source_map.mark_of(container)
         elif key:
-            mark = self.document.key_positions.get(pointer) or self.document.mark_of(pointer)
+            mark = self.source_map.key_positions.get(pointer) or self.source_map.mark_of(pointer)
         else:
-            mark = self.document.mark_of(pointer)
+            mark = self.source_map.mark_of(pointer)
         self.out.append(
             Diagnostic(
                 code,

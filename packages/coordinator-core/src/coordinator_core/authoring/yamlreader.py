@@ -29,7 +29,9 @@ from coordinator_core.limits import YAML_MAX_BYTES, YAML_MAX_DEPTH
 
 __all__ = [
     "INVALID",
+    "NO_POSITIONS",
     "Mark",
+    "SourceMap",
     "YamlDocument",
     "escape_pointer_token",
     "read_yaml",
@@ -71,10 +73,11 @@ class Mark:
 
 
 @dataclass(frozen=True)
-class YamlDocument:
-    """The decoded tree of one YAML file and where each of its nodes was written."""
+class SourceMap:
+    """Where each node of a document was written: JSON pointer → the mark of its value, and of
+    its key for an object member. A document that was never text (a snapshot's workflow, read
+    back from JSON) has no positions: `NO_POSITIONS`."""
 
-    value: object
     positions: Mapping[str, Mark]
     key_positions: Mapping[str, Mark]
 
@@ -86,6 +89,38 @@ class YamlDocument:
             if mark is not None or not pointer:
                 return mark
             pointer = pointer[: pointer.rfind("/")]
+
+    def position(self, pointer: str) -> tuple[int | None, int | None]:
+        """Line and column of the value at `pointer` (or its nearest ancestor), if known."""
+        mark = self.mark_of(pointer)
+        return (None, None) if mark is None else (mark.line, mark.column)
+
+    def key_position(self, pointer: str) -> tuple[int | None, int | None]:
+        """Line and column of the key of the member at `pointer`, else of its value."""
+        mark = self.key_positions.get(pointer)
+        if mark is not None:
+            return mark.line, mark.column
+        return self.position(pointer)
+
+
+NO_POSITIONS: Final = SourceMap(positions={}, key_positions={})
+
+
+@dataclass(frozen=True)
+class YamlDocument:
+    """The decoded tree of one YAML file and where each of its nodes was written."""
+
+    value: object
+    positions: Mapping[str, Mark]
+    key_positions: Mapping[str, Mark]
+
+    @property
+    def source_map(self) -> SourceMap:
+        return SourceMap(self.positions, self.key_positions)
+
+    def mark_of(self, pointer: str) -> Mark | None:
+        """The value mark of `pointer`, or of its nearest ancestor that has one."""
+        return self.source_map.mark_of(pointer)
 
 
 def escape_pointer_token(token: str) -> str:

@@ -14,20 +14,14 @@ from typing import Any, Final
 
 from coordinator_core import limits
 from coordinator_core.authoring.decode import AuthoredFile, read_authored_file
-from coordinator_core.authoring.yamlreader import escape_pointer_token
+from coordinator_core.authoring.model import WorkflowModel, model_from_authored
 from coordinator_core.config.read import check_bindings, check_runtime_file
-from coordinator_core.definition import graph
-from coordinator_core.definition.rules import (
-    FUNCTIONS_FILE,
-    WORKFLOW_FILE,
-    WorkflowRules,
-    function_rules,
-    mappings_of,
-)
+from coordinator_core.definition.graph import GraphFacts
+from coordinator_core.definition.ir import Definition, build_definition
+from coordinator_core.definition.rules import FUNCTIONS_FILE, WORKFLOW_FILE, check_workflow
 from coordinator_core.definition.snapshot import Snapshot, build_snapshot
-from coordinator_core.engine import Definition
-from coordinator_core.errors import Diagnostic, Related
-from coordinator_core.functions import compile_functions
+from coordinator_core.errors import Diagnostic
+from coordinator_core.functions import CompiledFunctions, compile_functions
 from coordinator_core.scenarios import run_scenarios
 
 __all__ = [
@@ -44,29 +38,27 @@ RUNTIME_FILE: Final = "runtime.yaml"
 SCENARIOS_FILE: Final = "scenarios.yaml"
 
 
-@dataclass(frozen=True)
-class GraphFacts:
-    """The graph of a definition that passed G1–G2: edges, order and availability."""
-
-    edges: tuple[graph.Edge, ...]
-    order: tuple[str, ...]
-    available: Mapping[str, frozenset[str]]
-
-
 @dataclass
 class DefinitionCheck:
-    """The definition part of `check` (02 §4.1 steps 2–7)."""
+    """The definition part of `check` (02 §4.1 steps 2–7): the workflow as read, its typed
+    model, the compiled functions, the graph facts and, when every rule passed, the IR."""
 
     diagnostics: list[Diagnostic]
     workflow: AuthoredFile | None = None
     source: str | None = None
-    program: Any = None  # coordinator_core.functions.CompiledFunctions when it compiled
+    model: WorkflowModel | None = None
+    program: CompiledFunctions | None = None
     graph: GraphFacts | None = None
-    snapshot: Snapshot | None = None
+    ir: Definition | None = None
 
     @property
     def decoded(self) -> dict[str, Any] | None:
         return self.workflow.decoded if self.workflow is not None else None
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        """The IR's canonical form (02 §8), when the definition was accepted."""
+        return self.ir.snapshot if self.ir is not None else None
 
 
 @dataclass
@@ -233,7 +225,7 @@ def _read_functions(
 # -- definition -----------------------------------------------------------------------------
 
 
-def _compile(source: str, out: list[Diagnostic]) -> Any:
+def _compile(source: str, out: list[Diagnostic]) -> CompiledFunctions | None:
     """F1–F3: compile functions.rhai; its errors are reported at their own positions."""
     result = compile_functions(source)
     for error in result.errors:
@@ -252,177 +244,44 @@ def _compile(source: str, out: list[Diagnostic]) -> Any:
     return result.program
 
 
-def _steps_decoded(authored: AuthoredFile) -> bool:
-    """Whether `steps` and every step in it decoded without a reader finding."""
-    decoded = authored.decoded or {}
-    return "steps" in decoded and not authored.has_findings_under("/steps")
-
-
-def _graph_rules(
-    authored: AuthoredFile, workflow: Mapping[str, Any], out: list[Diagnostic]
-) -> GraphFacts | None:
-    """G1, G2 and then A1–A3 (02 §5.3, §5.4, §6)."""
-    steps: Mapping[str, Any] = workflow["steps"]
-    start: str = workflow["start"]
-    edges: list[graph.Edge] = []
-    for step_id, step in steps.items():
-        edges.extend(graph.edges_of(step_id, step))
-
-    def report(code: str, pointer: str, **extra: Any) -> None:
-        line, column = authored.position(pointer)
-        out.append(
-            Diagnostic(
-                code,
-                path=pointer,
-                file=WORKFLOW_FILE,
-                line=line,
-                column=column,
-                artifact=limits.KIND_PROJECT,
-                **extra,
-            )
-        )
-
-    reached = graph.reachable_from(start, edges)
-    reached_set = set(reached)
-    found = False
-    for step_id in steps:
-        if step_id not in reached_set:
-            found = True
-            pointer = f"/steps/{escape_pointer_token(step_id)}"
-            line, column = authored.key_position(pointer)
-            out.append(
-                Diagnostic(
-                    "coordinator.definition.unreachable",
-                    path=pointer,
-                    file=WORKFLOW_FILE,
-                    line=line,
-                    column=column,
-                    artifact=limits.KIND_PROJECT,
-                    message=f"Step {step_id} cannot be reached from the start step.",
-                )
-            )
-    nodes = [step_id for step_id in steps if step_id in reached_set]
-    reachable_edges = [e for e in edges if e.source in reached_set]
-    order, stuck = graph.topological_order(start, nodes, reachable_edges)
-    if stuck:
-        found = True
-        cycle = graph.find_cycle(stuck, reachable_edges)
-        related = []
-        for step_id in cycle:
-            pointer = f"/steps/{escape_pointer_token(step_id)}"
-            line, column = authored.key_position(pointer)
-            related.append(
-                Related(WORKFLOW_FILE, pointer, "a step on the cycle", line=line, column=column)
-            )
-        report("coordinator.definition.cycle", "/steps", related=tuple(related))
-    if found:
-        return None
-    available = graph.availability(order, start, reachable_edges)
-    _availability_rules(authored, workflow, reachable_edges, available, report)
-    return GraphFacts(tuple(reachable_edges), tuple(order), available)
-
-
-def _availability_rules(
-    authored: AuthoredFile,
-    workflow: Mapping[str, Any],
-    edges: Sequence[graph.Edge],
-    available: Mapping[str, frozenset[str]],
-    report: Any,
-) -> None:
-    steps: Mapping[str, Any] = workflow["steps"]
-
-    def missing_note(step_id: str, needed: str) -> tuple[Related, ...]:
-        edge = graph.missing_route(step_id, needed, edges, available)
-        if edge is None:
-            return ()
-        line, column = authored.position(edge.pointer)
-        return (
-            Related(
-                WORKFLOW_FILE,
-                edge.pointer,
-                "a route on which it is missing",
-                line=line,
-                column=column,
-            ),
-        )
-
-    for ref in mappings_of(workflow):
-        if ref.step is None or not isinstance(ref.mapping.get("arguments"), list):
-            continue
-        for index, argument in enumerate(ref.mapping["arguments"]):
-            if argument.get("type") != "step" or not isinstance(argument.get("step"), str):
-                continue
-            needed = argument["step"]
-            pointer = f"{ref.pointer}/arguments/{index}"
-            needed_type = steps.get(needed, {}).get("type")
-            if needed_type not in ("call", "wait-for"):
-                report(
-                    "coordinator.mapping.reference",
-                    f"{pointer}/step",
-                    message=f"Step {needed} is not a call or wait-for step with an output.",
-                )
-            elif needed not in available.get(ref.step, frozenset()):
-                report(
-                    "coordinator.mapping.dominance",
-                    pointer,
-                    message=f"Step {needed} is not available on every route into step {ref.step}.",
-                    related=missing_note(ref.step, needed),
-                )
-    for step_id, step in steps.items():
-        if step.get("type") != "wait-for" or not isinstance(step.get("call"), str):
-            continue
-        called = step["call"]
-        if steps.get(called, {}).get("type") == "call" and called not in available.get(
-            step_id, frozenset()
-        ):
-            report(
-                "coordinator.mapping.dominance",
-                f"/steps/{escape_pointer_token(step_id)}/call",
-                message=f"Step {called} has not succeeded on every route into step {step_id}.",
-                related=missing_note(step_id, called),
-            )
-
-
 def check_definition(
     authored: AuthoredFile | None,
     source: str | None,
     out: list[Diagnostic],
 ) -> DefinitionCheck:
-    """02 §4.1 steps 3–7 over an already read workflow and functions source."""
+    """02 §4.1 steps 3–7 over an already read workflow and functions source: the typed model
+    is built once, every definition rule runs on it, and a clean one becomes the IR."""
     result = DefinitionCheck(diagnostics=out, workflow=authored, source=source)
     functions_start = len(out)
     if source is not None:
         result.program = _compile(source, out)
     functions_failed = source is None or len(out) > functions_start
-    if authored is None or authored.decoded is None:
+    if authored is None:
         return result
-    workflow = authored.decoded
-    rules = WorkflowRules(authored, out)
-    rules.run()
-    if not functions_failed and result.program is not None:
-        function_rules(authored, workflow, result.program.functions, out, authored.position)
-    if (
-        _steps_decoded(authored)
-        and isinstance(workflow.get("start"), str)
-        and not rules.route_errors
-    ):
-        result.graph = _graph_rules(authored, workflow, out)
+    model = model_from_authored(authored)
+    if model is None:
+        return result
+    result.model = model
+    program = result.program
+    functions = program.functions if not functions_failed and program is not None else None
+    result.graph = check_workflow(model, functions, out)
     definition_errors = any(
         d.effective_severity == "error" and d.file in (WORKFLOW_FILE, FUNCTIONS_FILE) for d in out
     )
-    if not definition_errors and source is not None and authored.document is not None:
-        snapshot = build_snapshot(authored.document.value, source)  # type: ignore[arg-type]
-        if len(snapshot.canonical) > limits.SNAPSHOT_MAX_BYTES:
-            out.append(
-                Diagnostic(
-                    "coordinator.definition.snapshot-limit",
-                    path="",
-                    file=WORKFLOW_FILE,
-                    artifact=limits.KIND_PROJECT,
-                )
+    if definition_errors or source is None or program is None:
+        return result
+    snapshot = build_snapshot(model.document, source)
+    if len(snapshot.canonical) > limits.SNAPSHOT_MAX_BYTES:
+        out.append(
+            Diagnostic(
+                "coordinator.definition.snapshot-limit",
+                path="",
+                file=WORKFLOW_FILE,
+                artifact=limits.KIND_PROJECT,
             )
-        else:
-            result.snapshot = snapshot
+        )
+    else:
+        result.ir = build_definition(model, snapshot, program)
     return result
 
 
@@ -547,13 +406,9 @@ def check_project(
                 data, file=SCENARIOS_FILE, expected_kind=limits.KIND_SCENARIOS
             )
             out.extend(scenarios.diagnostics)
-            if definition.snapshot is not None and scenarios.decoded is not None:
+            if definition.ir is not None and scenarios.decoded is not None:
                 # 02 §4.1 step 9: the document rules, then every case, on a valid definition.
-
-                engine_definition = Definition.from_snapshot(
-                    definition.snapshot, program=definition.program
-                )
-                report = run_scenarios(scenarios, definition.snapshot, definition=engine_definition)
+                report = run_scenarios(scenarios, definition.ir)
                 out.extend(report.diagnostics)
     return ProjectCheck(
         finalize(out, runtime_names), definition, runtime_checks, scenarios, report, sources

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from coordinator_core import limits
+from coordinator_core.authoring.model import StepNode, WaitForNode, routes_of
 from coordinator_core.checking.checker import DefinitionCheck
 from coordinator_core.checking.graph_svg import (
     DASHED_ROUTES,
@@ -16,8 +17,15 @@ from coordinator_core.checking.graph_svg import (
     render_svg,
     route_taken,
 )
-from coordinator_core.definition.rules import MAPPING_ROLE
-from coordinator_core.operations import CATALOG
+from coordinator_core.definition.ir import (
+    CallStep,
+    ChooseStep,
+    FinishStep,
+    MappingSpec,
+    StepSpec,
+    WaitForStep,
+    WaitUntilStep,
+)
 
 __all__ = ["LIMITS", "RECOVERY_SENTENCE", "check_result", "explain_result", "render_graph"]
 
@@ -45,65 +53,73 @@ RECOVERY_SENTENCE: Final = (
 
 def check_result(definition: DefinitionCheck, *, warnings: bool) -> dict[str, Any]:
     """The `check` result members of 02 §12 (without scenario counts)."""
-    assert definition.snapshot is not None and definition.decoded is not None
-    workflow = definition.decoded
+    ir = definition.ir
+    assert ir is not None
     return {
         "status": "valid-with-warnings" if warnings else "valid",
-        "workflow": workflow["project"]["id"],
-        "version": workflow["project"]["version"],
-        "revision": definition.snapshot.revision,
-        "definitionDigest": definition.snapshot.definition_digest,
-        "steps": len(workflow["steps"]),
+        "workflow": ir.workflow_id,
+        "version": ir.version,
+        "revision": ir.revision,
+        "definitionDigest": ir.definition_digest,
+        "steps": len(ir.steps),
     }
 
 
-def _mapping(mapping: Mapping[str, Any]) -> dict[str, Any]:
+def _mapping(mapping: MappingSpec) -> dict[str, Any]:
     arguments = []
-    for argument in mapping.get("arguments", []):
-        shown: dict[str, Any] = {"type": argument["type"]}
-        if argument["type"] == "step":
-            shown["step"] = argument["step"]
+    for argument in mapping.arguments:
+        shown: dict[str, Any] = {"type": argument.kind}
+        if argument.kind == "step":
+            shown["step"] = argument.step
         arguments.append(shown)  # literal values are never printed
-    return {"function": mapping["function"], "arity": len(arguments), "arguments": arguments}
+    return {"function": mapping.function, "arity": len(arguments), "arguments": arguments}
 
 
-def _routes(step: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _routes(step: StepNode) -> list[dict[str, Any]]:
     routes: list[dict[str, Any]] = []
-    if "next" in step:
-        routes.append({"kind": "next", "target": step["next"]})
-    for label, target in (step.get("cases") or {}).items():
-        routes.append({"kind": "case", "label": label, "target": target})
-    for code, target in (step.get("onDeclaredRefusal") or {}).items():
-        routes.append({"kind": "refusal", "code": code, "target": target})
-    if "onTimeout" in step:
-        routes.append({"kind": "timeout", "target": step["onTimeout"]})
-    if "onCancel" in step:
-        routes.append({"kind": "cancel", "target": step["onCancel"]})
+    for route in routes_of(step):
+        shown: dict[str, Any] = {"kind": route.kind}
+        if route.kind == "case":
+            shown["label"] = route.label
+        elif route.kind == "refusal":
+            shown["code"] = route.label
+        shown["target"] = route.target
+        routes.append(shown)
     return routes
+
+
+def _mapping_of(spec: StepSpec) -> MappingSpec | None:
+    if isinstance(spec, CallStep):
+        return spec.input
+    if isinstance(spec, ChooseStep):
+        return spec.choose
+    if isinstance(spec, WaitUntilStep):
+        return spec.wait_until
+    if isinstance(spec, FinishStep):
+        return spec.output
+    return None
 
 
 def explain_result(definition: DefinitionCheck, *, warnings: bool) -> dict[str, Any]:
     """The `explain` result of 02 §11: the check result extended with the whole structure."""
-    assert definition.snapshot is not None and definition.decoded is not None
-    assert definition.graph is not None
-    workflow = definition.decoded
-    project = workflow["project"]
+    ir, model, facts = definition.ir, definition.model, definition.graph
+    assert ir is not None and model is not None and facts is not None
+    assert model.project is not None and model.steps is not None
     result = check_result(definition, warnings=warnings)
-    if "title" in project:
-        result["title"] = project["title"]
-    result["start"] = workflow["start"]
-    result["deadlineSeconds"] = workflow["deadlineSeconds"]
+    if model.project.title is not None:
+        result["title"] = model.project.title
+    result["start"] = ir.start
+    result["deadlineSeconds"] = ir.deadline_seconds
     operations: dict[str, Any] = {}
     connections: dict[str, str] = {}
-    for alias, entry in workflow["operations"].items():
-        descriptor = CATALOG[entry["operation"]]
+    for name, alias in ir.aliases.items():
         described: dict[str, Any] = {
-            "operation": entry["operation"],
-            "connection": entry["connection"],
+            "operation": alias.operation.id,
+            "connection": alias.connection,
         }
-        if "action" in entry:
-            described["action"] = entry["action"]
-        identity = descriptor.to_json()
+        if alias.action is not None:
+            described["action"] = alias.action
+        identity = alias.operation.to_json()
         for member in (
             "product",
             "effect",
@@ -114,56 +130,55 @@ def explain_result(definition: DefinitionCheck, *, warnings: bool) -> dict[str, 
             "completions",
         ):
             described[member] = identity[member]
-        operations[alias] = described
-        connections[entry["connection"]] = descriptor.product
+        operations[name] = described
+        connections[alias.connection] = alias.operation.product
     result["operations"] = operations
     result["connections"] = dict(sorted(connections.items()))
     result["triggers"] = [
         {
-            "id": trigger_id,
-            "source": trigger["source"],
-            "event": trigger["event"],
-            "mapping": _mapping(trigger["input"]),
+            "id": trigger.id,
+            "source": trigger.source,
+            "event": trigger.event,
+            "mapping": _mapping(trigger.input),
         }
-        for trigger_id, trigger in (workflow.get("triggers") or {}).items()
+        for trigger in ir.triggers.values()
     ]
-    result["outcomes"] = list(workflow["outcomes"])
+    result["outcomes"] = list(ir.outcomes)
     steps = []
-    for step_id in definition.graph.order:
-        step = workflow["steps"][step_id]
-        described = {"id": step_id, "type": step["type"]}
-        if "title" in step:
-            described["title"] = step["title"]
-        described["routes"] = _routes(step)
-        role = MAPPING_ROLE.get(step["type"])
-        if role and role in step:
-            described["mapping"] = _mapping(step[role])
-        if step["type"] == "call":
-            entry = workflow["operations"][step["operation"]]
-            descriptor = CATALOG[entry["operation"]]
+    for step_id in facts.order:
+        spec = ir.steps[step_id]
+        node = model.steps[step_id]
+        described = {"id": step_id, "type": spec.type}
+        if node.title is not None:
+            described["title"] = node.title
+        described["routes"] = _routes(node)
+        mapping = _mapping_of(spec)
+        if mapping is not None:
+            described["mapping"] = _mapping(mapping)
+        if isinstance(spec, CallStep):
+            descriptor = spec.alias.operation
             described.update(
-                alias=step["operation"],
+                alias=spec.alias.name,
                 operation=descriptor.id,
                 product=descriptor.product,
                 effect=descriptor.effect,
                 recovery=descriptor.recovery,
             )
-        elif step["type"] == "wait-for":
-            called = workflow["steps"][step["call"]]
-            descriptor = CATALOG[workflow["operations"][called["operation"]]["operation"]]
-            completion = descriptor.completions[step["completion"]]
+        elif isinstance(spec, WaitForStep):
+            node_wait = model.steps[step_id]
+            assert isinstance(node_wait, WaitForNode)
             described.update(
-                call=step["call"],
-                completion=step["completion"],
-                timeoutSeconds=step["timeoutSeconds"],
-                observeOperation=completion.observe,
-                defaultIntervalSeconds=completion.default_interval_seconds,
+                call=spec.call,
+                completion=node_wait.completion,
+                timeoutSeconds=spec.timeout_seconds,
+                observeOperation=spec.completion.observe,
+                defaultIntervalSeconds=spec.completion.default_interval_seconds,
             )
-        elif step["type"] == "choose":
-            described["cases"] = dict(step["cases"])
-        elif step["type"] == "finish":
-            described["outcome"] = step["outcome"]
-        described["available"] = sorted(definition.graph.available[step_id])
+        elif isinstance(spec, ChooseStep):
+            described["cases"] = dict(spec.cases)
+        elif isinstance(spec, FinishStep):
+            described["outcome"] = spec.outcome
+        described["available"] = sorted(facts.available[step_id])
         steps.append(described)
     result["steps"] = steps
     result["limits"] = dict(LIMITS)

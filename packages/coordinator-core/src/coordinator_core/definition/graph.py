@@ -2,31 +2,44 @@
 
 Availability follows contract 02 §6: a call or wait-for gives its output only on its success
 edge, so a step's available outputs are the intersection, over every incoming edge, of what the
-edge's source had plus what the edge itself gives.
+edge's source had plus what the edge itself gives. `graph_rules` runs G1–G2 and then A1–A3 over
+the typed model.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from coordinator_core.values import pointer_token as escape_pointer_token
+from coordinator_core import limits
+from coordinator_core.authoring.model import (
+    CallNode,
+    RouteMember,
+    StepNode,
+    WaitForNode,
+    WaitUntilNode,
+    WorkflowModel,
+    routes_of,
+)
+from coordinator_core.errors import Diagnostic, Related
 
 __all__ = [
     "Edge",
     "EdgeKind",
+    "GraphFacts",
     "availability",
     "edges_of",
     "find_cycle",
+    "graph_rules",
     "missing_route",
     "reachable_from",
     "topological_order",
 ]
 
 EdgeKind = Literal["plain", "success", "refusal", "timeout", "cancel"]
-RouteKind = Literal["next", "case", "refusal", "timeout", "cancel"]
+WORKFLOW_FILE = "workflow.yaml"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +49,7 @@ class Edge:
     source: str
     target: str
     kind: EdgeKind
-    route: RouteKind
+    route: RouteMember
     pointer: str
     label: str | None = None
 
@@ -45,37 +58,23 @@ class Edge:
         return self.source if self.kind == "success" else None
 
 
-def edges_of(step_id: str, step: Mapping[str, Any]) -> list[Edge]:
+_EDGE_KIND: dict[str, EdgeKind] = {
+    "refusal": "refusal",
+    "timeout": "timeout",
+    "cancel": "cancel",
+    "case": "plain",
+}
+
+
+def edges_of(step: StepNode) -> list[Edge]:
     """The outgoing edges of one decoded step, in document order of its route members."""
-    base = f"/steps/{escape_pointer_token(step_id)}"
-    step_type = step.get("type")
     edges: list[Edge] = []
-
-    def add(
-        target: Any, kind: EdgeKind, route: RouteKind, member: str, label: str | None = None
-    ) -> None:
-        if isinstance(target, str):
-            edges.append(Edge(step_id, target, kind, route, f"{base}/{member}", label))
-
-    if step_type == "wait-until":
-        add(step.get("next"), "plain", "next", "next")
-    elif step_type == "call":
-        add(step.get("next"), "success", "next", "next")
-        for code, target in (step.get("onDeclaredRefusal") or {}).items():
-            add(
-                target,
-                "refusal",
-                "refusal",
-                f"onDeclaredRefusal/{escape_pointer_token(code)}",
-                code,
-            )
-    elif step_type == "wait-for":
-        add(step.get("next"), "success", "next", "next")
-        add(step.get("onTimeout"), "timeout", "timeout", "onTimeout")
-        add(step.get("onCancel"), "cancel", "cancel", "onCancel")
-    elif step_type == "choose":
-        for label, target in (step.get("cases") or {}).items():
-            add(target, "plain", "case", f"cases/{escape_pointer_token(label)}", label)
+    for route in routes_of(step):
+        if route.kind == "next":
+            kind: EdgeKind = "plain" if isinstance(step, WaitUntilNode) else "success"
+        else:
+            kind = _EDGE_KIND[route.kind]
+        edges.append(Edge(step.id, route.target, kind, route.kind, route.pointer, route.label))
     return edges
 
 
@@ -208,3 +207,141 @@ def missing_route(
             return chosen
         current = chosen.source
     return first
+
+
+# -- the graph and availability rules (02 §5.3, §6) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class GraphFacts:
+    """The graph of a definition that passed G1–G2: edges, order and availability."""
+
+    edges: tuple[Edge, ...]
+    order: tuple[str, ...]
+    available: Mapping[str, frozenset[str]]
+
+
+Report = Callable[..., None]
+
+
+def graph_rules(model: WorkflowModel, out: list[Diagnostic]) -> GraphFacts | None:
+    """G1, G2 and then A1–A3 over a model whose steps all decoded and whose route targets all
+    resolved (02 §4.1 steps 5–6); None when G1 or G2 found something."""
+    assert model.steps is not None and model.start is not None
+    steps = model.steps
+    start = model.start
+    edges: list[Edge] = []
+    for step in steps.values():
+        edges.extend(edges_of(step))
+
+    def report(code: str, pointer: str, **extra: Any) -> None:
+        line, column = model.position(pointer)
+        out.append(
+            Diagnostic(
+                code,
+                path=pointer,
+                file=WORKFLOW_FILE,
+                line=line,
+                column=column,
+                artifact=limits.KIND_PROJECT,
+                **extra,
+            )
+        )
+
+    reached = reachable_from(start, edges)
+    reached_set = set(reached)
+    found = False
+    for step in steps.values():
+        if step.id not in reached_set:
+            found = True
+            line, column = model.key_position(step.pointer)
+            out.append(
+                Diagnostic(
+                    "coordinator.definition.unreachable",
+                    path=step.pointer,
+                    file=WORKFLOW_FILE,
+                    line=line,
+                    column=column,
+                    artifact=limits.KIND_PROJECT,
+                    message=f"Step {step.id} cannot be reached from the start step.",
+                )
+            )
+    nodes = [step_id for step_id in steps if step_id in reached_set]
+    reachable_edges = [e for e in edges if e.source in reached_set]
+    order, stuck = topological_order(start, nodes, reachable_edges)
+    if stuck:
+        found = True
+        cycle = find_cycle(stuck, reachable_edges)
+        related = []
+        for step_id in cycle:
+            pointer = steps[step_id].pointer
+            line, column = model.key_position(pointer)
+            related.append(
+                Related(WORKFLOW_FILE, pointer, "a step on the cycle", line=line, column=column)
+            )
+        report("coordinator.definition.cycle", "/steps", related=tuple(related))
+    if found:
+        return None
+    available = availability(order, start, reachable_edges)
+    _availability_rules(model, reachable_edges, available, report)
+    return GraphFacts(tuple(reachable_edges), tuple(order), available)
+
+
+def _availability_rules(
+    model: WorkflowModel,
+    edges: Sequence[Edge],
+    available: Mapping[str, frozenset[str]],
+    report: Report,
+) -> None:
+    """A2 and A3: every step argument and every `wait-for.call` names a step whose output is
+    available on every route in (A1 is the analysis itself)."""
+    steps = model.steps or {}
+
+    def missing_note(step_id: str, needed: str) -> tuple[Related, ...]:
+        edge = missing_route(step_id, needed, edges, available)
+        if edge is None:
+            return ()
+        line, column = model.position(edge.pointer)
+        return (
+            Related(
+                WORKFLOW_FILE,
+                edge.pointer,
+                "a route on which it is missing",
+                line=line,
+                column=column,
+            ),
+        )
+
+    for use in model.mappings():
+        if use.step is None or use.mapping.arguments is None:
+            continue
+        for argument in use.mapping.arguments:
+            if argument.kind != "step" or argument.step is None:
+                continue
+            needed = argument.step
+            if not isinstance(steps.get(needed), CallNode | WaitForNode):
+                report(
+                    "coordinator.mapping.reference",
+                    f"{argument.pointer}/step",
+                    message=f"Step {needed} is not a call or wait-for step with an output.",
+                )
+            elif needed not in available.get(use.step, frozenset()):
+                report(
+                    "coordinator.mapping.dominance",
+                    argument.pointer,
+                    message=f"Step {needed} is not available on every route into step {use.step}.",
+                    related=missing_note(use.step, needed),
+                )
+    for step in steps.values():
+        if not isinstance(step, WaitForNode) or step.call is None:
+            continue
+        called = step.call
+        if isinstance(steps.get(called), CallNode) and called not in available.get(
+            step.id, frozenset()
+        ):
+            report(
+                "coordinator.mapping.dominance",
+                f"{step.pointer}/call",
+                message=f"Step {called} has not succeeded on every route into step {step.id}.",
+                related=missing_note(step.id, called),
+            )

@@ -1,20 +1,29 @@
-"""Declaration rules W1–W25, schema rule S1 and function rules F4 over a decoded workflow.
+"""Declaration rules W1–W25, schema rule S1 and function rule F4 over the typed model.
 
-Rules read the decoded tree (members that failed to decode are absent and skipped) and, where a
-rule asks whether something is *declared* or *used*, the document as written: a step whose body
-failed to decode is still declared, so naming it is not a second error (contract 02 §4.2).
+Rules read the typed model of the workflow (`authoring.model`: members that failed to decode are
+None and skipped) and, where a rule asks whether something is *declared* or *used*, the names as
+written (`WorkflowModel.declared`): a step whose body failed to decode is still declared, so
+naming it is not a second error (contract 02 §4.2). The same rules run on a workflow read from
+`workflow.yaml` (with positions) and on one restored from a snapshot (without).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from coordinator_core import limits
-from coordinator_core.authoring.decode import AuthoredFile
+from coordinator_core.authoring.model import (
+    CallNode,
+    FinishNode,
+    StepNode,
+    WaitForNode,
+    WorkflowModel,
+    routes_of,
+)
 from coordinator_core.authoring.yamlreader import escape_pointer_token
+from coordinator_core.definition.graph import GraphFacts, graph_rules
 from coordinator_core.errors import Diagnostic, Related, closest_name, is_identifier
 from coordinator_core.functions.lexer import (
     DISABLED,
@@ -26,7 +35,14 @@ from coordinator_core.jsonschema.dialect import accepts_null, check_schema
 from coordinator_core.operations import CATALOG, PROPOSAL_OPERATION, product_of
 from coordinator_core.values import JsonBoundsError, check_json_value
 
-__all__ = ["MappingRef", "WorkflowRules", "mappings_of"]
+__all__ = [
+    "FUNCTIONS_FILE",
+    "WORKFLOW_FILE",
+    "WorkflowRules",
+    "check_workflow",
+    "function_rules",
+    "is_function_name",
+]
 
 FUNCTION_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 
@@ -44,37 +60,6 @@ HINT_FUNCTION_ARITY: Final = (
 WORKFLOW_FILE: Final = "workflow.yaml"
 FUNCTIONS_FILE: Final = "functions.rhai"
 
-# The member of each step type that holds its mapping (contract 02 §5.2 `<role>`).
-MAPPING_ROLE: Final = {
-    "call": "input",
-    "choose": "choose",
-    "wait-until": "waitUntil",
-    "finish": "output",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class MappingRef:
-    """One mapping of the workflow: a step's (`step` set) or a trigger's (`trigger` set)."""
-
-    pointer: str
-    mapping: Mapping[str, Any]
-    step: str | None = None
-    trigger: str | None = None
-
-
-def mappings_of(workflow: Mapping[str, Any]) -> Iterator[MappingRef]:
-    """Every decoded mapping, steps first (document order), then triggers."""
-    for step_id, step in (workflow.get("steps") or {}).items():
-        role = MAPPING_ROLE.get(step.get("type", ""))
-        if role and isinstance(step.get(role), Mapping):
-            pointer = f"/steps/{escape_pointer_token(step_id)}/{role}"
-            yield MappingRef(pointer, step[role], step=step_id)
-    for trigger_id, trigger in (workflow.get("triggers") or {}).items():
-        if isinstance(trigger.get("input"), Mapping):
-            pointer = f"/triggers/{escape_pointer_token(trigger_id)}/input"
-            yield MappingRef(pointer, trigger["input"], trigger=trigger_id)
-
 
 def is_function_name(name: str) -> bool:
     """The function-name grammar of 01 §3: an identifier that is no Rhai keyword or reserved
@@ -84,27 +69,14 @@ def is_function_name(name: str) -> bool:
     )
 
 
-def _raw_map(value: Any, member: str) -> dict[str, Any]:
-    if isinstance(value, dict):
-        inner = value.get(member)
-        if isinstance(inner, dict):
-            return inner
-    return {}
-
-
 class WorkflowRules:
-    """Runs W1–W25 and S1 over one decoded workflow.yaml, appending to `out`."""
+    """Runs W1–W25 and S1 over the typed model of one workflow, appending to `out`."""
 
-    def __init__(self, authored: AuthoredFile, out: list[Diagnostic]) -> None:
-        assert authored.decoded is not None
-        self.authored = authored
-        self.workflow: dict[str, Any] = authored.decoded
-        raw = authored.document.value if authored.document is not None else {}
-        self.raw_steps = _raw_map(raw, "steps")
-        self.raw_operations = _raw_map(raw, "operations")
-        self.raw_outcomes = _raw_map(raw, "outcomes")
-        self.steps: dict[str, Any] = self.workflow.get("steps") or {}
-        self.operations: dict[str, Any] = self.workflow.get("operations") or {}
+    def __init__(self, model: WorkflowModel, out: list[Diagnostic]) -> None:
+        self.model = model
+        self.declared = model.declared
+        self.steps = model.steps or {}
+        self.operations = model.operations or {}
         self.out = out
         self.route_errors = False
         self.schema_ok: dict[str, bool] = {}
@@ -122,9 +94,7 @@ class WorkflowRules:
         suggestion: str | None = None,
         hint: str | None = None,
     ) -> None:
-        line, column = (
-            self.authored.key_position(pointer) if key else self.authored.position(pointer)
-        )
+        line, column = self.model.key_position(pointer) if key else self.model.position(pointer)
         self.out.append(
             Diagnostic(
                 code,
@@ -142,7 +112,7 @@ class WorkflowRules:
 
     def declared_here(self, pointer: str, what: str) -> tuple[Related, ...]:
         """A `related` entry at the declaration of a suggested name (its key in the file)."""
-        line, column = self.authored.key_position(pointer)
+        line, column = self.model.key_position(pointer)
         return (Related(WORKFLOW_FILE, pointer, f"{what} is declared here", line, column),)
 
     def unknown(
@@ -150,7 +120,7 @@ class WorkflowRules:
         code: str,
         pointer: str,
         name: str,
-        candidates: Iterator[str] | list[str] | set[str],
+        candidates: Iterable[str],
         *,
         message: str,
         declared_under: str | None,
@@ -172,67 +142,49 @@ class WorkflowRules:
             suggestion=suggestion,
         )
 
-    def raw_step_type(self, step_id: str) -> str | None:
-        step = self.raw_steps.get(step_id)
-        if isinstance(step, dict) and isinstance(step.get("type"), str):
-            return str(step["type"])
-        return None
-
-    def alias_operation(self, alias: str) -> str | None:
-        entry = self.operations.get(alias)
-        if isinstance(entry, Mapping) and isinstance(entry.get("operation"), str):
-            return str(entry["operation"])
-        return None
-
     # -- rules -----------------------------------------------------------------------------
 
     def run(self) -> None:
         self.top_level()
         self.aliases()
-        for step_id, step in self.steps.items():
-            self.step(step_id, step)
+        for step in self.steps.values():
+            self.step(step)
         self.outcomes_used()
         self.mapping_shapes()
         self.schemas()
 
     def top_level(self) -> None:
-        workflow = self.workflow
-        functions_file = workflow.get("functionsFile")
-        if isinstance(functions_file, str) and functions_file != FUNCTIONS_FILE:
+        model = self.model
+        if model.functions_file is not None and model.functions_file != FUNCTIONS_FILE:
             self.report("coordinator.definition.functions-file", "/functionsFile")
-        deadline = workflow.get("deadlineSeconds")
-        if isinstance(deadline, int) and not 1 <= deadline <= limits.MAX_DEADLINE_SECONDS:
+        deadline = model.deadline_seconds
+        if deadline is not None and not 1 <= deadline <= limits.MAX_DEADLINE_SECONDS:
             self.report("coordinator.definition.deadline", "/deadlineSeconds")
-        start = workflow.get("start")
-        if isinstance(start, str) and "steps" in workflow and start not in self.raw_steps:
+        start = model.start
+        declared_steps = self.declared.step_types
+        if start is not None and model.steps is not None and start not in declared_steps:
             self.unknown(
                 "coordinator.definition.target",
                 "/start",
                 start,
-                set(self.raw_steps),
+                set(declared_steps),
                 message=f"The start member names step {start}, which is not declared under `steps`.",
                 declared_under="/steps",
                 noun="step",
             )
             self.route_errors = True
-        if "input" in self.raw_steps:
+        if "input" in declared_steps:
             self.report("coordinator.definition.step", "/steps/input", key=True)
 
     def aliases(self) -> None:
         connection_product: dict[str, str] = {}
         connections: set[str] = set()
-        used = {
-            step["operation"]
-            for step in self.raw_steps.values()
-            if isinstance(step, dict)
-            and step.get("type") == "call"
-            and isinstance(step.get("operation"), str)
-        }
-        for alias, entry in self.operations.items():
-            base = f"/operations/{escape_pointer_token(alias)}"
-            operation = entry.get("operation")
-            known = isinstance(operation, str) and operation in CATALOG
-            if isinstance(operation, str):
+        used = self.declared.used_aliases
+        for alias in self.operations.values():
+            base = alias.pointer
+            operation = alias.operation
+            known = operation is not None and operation in CATALOG
+            if operation is not None:
                 if operation == PROPOSAL_OPERATION:
                     self.report("coordinator.operation.proposal-action", f"{base}/operation")
                 elif not known:
@@ -241,25 +193,28 @@ class WorkflowRules:
                 wants_action = operation == "breg.invoke-action/v1"
                 if (
                     wants_action
-                    and "action" not in entry
-                    and f"{base}/action" not in self.authored.failed
+                    and alias.action is None
+                    and f"{base}/action" not in self.model.failed
                 ):
                     self.report(
                         "coordinator.definition.action",
                         base,
-                        message=f"Operation alias {alias} invokes a BReg action but names no action.",
+                        message=(
+                            f"Operation alias {alias.name} invokes a BReg action but names no "
+                            "action."
+                        ),
                     )
-                elif not wants_action and "action" in entry:
+                elif not wants_action and alias.action is not None:
                     self.report("coordinator.definition.action", f"{base}/action")
-            connection = entry.get("connection")
-            if isinstance(connection, str):
+            connection = alias.connection
+            if connection is not None:
                 connections.add(connection)
                 if known:
                     product = product_of(str(operation))
                     first = connection_product.setdefault(connection, product)
                     if first != product:
                         self.report("coordinator.definition.connection", f"{base}/connection")
-            if alias not in used and self.all_steps_decoded():
+            if alias.name not in used and self.model.all_steps_decoded:
                 self.report("coordinator.definition.unused-operation", base, key=True)
         if len(connections) > limits.MAX_CONNECTIONS:
             self.report(
@@ -268,37 +223,34 @@ class WorkflowRules:
                 message="More than 16 distinct connection names are declared.",
             )
 
-    def target(self, pointer: str, target: Any, step_id: str) -> None:
-        if isinstance(target, str) and target not in self.raw_steps:
+    def target(self, pointer: str, target: str | None, step_id: str) -> None:
+        declared = self.declared.step_types
+        if target is not None and target not in declared:
             self.unknown(
                 "coordinator.definition.target",
                 pointer,
                 target,
-                {s for s in self.raw_steps if s != step_id},
+                {s for s in declared if s != step_id},
                 message=f"Step {step_id} routes to step {target}, which is not declared under `steps`.",
                 declared_under="/steps",
                 noun="step",
             )
             self.route_errors = True
 
-    def step(self, step_id: str, step: Mapping[str, Any]) -> None:
-        base = f"/steps/{escape_pointer_token(step_id)}"
-        step_type = step.get("type")
-        for member in ("next", "onTimeout", "onCancel"):
-            if member in step:
-                self.target(f"{base}/{member}", step[member], step_id)
-        for label, target in (step.get("cases") or {}).items():
-            self.target(f"{base}/cases/{escape_pointer_token(label)}", target, step_id)
-        for code, target in (step.get("onDeclaredRefusal") or {}).items():
-            self.target(f"{base}/onDeclaredRefusal/{escape_pointer_token(code)}", target, step_id)
-        if step_type == "call":
-            alias = step.get("operation")
-            if isinstance(alias, str) and alias not in self.raw_operations:
+    def step(self, step: StepNode) -> None:
+        base = step.pointer
+        step_id = step.id
+        for route in routes_of(step):
+            self.target(route.pointer, route.target, step_id)
+        if isinstance(step, CallNode):
+            alias = step.operation
+            declared_aliases = self.declared.alias_operations
+            if alias is not None and alias not in declared_aliases:
                 self.unknown(
                     "coordinator.definition.operation",
                     f"{base}/operation",
                     alias,
-                    set(self.raw_operations),
+                    set(declared_aliases),
                     message=(
                         f"Call step {step_id} names operation alias {alias}, "
                         "which is not declared under `operations`."
@@ -306,23 +258,23 @@ class WorkflowRules:
                     declared_under="/operations",
                     noun="alias",
                 )
-            elif isinstance(alias, str) and "onDeclaredRefusal" in step:
-                operation = self.alias_operation(alias)
+            elif alias is not None and step.on_declared_refusal is not None:
+                operation = self.model.alias_operation(alias)
                 descriptor = CATALOG.get(operation) if operation else None
                 if descriptor is not None and not descriptor.declared_refusals:
                     self.report(
                         "coordinator.definition.declared-refusal", f"{base}/onDeclaredRefusal"
                     )
-        elif step_type == "wait-for":
-            self.wait_for(step_id, step, base)
-        elif step_type == "finish":
-            outcome = step.get("outcome")
-            if isinstance(outcome, str) and outcome not in self.raw_outcomes:
+        elif isinstance(step, WaitForNode):
+            self.wait_for(step)
+        elif isinstance(step, FinishNode):
+            outcome = step.outcome
+            if outcome is not None and outcome not in self.declared.outcomes:
                 self.unknown(
                     "coordinator.definition.outcome",
                     f"{base}/outcome",
                     outcome,
-                    set(self.raw_outcomes),
+                    set(self.declared.outcomes),
                     message=(
                         f"Finish step {step_id} names outcome {outcome}, "
                         "which is not declared under `outcomes`."
@@ -331,19 +283,21 @@ class WorkflowRules:
                     noun="outcome",
                 )
 
-    def wait_for(self, step_id: str, step: Mapping[str, Any], base: str) -> None:
-        timeout = step.get("timeoutSeconds")
-        deadline = self.workflow.get("deadlineSeconds")
-        if isinstance(timeout, int):
-            deadline_ok = isinstance(deadline, int) and 1 <= deadline <= limits.MAX_DEADLINE_SECONDS
-            if timeout < 1 or (deadline_ok and isinstance(deadline, int) and timeout >= deadline):
+    def wait_for(self, step: WaitForNode) -> None:
+        base, step_id = step.pointer, step.id
+        timeout = step.timeout_seconds
+        deadline = self.model.deadline_seconds
+        if timeout is not None:
+            deadline_ok = deadline is not None and 1 <= deadline <= limits.MAX_DEADLINE_SECONDS
+            if timeout < 1 or (deadline_ok and deadline is not None and timeout >= deadline):
                 self.report("coordinator.definition.timeout", f"{base}/timeoutSeconds")
-        called = step.get("call")
-        if not isinstance(called, str):
+        called = step.call
+        if called is None:
             return
-        called_type = self.raw_step_type(called)
-        if called not in self.raw_steps or (called_type is not None and called_type != "call"):
-            if called in self.raw_steps:
+        declared = self.declared.step_types
+        called_type = declared.get(called)
+        if called not in declared or (called_type is not None and called_type != "call"):
+            if called in declared:
                 self.report(
                     "coordinator.definition.wait-for",
                     f"{base}/call",
@@ -354,7 +308,7 @@ class WorkflowRules:
                     else None,
                 )
                 return
-            calls = {s for s in self.raw_steps if self.raw_step_type(s) == "call"}
+            calls = {s for s, t in declared.items() if t == "call"}
             self.unknown(
                 "coordinator.definition.wait-for",
                 f"{base}/call",
@@ -368,12 +322,12 @@ class WorkflowRules:
                 noun="call step",
             )
             return
-        completion = step.get("completion")
+        completion = step.completion
         called_step = self.steps.get(called)
-        if not isinstance(completion, str) or not isinstance(called_step, Mapping):
+        if completion is None or not isinstance(called_step, CallNode):
             return
-        alias = called_step.get("operation")
-        operation = self.alias_operation(alias) if isinstance(alias, str) else None
+        alias = called_step.operation
+        operation = self.model.alias_operation(alias) if alias is not None else None
         descriptor = CATALOG.get(operation) if operation else None
         if descriptor is not None and completion not in descriptor.completions:
             self.unknown(
@@ -389,51 +343,41 @@ class WorkflowRules:
                 noun="completion",
             )
 
-    def all_steps_decoded(self) -> bool:
-        """Whether every step decoded: rules about what the steps use need all of them."""
-        return "steps" in self.workflow and all(step in self.steps for step in self.raw_steps)
-
     def outcomes_used(self) -> None:
-        if not self.all_steps_decoded():
+        if not self.model.all_steps_decoded:
             return  # a finish that failed to decode may be the one that targets an outcome
-        targeted = {
-            step["outcome"]
-            for step in self.raw_steps.values()
-            if isinstance(step, dict)
-            and step.get("type") == "finish"
-            and isinstance(step.get("outcome"), str)
-        }
-        for outcome in self.workflow.get("outcomes") or {}:
-            if outcome not in targeted:
+        targeted = self.declared.finish_outcomes
+        for outcome_id, outcome in (self.model.outcomes or {}).items():
+            if outcome_id not in targeted:
                 self.report(
                     "coordinator.definition.outcome",
-                    f"/outcomes/{escape_pointer_token(outcome)}",
+                    outcome.pointer,
                     key=True,
-                    message=f"Outcome {outcome} is not the target of any finish step.",
+                    message=f"Outcome {outcome_id} is not the target of any finish step.",
                 )
 
     def mapping_shapes(self) -> None:
-        for ref in mappings_of(self.workflow):
-            function = ref.mapping.get("function")
-            if isinstance(function, str) and not is_function_name(function):
-                self.report("coordinator.mapping.function", f"{ref.pointer}/function")
-            arguments = ref.mapping.get("arguments")
-            if not isinstance(arguments, list):
+        for use in self.model.mappings():
+            mapping = use.mapping
+            function = mapping.function
+            if function is not None and not is_function_name(function):
+                self.report("coordinator.mapping.function", f"{mapping.pointer}/function")
+            arguments = mapping.arguments
+            if arguments is None:
                 continue
             if len(arguments) > limits.MAX_MAPPING_ARGUMENTS:
-                self.report("coordinator.function.arity", f"{ref.pointer}/arguments")
-            for index, argument in enumerate(arguments):
-                pointer = f"{ref.pointer}/arguments/{index}"
-                kind = argument.get("type")
-                if ref.trigger is not None and kind not in ("event", "literal"):
-                    self.report("coordinator.mapping.reference", pointer)
-                if ref.step is not None and kind == "event":
-                    self.report("coordinator.mapping.reference", pointer)
-                if kind == "literal" and "value" in argument:
+                self.report("coordinator.function.arity", f"{mapping.pointer}/arguments")
+            for argument in arguments:
+                kind = argument.kind
+                if use.trigger is not None and kind not in ("event", "literal"):
+                    self.report("coordinator.mapping.reference", argument.pointer)
+                if use.step is not None and kind == "event":
+                    self.report("coordinator.mapping.reference", argument.pointer)
+                if kind == "literal" and argument.has_value:
                     try:
-                        check_json_value(argument["value"])
+                        check_json_value(argument.value)
                     except JsonBoundsError:
-                        self.report("coordinator.mapping.literal", f"{pointer}/value")
+                        self.report("coordinator.mapping.literal", f"{argument.pointer}/value")
 
     def schemas(self) -> None:
         def check(pointer: str, schema: Any) -> None:
@@ -444,50 +388,49 @@ class WorkflowRules:
                 )
             self.schema_ok[pointer] = not findings
 
-        if "input" in self.workflow:
-            check("/input", self.workflow["input"])
-        for outcome, schema in (self.workflow.get("outcomes") or {}).items():
-            check(f"/outcomes/{escape_pointer_token(outcome)}", schema)
+        if self.model.input is not None:
+            check("/input", self.model.input.schema)
+        for outcome in (self.model.outcomes or {}).values():
+            check(outcome.pointer, outcome.schema)
         self.finishes_without_output()
 
     def finishes_without_output(self) -> None:
         """W20, after S1 compiled the outcome's schema."""
-        outcomes = self.workflow.get("outcomes") or {}
-        for step_id, step in self.steps.items():
-            if step.get("type") != "finish" or "output" in step:
+        outcomes = self.model.outcomes or {}
+        for step in self.steps.values():
+            if not isinstance(step, FinishNode) or step.output is not None:
                 continue
-            if f"/steps/{escape_pointer_token(step_id)}/output" in self.authored.failed:
+            if f"{step.pointer}/output" in self.model.failed:
                 continue
-            outcome = step.get("outcome")
-            if not isinstance(outcome, str) or outcome not in outcomes:
+            outcome = step.outcome
+            if outcome is None or outcome not in outcomes:
                 continue
-            if not self.schema_ok.get(f"/outcomes/{escape_pointer_token(outcome)}", False):
+            if not self.schema_ok.get(outcomes[outcome].pointer, False):
                 continue
-            if not accepts_null(outcomes[outcome]):
+            if not accepts_null(outcomes[outcome].schema):
                 self.report(
                     "coordinator.definition.outcome",
-                    f"/steps/{escape_pointer_token(step_id)}",
+                    step.pointer,
                     key=True,
-                    message=f"Finish step {step_id} publishes no output, but outcome {outcome} does not accept null.",
+                    message=(
+                        f"Finish step {step.id} publishes no output, but outcome {outcome} does "
+                        "not accept null."
+                    ),
                 )
 
 
 def function_rules(
-    authored: AuthoredFile,
-    workflow: Mapping[str, Any],
-    functions: Mapping[str, Any],
-    out: list[Diagnostic],
-    position: Callable[[str], tuple[int | None, int | None]],
+    model: WorkflowModel, functions: Mapping[str, Any], out: list[Diagnostic]
 ) -> None:
     """F4: each mapping names exactly one public function with its number of arguments.
 
     `functions` maps a name to the interpreter's FunctionInfo (name, parameters, private, line,
     column).
     """
-    for ref in mappings_of(workflow):
-        name = ref.mapping.get("function")
-        arguments = ref.mapping.get("arguments")
-        if not isinstance(name, str) or not isinstance(arguments, list):
+    for use in model.mappings():
+        name = use.mapping.function
+        arguments = use.mapping.arguments
+        if name is None or arguments is None:
             continue
         if not is_function_name(name) or len(arguments) > limits.MAX_MAPPING_ARGUMENTS:
             continue  # W23/W24 already reported this mapping
@@ -522,11 +465,11 @@ def function_rules(
                     column=info.column,
                 ),
             )
-        line, column = position(f"{ref.pointer}/function")
+        line, column = model.position(f"{use.mapping.pointer}/function")
         out.append(
             Diagnostic(
                 "coordinator.function.definition",
-                path=f"{ref.pointer}/function",
+                path=f"{use.mapping.pointer}/function",
                 file=WORKFLOW_FILE,
                 line=line,
                 column=column,
@@ -541,3 +484,21 @@ def function_rules(
 
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def check_workflow(
+    model: WorkflowModel,
+    functions: Mapping[str, Any] | None,
+    out: list[Diagnostic],
+) -> GraphFacts | None:
+    """Every definition rule over the typed model, in the order of 02 §4.1 steps 4–6: W1–W25
+    and S1, F4 (when `functions` compiled: name → FunctionInfo), then G1–G2 and A1–A3 when
+    every step decoded and every route target resolved. Returns the graph facts when the graph
+    rules ran and passed."""
+    rules = WorkflowRules(model, out)
+    rules.run()
+    if functions is not None:
+        function_rules(model, functions, out)
+    if model.steps_clean and model.start is not None and not rules.route_errors:
+        return graph_rules(model, out)
+    return None

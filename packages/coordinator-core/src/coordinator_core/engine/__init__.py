@@ -7,6 +7,22 @@ does I/O or draws randomness.
 
 from __future__ import annotations
 
+from coordinator_core.definition.ir import (
+    Alias,
+    Argument,
+    CallStep,
+    ChooseStep,
+    Definition,
+    DefinitionError,
+    EngineInvariantError,
+    FinishStep,
+    FunctionProgram,
+    MappingSpec,
+    StepSpec,
+    TriggerSpec,
+    WaitForStep,
+    WaitUntilStep,
+)
 from coordinator_core.engine.advance import advance
 from coordinator_core.engine.carry import MAX_CARRIED, Carried, carry_on, claim_record
 from coordinator_core.engine.clock import Instant, format_instant, parse_instant
@@ -59,22 +75,6 @@ from coordinator_core.engine.events import (
     to_canonical,
 )
 from coordinator_core.engine.keys import CommitmentKeys, Keys, commitment
-from coordinator_core.engine.program import (
-    Alias,
-    Argument,
-    CallStep,
-    ChooseStep,
-    Definition,
-    DefinitionError,
-    EngineInvariantError,
-    FinishStep,
-    FunctionProgram,
-    MappingSpec,
-    StepSpec,
-    TriggerSpec,
-    WaitForStep,
-    WaitUntilStep,
-)
 from coordinator_core.engine.recovery import (
     is_settled,
     reconcile_blocked_by,

@@ -12,6 +12,9 @@ the transition state of `transition` (`_Tx`, `Advance`, the run-status helpers).
 
 from __future__ import annotations
 
+from coordinator_core.definition.ir import (
+    Definition,
+)
 from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.events import (
     Admitted,
@@ -33,9 +36,6 @@ from coordinator_core.engine.events import (
 )
 from coordinator_core.engine.keys import Keys
 from coordinator_core.engine.outcomes import _call_outcome, _observation_outcome
-from coordinator_core.engine.program import (
-    Definition,
-)
 from coordinator_core.engine.recovery import (
     _attempt_refused,
     _cancel,

@@ -26,11 +26,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from coordinator_core.definition.ir import Definition
 from coordinator_core.engine.advance import advance
 from coordinator_core.engine.commands import Command
 from coordinator_core.engine.events import Event, StepDue, Work
 from coordinator_core.engine.keys import Keys
-from coordinator_core.engine.program import Definition
 from coordinator_core.engine.state import RunState, StepRecord
 from coordinator_core.engine.transition import NOT_APPLICABLE, Advance
 

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from coordinator_core.definition.ir import (
+    CallStep,
+    WaitForStep,
+)
 from coordinator_core.engine.commands import (
     Cancelled,
 )
 from coordinator_core.engine.events import (
     CallOutcome,
     ObservationOutcome,
-)
-from coordinator_core.engine.program import (
-    CallStep,
-    WaitForStep,
 )
 from coordinator_core.engine.state import (
     StepRecord,

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+from coordinator_core.definition.ir import (
+    CallStep,
+    Definition,
+)
 from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.codes import NON_RECOVERABLE_CODES
 from coordinator_core.engine.commands import (
@@ -22,10 +26,6 @@ from coordinator_core.engine.events import (
     RetrySame,
 )
 from coordinator_core.engine.outcomes import _call_success, _retryable
-from coordinator_core.engine.program import (
-    CallStep,
-    Definition,
-)
 from coordinator_core.engine.state import (
     TERMINAL_STATUSES,
     RunState,

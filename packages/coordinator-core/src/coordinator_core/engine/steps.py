@@ -7,6 +7,16 @@ import binascii
 import json
 from typing import Any
 
+from coordinator_core.definition.ir import (
+    MISSING,
+    CallStep,
+    ChooseStep,
+    Definition,
+    EngineInvariantError,
+    FinishStep,
+    WaitForStep,
+    WaitUntilStep,
+)
 from coordinator_core.engine.clock import Instant, parse_instant
 from coordinator_core.engine.commands import (
     Claimed,
@@ -30,15 +40,6 @@ from coordinator_core.engine.events import (
     to_canonical,
 )
 from coordinator_core.engine.keys import Keys
-from coordinator_core.engine.program import (
-    CallStep,
-    ChooseStep,
-    Definition,
-    EngineInvariantError,
-    FinishStep,
-    WaitForStep,
-    WaitUntilStep,
-)
 from coordinator_core.engine.state import (
     RunState,
     RunStatus,
@@ -66,10 +67,9 @@ from coordinator_core.functions.errors import FunctionError
 
 def _completion_reference(tx: _Tx, spec: WaitForStep) -> Any:
     """The value at the completion's reference pointer in the waited call's output, or None."""
-    recorded = tx.output_of(spec.call)
-    if recorded is None:
+    value: Any = tx.output_value(spec.call)
+    if value is MISSING:
         return None
-    value: Any = json.loads(recorded)
     for raw_token in spec.completion.reference.split("/")[1:]:
         token = raw_token.replace("~1", "/").replace("~0", "~")
         if isinstance(value, dict) and token in value:
@@ -271,7 +271,7 @@ def _work(tx: _Tx, event: Work) -> Advance:
 
 
 def _evaluate(tx: _Tx, spec_mapping: Any) -> Any:
-    return tx.definition.evaluate(spec_mapping, run_input=tx.run.input, output_of=tx.output_of)
+    return tx.definition.evaluate(spec_mapping, tx)
 
 
 def _choose(tx: _Tx, record: StepRecord, spec: ChooseStep) -> None:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from coordinator_core.definition.ir import (
+    MISSING,
+    Definition,
+    EngineInvariantError,
+)
 from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.commands import (
     Attention,
@@ -13,9 +19,6 @@ from coordinator_core.engine.commands import (
     Fail,
 )
 from coordinator_core.engine.keys import Keys
-from coordinator_core.engine.program import (
-    Definition,
-)
 from coordinator_core.engine.state import (
     TERMINAL_STATUSES,
     RunState,
@@ -48,9 +51,23 @@ class Advance:
 
 
 class _Tx:
-    """The working copy of one transition: the run, its records and the commands so far."""
+    """The working copy of one transition: the run, its records and the commands so far.
 
-    __slots__ = ("commands", "definition", "index", "keys", "now", "records", "run")
+    It is also where a mapping's arguments come from (`ArgumentValues`): the run input and each
+    recorded output are held as canonical JSON text and parsed at most once per transition,
+    however many mappings of this advance read them.
+    """
+
+    __slots__ = (
+        "commands",
+        "definition",
+        "index",
+        "keys",
+        "now",
+        "parsed",
+        "records",
+        "run",
+    )
 
     def __init__(self, definition: Definition, state: RunState, now: Instant, keys: Keys) -> None:
         self.definition = definition
@@ -60,6 +77,9 @@ class _Tx:
         self.records = list(state.records)
         self.index = {record.step: i for i, record in enumerate(self.records)}
         self.commands: list[Command] = []
+        # canonical text -> its parsed value; keyed by the text itself, so a value recorded
+        # later in this transition is parsed afresh and an unchanged one never again.
+        self.parsed: dict[str, Any] = {}
 
     def get(self, step: str) -> StepRecord:
         return self.records[self.index[step]]
@@ -85,6 +105,23 @@ class _Tx:
     def output_of(self, step: str) -> str | None:
         position = self.index.get(step)
         return None if position is None else self.records[position].output
+
+    def _parse(self, text: str) -> Any:
+        found = self.parsed.get(text, MISSING)
+        if found is MISSING:
+            found = self.parsed[text] = json.loads(text)
+        return found
+
+    def input_value(self) -> Any:
+        """The parsed run input (`ArgumentValues`)."""
+        if self.run.input is None:
+            raise EngineInvariantError("A mapping read the input where none exists.")
+        return self._parse(self.run.input)
+
+    def output_value(self, step: str) -> Any:
+        """The parsed recorded output of `step`, or `MISSING` (`ArgumentValues`)."""
+        text = self.output_of(step)
+        return MISSING if text is None else self._parse(text)
 
     def done(self, *, answer: str | None = None) -> Advance:
         return Advance(

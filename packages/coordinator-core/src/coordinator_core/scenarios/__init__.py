@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coordinator_core.authoring.decode import AuthoredFile
-from coordinator_core.definition.snapshot import Snapshot
-from coordinator_core.engine import Definition
+from coordinator_core.definition.ir import Definition
 from coordinator_core.errors import Diagnostic
 from coordinator_core.scenarios.rules import SCENARIOS_FILE, document_rules
 from coordinator_core.scenarios.runner import CaseResult, ScenarioKeys, run_case
@@ -77,10 +76,10 @@ def _sort_key(diagnostic: Diagnostic) -> tuple[Any, ...]:
     )
 
 
-def check_scenario_document(scenarios: AuthoredFile, snapshot: Snapshot) -> list[Diagnostic]:
-    """The document rules C1–C12 (04 §3) of a read scenarios document against a checked
-    snapshot; reader findings are not repeated."""
-    findings = document_rules(scenarios, snapshot.workflow)
+def check_scenario_document(scenarios: AuthoredFile, definition: Definition) -> list[Diagnostic]:
+    """The document rules C1–C13 (04 §3) of a read scenarios document against a checked
+    definition; reader findings are not repeated."""
+    findings = document_rules(scenarios, definition)
     return sorted(findings.diagnostics, key=_sort_key)
 
 
@@ -97,16 +96,9 @@ def _unread_cases(scenarios: AuthoredFile) -> list[CaseResult]:
     return results
 
 
-def run_scenarios(
-    scenarios: AuthoredFile, snapshot: Snapshot, *, definition: Definition | None = None
-) -> ScenarioReport:
-    """04 §3–§5: check the document, run every case it lets through, report and cover.
-
-    `definition` may be given when the caller already built it from `snapshot`.
-    """
-    if definition is None:
-        definition = Definition.from_snapshot(snapshot)
-    findings = document_rules(scenarios, snapshot.workflow)
+def run_scenarios(scenarios: AuthoredFile, definition: Definition) -> ScenarioReport:
+    """04 §3–§5: check the document, run every case it lets through, report and cover."""
+    findings = document_rules(scenarios, definition)
     decoded = scenarios.decoded or {}
     cases = decoded.get("cases")
     results: list[CaseResult] = []

@@ -8,10 +8,11 @@ from typing import Any, Final
 
 from coordinator_core import limits
 from coordinator_core.authoring.decode import AuthoredFile
+from coordinator_core.definition.ir import CallStep, Definition
 from coordinator_core.engine.clock import parse_instant
 from coordinator_core.engine.codes import REPLY_CODES
 from coordinator_core.errors import Diagnostic
-from coordinator_core.operations import CATALOG, OperationDescriptor
+from coordinator_core.operations import OperationDescriptor
 from coordinator_core.values import JsonBoundsError, check_json_value, pointer_token
 
 __all__ = ["SCENARIOS_FILE", "DocumentFindings", "document_rules", "scenario_diagnostic"]
@@ -59,21 +60,19 @@ class DocumentFindings:
 
 
 class _CaseRules:
-    """C1–C12 over one decoded case."""
+    """C1–C13 over one decoded case, against the checked definition."""
 
     def __init__(
         self,
         scenarios: AuthoredFile,
-        workflow: Mapping[str, Any],
+        definition: Definition,
         index: int,
         case: Mapping[str, Any],
         out: list[Diagnostic],
     ) -> None:
         self.scenarios = scenarios
-        self.steps: Mapping[str, Any] = workflow.get("steps") or {}
-        self.aliases: Mapping[str, Any] = workflow.get("operations") or {}
-        self.triggers: Mapping[str, Any] = workflow.get("triggers") or {}
-        self.outcomes: Mapping[str, Any] = workflow.get("outcomes") or {}
+        self.definition = definition
+        self.steps = definition.steps
         self.base = f"/cases/{index}"
         self.case = case
         self.out = out
@@ -82,13 +81,8 @@ class _CaseRules:
         self.out.append(scenario_diagnostic(self.scenarios, code, pointer, key=key))
 
     def operation_of(self, step: str) -> OperationDescriptor | None:
-        raw = self.steps.get(step)
-        if not isinstance(raw, Mapping) or raw.get("type") != "call":
-            return None
-        alias = self.aliases.get(str(raw.get("operation")))
-        if not isinstance(alias, Mapping):
-            return None
-        return CATALOG.get(str(alias.get("operation")))
+        spec = self.steps.get(step)
+        return spec.alias.operation if isinstance(spec, CallStep) else None
 
     def value_bounds(self, value: Any, pointer: str) -> None:
         """C12: a foreign value obeys the JSON value bounds (03 §4)."""
@@ -110,7 +104,7 @@ class _CaseRules:
             if "time" in event and parse_instant(event["time"]) is None:  # C1
                 self.report("coordinator.scenarios.invalid-timestamp", f"{base}/event/time")
             trigger = event.get("trigger")
-            if isinstance(trigger, str) and trigger not in self.triggers:  # C3
+            if isinstance(trigger, str) and trigger not in self.definition.triggers:  # C3
                 self.report("coordinator.scenarios.unknown-reference", f"{base}/event/trigger")
             if "data" in event:
                 self.value_bounds(event["data"], f"{base}/event/data")
@@ -136,9 +130,9 @@ class _CaseRules:
                 )
         return value
 
-    def step_type(self, step: str) -> Any:
-        raw = self.steps.get(step)
-        return raw.get("type") if isinstance(raw, Mapping) else None
+    def step_type(self, step: str) -> str | None:
+        spec = self.steps.get(step)
+        return spec.type if spec is not None else None
 
     def replies(self) -> None:
         for step, replies in self.map_keys("replies").items():
@@ -227,15 +221,15 @@ class _CaseRules:
         if (
             isinstance(outcome, Mapping)
             and outcome.get("type") == "named"
-            and outcome.get("value") not in self.outcomes
+            and outcome.get("value") not in self.definition.outcomes
         ):  # C5
             self.report("coordinator.scenarios.unknown-reference", f"{base}/outcome/value")
         if "output" in expect:  # C12
             self.value_bounds(expect["output"], f"{base}/output")
 
 
-def document_rules(scenarios: AuthoredFile, workflow: Mapping[str, Any]) -> DocumentFindings:
-    """C1–C12 over a decoded scenarios document, against a checked workflow.
+def document_rules(scenarios: AuthoredFile, definition: Definition) -> DocumentFindings:
+    """C1–C13 over a decoded scenarios document, against a checked definition.
 
     A case with a reader finding inside it (a member that failed to decode) is blocked too,
     without a further diagnostic: running it without that member would test something else.
@@ -253,7 +247,7 @@ def document_rules(scenarios: AuthoredFile, workflow: Mapping[str, Any]) -> Docu
         findings.whole_document = True
     for index, case in enumerate(cases):
         before = len(findings.diagnostics)
-        _CaseRules(scenarios, workflow, index, case, findings.diagnostics).run()
+        _CaseRules(scenarios, definition, index, case, findings.diagnostics).run()
         if len(findings.diagnostics) > before or scenarios.has_findings_under(f"/cases/{index}"):
             findings.blocked.add(index)
     return findings

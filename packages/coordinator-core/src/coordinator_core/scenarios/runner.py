@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from coordinator_core.authoring.decode import AuthoredFile
+from coordinator_core.definition.ir import EngineInvariantError
 from coordinator_core.engine import (
     Admitted,
     Advance,
@@ -48,7 +49,6 @@ from coordinator_core.engine import (
     to_canonical,
 )
 from coordinator_core.engine.events import Event
-from coordinator_core.engine.program import EngineInvariantError
 from coordinator_core.errors import Diagnostic, Related
 from coordinator_core.functions.errors import FunctionError
 from coordinator_core.scenarios.rules import scenario_diagnostic
@@ -527,7 +527,7 @@ def run_case(
     ):
         mapping_failure = (current.step, current.detail)
     routes = frozenset(
-        definition.route_pointer(record.step, record.route)
+        definition.route_pointer(record.step, record.route.kind, record.route.label)
         for record in state.records
         if record.route is not None
     )

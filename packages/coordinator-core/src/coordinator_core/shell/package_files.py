@@ -1,4 +1,7 @@
-"""Immutable packages: writing one (02 §9.1), loading and verifying one (K1–K5, §9.2–§9.3)."""
+"""Immutable packages: writing one (02 §9.1), loading and verifying one (K1–K5, §9.2–§9.3).
+
+K5 (restoring the snapshot into the IR, with every definition rule) is `definition.restore`.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +9,14 @@ import hashlib
 import re
 import shutil
 import stat
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from coordinator_core import limits
-from coordinator_core.authoring.decode import AuthoredFile, decode_body, load_schema
-from coordinator_core.authoring.yamlreader import YamlDocument
-from coordinator_core.checking.checker import check_definition
-from coordinator_core.definition.snapshot import Snapshot, from_document, operation_identities
+from coordinator_core.definition.ir import Definition
+from coordinator_core.definition.restore import DEFINITION_FILE, restore_definition
+from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.values import StrictJsonError, canonical_json, parse_strict_json, sha256_label
 
@@ -24,22 +25,24 @@ __all__ = [
     "SUMS_FILE",
     "LoadedPackage",
     "load_package",
-    "restore_snapshot",
     "write_package",
 ]
 
-DEFINITION_FILE: Final = "definition.json"
 SUMS_FILE: Final = "SHA256SUMS"
 _SUMS_LINE: Final = re.compile(r"^([0-9a-f]{64})  (\S+)\n$")
 
 
 @dataclass(frozen=True)
 class LoadedPackage:
-    """A verified package: its digest and the restored snapshot."""
+    """A verified package: its digest and the restored definition (its functions compiled)."""
 
     root: Path
     package_digest: str
-    snapshot: Snapshot
+    definition: Definition
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.definition.snapshot
 
 
 def _refuse(code: str, file: str | None = None, message: str | None = None) -> CoordinatorError:
@@ -126,73 +129,4 @@ def load_package(root: Path, expected_digest: str | None = None) -> LoadedPackag
         raise _refuse("coordinator.definition.canonical", DEFINITION_FILE) from None
     if canonical != definition:
         raise _refuse("coordinator.definition.canonical", DEFINITION_FILE)
-    return LoadedPackage(root, package_digest, restore_snapshot(definition))
-
-
-def restore_snapshot(data: bytes) -> Snapshot:
-    """Restore a snapshot from bytes (02 §9.3); raises CoordinatorError on any refusal."""
-    if len(data) > limits.SNAPSHOT_MAX_BYTES:
-        raise _refuse("coordinator.definition.snapshot", DEFINITION_FILE)
-    try:
-        document = parse_strict_json(data)
-    except (StrictJsonError, ValueError):
-        raise _refuse("coordinator.definition.snapshot", DEFINITION_FILE) from None
-    if not isinstance(document, dict):
-        raise _refuse("coordinator.definition.snapshot", DEFINITION_FILE)
-    expected_members = {
-        "apiVersion",
-        "kind",
-        "workflow",
-        "source",
-        "adapterAbi",
-        "interpreterAbi",
-        "schemaAbi",
-        "operationIdentities",
-    }
-    if (
-        set(document) != expected_members
-        or document["apiVersion"] != limits.SNAPSHOT_API_VERSION
-        or document["kind"] != limits.KIND_SNAPSHOT
-        or not isinstance(document["workflow"], dict)
-        or not isinstance(document["source"], str)
-    ):
-        raise _refuse("coordinator.definition.snapshot", DEFINITION_FILE)
-    if (
-        document["adapterAbi"] != limits.ADAPTER_ABI
-        or document["interpreterAbi"] != limits.INTERPRETER_ABI
-        or document["schemaAbi"] != limits.SCHEMA_ABI
-        or document["operationIdentities"] != operation_identities(document["workflow"])
-    ):
-        raise _refuse("coordinator.definition.abi", DEFINITION_FILE)
-    _revalidate(document["workflow"], document["source"])
-    return from_document(document)
-
-
-def _revalidate(workflow: Mapping[str, Any], source: str) -> None:
-    """Every definition rule that needs no runtime file, over the restored workflow and source."""
-    diagnostics: list[Diagnostic] = []
-    document = YamlDocument(value=dict(workflow), positions={}, key_positions={})
-    if (
-        workflow.get("apiVersion") != limits.PROJECT_API_VERSION
-        or workflow.get("kind") != limits.KIND_PROJECT
-    ):
-        raise _refuse("coordinator.definition.snapshot", DEFINITION_FILE)
-    decoded, failed = decode_body(
-        document,
-        load_schema("project"),
-        file=DEFINITION_FILE,
-        artifact=limits.KIND_SNAPSHOT,
-        out=diagnostics,
-    )
-    authored = AuthoredFile(DEFINITION_FILE, document, decoded, failed, diagnostics)
-    result = check_definition(authored, source, diagnostics)
-    errors = [d for d in diagnostics if d.effective_severity == "error"]
-    if errors:
-        first = errors[0]
-        raise CoordinatorError(
-            Diagnostic(
-                first.code, path=first.path, file=DEFINITION_FILE, artifact=limits.KIND_SNAPSHOT
-            )
-        )
-    if result.graph is None:
-        raise _refuse("coordinator.definition.snapshot", DEFINITION_FILE)
+    return LoadedPackage(root, package_digest, restore_definition(definition))

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Final, Literal
 
+from coordinator_core.definition.ir import DefinitionError
 from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import (
     Advance,
@@ -36,7 +37,6 @@ from coordinator_core.engine import (
     claim_record,
     unrestorable,
 )
-from coordinator_core.engine.program import DefinitionError
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.adapters import AccessToken, CommandFormatError, PreparedCommand
 from coordinator_core.shell.audit import WorkerOutcome

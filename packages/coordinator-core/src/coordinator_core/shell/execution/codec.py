@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
+from coordinator_core.definition.restore import restore_definition
 from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import (
     Definition,
@@ -33,7 +34,6 @@ from coordinator_core.engine import (
 )
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.evolve import evolve
-from coordinator_core.shell.package_files import restore_snapshot
 from coordinator_core.shell.sealing import AdmissionKey, Purpose, Sealer
 from coordinator_core.shell.store import (
     RunRow,
@@ -334,9 +334,11 @@ class DefinitionCache:
     `restore(run)` answers the `(Snapshot, Definition)` the run is pinned to, opening and
     restoring its sealed snapshot only the first time a digest is seen: the run's own copy
     (runs admitted before schema version 2), else the copy stored once for the definition
-    digest, found through `loader`. A snapshot that does not open, does not restore under
-    this build (02 §9.3) or does not carry the run's definition digest raises
-    `CoordinatorError` / `DefinitionError` (the caller applies T34/T35)."""
+    digest, found through `loader`. Restoring checks the snapshot with every definition rule
+    and compiles its functions once (`definition.restore`): a digest's functions are compiled
+    once per process. A snapshot that does not open, does not restore under this build
+    (02 §9.3) or does not carry the run's definition digest raises `CoordinatorError` /
+    `DefinitionError` (the caller applies T34/T35)."""
 
     sealer: Sealer
     loader: SnapshotLoader | None = None
@@ -375,10 +377,10 @@ class DefinitionCache:
         self, definition_digest: str, run_id: uuid.UUID, sealed: bytes
     ) -> tuple[Snapshot, Definition]:
         document = _open(self.sealer, sealed, run_id, "snapshot")
-        snapshot = restore_snapshot(canonical_json(document))
+        definition = restore_definition(canonical_json(document))
+        snapshot = definition.snapshot
         if snapshot.definition_digest != definition_digest:
             raise CoordinatorError(Diagnostic("coordinator.definition.snapshot", path=""))
-        definition = Definition.from_snapshot(snapshot)
         with self._lock:
             self._known[snapshot.definition_digest] = (snapshot, definition)
         return snapshot, definition

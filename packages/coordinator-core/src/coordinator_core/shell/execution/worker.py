@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
+from coordinator_core.definition.ir import DefinitionError, EngineInvariantError
 from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import (
     DeadlinePassed,
@@ -40,7 +41,6 @@ from coordinator_core.engine import (
     claim_record,
     unrestorable,
 )
-from coordinator_core.engine.program import DefinitionError, EngineInvariantError
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.audit import (

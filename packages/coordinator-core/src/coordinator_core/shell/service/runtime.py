@@ -86,7 +86,7 @@ class ServiceContext:
         self.stored_definitions: set[str] = set()
         """Definition digests whose sealed snapshot this process saw committed (07 §7.7:
         stored once per digest; later admissions send none)."""
-        self.definition = Definition.from_snapshot(package.snapshot)
+        self.definition = package.definition  # restored and compiled once, at load
         self.definitions.add(package.snapshot, self.definition)
         self.adapters = adapters or Adapters(bound_connections(deployment, secrets))
         self.policy = TimingPolicy(
