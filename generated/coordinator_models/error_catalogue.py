@@ -488,6 +488,13 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
         "error",
         None,
     ),
+    "coordinator.command.unknown-operation": (
+        "No operation of this build's catalogue has this id, or it has no such completion.",
+        "Run `coordinatorctl schema operation` to list the catalogue's operations and their completions.",
+        1,
+        "error",
+        None,
+    ),
     "coordinator.command.usage": (
         "The command line is valid but asks for nothing meaningful.",
         "Add the option the command needs, such as `--project` or `--runtime-config` for `check`.",
@@ -620,6 +627,13 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
         1,
         "error",
         400,
+    ),
+    "coordinator.definition.open-mutation": (
+        "A cancel or a timeout can end the run while an accepted mutation is still open at its product.",
+        "Give the wait-for an `onCancel` (or `onTimeout`) route that passes a step withdrawing what is open, such as a call of `casework.withdraw-review-request/v1` on the same connection, before the run finishes.",
+        0,
+        "warning",
+        None,
     ),
     "coordinator.definition.operation": (
         "The alias names an operation that is not in this build's catalog, or the call step names an alias that is not declared.",
@@ -892,6 +906,13 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
         "Shorten the functions file to at most 65,536 bytes, for example by removing unused functions and long comments.",
         1,
         "error",
+        None,
+    ),
+    "coordinator.function.unknown-call": (
+        "A function calls a function that neither functions.rhai nor the function library defines.",
+        "Define the function in functions.rhai or compute the value another way; the subset has no clock (`timestamp`), no math and no string library (rhai-subset.md §9), so the call fails when it runs.",
+        0,
+        "warning",
         None,
     ),
     "coordinator.function.value-limit": (
@@ -1212,6 +1233,13 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
     "coordinator.scenarios.invalid-timestamp": (
         "The timestamp is not an RFC 3339 date-time with an offset.",
         "Write the time in quotes with a `Z` or `+hh:mm` offset, such as `2026-03-02T09:00:00Z`; no live effect was attempted.",
+        1,
+        "error",
+        None,
+    ),
+    "coordinator.scenarios.reply-shape": (
+        "A scripted reply or observation value is not an output the product can give.",
+        "Script the whole output as the product answers it (`coordinatorctl schema operation ID` prints its schema, `--completion NAME` a wait-for's); a live adapter would classify this answer `invalid-response`; no live effect was attempted.",
         1,
         "error",
         None,

@@ -170,6 +170,59 @@ def test_schema_prints_the_published_schema(capsys: pytest.CaptureFixture[str], 
     assert schema["$id"].startswith("https://id.registrystack.org/schemas/coordinator/")
 
 
+def test_schema_operation_prints_the_output_schema_the_adapters_apply(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from coordinator_core.operations import CATALOG
+
+    code, out, _ = run(capsys, "schema", "operation", "casework.submit-review-request/v1")
+    assert code == 0
+    schema = json.loads(out)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$ref"] == "#/$defs/ReviewRequestAccepted"
+    assert set(schema["$defs"]) == {"Policy", "ReviewRequestAccepted", "Sha256", "Subject"}
+    validator = jsonschema.Draft202012Validator(schema)
+    assert not validator.is_valid({"unexpected": 1})
+    code, out, _ = run(
+        capsys, "schema", "operation", "casework.submit-review-request/v1", "--completion", "result"
+    )
+    assert code == 0 and json.loads(out)["$ref"] == "#/$defs/ReviewResult"
+    for operation in CATALOG:  # every operation of the catalogue has one
+        code, document = report(capsys, "schema", "operation", operation)
+        assert code == 0 and document["status"] == "printed"
+        jsonschema.Draft202012Validator.check_schema(document["schema"])
+
+
+def test_schema_operation_lists_the_catalogue(capsys: pytest.CaptureFixture[str]) -> None:
+    from coordinator_core.operations import CATALOG
+
+    code, out, _ = run(capsys, "schema", "operation")
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == list(CATALOG)
+    assert "casework.submit-review-request/v1      mutation   --completion result" in out
+    code, document = report(capsys, "schema", "operation")
+    assert [entry["id"] for entry in document["operations"]] == list(CATALOG)
+    assert document["operations"][3]["completions"] == ["result"]
+
+
+def test_schema_operation_refuses_an_unknown_id_without_echoing_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, document = report(capsys, "schema", "operation", f"casework.{CANARY}/v1")
+    assert code == 1
+    (diagnostic,) = document["diagnostics"]
+    assert diagnostic["code"] == "coordinator.command.unknown-operation"
+    assert CANARY not in json.dumps(document)
+    code, document = report(
+        capsys, "schema", "operation", "casework.submit-review-request/v1", "--completion", "rsult"
+    )
+    assert code == 1 and document["diagnostics"][0]["message"] == (
+        "Operation casework.submit-review-request/v1 exposes no such completion."
+    )
+    code, document = report(capsys, "schema", "workflow", "casework.submit-review-request/v1")
+    assert code == 2 and document["diagnostics"][0]["code"] == "coordinator.cli.usage"
+
+
 def test_init_writes_the_starter_project_with_private_keys(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -388,3 +388,55 @@ def test_pass_and_fail_are_coloured_only_on_a_terminal(
     assert "\x1b[" not in plain and plain.splitlines()[0].startswith("FAIL follow-up-sent")
     assert "\x1b[" in coloured
     assert re.sub(r"\x1b\[[0-9;]*m", "", coloured) == plain
+
+
+# -- rule C13: a scripted reply must be an output the product can give (04 §3) ---------------
+
+
+def test_an_impossible_reply_fails_test_with_reply_shape_and_the_case_does_not_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    project = tmp_path / "reviewed-notice"
+    shutil.copytree(REPO / "examples" / "reviewed-notice", project)
+    text = (project / "scenarios.yaml").read_text(encoding="utf-8")
+    text = _replace_case(
+        text,
+        "approved",
+        "            requestId: feee46df-d0fd-4064-8630-f1cc2d973a2e\n",
+        f"            unexpected: {CANARY}\n",
+    )
+    (project / "scenarios.yaml").write_text(text, encoding="utf-8")
+    code, document = report(capsys, "test", "--project", str(project))
+    assert code == 1 and document["status"] == "domain-refusal"
+    (diagnostic,) = document["diagnostics"]
+    assert diagnostic["code"] == "coordinator.scenarios.reply-shape"
+    assert diagnostic["path"] == "/cases/0/replies/request-review/0/value"
+    assert "casework.submit-review-request/v1" in diagnostic["message"]
+    assert "`required`" in diagnostic["message"] and "requestId" in diagnostic["message"]
+    assert CANARY not in json.dumps(document)
+    code, _, err = run(capsys, "check", "--project", str(project))
+    assert code == 1 and "error[coordinator.scenarios.reply-shape]" in err
+
+
+def test_with_a_runtime_file_external_replies_must_match_its_response_schema(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`external-http.get/v1` outputs are `{status, body}` for any status; the connection's
+    `responseSchema` (this example's: status 200 with a `holidays` array) applies when
+    `--runtime-config` names the runtime file."""
+    project = tmp_path / "holiday-routing"
+    shutil.copytree(REPO / "examples" / "holiday-routing", project)
+    text = (project / "scenarios.yaml").read_text(encoding="utf-8")
+    text = text.replace("            status: 200\n", "            status: 203\n", 1)
+    (project / "scenarios.yaml").write_text(text, encoding="utf-8")
+    runtime = str(project / "runtime.yaml")
+    code, document = report(capsys, "test", "--project", str(project))
+    assert code == 0, document["diagnostics"]  # a 203 is a possible output of the operation
+    code, document = report(capsys, "test", "--project", str(project), "--runtime-config", runtime)
+    assert code == 1
+    shapes = [
+        d for d in document["diagnostics"] if d["code"] == "coordinator.scenarios.reply-shape"
+    ]
+    assert [d["path"] for d in shapes] == ["/cases/0/replies/read-holidays/0/value"]
+    assert "responseSchema of connection holidays" in shapes[0]["message"]
+    assert "`const` fails at /status" in shapes[0]["message"]

@@ -96,7 +96,7 @@ def test_a_missing_required_option_is_named(capsys: pytest.CaptureFixture[str]) 
         " `coordinatorctl start`."
     )
     assert usage(capsys, "schema")["message"] == (
-        "`coordinatorctl schema` needs `workflow|runtime|scenarios`."
+        "`coordinatorctl schema` needs `workflow|runtime|scenarios|operation`."
     )
     assert usage(capsys, "audit")["message"] == (
         "The command `coordinatorctl audit` needs a command: `verify`."
@@ -115,7 +115,7 @@ def test_a_bad_choice_lists_the_choices_and_never_the_value(
     schema = usage(capsys, "schema", "nope")
     assert schema["message"] == (
         "The value of `coordinatorctl schema` is not one of its choices: workflow, runtime,"
-        " scenarios."
+        " scenarios, operation."
     )
     assert "nope" not in json.dumps(schema)
 

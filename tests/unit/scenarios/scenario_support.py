@@ -77,5 +77,62 @@ def codes(report: ScenarioReport) -> list[tuple[str, str]]:
     return [(d.code, d.path) for d in report.diagnostics]
 
 
+# Whole outputs of the lab's operations, as the products answer them (rule C13 holds scripted
+# values to the output schemas of `coordinatorctl schema operation <id>`).
+DIGEST = "sha256:" + "0" * 64
+SUBJECT = {"source": "lab", "type": "application", "id": "a-1", "version": "1", "digest": DIGEST}
+POLICY = {"id": "lab-policy", "version": "1", "digest": DIGEST}
+ACCEPTED = {
+    "requestId": "feee46df-d0fd-4064-8630-f1cc2d973a2e",
+    "subject": SUBJECT,
+    "policy": POLICY,
+    "submissionDigest": DIGEST,
+}
+REVIEW_RESULT = {
+    "resultId": "7f9032bd-8202-4636-ae7c-c1e1ef32e6ab",
+    "requestId": "feee46df-d0fd-4064-8630-f1cc2d973a2e",
+    "subject": SUBJECT,
+    "policy": POLICY,
+    "submissionDigest": DIGEST,
+    "status": "approved",
+    "completedAt": "2026-03-02T09:25:00Z",
+    "availableUntil": "2026-06-02T09:25:00Z",
+}
+WITHDRAWAL = {"outcome": "cancelled", "result": {**REVIEW_RESULT, "status": "cancelled"}}
+RECEIPT = {
+    "id": "45a8d043-f758-49fb-9bcc-69349586dbd1",
+    "status": "accepted",
+    "links": {"self": "/v1/messages/45a8", "cancel": "/v1/messages/45a8/cancel"},
+}
+ACTION = {
+    "action": "record-decision",
+    "applicationId": "0d7f5c1e-6f7a-4a8e-9a49-1c2d3e4f5a6b",
+    "results": {},
+}
+EVALUATION = {
+    "protocol": "system-one",
+    "requestedModel": "lab-model",
+    "returnedModel": "lab-model",
+    "answers": {},
+    "usage": {"inputTokens": 0, "outputTokens": 0},
+}
+
+
+def record(domain: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A `breg.read-record/v1` output whose `domainData` is `domain`."""
+    return {
+        "data": {
+            "recordIdentifier": "a-1",
+            "revisionIdentifier": "r-1",
+            "revisionDigest": DIGEST,
+            "domainData": domain or {},
+        }
+    }
+
+
+RECORD = record()
+
+
 def success(value: Any = None) -> dict[str, Any]:
-    return {"type": "success", "value": {"ok": True} if value is None else value}
+    """A success reply; by default the lab's record read."""
+    return {"type": "success", "value": RECORD if value is None else value}

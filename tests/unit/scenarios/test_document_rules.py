@@ -3,10 +3,26 @@ keeps its case from running; the other cases still run."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
-from scenario_support import case, codes, definition, document, only, run, success
+from scenario_support import (
+    ACCEPTED,
+    ACTION,
+    EVALUATION,
+    RECEIPT,
+    RECORD,
+    REVIEW_RESULT,
+    WITHDRAWAL,
+    case,
+    codes,
+    definition,
+    document,
+    only,
+    run,
+    success,
+)
 
 from coordinator_core.scenarios import check_scenario_document
 
@@ -138,7 +154,8 @@ def test_c10_allowed_recoveries_pass() -> None:
     ],
 )
 def test_c11_replies_must_fit_the_operation(step: str, reply: dict[str, Any]) -> None:
-    assert _findings(case(replies={step: [success(), reply]})) == [
+    answer = {"notify": RECEIPT, "score": EVALUATION, "read": RECORD}[step]
+    assert _findings(case(replies={step: [success(answer), reply]})) == [
         ("coordinator.scenario.reply", f"/cases/0/replies/{step}/1")
     ]
 
@@ -224,4 +241,89 @@ def test_an_undecodable_cases_list_lists_its_cases_as_not_passed() -> None:
     assert [(r.id, r.passed, r.ran) for r in report.cases] == [
         ("fine", False, False),
         (None, False, False),
+    ]
+
+
+# -- C13: a scripted reply is an output the product can give ---------------------------------
+
+
+def test_c13_the_three_impossible_replies_are_refused_before_the_case_runs() -> None:
+    """The replies of issue 26 that passed before: a Casework submission without `requestId`
+    (the reference its wait polls by), a Messaging receipt without `status`, a review result
+    with nothing but `status`. Live, each would be `invalid-response`."""
+    loose = case(
+        "review",
+        replies={"ask": [success({"unexpected": 1})], "notify": [success({"id": RECEIPT["id"]})]},
+        observations={"wait": [{"type": "complete", "value": {"status": "approved"}}]},
+    )
+    assert sorted(_findings(loose)) == [
+        ("coordinator.scenarios.reply-shape", "/cases/0/observations/wait/0/value"),
+        ("coordinator.scenarios.reply-shape", "/cases/0/replies/ask/0/value"),
+        ("coordinator.scenarios.reply-shape", "/cases/0/replies/notify/0/value"),
+    ]
+    _not_run(loose)
+
+
+def test_c13_the_message_names_the_operation_the_keyword_and_the_place_never_a_value() -> None:
+    canary = "CANARY-c13"
+    found = check_scenario_document(
+        document(
+            case(
+                replies={
+                    "notify": [success({"id": canary, "status": "accepted"})],
+                    "ask": [success({**ACCEPTED, "requestId": None, "note": canary})],
+                },
+                observations={"wait": [{"type": "complete", "value": {"status": canary}}]},
+            )
+        ),
+        definition("lab"),
+    )
+    messages = {d.path: d.effective_message for d in found}
+    assert messages["/cases/0/replies/notify/0/value"] == (
+        "The value is not an output of operation messaging.submit-message/v1: keyword"
+        " `required` fails at the top of the value (member links is missing)."
+    )
+    assert messages["/cases/0/replies/ask/0/value"] == (
+        "The value is not an output of operation casework.submit-review-request/v1: keyword"
+        " `type` fails at /requestId."
+    )
+    assert messages["/cases/0/observations/wait/0/value"].startswith(
+        "The value is not a completion output of operation casework.submit-review-request/v1:"
+    )
+    assert all(d.line is not None for d in found)
+    assert canary not in json.dumps([d.to_json() for d in found])
+
+
+def test_c13_whole_outputs_pass_and_other_reply_kinds_carry_no_value() -> None:
+    whole = case(
+        "review",
+        replies={
+            "ask": [success(ACCEPTED)],
+            "undo": [success(WITHDRAWAL)],
+            "notify": [{"type": "uncertain", "code": "transport-uncertain"}, success(RECEIPT)],
+            "decide": [success(ACTION)],
+            "score": [success(EVALUATION)],
+        },
+        observations={"wait": [{"type": "pending"}, {"type": "complete", "value": REVIEW_RESULT}]},
+    )
+    assert _findings(whole) == []
+
+
+def test_c13_a_reconcile_answer_is_held_to_the_output_too() -> None:
+    reconciled = case(
+        "notify",
+        replies={"notify": [{"type": "uncertain", "code": "transport-uncertain"}, success({})]},
+        recovery={"notify": "reconcile"},
+    )
+    assert _findings(reconciled) == [
+        ("coordinator.scenarios.reply-shape", "/cases/0/replies/notify/1/value")
+    ]
+
+
+def test_c13_a_value_over_the_json_bounds_is_only_c12() -> None:
+    deep: Any = "leaf"
+    for _ in range(40):
+        deep = [deep]
+    assert _findings(case(replies={"notify": [success(deep)]})) == [
+        ("coordinator.scenarios.value-limit", "/cases/0/replies/notify/0/value")
     ]

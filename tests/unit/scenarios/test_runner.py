@@ -9,7 +9,21 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from scenario_support import ADMITTED, case, codes, definition, only, run, success
+from scenario_support import (
+    ACCEPTED,
+    ACTION,
+    ADMITTED,
+    RECEIPT,
+    REVIEW_RESULT,
+    WITHDRAWAL,
+    case,
+    codes,
+    definition,
+    only,
+    record,
+    run,
+    success,
+)
 
 from coordinator_core.engine import Dispatch, advance
 from coordinator_core.scenarios import ScenarioKeys
@@ -21,7 +35,7 @@ REVIEW = ["route", "ask", "wait"]
 UNCERTAIN = {"type": "uncertain", "code": "transport-uncertain"}
 RETRYABLE = {"type": "retryable", "code": "transport-unavailable"}
 REFUSED = {"type": "refused", "code": "product-refused"}
-REVIEW_REPLY = {"ask": [success({"requestId": "r-1"})]}
+REVIEW_REPLY = {"ask": [success(ACCEPTED)]}
 
 
 def _result(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -79,7 +93,7 @@ def test_cancel_at_admission_stops_before_the_start_step_is_entered() -> None:
 def test_replies_for_steps_the_run_never_entered_are_ignored() -> None:
     result = _result(
         "read",
-        replies={"read": [success()], "notify": [success(), success()]},
+        replies={"read": [success()], "notify": [success(RECEIPT), success(RECEIPT)]},
         path=READ,
     )
     assert result["passed"] and result["callAttempts"] == {"read": 1}
@@ -156,7 +170,9 @@ def test_virtual_time_has_millisecond_resolution() -> None:
 
 
 def test_call_retryable_replies_are_retried_automatically_without_virtual_time() -> None:
-    result = _result("notify", replies={"notify": [RETRYABLE, RETRYABLE, success()]}, path=NOTIFY)
+    result = _result(
+        "notify", replies={"notify": [RETRYABLE, RETRYABLE, success(RECEIPT)]}, path=NOTIFY
+    )
     assert result["passed"] and result["callAttempts"] == {"notify": 3}
     assert result["elapsedSeconds"] == 0 and result["frozenCommands"] == 1
 
@@ -175,7 +191,7 @@ def test_call_a_third_retryable_fails_with_its_code_and_a_refused_effect() -> No
 def test_call_refused_with_retry_same_resends_and_settles() -> None:
     result = _result(
         "notify",
-        replies={"notify": [REFUSED, success()]},
+        replies={"notify": [REFUSED, success(RECEIPT)]},
         recovery={"notify": "retry-same"},
         path=NOTIFY,
     )
@@ -184,13 +200,17 @@ def test_call_refused_with_retry_same_resends_and_settles() -> None:
 
 
 def test_call_refused_without_recovery_and_an_unused_reply_is_scenario_reply() -> None:
-    report = run(case("notify", replies={"notify": [REFUSED, success()]}, status="failed"))
+    report = run(case("notify", replies={"notify": [REFUSED, success(RECEIPT)]}, status="failed"))
     assert codes(report) == [("coordinator.scenario.reply", "/cases/0/replies/notify/1")]
 
 
 def test_call_reconcile_after_a_definite_failure_is_scenario_recovery() -> None:
     report = run(
-        case("notify", replies={"notify": [REFUSED, success()]}, recovery={"notify": "reconcile"})
+        case(
+            "notify",
+            replies={"notify": [REFUSED, success(RECEIPT)]},
+            recovery={"notify": "reconcile"},
+        )
     )
     assert codes(report) == [("coordinator.scenario.recovery", "/cases/0/recovery/notify")]
 
@@ -206,7 +226,7 @@ def test_call_uncertain_without_recovery_needs_attention() -> None:
 def test_call_uncertain_with_retry_same_settles_by_the_same_command() -> None:
     result = _result(
         "decide",
-        replies={"decide": [UNCERTAIN, RETRYABLE, success()]},
+        replies={"decide": [UNCERTAIN, RETRYABLE, success(ACTION)]},
         recovery={"decide": "retry-same"},
         path=["route", "decide", "end"],
     )
@@ -228,7 +248,7 @@ def test_call_unknown_then_declared_refusal_keeps_the_uncertain_code() -> None:
 def test_call_reconcile_looks_up_again_while_unresolved_then_settles() -> None:
     result = _result(
         "notify",
-        replies={"notify": [UNCERTAIN, UNCERTAIN, success({"id": "m-1"})]},
+        replies={"notify": [UNCERTAIN, UNCERTAIN, success(RECEIPT)]},
         recovery={"notify": "reconcile"},
         path=NOTIFY,
     )
@@ -260,7 +280,7 @@ def test_call_reconcile_receipt_expired_stops_and_a_later_reply_is_receipt_expir
     report = run(
         case(
             "notify",
-            replies={"notify": [UNCERTAIN, expired, success()]},
+            replies={"notify": [UNCERTAIN, expired, success(RECEIPT)]},
             recovery={"notify": "reconcile"},
         )
     )
@@ -271,7 +291,7 @@ def test_call_receipt_expired_in_send_mode_stops_in_attention() -> None:
     report = run(
         case(
             "notify",
-            replies={"notify": [{"type": "receipt-expired"}, success()]},
+            replies={"notify": [{"type": "receipt-expired"}, success(RECEIPT)]},
             recovery={"notify": "retry-same"},
         )
     )
@@ -357,7 +377,7 @@ def test_call_a_changed_command_between_attempts_is_scenario_command(
         return type(result)(result.state, tuple(commands), result.refused, result.answer)
 
     monkeypatch.setattr(runner_module, "advance", tampering)
-    report = run(case("notify", replies={"notify": [RETRYABLE, success()]}))
+    report = run(case("notify", replies={"notify": [RETRYABLE, success(RECEIPT)]}))
     assert codes(report) == [("coordinator.scenario.command", "/cases/0")]
 
 
@@ -375,11 +395,11 @@ def test_wait_for_reads_every_interval_until_complete() -> None:
     result = _result(
         "review",
         replies=REVIEW_REPLY,
-        observations={"wait": [{"type": "pending"}, {"type": "complete", "value": {"s": 1}}]},
+        observations={"wait": [{"type": "pending"}, {"type": "complete", "value": REVIEW_RESULT}]},
         path=[*REVIEW, "reviewed"],
     )
     assert result["passed"] and result["elapsedSeconds"] == 1800
-    assert result["output"] == {"s": 1} and result["observations"] == {"wait": 2}
+    assert result["output"] == REVIEW_RESULT and result["observations"] == {"wait": 2}
 
 
 def test_wait_for_retryable_read_comes_back_after_the_floor() -> None:
@@ -390,7 +410,7 @@ def test_wait_for_retryable_read_comes_back_after_the_floor() -> None:
         observations={
             "wait": [
                 {"type": "retryable", "code": "transport-unavailable"},
-                {"type": "complete", "value": {}},
+                {"type": "complete", "value": REVIEW_RESULT},
             ]
         },
         path=[*REVIEW, "reviewed"],
@@ -421,7 +441,9 @@ def test_wait_for_unused_observations_are_scenario_reply() -> None:
         case(
             "review",
             replies=REVIEW_REPLY,
-            observations={"wait": [{"type": "complete", "value": {}}, {"type": "pending"}]},
+            observations={
+                "wait": [{"type": "complete", "value": REVIEW_RESULT}, {"type": "pending"}]
+            },
         )
     )
     assert codes(report) == [("coordinator.scenario.reply", "/cases/0/observations/wait/1")]
@@ -430,7 +452,7 @@ def test_wait_for_unused_observations_are_scenario_reply() -> None:
 def test_wait_for_cancel_takes_on_cancel_and_the_finish_ends_cancelled() -> None:
     result = _result(
         "review",
-        replies={**REVIEW_REPLY, "undo": [success()]},
+        replies={**REVIEW_REPLY, "undo": [success(WITHDRAWAL)]},
         cancel={"afterSeconds": 1800},
         status="cancelled",
         path=[*REVIEW, "undo", "undone"],
@@ -476,7 +498,10 @@ def test_expectation_mismatch_names_the_members_that_differ() -> None:
             replies={"read": [success()]},
             status="failed",
             path=READ,
-            expect={"output": {"ok": False}, "effects": [{"step": "read", "state": "accepted"}]},
+            expect={
+                "output": record({"ok": False}),
+                "effects": [{"step": "read", "state": "accepted"}],
+            },
         )
     )
     assert three.diagnostics[0].effective_message == (
@@ -485,16 +510,16 @@ def test_expectation_mismatch_names_the_members_that_differ() -> None:
 
 
 def test_expectation_members_left_out_are_not_compared() -> None:
-    result = _result("read", replies={"read": [success({"x": 1})]}, path=READ)
-    assert result["passed"] and result["output"] == {"x": 1}
+    result = _result("read", replies={"read": [success(record({"x": 1}))]}, path=READ)
+    assert result["passed"] and result["output"] == record({"x": 1})
 
 
 def test_expectation_output_compares_canonical_json() -> None:
     result = _result(
         "read",
-        replies={"read": [success({"b": 2.0, "a": [1, 1e2]})]},
+        replies={"read": [success(record({"b": 2.0, "a": [1, 1e2]}))]},
         path=READ,
-        expect={"output": {"a": [1.0, 100], "b": 2}},
+        expect={"output": record({"a": [1.0, 100], "b": 2})},
     )
     assert result["passed"]
 
@@ -505,17 +530,21 @@ def test_no_scenario_value_reaches_a_diagnostic() -> None:
         case(
             "read",
             case_id="leaky",
-            replies={"read": [success({"secret": canary})]},
+            replies={"read": [success(record({"secret": canary}))]},
             status="finished",
             path=READ,
-            expect={"output": {"secret": canary + "-other"}},
+            expect={"output": record({"secret": canary + "-other"})},
         ),
         case(
             None,
             case_id="event",
             event={"trigger": "submitted", "data": {"fail": True, "x": canary}},
         ),
-        case("notify", case_id="extra", replies={"notify": [REFUSED, success({"v": canary})]}),
+        case(
+            "notify",
+            case_id="extra",
+            replies={"notify": [REFUSED, success({**RECEIPT, "status": canary})]},
+        ),
     )
     assert len(report.diagnostics) == 3
     text = json.dumps([d.to_json() for d in report.diagnostics])

@@ -1,4 +1,11 @@
-"""The operation catalog (contract 08 §1): immutable descriptors pinned into every snapshot."""
+"""The operation catalog (contract 08 §1): immutable descriptors pinned into every snapshot.
+
+Beside the pinned descriptor (`to_json`, 02 §8), each entry names the definitions of its output
+and of its completions' outputs in `spec/schemas/outputs.schema.json` (the shapes the adapters
+accept from live products and scenarios may script: `coordinator_core.outputs`), and, for a
+mutation that leaves something open at the product, how a workflow withdraws it (the clean-up
+lint of `check`). Neither is part of the descriptor's identity.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,7 @@ __all__ = [
     "PROPOSAL_OPERATION",
     "Completion",
     "OperationDescriptor",
+    "Withdrawal",
     "descriptor",
     "product_of",
 ]
@@ -25,11 +33,13 @@ Recovery = Literal["read-again", "same-command", "same-command-and-receipt", "ho
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """A named result an accepted call exposes; a wait-for observes it by reading `observe`."""
+    """A named result an accepted call exposes; a wait-for observes it by reading `observe`.
+    `output` names the definition of its output in the outputs schema."""
 
     observe: str
     reference: str
     default_interval_seconds: int
+    output: str
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,8 +50,21 @@ class Completion:
 
 
 @dataclass(frozen=True, slots=True)
+class Withdrawal:
+    """What an accepted mutation leaves open at its product until it completes or is
+    withdrawn: `what` names it for people ("review request"), `by` lists the operations that
+    withdraw it (on the same connection)."""
+
+    what: str
+    by: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
 class OperationDescriptor:
-    """One catalog entry. A changed descriptor needs a new id and a new adapter ABI."""
+    """One catalog entry. A changed descriptor needs a new id and a new adapter ABI.
+
+    `output` names the definition of its output in the outputs schema; `withdrawal` is set for
+    a mutation whose accepted effect stays open until completed or withdrawn."""
 
     id: str
     product: str
@@ -51,7 +74,9 @@ class OperationDescriptor:
     recovery: Recovery
     read_receipt: bool
     declared_refusals: bool
+    output: str
     completions: Mapping[str, Completion] = field(default_factory=lambda: MappingProxyType({}))
+    withdrawal: Withdrawal | None = None
 
     @property
     def dispatch_risk(self) -> bool:
@@ -82,11 +107,13 @@ def _op(
     effect: Effect,
     recovery: Recovery,
     *,
+    output: str,
     key: bool = False,
     preparation: bool = False,
     receipt: bool = False,
     refusals: bool = False,
     completions: Mapping[str, Completion] | None = None,
+    withdrawal: Withdrawal | None = None,
 ) -> OperationDescriptor:
     return OperationDescriptor(
         id=operation_id,
@@ -98,6 +125,8 @@ def _op(
         read_receipt=receipt,
         declared_refusals=refusals,
         completions=MappingProxyType(dict(completions or {})),
+        output=output,
+        withdrawal=withdrawal,
     )
 
 
@@ -108,50 +137,74 @@ def product_of(operation_id: str) -> str:
 
 PROPOSAL_OPERATION: Final = "breg.propose-action/v1"
 
+WITHDRAW_REVIEW: Final = "casework.withdraw-review-request/v1"
+
+# Scheduling bookings stay open too, but contract 08 §6 has no operation that cancels an
+# appointment: a workflow cannot withdraw one, so `create-appointment` names no withdrawal and
+# the clean-up lint (which asks for a withdrawing step) does not apply to it.
 _ENTRIES: Final = (
-    _op("breg.read-record/v1", "read", "read-again"),
+    _op("breg.read-record/v1", "read", "read-again", output="BregRecord"),
     _op(
         "breg.invoke-action/v1",
         "mutation",
         "same-command",
+        output="BregActionResult",
         key=True,
         preparation=True,
         refusals=True,
     ),
-    _op("breg.propose-action/v1", "mutation", "same-command", key=True, preparation=True),
+    _op(
+        "breg.propose-action/v1",
+        "mutation",
+        "same-command",
+        output="ProposalNeverRuns",
+        key=True,
+        preparation=True,
+    ),
     _op(
         "casework.submit-review-request/v1",
         "mutation",
         "same-command",
+        output="ReviewRequestAccepted",
         key=True,
         completions={
             "result": Completion(
                 observe="casework.read-review-result/v1",
                 reference="/requestId",
                 default_interval_seconds=900,
+                output="ReviewResult",
             )
         },
+        withdrawal=Withdrawal("review request", frozenset({WITHDRAW_REVIEW})),
     ),
-    _op("casework.read-review-result/v1", "read", "read-again"),
-    _op("casework.withdraw-review-request/v1", "mutation", "same-command", key=True),
+    _op("casework.read-review-result/v1", "read", "read-again", output="ReviewResultRead"),
+    _op(WITHDRAW_REVIEW, "mutation", "same-command", output="ReviewWithdrawal", key=True),
     _op(
         "messaging.submit-message/v1",
         "mutation",
         "same-command-and-receipt",
+        output="MessageReceipt",
         key=True,
         receipt=True,
     ),
-    _op("scheduling.read-scheduling/v1", "read", "read-again"),
-    _op("scheduling.read-availability/v1", "read", "read-again"),
+    _op("scheduling.read-scheduling/v1", "read", "read-again", output="Scheduling"),
+    _op("scheduling.read-availability/v1", "read", "read-again", output="Availability"),
     _op(
         "scheduling.create-appointment/v1",
         "mutation",
         "same-command-and-receipt",
+        output="Appointment",
         key=True,
         receipt=True,
     ),
-    _op("external-http.get/v1", "read", "read-again"),
-    _op("evaluation.evaluate/v1", "evaluation", "hold-after-dispatch", preparation=True),
+    _op("external-http.get/v1", "read", "read-again", output="ExternalAnswer"),
+    _op(
+        "evaluation.evaluate/v1",
+        "evaluation",
+        "hold-after-dispatch",
+        output="Evaluation",
+        preparation=True,
+    ),
 )
 
 CATALOG: Final[Mapping[str, OperationDescriptor]] = MappingProxyType(

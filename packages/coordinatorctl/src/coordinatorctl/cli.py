@@ -54,7 +54,7 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # The global flags each command uses; the others are still accepted (before or after the
 # command, 09 §1) but not shown in its help, where they would mean nothing.
-_RUNTIME_CHECKED = frozenset({"check", "explain", "package", "audit verify"})
+_RUNTIME_CHECKED = frozenset({"check", "explain", "test", "package", "audit verify"})
 _GLOBAL_HELP: Final = {
     "--format": "output mode: text (default), json (one CoordinatorCtlReport on stdout) or jsonl"
     " (one report per line: a run per line for list, a line per change for --wait/--watch)",
@@ -71,6 +71,8 @@ _RUNTIME_HELP: Final = {
     "check": "also check this runtime file (absolute path); alone: check only it",
     "explain": "also check this runtime file (absolute path)",
     "package": "also check this runtime file (absolute path)",
+    "test": "also check this runtime file, and hold scripted external-http replies to its"
+    " connections' responseSchema (absolute path)",
     "audit verify": "compare the journal with the heads the store recorded (absolute path)",
 }
 
@@ -189,12 +191,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--directory", required=True, metavar="DIR", help="the directory of the journal files"
     )
 
-    schema = command("schema", "print the JSON Schema of an authored format")
+    schema = command(
+        "schema",
+        "print the JSON Schema of an authored format, or of an operation's output",
+    )
     schema.add_argument(
         "name",
-        choices=tuple(SCHEMA_NAMES),
-        metavar="workflow|runtime|scenarios",
-        help="the format: workflow.yaml, runtime.yaml or scenarios.yaml",
+        choices=(*SCHEMA_NAMES, "operation"),
+        metavar="workflow|runtime|scenarios|operation",
+        help="the format: workflow.yaml, runtime.yaml or scenarios.yaml; or `operation`: the"
+        " catalogue's operations (listed), or with ID the output of one",
+    )
+    schema.add_argument(
+        "operation_id",
+        nargs="?",
+        metavar="ID",
+        help="with `operation`: an operation id, e.g. casework.submit-review-request/v1",
+    )
+    schema.add_argument(
+        "--completion",
+        metavar="NAME",
+        help="with `operation ID`: the output of this completion (what a wait-for gets)",
     )
 
     command("openapi", "print the service's OpenAPI 3.1 document (with --url: the one it serves)")
@@ -367,7 +384,12 @@ def _run(options: argparse.Namespace) -> Outcome:
     if options.command == "test":
         scenarios = Path(options.scenarios) if options.scenarios is not None else None
         junit = Path(options.junit) if options.junit is not None else None
-        return commands.test(Path(options.project), scenarios, junit)
+        return commands.test(
+            Path(options.project),
+            scenarios,
+            junit,
+            runtime_config=_runtime_path(options.runtime_config),
+        )
     if options.command == "audit":
         if getattr(options, "audit_command", None) != "verify":
             return _usage_outcome(
@@ -389,6 +411,16 @@ def _run(options: argparse.Namespace) -> Outcome:
             heads = found
         return commands.audit_verify(Path(options.directory), heads)
     if options.command == "schema":
+        if options.name == "operation":
+            return commands.schema_operation(options.operation_id, options.completion)
+        if options.operation_id is not None or options.completion is not None:
+            return _usage_outcome(
+                UsageMistake(
+                    f"`coordinatorctl schema {options.name}` takes no further argument.",
+                    "Run `coordinatorctl schema workflow|runtime|scenarios`, or"
+                    " `coordinatorctl schema operation [ID [--completion NAME]]`.",
+                )
+            )
         return commands.schema(SCHEMA_NAMES[options.name])
     if options.command == "openapi":
         from coordinatorctl import describe

@@ -19,7 +19,17 @@ from coordinatorctl.report import Outcome
 if TYPE_CHECKING:
     from coordinator_core.shell.audit.writer import JournalPosition
 
-__all__ = ["audit_verify", "check", "evaluate", "explain", "init", "package", "schema", "test"]
+__all__ = [
+    "audit_verify",
+    "check",
+    "evaluate",
+    "explain",
+    "init",
+    "package",
+    "schema",
+    "schema_operation",
+    "test",
+]
 
 
 def _valid_text(result: Mapping[str, Any]) -> str:
@@ -190,6 +200,72 @@ def schema(name: str) -> Outcome:
     return outcome
 
 
+def schema_operation(operation_id: str | None, completion: str | None) -> Outcome:
+    """`schema operation [ID [--completion NAME]]`: the catalogue's operations, or the JSON
+    Schema of one operation's output (of one of its completions' with `completion`), as the
+    adapters apply it to live answers and `test` to scripted replies (08; 04 §3 C13)."""
+    from coordinator_core.errors import closest_name
+    from coordinator_core.operations import CATALOG
+    from coordinator_core.outputs import completion_output_schema, operation_output_schema
+
+    outcome = Outcome("schema")
+    if operation_id is None:
+        if completion is not None:
+            outcome.diagnostics.append(
+                Diagnostic(
+                    "coordinator.command.usage",
+                    path="",
+                    message="`--completion` needs an operation id.",
+                    hint="Run `coordinatorctl schema operation ID --completion NAME`.",
+                )
+            )
+            return outcome
+        listed = [
+            {
+                "id": operation.id,
+                "product": operation.product,
+                "effect": operation.effect,
+                "completions": sorted(operation.completions),
+            }
+            for operation in CATALOG.values()
+        ]
+        outcome.status = "printed"
+        outcome.result = {"operations": listed}
+        lines = [
+            (
+                f"{entry['id']:<38} {entry['effect']:<10}"
+                + "".join(f" --completion {name}" for name in entry["completions"])
+            ).rstrip()
+            for entry in listed
+        ]
+        outcome.text = "\n".join(lines) + "\n"
+        return outcome
+    if completion is None:
+        schema = operation_output_schema(operation_id)
+    else:
+        schema = completion_output_schema(operation_id, completion)
+    if schema is None:
+        known = operation_id in CATALOG
+        candidates = sorted(CATALOG[operation_id].completions) if known else sorted(CATALOG)
+        outcome.diagnostics.append(
+            Diagnostic(
+                "coordinator.command.unknown-operation",
+                path="",
+                message=(
+                    f"Operation {operation_id} exposes no such completion." if known else None
+                ),
+                suggestion=closest_name(
+                    completion if known and completion else operation_id, candidates
+                ),
+            )
+        )
+        return outcome
+    outcome.status = "printed"
+    outcome.result = {"schema": schema}
+    outcome.text = json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
+    return outcome
+
+
 INIT_FILES = ("workflow.yaml", "functions.rhai", "runtime.yaml", "scenarios.yaml")
 
 
@@ -318,7 +394,13 @@ def evaluate(functions_file: Path, name: str, arguments_text: str) -> Outcome:
     return outcome
 
 
-def test(project: Path, scenarios_file: Path | None, junit: Path | None = None) -> Outcome:
+def test(
+    project: Path,
+    scenarios_file: Path | None,
+    junit: Path | None = None,
+    *,
+    runtime_config: Path | None = None,
+) -> Outcome:
     """`test` (04 §5): the definition check, then every case of the scenarios document.
 
     Text mode shows every case on its own line, the expected against the actual result of each
@@ -342,7 +424,7 @@ def test(project: Path, scenarios_file: Path | None, junit: Path | None = None) 
                 )
             ],
         )
-    outcome, views, suite, revision = _run_test(project, scenarios_file, path)
+    outcome, views, suite, revision = _run_test(project, scenarios_file, path, runtime_config)
     if junit is not None:
         from coordinatorctl.scenario_results import junit_document
 
@@ -399,7 +481,7 @@ def _write_replacing(target: Path, data: bytes) -> bool:
 
 
 def _run_test(
-    project: Path, scenarios_file: Path | None, path: Path
+    project: Path, scenarios_file: Path | None, path: Path, runtime_config: Path | None
 ) -> tuple[Outcome, Any, str | None, str | None]:
     """The `test` outcome, the case views (None when no case ran), the workflow id and the
     revision (None when the definition was refused)."""
@@ -410,7 +492,9 @@ def _run_test(
     from coordinator_core.scenarios import run_scenarios
     from coordinatorctl.scenario_results import case_views, differences_json, text_lines
 
-    checked = check_project(project, runtime_config=None, environment=None, definition_only=True)
+    checked = check_project(
+        project, runtime_config=runtime_config, environment=None, definition_only=True
+    )
     outcome = Outcome("test", list(checked.diagnostics))
     outcome.sources = checked.sources
     definition = checked.definition
@@ -433,7 +517,8 @@ def _run_test(
     if authored.decoded is None:
         return outcome, None, suite, revision
     assert definition.ir is not None
-    report = run_scenarios(authored, definition.ir)
+    given = checked.runtime[0].response_schemas() if runtime_config and checked.runtime else {}
+    report = run_scenarios(authored, definition.ir, given)
     outcome.diagnostics.extend(
         dataclasses.replace(d, file=display) if d.file == "scenarios.yaml" else d
         for d in report.diagnostics

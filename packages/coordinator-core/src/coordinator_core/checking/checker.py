@@ -395,6 +395,9 @@ def check_project(
         runtime_names,
         sources,
     )
+    # C13 (04 §3): the responseSchemas of the runtime file given with --runtime-config, which
+    # _check_runtime_files checks first.
+    given = runtime_checks[0].response_schemas() if runtime_config and runtime_checks else {}
     scenarios = None
     report = None
     scenarios_path = directory / SCENARIOS_FILE
@@ -408,7 +411,7 @@ def check_project(
             out.extend(scenarios.diagnostics)
             if definition.ir is not None and scenarios.decoded is not None:
                 # 02 §4.1 step 9: the document rules, then every case, on a valid definition.
-                report = run_scenarios(scenarios, definition.ir)
+                report = run_scenarios(scenarios, definition.ir, given)
                 out.extend(report.diagnostics)
     return ProjectCheck(
         finalize(out, runtime_names), definition, runtime_checks, scenarios, report, sources

@@ -85,6 +85,27 @@ class RuntimeCheck:
         """Whether `pointer` holds a stand-in or lies in an object skipped for one."""
         return holds_stand_in(pointer, self.stand_ins, self.incomplete)
 
+    def response_schemas(self) -> dict[str, Any]:
+        """The `responseSchema` of each external connection (05 §5.2) that decoded and passed
+        its checks, by connection name: what a scripted `external-http.get/v1` reply on that
+        connection must match too (04 §3 C13)."""
+        decoded = self.authored.decoded or {}
+        entries = decoded.get("externalHttpConnections")
+        if not isinstance(entries, dict):
+            return {}
+        errors = [d.path for d in self.diagnostics if d.effective_severity == "error"]
+        found: dict[str, Any] = {}
+        for name, entry in entries.items():
+            if not isinstance(entry, dict) or "responseSchema" not in entry:
+                continue
+            pointer = f"/externalHttpConnections/{escape_pointer_token(name)}/responseSchema"
+            if self.holds_stand_in(pointer) or any(
+                path == pointer or path.startswith(pointer + "/") for path in errors
+            ):
+                continue
+            found[name] = entry["responseSchema"]
+        return found
+
 
 # -- reading ------------------------------------------------------------------------------
 

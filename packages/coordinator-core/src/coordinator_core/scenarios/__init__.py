@@ -1,4 +1,4 @@
-"""The offline scenario runner (file 04): document rules C1–C12, cases run through the engine,
+"""The offline scenario runner (file 04): document rules C1–C13, cases run through the engine,
 the `test` report, and route coverage.
 
 `check_scenario_document` is what `check` step 9 runs on every document; `run_scenarios` runs
@@ -8,6 +8,7 @@ their diagnostics point into it and never carry a scenario value.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,10 +77,14 @@ def _sort_key(diagnostic: Diagnostic) -> tuple[Any, ...]:
     )
 
 
-def check_scenario_document(scenarios: AuthoredFile, definition: Definition) -> list[Diagnostic]:
+def check_scenario_document(
+    scenarios: AuthoredFile,
+    definition: Definition,
+    response_schemas: Mapping[str, Any] | None = None,
+) -> list[Diagnostic]:
     """The document rules C1–C13 (04 §3) of a read scenarios document against a checked
     definition; reader findings are not repeated."""
-    findings = document_rules(scenarios, definition)
+    findings = document_rules(scenarios, definition, response_schemas)
     return sorted(findings.diagnostics, key=_sort_key)
 
 
@@ -96,9 +101,16 @@ def _unread_cases(scenarios: AuthoredFile) -> list[CaseResult]:
     return results
 
 
-def run_scenarios(scenarios: AuthoredFile, definition: Definition) -> ScenarioReport:
-    """04 §3–§5: check the document, run every case it lets through, report and cover."""
-    findings = document_rules(scenarios, definition)
+def run_scenarios(
+    scenarios: AuthoredFile,
+    definition: Definition,
+    response_schemas: Mapping[str, Any] | None = None,
+) -> ScenarioReport:
+    """04 §3–§5: check the document, run every case it lets through, report and cover.
+
+    `response_schemas` are the `responseSchema`s of the external connections of the runtime
+    file given with `--runtime-config`, by connection name (C13)."""
+    findings = document_rules(scenarios, definition, response_schemas)
     decoded = scenarios.decoded or {}
     cases = decoded.get("cases")
     results: list[CaseResult] = []

@@ -1,4 +1,11 @@
-"""The document rules C1–C12 of `scenarios.yaml` (file 04 §3), checked before any case runs."""
+"""The document rules C1–C13 of `scenarios.yaml` (file 04 §3), checked before any case runs.
+
+C13 holds every scripted `success` value to the output schema of its step's operation, and
+every completed observation to the output schema of the awaited completion: the schemas the
+adapters apply to live answers (`coordinator_core.outputs`), so a scripted reply can only be
+one a product could give. With a runtime file, a scripted `external-http.get/v1` value must
+also satisfy its connection's `responseSchema`.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +15,13 @@ from typing import Any, Final
 
 from coordinator_core import limits
 from coordinator_core.authoring.decode import AuthoredFile
-from coordinator_core.definition.ir import CallStep, Definition
+from coordinator_core.definition.ir import CallStep, Definition, WaitForStep
 from coordinator_core.engine.clock import parse_instant
 from coordinator_core.engine.codes import REPLY_CODES
 from coordinator_core.errors import Diagnostic
+from coordinator_core.jsonschema.dialect import SchemaFailure, SchemaValidator, compile_validator
 from coordinator_core.operations import OperationDescriptor
+from coordinator_core.outputs import completion_output_failure, output_failure
 from coordinator_core.values import JsonBoundsError, check_json_value, pointer_token
 
 __all__ = ["SCENARIOS_FILE", "DocumentFindings", "document_rules", "scenario_diagnostic"]
@@ -69,9 +78,11 @@ class _CaseRules:
         index: int,
         case: Mapping[str, Any],
         out: list[Diagnostic],
+        response_schemas: Mapping[str, SchemaValidator],
     ) -> None:
         self.scenarios = scenarios
         self.definition = definition
+        self.response_schemas = response_schemas
         self.steps = definition.steps
         self.base = f"/cases/{index}"
         self.case = case
@@ -84,12 +95,63 @@ class _CaseRules:
         spec = self.steps.get(step)
         return spec.alias.operation if isinstance(spec, CallStep) else None
 
-    def value_bounds(self, value: Any, pointer: str) -> None:
+    def value_bounds(self, value: Any, pointer: str) -> bool:
         """C12: a foreign value obeys the JSON value bounds (03 §4)."""
         try:
             check_json_value(value)
         except JsonBoundsError:
             self.report("coordinator.scenarios.value-limit", pointer)
+            return False
+        return True
+
+    def shape(self, failure: SchemaFailure | None, what: str, pointer: str) -> bool:
+        """C13: report `failure` (a value that is not `what`) at the value; True when none."""
+        if failure is None:
+            return True
+        where = f"at {failure.pointer}" if failure.pointer else "at the top of the value"
+        message = f"The value is not {what}: keyword `{failure.keyword}` fails {where}"
+        if len(failure.missing) == 1:
+            message += f" (member {failure.missing[0]} is missing)"
+        elif failure.missing:
+            message += f" (members {', '.join(failure.missing)} are missing)"
+        self.out.append(
+            scenario_diagnostic(
+                self.scenarios, "coordinator.scenarios.reply-shape", pointer, message=message + "."
+            )
+        )
+        return False
+
+    def reply_shape(
+        self, step: str, operation: OperationDescriptor, value: Any, pointer: str
+    ) -> None:
+        """C13 for a `success` value: an output of the step's operation (and, on an external
+        connection with a known `responseSchema`, one it accepts)."""
+        if not self.shape(
+            output_failure(operation, value), f"an output of operation {operation.id}", pointer
+        ):
+            return
+        spec = self.steps.get(step)
+        if isinstance(spec, CallStep) and operation.product == "external-http":
+            validator = self.response_schemas.get(spec.alias.connection)
+            if validator is not None:
+                self.shape(
+                    validator.first_failure(value),
+                    f"an answer the responseSchema of connection {spec.alias.connection} accepts",
+                    pointer,
+                )
+
+    def observation_shape(self, step: str, value: Any, pointer: str) -> None:
+        """C13 for a completed observation: an output of the awaited completion."""
+        spec = self.steps.get(step)
+        if not isinstance(spec, WaitForStep):
+            return
+        waited = self.steps.get(spec.call)
+        operation = waited.alias.operation.id if isinstance(waited, CallStep) else "the call"
+        self.shape(
+            completion_output_failure(spec.completion, value),
+            f"a completion output of operation {operation}",
+            pointer,
+        )
 
     def run(self) -> None:
         case, base = self.case, self.base
@@ -147,18 +209,23 @@ class _CaseRules:
             operation = self.operation_of(step)
             for index, reply in enumerate(replies):
                 reply_pointer = f"{pointer}/{index}"
-                self.reply(reply, reply_pointer, operation)
+                self.reply(step, reply, reply_pointer, operation)
 
     def reply(
-        self, reply: Mapping[str, Any], pointer: str, operation: OperationDescriptor | None
+        self,
+        step: str,
+        reply: Mapping[str, Any],
+        pointer: str,
+        operation: OperationDescriptor | None,
     ) -> None:
         kind = reply.get("type")
         if "code" in reply and reply["code"] not in REPLY_CODES:  # C7
             self.report("coordinator.scenarios.unknown-code", f"{pointer}/code")
-        if "value" in reply:
-            self.value_bounds(reply["value"], f"{pointer}/value")
+        bounded = "value" in reply and self.value_bounds(reply["value"], f"{pointer}/value")
         if operation is None:
             return
+        if kind == "success" and bounded:  # C13
+            self.reply_shape(step, operation, reply["value"], f"{pointer}/value")
         inapplicable = (
             (kind == "declared-refusal" and not operation.declared_refusals)
             or (kind == "uncertain" and operation.effect == "read")
@@ -180,8 +247,11 @@ class _CaseRules:
                 item = f"{pointer}/{index}"
                 if "code" in observation and observation["code"] not in REPLY_CODES:  # C7
                     self.report("coordinator.scenarios.unknown-code", f"{item}/code")
-                if "value" in observation:
+                if "value" in observation and (
                     self.value_bounds(observation["value"], f"{item}/value")
+                    and observation.get("type") == "complete"
+                ):  # C13
+                    self.observation_shape(step, observation["value"], f"{item}/value")
 
     def recovery(self) -> None:
         for step, action in self.map_keys("recovery").items():
@@ -228,13 +298,24 @@ class _CaseRules:
             self.value_bounds(expect["output"], f"{base}/output")
 
 
-def document_rules(scenarios: AuthoredFile, definition: Definition) -> DocumentFindings:
+def document_rules(
+    scenarios: AuthoredFile,
+    definition: Definition,
+    response_schemas: Mapping[str, Any] | None = None,
+) -> DocumentFindings:
     """C1–C13 over a decoded scenarios document, against a checked definition.
+
+    `response_schemas` maps an external connection name to its `responseSchema` (from the
+    runtime file given with `--runtime-config`), which C13 applies to that connection's
+    scripted replies too.
 
     A case with a reader finding inside it (a member that failed to decode) is blocked too,
     without a further diagnostic: running it without that member would test something else.
     """
     findings = DocumentFindings()
+    validators = {
+        name: compile_validator(schema) for name, schema in (response_schemas or {}).items()
+    }
     decoded = scenarios.decoded
     cases = decoded.get("cases") if decoded is not None else None
     if not isinstance(cases, list):
@@ -247,7 +328,7 @@ def document_rules(scenarios: AuthoredFile, definition: Definition) -> DocumentF
         findings.whole_document = True
     for index, case in enumerate(cases):
         before = len(findings.diagnostics)
-        _CaseRules(scenarios, definition, index, case, findings.diagnostics).run()
+        _CaseRules(scenarios, definition, index, case, findings.diagnostics, validators).run()
         if len(findings.diagnostics) > before or scenarios.has_findings_under(f"/cases/{index}"):
             findings.blocked.add(index)
     return findings
