@@ -249,3 +249,35 @@ def test_withdraw_with_an_unknown_outcome_is_an_invalid_response(fake, bound):
 def test_a_keyed_command_without_its_key_is_refused(fake, bound):
     assert call(bound, SUBMIT, REVIEW, None) == refused("invalid-command")
     assert not fake.seen
+
+
+# -- answers are held to the output schemas of the spec (issue 26) ------------------------------
+
+
+def test_the_answers_a_scenario_may_not_script_are_invalid_responses_live(fake, bound):
+    """The submission answer without `requestId` and the result with only `status`: the
+    same output schemas refuse them here and in `coordinatorctl test` (C13)."""
+    fake.route("POST", "/v1/review-requests", Reply(201, {"unexpected": 1}))
+    assert call(bound, SUBMIT, REVIEW, command_key()) == uncertain("invalid-response")
+    fake.route("GET", RESULT_PATH, Reply(200, {"status": "approved"}))
+    assert observe(bound, REQUEST_ID) == observed("refused", "invalid-response")
+    assert call(bound, READ, {"requestId": REQUEST_ID}) == refused("invalid-response")
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {**ACCEPTED, "policy": {"id": "p"}},
+        {**ACCEPTED, "subject": {**SUBJECT, "digest": "md5:1"}},
+        {key: value for key, value in ACCEPTED.items() if key != "submissionDigest"},
+    ],
+)
+def test_a_submission_answer_off_the_schema_is_uncertain_invalid_response(fake, bound, broken):
+    fake.route("POST", "/v1/review-requests", Reply(201, broken))
+    assert call(bound, SUBMIT, REVIEW, command_key()) == uncertain("invalid-response")
+
+
+def test_a_result_over_16384_canonical_bytes_is_still_refused(fake, bound):
+    """What a schema cannot say stays a check of the adapter."""
+    fake.route("GET", RESULT_PATH, Reply(200, {**RESULT, "result": {"x": "y" * 16_400}}))
+    assert observe(bound, REQUEST_ID) == observed("refused", "invalid-response")

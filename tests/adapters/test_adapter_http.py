@@ -17,7 +17,15 @@ from coordinator_core.shell.adapters.messaging import MessagingAdapter
 from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
 from coordinator_core.shell.adapters.transport import TransportFailure
 
-RECORD = {"data": {"recordIdentifier": "r"}, "meta": {}}
+RECORD = {
+    "data": {
+        "recordIdentifier": "r",
+        "revisionIdentifier": "1",
+        "revisionDigest": "sha256:" + "0" * 64,
+        "domainData": {},
+    },
+    "meta": {},
+}
 SCHEDULING = {"schedulingId": "s-1", "policyRevision": "r-1", "policyDigest": "sha256:00"}
 
 

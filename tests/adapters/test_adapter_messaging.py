@@ -155,3 +155,11 @@ def test_lookup_transport_and_credential_failures_are_unavailable(fake, connect,
 def test_lookup_of_an_invalid_frozen_request_sends_nothing(fake, bound):
     assert lookup(bound, {"senderProfile": "p"}) == answered("unavailable")
     assert not fake.seen
+
+
+def test_a_receipt_without_status_is_an_invalid_response_as_in_scenarios(fake, bound):
+    """Issue 26: `{id: …}` (no `status`, no `links`) is not a MessageReceipt; the output
+    schema that refuses it live is the one C13 holds a scripted reply to."""
+    fake.route("POST", "/v1/messages", Reply(202, {"id": RECEIPT["id"]}))
+    outcome = submit(bound, TEMPLATED)
+    assert (outcome.outcome, outcome.code) == ("uncertain", "invalid-response")

@@ -87,6 +87,13 @@ PRODUCT_CODES = (
     "coordinator.command.run-not-finished",
     "coordinator.command.watch-timeout",
     "coordinator.command.watch-interrupted",
+    # Issue 26: `check` warns when a cancel or a timeout leaves an accepted mutation open at a
+    # product that supports withdrawal (docs/reference/02-check-and-package.md), and when a
+    # function calls a function nothing defines (`timestamp()`: docs/functions.md); and
+    # `coordinatorctl schema operation ID` refuses an id that is not in the catalogue.
+    "coordinator.definition.open-mutation",
+    "coordinator.function.unknown-call",
+    "coordinator.command.unknown-operation",
 )
 
 EXIT_3 = {
@@ -116,6 +123,8 @@ WARNINGS = {
     "coordinator.definition.unused-operation",
     "coordinator.runtime.completion-events-unconfigured",
     "coordinator.deployment.version-reused",
+    "coordinator.definition.open-mutation",  # of this implementation (PRODUCT_CODES)
+    "coordinator.function.unknown-call",  # of this implementation (PRODUCT_CODES)
 }
 # Contract 06 §3.1.
 HTTP_STATUS = {

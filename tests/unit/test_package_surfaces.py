@@ -78,8 +78,16 @@ MODULES = {
         "PROPOSAL_OPERATION",
         "Completion",
         "OperationDescriptor",
+        "Withdrawal",
         "descriptor",
         "product_of",
+    ],
+    "coordinator_core.outputs": [
+        "completion_output_failure",
+        "completion_output_schema",
+        "operation_output_schema",
+        "output_failure",
+        "outputs_document",
     ],
 }
 

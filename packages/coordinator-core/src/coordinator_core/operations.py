@@ -137,7 +137,7 @@ def product_of(operation_id: str) -> str:
 
 PROPOSAL_OPERATION: Final = "breg.propose-action/v1"
 
-WITHDRAW_REVIEW: Final = "casework.withdraw-review-request/v1"
+_WITHDRAW_REVIEW: Final = "casework.withdraw-review-request/v1"
 
 # Scheduling bookings stay open too, but contract 08 §6 has no operation that cancels an
 # appointment: a workflow cannot withdraw one, so `create-appointment` names no withdrawal and
@@ -175,10 +175,10 @@ _ENTRIES: Final = (
                 output="ReviewResult",
             )
         },
-        withdrawal=Withdrawal("review request", frozenset({WITHDRAW_REVIEW})),
+        withdrawal=Withdrawal("review request", frozenset({_WITHDRAW_REVIEW})),
     ),
     _op("casework.read-review-result/v1", "read", "read-again", output="ReviewResultRead"),
-    _op(WITHDRAW_REVIEW, "mutation", "same-command", output="ReviewWithdrawal", key=True),
+    _op(_WITHDRAW_REVIEW, "mutation", "same-command", output="ReviewWithdrawal", key=True),
     _op(
         "messaging.submit-message/v1",
         "mutation",

@@ -23,9 +23,9 @@ from coordinator_core.shell.adapters.validation import (
     closed_object,
     integer,
     json_object,
+    output_shape,
     sha256_digest,
     text,
-    uuid_text,
 )
 from coordinator_core.values import (
     JsonBoundsError,
@@ -94,7 +94,9 @@ def _read_record(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
     answer = attempt.send("GET", path, effect="read")
     attempt.stop_unless(answer, 200, "read")
     body = attempt.body(answer, "read")
-    if not isinstance(body, dict) or not isinstance(body.get("data"), dict):
+    try:
+        output_shape(READ_RECORD, body)
+    except ShapeError:
         return attempt.refused("invalid-response")
     return attempt.success(body)  # the step output, unchanged
 
@@ -281,15 +283,7 @@ def _invoke_action(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
 def _action_result(attempt: Attempt, answer: ProductAnswer) -> CallOutcome:
     body = attempt.body(answer, "mutation")
     try:
-        found = json_object(body)
-        text(found.get("action"))
-        uuid_text(found.get("applicationId"))
-        for result in json_object(found.get("results")).values():
-            entry = json_object(result)
-            text(entry.get("entity"))
-            text(entry.get("recordId"))
-            if "revision" not in entry:
-                raise ShapeError()
+        output_shape(INVOKE_ACTION, body)
     except ShapeError:
         return attempt.invalid_response("mutation")
     return attempt.success(body)

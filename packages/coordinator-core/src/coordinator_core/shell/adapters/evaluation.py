@@ -29,7 +29,13 @@ from coordinator_core.shell.adapters.base import (
 from coordinator_core.shell.adapters.http import ProductAnswer, problem_of
 from coordinator_core.shell.adapters.product import Attempt, Effect, ProductAdapter, Stop
 from coordinator_core.shell.adapters.transport import TransportFailure
-from coordinator_core.shell.adapters.validation import ShapeError, closed_object, json_object, text
+from coordinator_core.shell.adapters.validation import (
+    ShapeError,
+    closed_object,
+    json_object,
+    output_shape,
+    text,
+)
 from coordinator_core.values import (
     JsonBoundsError,
     StrictJsonError,
@@ -189,13 +195,19 @@ def evaluation_output(model: str, questions: dict[str, Any], value: Any) -> dict
     published: dict[str, Any] = {}
     for name, question in questions.items():
         published[name] = _answer(question, answers[name])
-    return {
-        "protocol": PROTOCOL,
-        "requestedModel": model,
-        "returnedModel": returned,
-        "answers": published,
-        "usage": usage,
-    }
+    # The checks above are the ones JSON Schema cannot state (every question answered once,
+    # distributions over the criteria summing to 1, the choice the most probable, the score
+    # the expectation); the output's shape is the spec's.
+    return output_shape(
+        EVALUATE,
+        {
+            "protocol": PROTOCOL,
+            "requestedModel": model,
+            "returnedModel": returned,
+            "answers": published,
+            "usage": usage,
+        },
+    )
 
 
 def _answer(question: dict[str, Any], value: Any) -> dict[str, Any]:

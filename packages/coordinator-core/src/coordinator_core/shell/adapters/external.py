@@ -24,7 +24,12 @@ from coordinator_core.shell.adapters.base import (
 from coordinator_core.shell.adapters.http import ProductAnswer, json_body
 from coordinator_core.shell.adapters.product import Attempt, Effect, ProductAdapter, Stop
 from coordinator_core.shell.adapters.transport import TransportFailure
-from coordinator_core.shell.adapters.validation import ShapeError, closed_object, json_object
+from coordinator_core.shell.adapters.validation import (
+    ShapeError,
+    closed_object,
+    json_object,
+    output_shape,
+)
 
 __all__ = ["EXTERNAL_GET", "ExternalHttpAdapter", "external_url"]
 
@@ -73,6 +78,10 @@ class ExternalHttpAdapter(ProductAdapter):
         if 300 <= answer.status < 400:
             return attempt.refused("external-redirect")  # never followed (08 §2.1)
         output = {"status": answer.status, "body": _body(attempt, answer)}
+        try:
+            output_shape(EXTERNAL_GET, output)
+        except ShapeError:
+            return attempt.refused("external-invalid-response")
         if not connection.accepts(output):
             return attempt.refused("external-invalid-response")
         return attempt.success(output)

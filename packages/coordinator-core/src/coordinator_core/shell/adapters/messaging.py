@@ -20,8 +20,8 @@ from coordinator_core.shell.adapters.validation import (
     closed_object,
     date_time,
     json_object,
+    output_shape,
     text,
-    uuid_text,
 )
 from coordinator_core.values import canonical_json
 
@@ -106,10 +106,4 @@ def _message(value: Any) -> dict[str, Any]:
 
 def message_receipt(value: Any) -> dict[str, Any]:
     """A `MessageReceipt` `{id, status, links: {self, cancel}}`; raises ShapeError."""
-    receipt = json_object(value)
-    uuid_text(receipt.get("id"))
-    text(receipt.get("status"))
-    links = json_object(receipt.get("links"))
-    text(links.get("self"))
-    text(links.get("cancel"))
-    return receipt
+    return output_shape(SUBMIT_MESSAGE, value)

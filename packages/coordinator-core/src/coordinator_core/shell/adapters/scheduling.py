@@ -19,9 +19,8 @@ from coordinator_core.shell.adapters.validation import (
     closed_object,
     date_time,
     integer,
-    json_object,
+    output_shape,
     text,
-    uuid_text,
 )
 from coordinator_core.values import canonical_json
 
@@ -68,9 +67,7 @@ def _read_scheduling(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
     attempt.stop_unless(answer, 200, "read")
     body = attempt.body(answer, "read")
     try:
-        found = json_object(body)
-        for name in ("schedulingId", "policyRevision", "policyDigest"):
-            text(found.get(name))
+        output_shape(READ_SCHEDULING, body)
     except ShapeError:
         return attempt.refused("invalid-response")
     return attempt.success(body)
@@ -94,30 +91,13 @@ def _availability_query(value: Any) -> str:
     return "&".join(f"{name}={quote(item, safe='')}" for name, item in pairs)
 
 
-def _slots(value: Any) -> None:
-    found = json_object(value)
-    items = found.get("items")
-    if not isinstance(items, list):
-        raise ShapeError()
-    for item in items:
-        slot = json_object(item)
-        if slot.get("kind") != "slot":
-            raise ShapeError()
-        date_time(slot.get("start"))
-        date_time(slot.get("end"))
-        integer(slot.get("free"), minimum=0)
-    cursor = found.get("nextCursor", ...)
-    if cursor is not None and not isinstance(cursor, str):
-        raise ShapeError()  # present, and a string or null
-
-
 def _read_availability(attempt: Attempt, command: PreparedCommand) -> CallOutcome:
     query = _availability_query(command.input)
     answer = attempt.send("GET", "/v1/availability?" + query, effect="read")
     attempt.stop_unless(answer, 200, "read")
     body = attempt.body(answer, "read")
     try:
-        _slots(body)
+        output_shape(READ_AVAILABILITY, body)
     except ShapeError:
         return attempt.refused("invalid-response")
     return attempt.success(body)
@@ -143,14 +123,7 @@ def _admission(value: Any) -> dict[str, Any]:
 
 def appointment(value: Any) -> dict[str, Any]:
     """The created appointment `{appointmentId, offering, start, end, status: "booked"}`."""
-    found = json_object(value)
-    uuid_text(found.get("appointmentId"))
-    text(found.get("offering"))
-    date_time(found.get("start"))
-    date_time(found.get("end"))
-    if found.get("status") != "booked":
-        raise ShapeError()
-    return found
+    return output_shape(CREATE_APPOINTMENT, value)
 
 
 def _create_appointment(attempt: Attempt, command: PreparedCommand) -> CallOutcome:

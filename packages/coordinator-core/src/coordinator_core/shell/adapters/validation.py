@@ -1,7 +1,10 @@
 """Shape checks for product commands and answers (contract 08 §3–§6).
 
-One set of small checks serves both directions: a command that fails is refused
-`invalid-command` before anything is sent; an answer that fails is `invalid-response`. A
+Commands are checked by small checks here: one that fails is refused `invalid-command` before
+anything is sent. Answers are checked against the output schemas of the spec
+(`output_shape`, `completion_shape`: `coordinator_core.outputs`, the schemas scenarios are held
+to by C13 and `coordinatorctl schema operation` prints), plus the few facts JSON Schema cannot
+state (canonical sizes, an evaluation's probabilities); one that fails is `invalid-response`. A
 `ShapeError` carries a fixed message and never the offending value.
 """
 
@@ -12,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from coordinator_core.jsonschema.dialect import format_matches
+from coordinator_core.operations import CATALOG
+from coordinator_core.outputs import completion_output_failure, output_failure
 from coordinator_core.values import CanonicalJsonError, canonical_json
 
 __all__ = [
@@ -19,10 +24,12 @@ __all__ = [
     "ShapeError",
     "canonical_size",
     "closed_object",
+    "completion_shape",
     "date_time",
     "integer",
     "json_object",
     "member",
+    "output_shape",
     "sha256_digest",
     "text",
     "uuid_text",
@@ -40,6 +47,21 @@ class ShapeError(ValueError):
 
     def __init__(self) -> None:
         super().__init__("The value does not have the required shape.")
+
+
+def output_shape(operation_id: str, value: Any) -> dict[str, Any]:
+    """`value` when it is an output of the operation by the spec's schema; else ShapeError."""
+    if output_failure(CATALOG[operation_id], value) is not None:
+        raise ShapeError()
+    return json_object(value)
+
+
+def completion_shape(operation_id: str, completion: str, value: Any) -> dict[str, Any]:
+    """`value` when it is an output of the completion by the spec's schema; else ShapeError."""
+    found = CATALOG[operation_id].completions[completion]
+    if completion_output_failure(found, value) is not None:
+        raise ShapeError()
+    return json_object(value)
 
 
 def json_object(value: Any) -> dict[str, Any]:
