@@ -24,6 +24,7 @@ from coordinator_core.authoring.model import (
 )
 from coordinator_core.authoring.yamlreader import escape_pointer_token
 from coordinator_core.definition.graph import GraphFacts, graph_rules
+from coordinator_core.definition.withdrawal import open_mutation_rules
 from coordinator_core.errors import Diagnostic, Related, closest_name, is_identifier
 from coordinator_core.functions.lexer import (
     DISABLED,
@@ -493,12 +494,16 @@ def check_workflow(
 ) -> GraphFacts | None:
     """Every definition rule over the typed model, in the order of 02 §4.1 steps 4–6: W1–W25
     and S1, F4 (when `functions` compiled: name → FunctionInfo), then G1–G2 and A1–A3 when
-    every step decoded and every route target resolved. Returns the graph facts when the graph
-    rules ran and passed."""
+    every step decoded and every route target resolved, and on a graph that passed them the
+    clean-up lint (`coordinator.definition.open-mutation`, a warning). Returns the graph facts
+    when the graph rules ran and passed."""
     rules = WorkflowRules(model, out)
     rules.run()
     if functions is not None:
         function_rules(model, functions, out)
     if model.steps_clean and model.start is not None and not rules.route_errors:
-        return graph_rules(model, out)
+        facts = graph_rules(model, out)
+        if facts is not None:
+            open_mutation_rules(model, facts, out)
+        return facts
     return None
