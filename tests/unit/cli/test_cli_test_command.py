@@ -440,3 +440,79 @@ def test_with_a_runtime_file_external_replies_must_match_its_response_schema(
     assert [d["path"] for d in shapes] == ["/cases/0/replies/read-holidays/0/value"]
     assert "responseSchema of connection holidays" in shapes[0]["message"]
     assert "`const` fails at /status" in shapes[0]["message"]
+
+
+# -- a failed mapping names its cause, its function and its statement (issue 26) -------------
+
+
+def test_a_failing_function_is_explained_by_cause_function_and_position(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    project = tmp_path / "delayed-follow-up"
+    shutil.copytree(EXAMPLE, project)
+    functions = (project / "functions.rhai").read_text(encoding="utf-8")
+    broken = functions.replace(
+        "    if application.data.domainData.followUpAllowed == true {",
+        "    if application.data.details.followUpAllowed == true {",
+    )
+    assert broken != functions
+    (project / "functions.rhai").write_text(broken, encoding="utf-8")
+    code, document = report(capsys, "test", "--project", str(project))
+    assert code == 1
+    failed = [c for c in document["scenarios"] if c["mappingFailure"] is not None]
+    assert failed and all(
+        c["mappingFailure"]["code"] == "coordinator.function.execution" for c in failed
+    )
+    expectation = next(
+        d for d in document["diagnostics"] if d["code"] == "coordinator.scenario.expectation"
+    )
+    why = expectation["related"][-1]
+    assert why["file"] == "functions.rhai" and (why["line"], why["column"]) == (11, 5)
+    assert why["message"] == (
+        "Function notice_route failed with coordinator.function.execution (property-of-unit)"
+        " at line 11, column 5 of functions.rhai."
+    )
+    code, _, err = run(capsys, "test", "--project", str(project))
+    assert "note: functions.rhai:11:5" in err
+
+
+def test_eval_names_the_cause_the_function_and_the_statement_with_a_frame(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    functions = tmp_path / "functions.rhai"
+    functions.write_text(
+        "fn eligibility_route(application) {\n"
+        '    if application.data.renewable == true { "renew" } else { "new" }\n'
+        "}\n"
+        "fn pick(items) { helper(items) }\n"
+        "private fn helper(items) { items[3] }\n",
+        encoding="utf-8",
+    )
+    code, _, err = run(
+        capsys,
+        "eval",
+        "--functions",
+        str(functions),
+        "--function",
+        "eligibility_route",
+        "--arguments",
+        f'[{{"data": null, "secret": "{CANARY}"}}]',
+    )
+    assert code == 1
+    assert f"error[coordinator.function.execution] {functions}:2:5 /" in err
+    assert (
+        "Function eligibility_route failed during execution: it read a property of unit `()`,"
+        " the value of a missing member." in err
+    )
+    assert "next: Read through a member that may be missing with `?.`" in err
+    assert "coordinatorctl eval" not in err.split("next:")[1].split("\n")[0]
+    assert "  2 |     if application.data.renewable == true" in err
+    assert CANARY not in err
+    code, document = report(
+        capsys, "eval", "--functions", str(functions), "--function", "pick", "--arguments", "[[1]]"
+    )
+    (diagnostic,) = document["diagnostics"]
+    assert diagnostic["message"] == (
+        "Function helper failed during execution: it indexed an array or a string past its end."
+    )
+    assert diagnostic["source"] == {"file": str(functions), "line": 5, "column": 28}

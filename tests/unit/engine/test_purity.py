@@ -39,6 +39,7 @@ ALLOWED_CORE = {
     "coordinator_core.jsonschema",
     "coordinator_core.limits",
     "coordinator_core.operations",
+    "coordinator_core.outputs",
     "coordinator_core.scenarios",
     "coordinator_core.values",
 }

@@ -39,6 +39,7 @@ from coordinator_core.engine import (
     parse_instant,
     unrestorable,
 )
+from coordinator_core.engine.detail import FailureDetail
 
 READ = definition({"read": call("record", "end"), "end": finish()}, "read")
 SEND = definition({"send": call("notice", "end"), "end": finish()}, "send")
@@ -262,12 +263,32 @@ def test_t13_choose_with_a_label_that_is_no_case_is_choice_invalid() -> None:
     run = Driver(PICK, {"label": "maybe"})
     run.claim("pick")
     record = run.record("pick")
-    assert (record.state, record.failure_code, record.detail) == (
-        "dead-lettered",
-        "choice-invalid",
+    assert (record.state, record.failure_code) == ("dead-lettered", "choice-invalid")
+    assert record.detail is not None
+    detail = FailureDetail.parse(record.detail)
+    # The returned label is named because it is an identifier; the declared labels are too.
+    assert (detail.code, detail.label, detail.labels) == (
         "coordinator.mapping.branch",
+        "maybe",
+        ("yes", "no"),
+    )
+    assert detail.sentence() == (
+        "The choose function returned maybe, which is not one of the case labels yes, no."
     )
     assert (run.status(), run.state.failure_code) == ("failed", "choice-invalid")
+
+
+def test_t13_a_returned_label_that_is_no_identifier_is_never_named() -> None:
+    run = Driver(PICK, {"label": "CANARY value 7"})
+    run.claim("pick")
+    record = run.record("pick")
+    assert record.detail is not None and "CANARY" not in record.detail
+    detail = FailureDetail.parse(record.detail)
+    assert (detail.code, detail.label, detail.labels) == (
+        "coordinator.mapping.branch",
+        None,
+        ("yes", "no"),
+    )
 
 
 def test_t13_choose_function_failure_is_mapping_invalid() -> None:
@@ -275,7 +296,11 @@ def test_t13_choose_function_failure_is_mapping_invalid() -> None:
     run = Driver(broken)
     run.claim("pick")
     assert run.state.failure_code == "mapping-invalid"
-    assert run.record("pick").detail == "coordinator.function.execution"
+    detail = run.record("pick").detail
+    assert detail is not None
+    assert FailureDetail.parse(detail) == FailureDetail(
+        "coordinator.function.execution", "thrown", "broken", 6, 20
+    )
 
 
 def test_t14_finish_publishes_outcome_and_output() -> None:

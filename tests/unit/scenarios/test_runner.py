@@ -74,7 +74,9 @@ def test_start_a_failing_trigger_mapping_is_scenario_event_with_the_function_cod
     related = report.diagnostics[0].related
     assert len(related) == 1 and related[0].file == "functions.rhai"
     assert "coordinator.function.execution" in related[0].message
-    assert related[0].line == 3
+    # the failing statement (the `throw`), its function and the cause class
+    assert (related[0].line, related[0].column) == (5, 9)
+    assert "trigger_input" in related[0].message and "(thrown)" in related[0].message
 
 
 def test_start_a_mapped_input_failing_the_input_schema_is_trigger_input() -> None:
@@ -557,3 +559,24 @@ def test_the_same_document_always_gives_the_same_report() -> None:
         case("notify", case_id="b", replies={"notify": [UNCERTAIN]}, status="attention"),
     ]
     assert run(*cases).to_json() == run(*cases).to_json()
+
+
+def test_a_choose_failure_names_the_returned_label_and_the_declared_ones() -> None:
+    """Issue 26: `coordinator.mapping.branch` says which label came back (an identifier) and
+    which labels the step declares, in the failing case's note."""
+    report = run(case("nowhere", status="finished", path=["route"]))
+    (diagnostic,) = report.diagnostics
+    assert diagnostic.code == "coordinator.scenario.expectation"
+    stopped, why = diagnostic.related
+    assert stopped.message == "Step route stopped with coordinator.mapping.branch."
+    assert (why.file, why.path) == ("workflow.yaml", "/steps/route/cases")
+    assert why.message == (
+        "The choose function returned nowhere, which is not one of the case labels read,"
+        " notify, decide, review, timer, score, shapeless, strict, echo."
+    )
+    unnamed = run(case("not a label!", status="finished", path=["route"]))
+    assert (
+        unnamed.diagnostics[0]
+        .related[1]
+        .message.startswith("The choose function returned no case label; the labels are read,")
+    )

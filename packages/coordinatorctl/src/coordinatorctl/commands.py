@@ -339,7 +339,11 @@ def evaluate(functions_file: Path, name: str, arguments_text: str) -> Outcome:
     display = str(functions_file)
 
     def fail(
-        code: str, line: int | None = None, column: int | None = None, message: str | None = None
+        code: str,
+        line: int | None = None,
+        column: int | None = None,
+        message: str | None = None,
+        hint: str | None = None,
     ) -> Outcome:
         outcome.diagnostics.append(
             Diagnostic(
@@ -349,6 +353,7 @@ def evaluate(functions_file: Path, name: str, arguments_text: str) -> Outcome:
                 line=line,
                 column=column,
                 message=message,
+                hint=hint,
                 artifact="functions",
             )
         )
@@ -369,10 +374,11 @@ def evaluate(functions_file: Path, name: str, arguments_text: str) -> Outcome:
         return fail(
             "coordinator.function.definition", message="The functions file is not valid UTF-8."
         )
+    outcome.sources = {display: source}  # the code frame of a position in the file
     compiled = compile_functions(source)
     if compiled.program is None:
         for error in compiled.errors:
-            fail(error.code, error.line, error.column, error.message)
+            fail(error.code, error.line, error.column, error.message, error.hint)
         return outcome
     try:
         arguments = parse_strict_json(arguments_text)
@@ -387,7 +393,9 @@ def evaluate(functions_file: Path, name: str, arguments_text: str) -> Outcome:
     try:
         result = compiled.program.call(name, arguments)
     except FunctionError as error:
-        return fail(error.code, error.line, error.column, error.message)
+        # A failed call names its cause, the function and the statement (never a value), and
+        # its hint is the cause's own repair, not "run eval".
+        return fail(error.code, error.line, error.column, error.message, error.hint)
     outcome.status = "evaluated"
     outcome.result = {"function": name, "result": result}
     outcome.text = canonical_json(result).decode("utf-8") + "\n"

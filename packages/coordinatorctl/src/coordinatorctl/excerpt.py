@@ -84,7 +84,7 @@ def frame_of(diagnostic: Diagnostic, sources: Mapping[str, str]) -> Frame | None
         return None
     raw = lines[line - 1].removesuffix("\r")
     word_pattern = _YAML_WORD
-    if file == FUNCTIONS_FILE:
+    if file == FUNCTIONS_FILE or file.endswith(".rhai"):  # eval names its functions file
         masked = _rhai_line(sources[file], line)
         word_pattern = _WORD
     elif file.endswith((".yaml", ".yml")):

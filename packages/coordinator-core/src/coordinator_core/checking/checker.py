@@ -226,7 +226,9 @@ def _read_functions(
 
 
 def _compile(source: str, out: list[Diagnostic]) -> CompiledFunctions | None:
-    """F1–F3: compile functions.rhai; its errors are reported at their own positions."""
+    """F1–F3: compile functions.rhai; its errors are reported at their own positions. A call
+    that nothing defines (`timestamp()`, `s.len()`) compiles, but fails whenever it runs: it
+    is a warning, `coordinator.function.unknown-call`, at the call."""
     result = compile_functions(source)
     for error in result.errors:
         out.append(
@@ -241,6 +243,24 @@ def _compile(source: str, out: list[Diagnostic]) -> CompiledFunctions | None:
                 artifact="functions",
             )
         )
+    if result.program is not None:
+        for call in result.program.unresolved_calls:
+            count = "1 argument" if call.arguments == 1 else f"{call.arguments} arguments"
+            out.append(
+                Diagnostic(
+                    "coordinator.function.unknown-call",
+                    path="",
+                    file=FUNCTIONS_FILE,
+                    line=call.line,
+                    column=call.column,
+                    message=(
+                        f"The call of {call.name} with {count} (a method call's receiver"
+                        " counts) matches no function of functions.rhai and none of the"
+                        " function library; it fails whenever it runs."
+                    ),
+                    artifact="functions",
+                )
+            )
     return result.program
 
 

@@ -31,6 +31,7 @@ from coordinator_core.engine.commands import (
     ScheduleDue,
     ScheduleObservation,
 )
+from coordinator_core.engine.detail import FailureDetail
 from coordinator_core.engine.events import (
     Admitted,
     PreparationDone,
@@ -278,10 +279,13 @@ def _choose(tx: _Tx, record: StepRecord, spec: ChooseStep) -> None:
     try:
         label = _evaluate(tx, spec.choose)
     except FunctionError as error:
-        _dead_letter(tx, record, "mapping-invalid", detail=error.code)  # T13
+        _dead_letter(
+            tx, record, "mapping-invalid", detail=FailureDetail.of_call(error).text()
+        )  # T13
         return
     if not isinstance(label, str) or label not in spec.cases:
-        _dead_letter(tx, record, "choice-invalid", detail="coordinator.mapping.branch")  # T13
+        branch = FailureDetail.of_branch(label, tuple(spec.cases))
+        _dead_letter(tx, record, "choice-invalid", detail=branch.text())  # T13
         return
     tx.update(  # T12
         record, state="delivered", route=StepRoute("case", label), finished_at=tx.now, awaiting=None
@@ -297,7 +301,9 @@ def _finish(tx: _Tx, record: StepRecord, spec: FinishStep) -> None:
         try:
             output = _evaluate(tx, spec.output)
         except FunctionError as error:
-            _dead_letter(tx, record, "mapping-invalid", detail=error.code)  # T15
+            _dead_letter(
+                tx, record, "mapping-invalid", detail=FailureDetail.of_call(error).text()
+            )  # T15
             return
     text = to_canonical(output)
     if not tx.definition.outcome_valid(spec.outcome, json.loads(text)):
@@ -321,7 +327,9 @@ def _wait_until(tx: _Tx, record: StepRecord, spec: WaitUntilStep) -> None:
     try:
         value = _evaluate(tx, spec.wait_until)
     except FunctionError as error:
-        _dead_letter(tx, record, "mapping-invalid", detail=error.code)  # T17
+        _dead_letter(
+            tx, record, "mapping-invalid", detail=FailureDetail.of_call(error).text()
+        )  # T17
         return
     instant = parse_instant(value)
     if instant is None:
@@ -371,7 +379,7 @@ def _call_attempt(tx: _Tx, record: StepRecord, spec: CallStep) -> None:
         try:
             request = _evaluate(tx, spec.input)
         except FunctionError as error:
-            _dead_letter(tx, record, "mapping-invalid", detail=error.code)
+            _dead_letter(tx, record, "mapping-invalid", detail=FailureDetail.of_call(error).text())
             return
         if not isinstance(request, dict):
             _dead_letter(tx, record, "mapping-invalid", detail="coordinator.mapping.call-shape")

@@ -12,6 +12,7 @@ from coordinator_core.functions.program import (
     CompiledFunctions,
     CompileResult,
     FunctionInfo,
+    UnresolvedCall,
     compile_functions,
 )
 from coordinator_core.limits import INTERPRETER_ABI
@@ -22,5 +23,6 @@ __all__ = [
     "CompiledFunctions",
     "FunctionError",
     "FunctionInfo",
+    "UnresolvedCall",
     "compile_functions",
 ]

@@ -59,6 +59,8 @@ MSG_VARIABLE: Final = "Variable not found."
 MSG_THIS: Final = "'this' is not bound: the function was not called as a method."
 MSG_CONSTANT: Final = "A constant cannot be modified."
 MSG_THROWN: Final = "A value was thrown by the script."
+NOT_BOOLEAN: Final = "non-boolean-condition"
+UNKNOWN_FUNCTION: Final = "unknown-function"
 _PROP: Final = n.Link.PROP
 _INDEX: Final = n.Link.INDEX
 
@@ -96,6 +98,10 @@ def invoke(fn: CompiledFn, args: list[Any], c: Ctx) -> Any:
         return fn.body(frame, c)
     except ReturnSignal as signal:
         return signal.value
+    except (ScriptError, LimitError) as error:
+        if error.function is None:  # the innermost function names the failure
+            error.function = fn.name
+        raise
     finally:
         c.depth = depth - 1
 
@@ -114,6 +120,10 @@ def invoke_method(fn: CompiledFn, args: list[Any], c: Ctx, this: Any) -> tuple[A
         result = fn.body(frame, c)
     except ReturnSignal as signal:
         result = signal.value
+    except (ScriptError, LimitError) as error:
+        if error.function is None:
+            error.function = fn.name
+        raise
     finally:
         c.depth = depth - 1
     return result, frame[0]
@@ -177,7 +187,7 @@ def error_map(error: ScriptError) -> dict[str, Any]:
 def _check_bool(v: Any) -> bool:
     if v is True or v is False:
         return v
-    raise ScriptError(MSG_TYPE)
+    raise ScriptError(MSG_TYPE, cause=NOT_BOOLEAN)
 
 
 def write_back(c: Ctx, trail: list[tuple[Any, bool, Any]], leaf: Any) -> Any:
@@ -210,11 +220,11 @@ def _const_code(value: Any) -> Code:
     return Code(const, 1, is_const=True, const=value)
 
 
-def _raise_at_runtime(message: str, evs: Sequence[Ev] = ()) -> Ev:
+def _raise_at_runtime(message: str, evs: Sequence[Ev] = (), cause: str | None = None) -> Ev:
     def fail(s: list[Any], c: Ctx) -> Any:
         for ev in evs:
             ev(s, c)
-        raise ScriptError(message)
+        raise ScriptError(message, cause=cause)
 
     return fail
 
@@ -223,6 +233,10 @@ class Compiler:
     def __init__(self, functions: dict[str, CompiledFn]) -> None:
         self.functions = functions
         self.errors: list[ParseError] = []
+        # Calls that resolve to nothing when they run (name, argument count, line, column): no
+        # script function and no library function of that name and count. `check` warns.
+        self.unknown_calls: list[tuple[str, int, int, int]] = []
+        self.runs = True  # False while compiling top-level statements, which never run
         self.scope: list[tuple[str, int, bool]] = []
         self.nslots = 1
         self.catch_slots: list[int] = []
@@ -264,8 +278,14 @@ class Compiler:
         self.scope = []
         self.nslots = 1
         self.catch_slots = []
+        self.runs = False
         for stmt in stmts:
             self.compile_stmt(stmt)
+        self.runs = True
+
+    def unknown_call(self, name: str, arguments: int, at: n.Node | None) -> None:
+        if self.runs and at is not None:
+            self.unknown_calls.append((name, arguments, at.line, at.column))
 
     # ------------------------------------------------------------------------ statements
 
@@ -485,7 +505,7 @@ class Compiler:
                 return then(s, c)
             if v is False:
                 return otherwise(s, c) if otherwise is not None else None
-            raise ScriptError(MSG_TYPE)
+            raise ScriptError(MSG_TYPE, cause=NOT_BOOLEAN)
 
         return if_, 1 + cond_cost
 
@@ -571,7 +591,7 @@ class Compiler:
                 if v is not True:
                     if v is False:
                         return None
-                    raise ScriptError(MSG_TYPE)
+                    raise ScriptError(MSG_TYPE, cause=NOT_BOOLEAN)
                 try:
                     body(s, c)
                 except ContinueSignal:
@@ -601,7 +621,7 @@ class Compiler:
                     return signal.value
                 v = cond(s, c)
                 if v is not True and v is not False:
-                    raise ScriptError(MSG_TYPE)
+                    raise ScriptError(MSG_TYPE, cause=NOT_BOOLEAN)
                 if v is stop_on:
                     return None
 
@@ -856,7 +876,7 @@ class Compiler:
                 if v is False:
                     return False
                 if v is not True:
-                    raise ScriptError(MSG_TYPE)
+                    raise ScriptError(MSG_TYPE, cause=NOT_BOOLEAN)
                 return _check_bool(re(s, c))
 
             return Code(and_, cost)
@@ -867,7 +887,7 @@ class Compiler:
                 if v is True:
                     return True
                 if v is not False:
-                    raise ScriptError(MSG_TYPE)
+                    raise ScriptError(MSG_TYPE, cause=NOT_BOOLEAN)
                 return _check_bool(re(s, c))
 
             return Code(or_, cost)
@@ -885,16 +905,17 @@ class Compiler:
         return Code(ev, cost)
 
     def expr_call(self, e: n.Call) -> Code:
-        return self.compile_named_call(e.name, e.args)
+        return self.compile_named_call(e.name, e.args, e)
 
-    def compile_named_call(self, name: str, args: list[n.Expr]) -> Code:
+    def compile_named_call(self, name: str, args: list[n.Expr], at: n.Node | None = None) -> Code:
         codes = [self.compile_expr(a) for a in args]
         evs = tuple(code.ev for code in codes)
         cost = 2 + sum(code.cost for code in codes)
         argc = len(evs)
         if name == "type_of":
             if argc != 1:
-                return Code(_raise_at_runtime(MSG_NOT_FOUND, evs), cost)
+                self.unknown_call(name, argc, at)
+                return Code(_raise_at_runtime(MSG_NOT_FOUND, evs, UNKNOWN_FUNCTION), cost)
             only = evs[0]
 
             def type_of(s: list[Any], c: Ctx) -> Any:
@@ -906,7 +927,8 @@ class Compiler:
             return Code(_script_call(fn, evs), cost)
         lib = LIBRARY.get((name, argc))
         if lib is None:
-            return Code(_raise_at_runtime(MSG_NOT_FOUND, evs), cost)
+            self.unknown_call(name, argc, at)
+            return Code(_raise_at_runtime(MSG_NOT_FOUND, evs, UNKNOWN_FUNCTION), cost)
         first = args[0] if args else None
         ref: tuple[int, bool, bool] | None = None
         if isinstance(first, n.Var | n.This):
@@ -939,7 +961,8 @@ class Compiler:
             return type_of, cost
         lib = LIBRARY.get((name, argc + 1))
         if lib is None:
-            fail = _raise_at_runtime(MSG_NOT_FOUND, evs)
+            self.unknown_call(name, argc + 1, link)
+            fail = _raise_at_runtime(MSG_NOT_FOUND, evs, UNKNOWN_FUNCTION)
 
             def missing(s: list[Any], c: Ctx, recv: Any, const: bool, ref: bool) -> tuple[Any, Any]:
                 return fail(s, c), recv

@@ -432,7 +432,7 @@ def op_not(c: Ctx, a: Any) -> Any:
         return False
     if a is False:
         return True
-    raise ScriptError(MSG_TYPE)
+    raise ScriptError(MSG_TYPE, cause="non-boolean-condition")
 
 
 # -------------------------------------------------------------------- index / property get
@@ -470,6 +470,8 @@ def get_index(c: Ctx, v: Any, k: Any) -> Any:
         if tk is Range:
             return _string_slice(v, k)
         raise ScriptError(MSG_TYPE)
+    if v is None:
+        raise ScriptError("This value cannot be indexed.", cause="property-of-unit")
     raise ScriptError("This value cannot be indexed.")
 
 
@@ -568,7 +570,7 @@ def get_prop(v: Any, name: str) -> Any:
         r = getter(v)
         if r is not _NO_PROP:
             return r
-    raise ScriptError(MSG_PROPERTY)
+    raise ScriptError(MSG_PROPERTY, cause="property-of-unit" if v is None else None)
 
 
 def set_child(c: Ctx, container: Any, is_prop: bool, key: Any, value: Any) -> Any:

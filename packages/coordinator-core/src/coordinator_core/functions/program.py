@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from coordinator_core.functions.compiler import CompiledFn, Compiler, invoke
 from coordinator_core.functions.errors import (
+    CAUSES,
     CODE_ARITY,
     CODE_DEFINITION,
     CODE_EXECUTION,
@@ -126,14 +127,29 @@ def _ensure_recursion_limit() -> None:
 _ensure_recursion_limit()
 
 
+@dataclass(frozen=True)
+class UnresolvedCall:
+    """A call of `name` with `arguments` arguments (a method call counts its receiver) that
+    nothing defines: it fails whenever it runs. `line`/`column` locate it."""
+
+    name: str
+    arguments: int
+    line: int
+    column: int
+
+
 class CompiledFunctions:
-    """An immutable compiled functions file; every call gets a fresh scope and budgets."""
+    """An immutable compiled functions file; every call gets a fresh scope and budgets.
+    `unresolved_calls` lists the calls of the file that always fail when reached."""
 
-    __slots__ = ("_fn_names", "_fns", "functions")
+    __slots__ = ("_fn_names", "_fns", "functions", "unresolved_calls")
 
-    def __init__(self, fns: dict[str, CompiledFn]) -> None:
+    def __init__(
+        self, fns: dict[str, CompiledFn], unresolved: tuple[UnresolvedCall, ...] = ()
+    ) -> None:
         self._fns = dict(fns)
         self._fn_names = frozenset(fns)
+        self.unresolved_calls = unresolved
         self.functions: Mapping[str, FunctionInfo] = MappingProxyType(
             {
                 name: FunctionInfo(name, fn.nparams, fn.private, fn.line, fn.column)
@@ -170,15 +186,20 @@ class CompiledFunctions:
         ctx = Ctx(self._fn_names)
         try:
             result = invoke(fn, converted, ctx)
-        except LimitError:
-            raise FunctionError(CODE_RESOURCE_LIMIT, MSG_RESOURCE) from None
+        except LimitError as error:
+            raise _failed(CODE_RESOURCE_LIMIT, error.cause, error.function or name) from None
         except ScriptError as error:
-            # The failing statement's position (03 §10 recommends it; never a value).
-            raise FunctionError(CODE_EXECUTION, MSG_EXECUTION, error.line, error.column) from None
-        except (RecursionError, MemoryError):
-            raise FunctionError(CODE_RESOURCE_LIMIT, MSG_RESOURCE) from None
+            # The cause, the function that was running and the failing statement's position
+            # (03 §10 recommends it; never a value).
+            raise _failed(
+                CODE_EXECUTION, error.cause, error.function or name, error.line, error.column
+            ) from None
+        except RecursionError:
+            raise _failed(CODE_RESOURCE_LIMIT, "call-depth", name) from None
+        except MemoryError:
+            raise _failed(CODE_RESOURCE_LIMIT, "data-size", name) from None
         except Exception:
-            raise FunctionError(CODE_EXECUTION, MSG_EXECUTION) from None
+            raise _failed(CODE_EXECUTION, "other", name) from None
 
         try:
             output = _to_json(result, 0, [0])
@@ -193,6 +214,23 @@ class CompiledFunctions:
                 raise FunctionError(CODE_JSON, MSG_JSON) from None
             raise FunctionError(CODE_VALUE_LIMIT, MSG_VALUE_LIMIT) from None
         return output
+
+
+def _failed(
+    code: str,
+    cause: str,
+    function: str,
+    line: int | None = None,
+    column: int | None = None,
+) -> FunctionError:
+    """The FunctionError of a failed call: its cause in a fixed clause, the function that was
+    running, the statement's position when known, and the cause's repair hint."""
+    clause, hint = CAUSES.get(cause, CAUSES["other"])
+    if code == CODE_EXECUTION:
+        message = f"Function {function} failed during execution: {clause}."
+    else:
+        message = f"Function {function} exceeded a limit: {clause}."
+    return FunctionError(code, message, line, column, hint, cause=cause, function=function)
 
 
 def _position(source: str, offset: int) -> tuple[int, int]:
@@ -213,7 +251,7 @@ def compile_functions(source: str) -> CompileResult:
     if size > FUNCTION_MAX_SOURCE_BYTES:
         return CompileResult(None, (FunctionError(CODE_SOURCE_LIMIT, MSG_SOURCE_LIMIT),))
     try:
-        errors, fns = _compile(source)
+        errors, fns, unresolved = _compile(source)
     except (RecursionError, MemoryError):
         return CompileResult(None, (FunctionError(CODE_DEFINITION, MSG_INTERNAL, 1, 1),))
     if errors:
@@ -230,10 +268,12 @@ def compile_functions(source: str) -> CompileResult:
                     )
                 )
         return CompileResult(None, tuple(unique))
-    return CompileResult(CompiledFunctions(fns), ())
+    return CompileResult(CompiledFunctions(fns, unresolved), ())
 
 
-def _compile(source: str) -> tuple[list[ParseError], dict[str, CompiledFn]]:
+def _compile(
+    source: str,
+) -> tuple[list[ParseError], dict[str, CompiledFn], tuple[UnresolvedCall, ...]]:
     parser = Parser(tokenize(source))
     parser.parse_file()
     errors = list(parser.errors)
@@ -261,4 +301,10 @@ def _compile(source: str) -> tuple[list[ParseError], dict[str, CompiledFn]]:
         compiler.compile_function(definition, fn)
     compiler.compile_top_level(parser.top)
     errors.extend(compiler.errors)
-    return errors, fns
+    unresolved = tuple(
+        UnresolvedCall(name, arguments, line, column)
+        for name, arguments, line, column in sorted(
+            compiler.unknown_calls, key=lambda call: (call[2], call[3])
+        )
+    )
+    return errors, fns, unresolved

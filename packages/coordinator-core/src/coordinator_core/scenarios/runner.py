@@ -48,6 +48,7 @@ from coordinator_core.engine import (
     parse_instant,
     to_canonical,
 )
+from coordinator_core.engine.detail import FailureDetail
 from coordinator_core.engine.events import Event
 from coordinator_core.errors import Diagnostic, Related
 from coordinator_core.functions.errors import FunctionError
@@ -444,12 +445,14 @@ def _start_input(definition: Definition, base: str, case: Mapping[str, Any]) -> 
         mapped = definition.evaluate(trigger.input, event=argument)
     except FunctionError as error:
         info = getattr(definition.program, "functions", {}).get(trigger.input.function)
+        failed = FailureDetail.of_call(error)
         related = Related(
             "functions.rhai",
             "",
-            f"The trigger function {trigger.input.function} failed with {error.code}.",
-            line=getattr(info, "line", None),
-            column=getattr(info, "column", None),
+            f"The trigger function {trigger.input.function} failed with {error.code}."
+            + (f" {failed.sentence()}" if failed.cause is not None else ""),
+            line=error.line if error.line is not None else getattr(info, "line", None),
+            column=error.column if error.line is not None else getattr(info, "column", None),
         )
         raise _RunnerError("coordinator.scenario.event", f"{base}/event", (related,)) from None
     try:
@@ -519,13 +522,15 @@ def run_case(
     state = runner.state
     assert state is not None
     mapping_failure = None
+    explained: FailureDetail | None = None
     current = state.current
     if (
         current.state == "dead-lettered"
         and current.failure_code in _MAPPING_CODES
         and current.detail is not None
     ):
-        mapping_failure = (current.step, current.detail)
+        explained = FailureDetail.parse(current.detail)
+        mapping_failure = (current.step, explained.code)
     routes = frozenset(
         definition.route_pointer(record.step, record.route.kind, record.route.label)
         for record in state.records
@@ -562,7 +567,7 @@ def run_case(
     if not differ:
         return _with(result, passed=True)
     related: tuple[Related, ...] = ()
-    if mapping_failure is not None:
+    if mapping_failure is not None and explained is not None:
         step, code = mapping_failure
         related = (
             Related(
@@ -571,6 +576,18 @@ def run_case(
                 f"Step {step} stopped with {code}.",
             ),
         )
+        if explained.cause is not None or explained.labels:
+            # Why (04 §4.1 mappingFailure): the cause, the function and the failing statement,
+            # or the label the choose returned and the declared ones; never a value.
+            related += (
+                Related(
+                    "functions.rhai" if explained.cause is not None else "workflow.yaml",
+                    "" if explained.cause is not None else f"/steps/{pointer_token(step)}/cases",
+                    explained.sentence(),
+                    line=explained.line,
+                    column=explained.column,
+                ),
+            )
     diagnostic = scenario_diagnostic(
         scenarios,
         "coordinator.scenario.expectation",
