@@ -17,6 +17,46 @@ class LocalId(RootModel[str]):
     """
 
 
+class MappingFailure(BaseModel):
+    """
+    Why a mapping stopped a step: the detailed code (`coordinator.mapping.*`, or the `coordinator.function.*` code of the failing call), and, for a failed call, its cause class, the function that was running and the statement's position in functions.rhai; for a choose, the label it returned when that is an identifier, and the declared labels. Never a value of the run.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+    )
+    code: Annotated[
+        str, Field(pattern="^coordinator\\.(mapping|function)\\.[a-z0-9-]+$")
+    ]
+    cause: Annotated[str | None, Field(pattern="^[a-z][a-z0-9-]{0,63}$")] = None
+    """
+    The cause class of a failed call, e.g. `property-of-unit`, `index-out-of-range`, `operation-budget`.
+    """
+    function: Annotated[str | None, Field(pattern="^[A-Za-z_][A-Za-z0-9_]{0,63}$")] = (
+        None
+    )
+    """
+    The function that was running.
+    """
+    line: Annotated[int | None, Field(ge=1)] = None
+    """
+    1-based line of the failing statement in functions.rhai.
+    """
+    column: Annotated[int | None, Field(ge=1)] = None
+    """
+    1-based column of the failing statement.
+    """
+    label: str | None = None
+    """
+    The label a choose function returned, when it is an identifier.
+    """
+    labels: list[str] | None = None
+    """
+    The case labels the choose step declares.
+    """
+
+
 class RunStatusValue(StrEnum):
     """
     A run status (contract 06 §11.5). `finished`, `cancelled`, `cancelled-after-effect` and `expired` are terminal; `failed` is terminal unless `retry-same` is allowed.
@@ -682,7 +722,7 @@ class WaitFor(BaseModel):
 
 class StepStatus(BaseModel):
     """
-    One step the run has entered (contract 06 §11.3). `operation`, `effect`, `commandPrepared`, `uncertain` and `receiptExpired` appear on calls only; `wait` on waits only.
+    One step the run has entered (contract 06 §11.3). `operation`, `effect`, `commandPrepared`, `uncertain` and `receiptExpired` appear on calls only; `wait` on waits only. `mappingFailure` appears on a step a mapping stopped.
     """
 
     model_config = ConfigDict(
@@ -714,6 +754,12 @@ class StepStatus(BaseModel):
     route: StepRoute | None
     """
     How the run left this step, or null while it has not.
+    """
+    mapping_failure: Annotated[MappingFailure | None, Field(alias="mappingFailure")] = (
+        None
+    )
+    """
+    A step that stopped the run with `mapping-invalid`, `choice-invalid` or `outcome-invalid`: why (04 §4.1 `mappingFailure`). Never a value of the run.
     """
     operation: Annotated[
         str | None, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")

@@ -4,6 +4,7 @@ generated model and reads every body as one, so an off-contract value never reac
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -131,3 +132,57 @@ async def test_an_off_contract_answer_is_an_internal_error_without_the_value(
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["code"] == "coordinator.request.internal-error"
     assert CANARY.upper().encode() not in response.content
+
+
+async def test_inspect_names_why_a_mapping_stopped_a_step(
+    client: httpx.AsyncClient, keys: SigningKeys, service: FakeRunService
+) -> None:
+    """Issue 26: a step a mapping stopped carries `mappingFailure` (the detailed code, the
+    cause class, the function, the statement's position; a choose's label when it is an
+    identifier and the declared labels), and only the members it has."""
+    from coordinator_core.engine.detail import FailureDetail
+    from coordinator_core.shell.service import Caller, StepStatus
+
+    run_id = uuid.UUID((await start(client, keys)).json()["runId"])
+    workflow = service.runs[run_id].status.workflow_id
+    operator = Caller("issuer", "subject", "client", True, frozenset({workflow}), frozenset())
+    inspection = await service.inspect_run(operator, run_id)
+    assert inspection is not None
+    entered = inspection.run.admitted_at
+
+    def stopped(step: str, kind: str, code: str, detail: FailureDetail) -> StepStatus:
+        return StepStatus(
+            step=step,
+            type=kind,  # type: ignore[arg-type]
+            state="dead-lettered",
+            generation=1,
+            attempt=0,
+            entered_at=entered,
+            finished_at=entered,
+            next_due_at=None,
+            lease_expires_at=None,
+            failure_code=code,
+            route=None,
+            mapping_failure=detail,
+        )
+
+    failed_call = FailureDetail(
+        "coordinator.function.execution", "property-of-unit", "eligibility_route", 3, 5
+    )
+    branch = FailureDetail.of_branch("renewl", ("renew", "new"))
+    steps = [
+        stopped("route", "choose", "choice-invalid", branch),
+        stopped("decide", "choose", "mapping-invalid", failed_call),
+    ]
+    body = wire.inspection_body(dataclasses.replace(inspection, steps=steps))
+    rendered = json.loads(wire.encode(body))
+    assert [step["mappingFailure"] for step in rendered["steps"]] == [
+        {"code": "coordinator.mapping.branch", "label": "renewl", "labels": ["renew", "new"]},
+        {
+            "code": "coordinator.function.execution",
+            "cause": "property-of-unit",
+            "function": "eligibility_route",
+            "line": 3,
+            "column": 5,
+        },
+    ]

@@ -19,6 +19,7 @@ from uuid import UUID
 from pydantic import BaseModel, ValidationError
 
 from coordinator_api.settings import WorkflowSummary
+from coordinator_core.engine.detail import FailureDetail
 from coordinator_core.shell import service
 from coordinator_core.shell.service import RUN_STATUSES, RunStatusValue
 from coordinator_models import api
@@ -247,10 +248,23 @@ def _step_body(step: service.StepStatus) -> api.StepStatus:
         uncertain=None if call is None else call.uncertain,
         receipt_expired=None if call is None else call.receipt_expired,
         wait=None if wait is None else _wait_body(wait),
+        mapping_failure=_mapping_failure_body(step.mapping_failure),
     )
     return _absent(
-        body, "operation", "effect", "command_prepared", "uncertain", "receipt_expired", "wait"
+        body,
+        "operation",
+        "effect",
+        "command_prepared",
+        "uncertain",
+        "receipt_expired",
+        "wait",
+        "mapping_failure",
     )
+
+
+def _mapping_failure_body(found: FailureDetail | None) -> api.MappingFailure | None:
+    """Why a mapping stopped the step: members it has only (names, causes, positions)."""
+    return None if found is None else api.MappingFailure(**found.to_json())
 
 
 def _effect_body(effect: service.EffectStatus) -> api.Effect:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
+from coordinator_core.engine.detail import FailureDetail
 from coordinatorctl.remote_models import (
     ReconcileResult,
     RunInspection,
@@ -161,6 +162,19 @@ def _inspection_lines(inspection: RunInspection) -> list[str]:
             for s in inspection.steps
         ]
         lines.extend("  " + row for row in _aligned(table))
+        for s in inspection.steps:
+            if s.mapping_failure is not None:  # why a mapping stopped the step (no value)
+                found = s.mapping_failure
+                why = FailureDetail(
+                    found.code,
+                    found.cause,
+                    found.function,
+                    found.line,
+                    found.column,
+                    found.label,
+                    tuple(found.labels or ()),
+                )
+                lines.append(f"  {_show(s.step)}: {_show(why.sentence())}")
     return lines
 
 

@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Final, Literal, Protocol, get_args, runtime_checkable
 from uuid import UUID
 
+from coordinator_core.engine.detail import FailureDetail
 from coordinator_core.engine.state import StepRoute
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.operations import OperationDescriptor
@@ -209,6 +210,8 @@ class StepStatus:
     route: StepRoute | None
     call: CallDetails | None = None
     wait: WaitUntil | WaitFor | None = None
+    mapping_failure: FailureDetail | None = None
+    """Why a mapping stopped this step (04 §4.1): cause, function, position, labels."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,9 @@ the one run datum the API ever returns (06 §12). Inputs, step outputs and comma
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
+from coordinator_core.engine.detail import FailureDetail
 from coordinator_core.shell.service.model import (
     CallDetails,
     EffectStatus,
@@ -23,6 +24,7 @@ from coordinator_core.shell.store import RunSnapshot, StepRow
 __all__ = ["effects_of", "run_status_of", "step_status_of"]
 
 WaitResult = Literal["waiting", "completed", "timed-out", "cancelled", "failed", "expired"]
+_MAPPING_FAILURES: Final = frozenset({"mapping-invalid", "choice-invalid", "outcome-invalid"})
 
 
 def run_status_of(snapshot: RunSnapshot, output: Callable[[RunSnapshot], Any]) -> RunStatus:
@@ -116,6 +118,11 @@ def step_status_of(row: StepRow, wait_for: Mapping[str, tuple[str, str]]) -> Ste
         route=None if row.route_kind is None else StepRoute(row.route_kind, row.route_label),
         call=call,
         wait=wait,
+        mapping_failure=(
+            FailureDetail.parse(row.detail)
+            if row.detail is not None and row.failure_code in _MAPPING_FAILURES
+            else None
+        ),
     )
 
 
