@@ -247,9 +247,9 @@ class Definition:
     """An immutable, executable definition: everything `advance` needs, and its snapshot."""
 
     __slots__ = (
-        "_input_validator",
-        "_outcome_validators",
         "_program",
+        "_schemas",
+        "_validators",
         "aliases",
         "deadline_seconds",
         "outcomes",
@@ -272,8 +272,8 @@ class Definition:
     outcomes: tuple[str, ...]
     routes: tuple[str, ...]
     snapshot: Snapshot
-    _input_validator: SchemaValidator
-    _outcome_validators: Mapping[str, SchemaValidator]
+    _schemas: Mapping[str | None, Any]
+    _validators: dict[str | None, SchemaValidator]
     _program: FunctionProgram
 
     def __init__(self, model: WorkflowModel, snapshot: Snapshot, program: FunctionProgram) -> None:
@@ -313,17 +313,12 @@ class Definition:
         setter(self, "outcomes", tuple(model.outcomes or ()))
         setter(self, "routes", tuple(routes))
         setter(self, "snapshot", snapshot)
-        setter(self, "_input_validator", compile_validator(model.input.schema))
-        setter(
-            self,
-            "_outcome_validators",
-            MappingProxyType(
-                {
-                    outcome: compile_validator(node.schema)
-                    for outcome, node in (model.outcomes or {}).items()
-                }
-            ),
-        )
+        # The run input's schema (key None) and each outcome's, compiled on first use: a
+        # validator imports jsonschema (about 0.3 s), which `check` alone never needs.
+        schemas: dict[str | None, Any] = {None: model.input.schema}
+        schemas.update({outcome: node.schema for outcome, node in (model.outcomes or {}).items()})
+        setter(self, "_schemas", MappingProxyType(schemas))
+        setter(self, "_validators", {})
         setter(self, "_program", program)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -401,13 +396,20 @@ class Definition:
                 arguments.append(event)
         return self._program.call(mapping.function, arguments)
 
+    def _validator(self, key: str | None) -> SchemaValidator:
+        found = self._validators.get(key)
+        if found is None:
+            # Compiling twice in a race is harmless: both validators are the same schema's.
+            found = self._validators[key] = compile_validator(self._schemas[key])
+        return found
+
     def input_valid(self, value: Any) -> bool:
         """Whether `value` is valid against the workflow's `input` schema."""
-        return self._input_validator.is_valid(value)
+        return self._validator(None).is_valid(value)
 
     def outcome_valid(self, outcome: str, value: Any) -> bool:
         """Whether `value` is valid against the schema of `outcome`."""
-        return self._outcome_validators[outcome].is_valid(value)
+        return self._validator(outcome).is_valid(value)
 
     def route_pointer(self, step_id: str, kind: str, label: str | None = None) -> str:
         """The JSON pointer in workflow.yaml of the route member a run took out of a step
