@@ -70,6 +70,7 @@ MODULES = {
         "CompiledFunctions",
         "FunctionError",
         "FunctionInfo",
+        "UnresolvedCall",
         "compile_functions",
     ],
     "coordinator_core.operations": [
