@@ -31,6 +31,7 @@ from coordinator_core.errors import Diagnostic
 
 __all__ = [
     "MAPPING_ROLE",
+    "WORKFLOW_FILE",
     "AliasNode",
     "ArgumentKind",
     "ArgumentNode",
@@ -55,6 +56,7 @@ __all__ = [
     "routes_of",
 ]
 
+WORKFLOW_FILE: Final = "workflow.yaml"
 ArgumentKind = Literal["input", "step", "literal", "event"]
 RouteMember = Literal["next", "case", "refusal", "timeout", "cancel"]
 
@@ -283,6 +285,22 @@ class WorkflowModel:
 
     def position(self, pointer: str) -> tuple[int | None, int | None]:
         return self.source_map.position(pointer)
+
+    def diagnostic(
+        self, code: str, pointer: str, *, key: bool = False, **members: Any
+    ) -> Diagnostic:
+        """A diagnostic of workflow.yaml at `pointer`, placed at the value (or, with `key`, at
+        the member's key) where the document was text; `members` are the other fields."""
+        line, column = self.key_position(pointer) if key else self.position(pointer)
+        return Diagnostic(
+            code,
+            path=pointer,
+            file=WORKFLOW_FILE,
+            line=line,
+            column=column,
+            artifact=limits.KIND_PROJECT,
+            **members,
+        )
 
     def key_position(self, pointer: str) -> tuple[int | None, int | None]:
         return self.source_map.key_position(pointer)

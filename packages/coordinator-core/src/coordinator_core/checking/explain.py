@@ -6,7 +6,13 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from coordinator_core import limits
-from coordinator_core.authoring.model import StepNode, WaitForNode, routes_of
+from coordinator_core.authoring.model import (
+    MappingNode,
+    StepNode,
+    WaitForNode,
+    mapping_of,
+    routes_of,
+)
 from coordinator_core.checking.checker import DefinitionCheck
 from coordinator_core.checking.graph_svg import (
     DASHED_ROUTES,
@@ -21,10 +27,7 @@ from coordinator_core.definition.ir import (
     CallStep,
     ChooseStep,
     FinishStep,
-    MappingSpec,
-    StepSpec,
     WaitForStep,
-    WaitUntilStep,
 )
 
 __all__ = ["LIMITS", "RECOVERY_SENTENCE", "check_result", "explain_result", "render_graph"]
@@ -65,9 +68,9 @@ def check_result(definition: DefinitionCheck, *, warnings: bool) -> dict[str, An
     }
 
 
-def _mapping(mapping: MappingSpec) -> dict[str, Any]:
+def _mapping(mapping: MappingNode) -> dict[str, Any]:
     arguments = []
-    for argument in mapping.arguments:
+    for argument in mapping.arguments or ():
         shown: dict[str, Any] = {"type": argument.kind}
         if argument.kind == "step":
             shown["step"] = argument.step
@@ -86,18 +89,6 @@ def _routes(step: StepNode) -> list[dict[str, Any]]:
         shown["target"] = route.target
         routes.append(shown)
     return routes
-
-
-def _mapping_of(spec: StepSpec) -> MappingSpec | None:
-    if isinstance(spec, CallStep):
-        return spec.input
-    if isinstance(spec, ChooseStep):
-        return spec.choose
-    if isinstance(spec, WaitUntilStep):
-        return spec.wait_until
-    if isinstance(spec, FinishStep):
-        return spec.output
-    return None
 
 
 def explain_result(definition: DefinitionCheck, *, warnings: bool) -> dict[str, Any]:
@@ -141,7 +132,8 @@ def explain_result(definition: DefinitionCheck, *, warnings: bool) -> dict[str, 
             "event": trigger.event,
             "mapping": _mapping(trigger.input),
         }
-        for trigger in ir.triggers.values()
+        for trigger in (model.triggers or {}).values()
+        if trigger.input is not None
     ]
     result["outcomes"] = list(ir.outcomes)
     steps = []
@@ -152,7 +144,7 @@ def explain_result(definition: DefinitionCheck, *, warnings: bool) -> dict[str, 
         if node.title is not None:
             described["title"] = node.title
         described["routes"] = _routes(node)
-        mapping = _mapping_of(spec)
+        mapping = mapping_of(node)
         if mapping is not None:
             described["mapping"] = _mapping(mapping)
         if isinstance(spec, CallStep):

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from coordinator_core import limits
 from coordinator_core.authoring.model import (
+    WORKFLOW_FILE,
     CallNode,
     RouteMember,
     StepNode,
@@ -39,7 +39,6 @@ __all__ = [
 ]
 
 EdgeKind = Literal["plain", "success", "refusal", "timeout", "cancel"]
-WORKFLOW_FILE = "workflow.yaml"
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,18 +234,7 @@ def graph_rules(model: WorkflowModel, out: list[Diagnostic]) -> GraphFacts | Non
         edges.extend(edges_of(step))
 
     def report(code: str, pointer: str, **extra: Any) -> None:
-        line, column = model.position(pointer)
-        out.append(
-            Diagnostic(
-                code,
-                path=pointer,
-                file=WORKFLOW_FILE,
-                line=line,
-                column=column,
-                artifact=limits.KIND_PROJECT,
-                **extra,
-            )
-        )
+        out.append(model.diagnostic(code, pointer, **extra))
 
     reached = reachable_from(start, edges)
     reached_set = set(reached)
@@ -254,15 +242,11 @@ def graph_rules(model: WorkflowModel, out: list[Diagnostic]) -> GraphFacts | Non
     for step in steps.values():
         if step.id not in reached_set:
             found = True
-            line, column = model.key_position(step.pointer)
             out.append(
-                Diagnostic(
+                model.diagnostic(
                     "coordinator.definition.unreachable",
-                    path=step.pointer,
-                    file=WORKFLOW_FILE,
-                    line=line,
-                    column=column,
-                    artifact=limits.KIND_PROJECT,
+                    step.pointer,
+                    key=True,
                     message=f"Step {step.id} cannot be reached from the start step.",
                 )
             )

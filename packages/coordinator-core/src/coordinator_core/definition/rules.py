@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from coordinator_core import limits
 from coordinator_core.authoring.model import (
+    WORKFLOW_FILE,
     CallNode,
     FinishNode,
     StepNode,
@@ -58,7 +59,6 @@ HINT_PRIVATE_FUNCTION: Final = (
 HINT_FUNCTION_ARITY: Final = (
     "Give the function one parameter per mapping argument, or change the mapping's `arguments`."
 )
-WORKFLOW_FILE: Final = "workflow.yaml"
 FUNCTIONS_FILE: Final = "functions.rhai"
 
 
@@ -95,17 +95,13 @@ class WorkflowRules:
         suggestion: str | None = None,
         hint: str | None = None,
     ) -> None:
-        line, column = self.model.key_position(pointer) if key else self.model.position(pointer)
         self.out.append(
-            Diagnostic(
+            self.model.diagnostic(
                 code,
-                path=pointer,
-                file=WORKFLOW_FILE,
-                line=line,
-                column=column,
+                pointer,
+                key=key,
                 message=message,
                 hint=hint,
-                artifact=limits.KIND_PROJECT,
                 related=related,
                 suggestion=suggestion,
             )

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from coordinator_core import limits
 from coordinator_core.authoring.model import (
+    WORKFLOW_FILE,
     CallNode,
     ChooseNode,
     FinishNode,
@@ -43,7 +43,21 @@ from coordinator_core.operations import CATALOG, OperationDescriptor
 __all__ = ["open_mutation_rules"]
 
 CODE: Final = "coordinator.definition.open-mutation"
-WORKFLOW_FILE: Final = "workflow.yaml"
+# The fixed sentences of the four findings ({step}: the wait-for; {named}: what stays open).
+NO_ON_CANCEL: Final = (
+    "Wait-for step {step} has no onCancel route: a run cancelled while it waits there leaves "
+    "{named} open."
+)
+CANCEL_LEAVES_OPEN: Final = (
+    "The onCancel route of wait-for step {step} can end the run without withdrawing {named}."
+)
+NO_ON_TIMEOUT: Final = (
+    "Wait-for step {step} has no onTimeout route: a run that times out there fails with "
+    "{named} still open."
+)
+TIMEOUT_LEAVES_OPEN: Final = (
+    "The onTimeout route of wait-for step {step} can end the run without withdrawing {named}."
+)
 
 Open = frozenset[str]
 
@@ -146,8 +160,6 @@ def open_mutation_rules(model: WorkflowModel, facts: GraphFacts, out: list[Diagn
     def report(step: WaitForNode, member: str, left: Open, sentence: str) -> None:
         ordered = sorted(left, key=lambda s: rank[s])
         named = " and ".join(f"the {routes.what(s)} of step {s}" for s in ordered)
-        pointer = f"{step.pointer}/{member}"
-        line, column = model.key_position(pointer)
         related = tuple(
             Related(
                 WORKFLOW_FILE,
@@ -157,16 +169,10 @@ def open_mutation_rules(model: WorkflowModel, facts: GraphFacts, out: list[Diagn
             )
             for s in ordered
         )
+        message = sentence.format(step=step.id, named=named)
         out.append(
-            Diagnostic(
-                CODE,
-                path=pointer,
-                file=WORKFLOW_FILE,
-                line=line,
-                column=column,
-                message=sentence.format(step=step.id, named=named),
-                artifact=limits.KIND_PROJECT,
-                related=related,
+            model.diagnostic(
+                CODE, f"{step.pointer}/{member}", key=True, message=message, related=related
             )
         )
 
@@ -175,47 +181,13 @@ def open_mutation_rules(model: WorkflowModel, facts: GraphFacts, out: list[Diagn
         open_here = open_at[step_id]
         if not isinstance(step, WaitForNode) or not open_here:
             continue
-        if step.on_cancel is None:
-            report(
-                step,
-                "onCancel",
-                open_here,
-                (
-                    "Wait-for step {step} has no onCancel route: a run cancelled while it waits "
-                    "there leaves {named} open."
-                ),
-            )
-        else:
-            left = routes.left_open(step.on_cancel, open_here, cancelled=True)
+        for member, target, cancelled, missing, unwithdrawn in (
+            ("onCancel", step.on_cancel, True, NO_ON_CANCEL, CANCEL_LEAVES_OPEN),
+            ("onTimeout", step.on_timeout, False, NO_ON_TIMEOUT, TIMEOUT_LEAVES_OPEN),
+        ):
+            if target is None:
+                report(step, member, open_here, missing)
+                continue
+            left = routes.left_open(target, open_here, cancelled=cancelled)
             if left:
-                report(
-                    step,
-                    "onCancel",
-                    left,
-                    (
-                        "The onCancel route of wait-for step {step} can end the run without "
-                        "withdrawing {named}."
-                    ),
-                )
-        if step.on_timeout is None:
-            report(
-                step,
-                "onTimeout",
-                open_here,
-                (
-                    "Wait-for step {step} has no onTimeout route: a run that times out there "
-                    "fails with {named} still open."
-                ),
-            )
-        else:
-            left = routes.left_open(step.on_timeout, open_here, cancelled=False)
-            if left:
-                report(
-                    step,
-                    "onTimeout",
-                    left,
-                    (
-                        "The onTimeout route of wait-for step {step} can end the run without "
-                        "withdrawing {named}."
-                    ),
-                )
+                report(step, member, left, unwithdrawn)
