@@ -15,14 +15,14 @@ from typing import Any, Final
 from coordinator_core import limits
 from coordinator_core.authoring.decode import AuthoredFile, read_authored_file
 from coordinator_core.authoring.model import WorkflowModel, model_from_authored
-from coordinator_core.config.read import check_bindings, check_runtime_file
+from coordinator_core.config.read import RuntimeCheck, check_bindings, check_runtime_file
 from coordinator_core.definition.graph import GraphFacts
 from coordinator_core.definition.ir import Definition, build_definition
 from coordinator_core.definition.rules import FUNCTIONS_FILE, WORKFLOW_FILE, check_workflow
 from coordinator_core.definition.snapshot import Snapshot, build_snapshot
 from coordinator_core.errors import Diagnostic
 from coordinator_core.functions import CompiledFunctions, compile_functions
-from coordinator_core.scenarios import run_scenarios
+from coordinator_core.scenarios import ScenarioReport, run_scenarios
 
 __all__ = [
     "DefinitionCheck",
@@ -67,9 +67,9 @@ class ProjectCheck:
 
     diagnostics: list[Diagnostic]
     definition: DefinitionCheck | None = None
-    runtime: list[Any] = field(default_factory=list)  # project.runtime.RuntimeCheck
+    runtime: list[RuntimeCheck] = field(default_factory=list)
     scenarios: AuthoredFile | None = None
-    scenario_report: Any = None  # coordinator_core.scenarios.ScenarioReport when cases ran
+    scenario_report: ScenarioReport | None = None  # when cases ran
     # The text of every file read, as authored (never substituted), by its diagnostic `file`
     # name: what a text report shows back to the author around a position (its code frame).
     sources: Mapping[str, str] = field(default_factory=dict)
@@ -446,7 +446,7 @@ def _check_runtime_files(
     out: list[Diagnostic],
     names: list[str],
     sources: dict[str, str] | None = None,
-) -> list[Any]:
+) -> list[RuntimeCheck]:
     """02 §4.1 step 8: each runtime file alone, then its bindings against the workflow."""
     candidates: list[tuple[Path, str]] = []
     if runtime_config is not None:
