@@ -30,7 +30,6 @@ from coordinator_core.authoring.yamlreader import (
 from coordinator_core.errors import Diagnostic
 
 __all__ = [
-    "MAPPING_ROLE",
     "WORKFLOW_FILE",
     "AliasNode",
     "ArgumentKind",
@@ -59,14 +58,6 @@ __all__ = [
 WORKFLOW_FILE: Final = "workflow.yaml"
 ArgumentKind = Literal["input", "step", "literal", "event"]
 RouteMember = Literal["next", "case", "refusal", "timeout", "cancel"]
-
-# The member of each step type that holds its mapping (contract 02 §5.2 `<role>`).
-MAPPING_ROLE: Final = {
-    "call": "input",
-    "choose": "choose",
-    "wait-until": "waitUntil",
-    "finish": "output",
-}
 
 
 @dataclass(frozen=True, slots=True)
