@@ -39,7 +39,6 @@ MODULES = {
         "AuditResponse",
         "AuditUnavailable",
         "BlockReason",
-        "CallDetails",
         "Caller",
         "Doctor",
         "DoctorState",
@@ -58,11 +57,10 @@ MODULES = {
         "ServiceRefusal",
         "StepRoute",
         "StepStatus",
+        "Runtime",
         "StoreRunService",
-        "WaitFor",
-        "WaitUntil",
+        "WaitResult",
         "WriterJournal",
-        "build_service",
     ],
     "coordinator_core.functions": [
         "INTERPRETER_ABI",
@@ -100,7 +98,7 @@ def test_every_spelling_of_the_run_statuses_is_the_one_tuple() -> None:
     from coordinator_core.limits import RUN_STATUSES
     from coordinator_core.shell.service import RUN_STATUSES as API_STATUSES
     from coordinator_core.shell.service import RunStatusValue
-    from coordinator_core.shell.store.tables import RUN_STATUSES as STORE_STATUSES
+    from coordinator_core.shell.store.schema import RUN_STATUSES as STORE_STATUSES
 
     assert len(RUN_STATUSES) == 8
     assert get_args(RunStatus) == RUN_STATUSES

@@ -94,7 +94,7 @@ from coordinator_core.engine.state import (
     StepState,
     TimingPolicy,
 )
-from coordinator_core.engine.transition import Advance
+from coordinator_core.engine.transition import Advance, Persistence
 
 __all__ = [
     "ADAPTER_CODES",
@@ -145,6 +145,7 @@ __all__ = [
     "ObservationOutcome",
     "Observe",
     "ObtainCredential",
+    "Persistence",
     "PreparationDone",
     "Prepare",
     "ReadyToSend",

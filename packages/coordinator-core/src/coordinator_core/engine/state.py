@@ -97,6 +97,12 @@ class StepRecord:
 
     `claims` counts every claim of the record over its life (never reset); `attempt` counts
     call attempts in the current generation. `awaiting` names what a leased record waits for.
+
+    `command` (canonical JSON of the frozen request), `preparation` (the frozen preparation's
+    bytes) and `output` (canonical JSON) are the record's payload: the store keeps them sealed
+    and the shell opens them before `advance` runs, so a record read for a view has them None.
+    `command_prepared` says a command was frozen, whether or not its text is at hand (it stays
+    true after retention erased it).
     """
 
     step: str
@@ -118,7 +124,8 @@ class StepRecord:
     operation: str | None = None
     effect: Effect | None = None
     command: str | None = None
-    preparation: str | None = None
+    command_prepared: bool = False
+    preparation: bytes | None = None
     dispatched: bool = False
     sent: bool = False
     uncertain: bool = False
@@ -136,10 +143,6 @@ class StepRecord:
     completion_ref: str | None = None
 
     @property
-    def command_prepared(self) -> bool:
-        return self.command is not None
-
-    @property
     def dispatch_risk(self) -> bool:
         """Mutations and evaluations are marked before sending and report effects."""
         return self.effect in ("mutation", "evaluation")
@@ -152,7 +155,7 @@ class StepRecord:
         without a definite answer (including one in flight); refused when the command left the
         process and every answer was definite; not-sent when it never left.
         """
-        if not self.dispatch_risk or self.command is None:
+        if not self.dispatch_risk or not self.command_prepared:
             return None
         if self.settled_by is not None:
             return "accepted"
@@ -166,14 +169,15 @@ class RunState:
     """A run (07 §2, §14.1) with every step record it entered, in order of entry.
 
     `status` is what the transitions of 07 §5 wrote; `reported_status` applies the overriding
-    restore-review rule.
+    restore-review rule. `input` and `output` are canonical JSON text; `input` is None only
+    where the payload is not at hand (a run as the store keeps it, sealed).
     """
 
     status: RunStatus
     current_step: str
     admitted_at: Instant
     deadline_at: Instant
-    input: str
+    input: str | None
     policy: TimingPolicy = field(default_factory=TimingPolicy)
     cancel_mode: CancelMode = "none"
     cancel_requested: bool = False

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.commands import (
@@ -11,6 +11,9 @@ from coordinator_core.engine.commands import (
     Cancelled,
     Command,
     Fail,
+    FreezeCommand,
+    FreezePreparation,
+    MarkMaySend,
 )
 from coordinator_core.engine.keys import Keys
 from coordinator_core.engine.program import (
@@ -30,6 +33,11 @@ PREPARATION_MAX_BYTES: Final = 65_536
 NOT_APPLICABLE: Final = "not-applicable"
 
 
+Persistence = Literal["memory", "fence", "finish"]
+WRITE_AHEAD: Final = (FreezeCommand, FreezePreparation, MarkMaySend)
+"""The commands the shell commits before the I/O that follows them (07 §1 guarantees 4–5)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Advance:
     """The result of one event: the next state and the commands to carry out, in order.
@@ -45,6 +53,20 @@ class Advance:
     commands: tuple[Command, ...] = ()
     refused: str | None = None
     answer: str | None = None
+
+    def persistence(self, step: str) -> Persistence:
+        """What the lease holder of `step` must make durable before it carries out the
+        commands (07 §7.2): `finish` when the record is left (delivered, failed, pending again,
+        or the run moved on) — the finish transaction; `fence` when the record stays leased
+        but a command is write-ahead (a frozen command or preparation, the `dispatched` mark)
+        — a mid-attempt fence; `memory` when nothing is (a read's credential obtained: its
+        pre-send checks were made with its claim, 07 §7.7 item 3)."""
+        record = self.state.record(step)
+        if record is None or record.state != "leased" or self.state.current_step != step:
+            return "finish"
+        if any(isinstance(command, WRITE_AHEAD) for command in self.commands):
+            return "fence"
+        return "memory"
 
 
 class _Tx:

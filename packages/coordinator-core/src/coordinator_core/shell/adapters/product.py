@@ -9,7 +9,6 @@ defaults of §9, classifying through their `Attempt` straight into the engine's 
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import re
@@ -432,7 +431,7 @@ class ProductAdapter:
             return attempt.refused(self.invalid_command_code)
         except Exception:  # preparation sends nothing that mutates
             return attempt.retryable("remote-retryable")
-        return PreparationDone(step, base64.b64encode(preparation).decode("ascii"))
+        return PreparationDone(step, preparation)
 
     def observe(
         self,
