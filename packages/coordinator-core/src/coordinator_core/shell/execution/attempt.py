@@ -5,9 +5,10 @@ the journal, the adapters, the clock, the keys and the definitions — and hold 
 the tick; the worker loop (`shell.execution.worker`) makes them.
 
 One decision per fence: an event whose result must be durable (the engine's
-`Advance.persistence`) is decided once, by `advance` on the run as locked in the fenced
-transaction; only a result that needs no write at all (a read's credential obtained) is taken
-in memory.
+`Advance.persistence`) is decided inside the fenced transaction, on the run as locked there;
+only a result that needs no write at all (a read's credential obtained) is taken in memory.
+The advance made to learn the persistence is the decision only when the fence finds the run
+exactly as this lease holder left it (`TickRun.decide`, one named optimisation).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Literal
 
 from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import (
+    Advance,
     AttemptRefused,
     CallOutcome,
     CallStep,
@@ -321,17 +323,37 @@ class TickRun:
         self.ports.after_write(written.snapshot, now)
 
     def decide(
-        self, snapshot: RunSnapshot, own: StepRecord, event: Event, now: Instant, *, carry: bool
+        self,
+        snapshot: RunSnapshot,
+        own: StepRecord,
+        event: Event,
+        now: Instant,
+        *,
+        carry: bool,
+        probe: tuple[RunState, Advance] | None = None,
     ) -> RunWrite | None:
         """A fence's or finish transaction's one decision: `event` on the run as committed,
         with the run fields others may have changed read fresh and the holder's own record;
-        then, in a finish transaction, the continuation (07 §7.7 item 1)."""
+        then, in a finish transaction, the continuation (07 §7.7 item 1).
+
+        One optimisation, `probe` (the advance the attempt made outside the lock to learn the
+        event's persistence, and the state it was made on): an uncontended fence — the run as
+        locked is the run this holder last read or wrote, so the holder's own view *is* the
+        run as committed — keeps that result when it was made on that very state, rather than
+        advancing the same pure function on the same inputs again."""
         assert self.definition is not None and self.keys is not None
-        assert self.stored is not None and self.known is not None
+        assert self.stored is not None and self.known is not None and self.state is not None
         ports = self.ports
         self._marked = _marked(snapshot)
-        previous = refreshed(ports.sealer, self.stored, self.known, snapshot.run)
-        result = advance(self.definition, overlay(previous, own), event, now, self.keys)
+        if snapshot.run == self.known:
+            previous, basis = self.stored, self.state
+        else:
+            previous = refreshed(ports.sealer, self.stored, self.known, snapshot.run)
+            basis = overlay(previous, own)
+        if probe is not None and probe[0] is basis:
+            result = probe[1]
+        else:
+            result = advance(self.definition, basis, event, now, self.keys)
         if result.refused is not None:
             raise Discard
         run_id = snapshot.run.run_id
@@ -391,7 +413,8 @@ class RecordAttempt:
         assert run.definition is not None and run.keys is not None and run.state is not None
         now = self.ports.clock()
         step = self.claim.step
-        outcome = advance(run.definition, run.state, event, now, run.keys)
+        basis = run.state
+        outcome = advance(run.definition, basis, event, now, run.keys)
         if outcome.refused is not None:
             raise Discard
         persistence = outcome.persistence(step)
@@ -402,7 +425,9 @@ class RecordAttempt:
         writes, own = self.ports.writes, self.record
 
         def decide(snapshot: RunSnapshot) -> RunWrite | None:
-            return run.decide(snapshot, own, event, now, carry=persistence == "finish")
+            return run.decide(
+                snapshot, own, event, now, carry=persistence == "finish", probe=(basis, outcome)
+            )
 
         if persistence == "finish":
             written = writes.complete_step(self.claim, now, decide, self.ports.lease_seconds)

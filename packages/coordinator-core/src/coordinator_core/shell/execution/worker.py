@@ -55,6 +55,7 @@ from coordinator_core.shell.execution.attempt import (
 )
 from coordinator_core.shell.execution.codec import state_of, write_of
 from coordinator_core.shell.execution.run_log import RunEvents
+from coordinator_core.shell.execution.wakeup import Wakeup
 from coordinator_core.shell.observe import metrics, tracing
 from coordinator_core.shell.runtime import failpoints
 from coordinator_core.shell.store import (
@@ -93,9 +94,13 @@ class Worker:
     ) -> None:
         self.worker_id = worker_id
         self.ports = ports
-        self.wakeup = ports.wakeup
         self._budget = attempt_budget_seconds
         self.events = events
+
+    @property
+    def wakeup(self) -> Wakeup:
+        """What the loops of the process share (the ports')."""
+        return self.ports.wakeup
 
     # -- the loop -----------------------------------------------------------------------------
 
