@@ -70,7 +70,7 @@ def test_the_public_surface_is_pinned():
             "SERVED_OPERATIONS", "AccessToken", "Adapter", "Adapters", "ClientCredentials",
             "CommandFormatError", "Connection", "CredentialIssuer", "EvaluationConnection",
             "ExternalConnection", "HttpSettings", "PreparedCommand", "ProductConnection",
-            "bound_connections", "product_adapters", "unserved_operations",
+            "product_adapters", "unserved_operations",
         ]
     )  # fmt: skip
 

@@ -30,10 +30,10 @@ from coordinator_core.engine import (
     advance,
 )
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell.adapters.registry import Adapters, bound_connections
+from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.audit import AuditWriter
 from coordinator_core.shell.clock import Clock, wall_clock
-from coordinator_core.shell.deployment import Deployment, Secrets
+from coordinator_core.shell.deployment import Deployment, Secrets, bound_connections
 from coordinator_core.shell.execution.attempt import Ports, WorkerAudit
 from coordinator_core.shell.execution.codec import DefinitionCache, RunKeys, state_of, write_of
 from coordinator_core.shell.execution.run_log import RunEvents
