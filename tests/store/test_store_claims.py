@@ -36,7 +36,7 @@ from coordinator_core.shell.store import (
 
 
 def _snapshot(store: Store, run_id: uuid.UUID) -> RunSnapshot:
-    snapshot = store.get_run_snapshot(run_id)
+    snapshot = store.reads.get_run_snapshot(run_id)
     assert snapshot is not None
     return snapshot
 
@@ -71,7 +71,7 @@ def _claim_and_finish(store: Store, worker: str, now_offset: int, out: list[Clai
     now = T0 + now_offset * SECOND
     while (leased := claim(store, now, worker=worker)) is not None:
         out.append(leased)
-        store.complete_step(leased, now, deliver_and_finish(now))
+        store.writes.complete_step(leased, now, deliver_and_finish(now))
 
 
 def test_concurrent_workers_claim_every_due_record_exactly_once(store: Store) -> None:
@@ -89,7 +89,7 @@ def test_concurrent_workers_claim_every_due_record_exactly_once(store: Store) ->
     assert set(counted.values()) == {1}
     assert {run_id for run_id, _step in counted} == runs
     assert {leased.lease_owner for leased in claims} <= {f"w-{n}" for n in range(4)}
-    page = store.list_runs(owner=None, status="finished", limit=100)
+    page = store.reads.list_runs(owner=None, status="finished", limit=100)
     assert len(page.runs) == 60
 
 
@@ -133,10 +133,10 @@ def test_an_expired_lease_is_recovered_and_the_stale_holder_cannot_commit(store:
     assert (fresh.attempt, fresh.lease_owner) == (2, "w-2")
     assert fresh.lease_token != stale.lease_token
     with pytest.raises(StaleLease):
-        store.complete_step(stale, later, deliver_and_finish(later))
+        store.writes.complete_step(stale, later, deliver_and_finish(later))
     with pytest.raises(StaleLease):
-        store.record_step_progress(stale, later, lambda snapshot: None)
-    finished = store.complete_step(fresh, later, deliver_and_finish(later)).snapshot
+        store.writes.record_step_progress(stale, later, lambda snapshot: None)
+    finished = store.writes.complete_step(fresh, later, deliver_and_finish(later)).snapshot
     assert (finished.run.status, finished.current.state) == ("finished", "delivered")
     assert finished.current.lease_token is None and finished.current.lease_expires_at is None
 
@@ -153,7 +153,7 @@ def test_a_lapsed_lease_the_engine_leaves_alone_is_taken_over_until_its_new_leas
     assert record.state == "leased" and record.lease_token != stale.lease_token
     assert record.lease_expires_at == later + LEASE_SECONDS * SECOND
     with pytest.raises(StaleLease):
-        store.complete_step(stale, later, deliver_and_finish(later))
+        store.writes.complete_step(stale, later, deliver_and_finish(later))
 
 
 def test_a_lapsed_lease_nobody_took_over_still_finishes_but_no_longer_passes_a_fence(
@@ -163,10 +163,10 @@ def test_a_lapsed_lease_nobody_took_over_still_finishes_but_no_longer_passes_a_f
     leased = claim(store, T0)
     assert leased is not None
     late = T0 + (LEASE_SECONDS + 5) * SECOND
-    store.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
+    store.writes.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
     with pytest.raises(StaleLease):
-        store.record_step_progress(leased, late, lambda snapshot: None)
-    finished = store.complete_step(leased, late, deliver_and_finish(late))
+        store.writes.record_step_progress(leased, late, lambda snapshot: None)
+    finished = store.writes.complete_step(leased, late, deliver_and_finish(late))
     assert finished.snapshot.run.status == "finished" and finished.claim is None
 
 
@@ -185,13 +185,13 @@ def test_a_dispatched_lapsed_lease_becomes_unknown(store: Store) -> None:
         )
         return RunWrite(snapshot.run, (record,))
 
-    store.record_step_progress(leased, T0 + SECOND, freeze_and_mark)
+    store.writes.record_step_progress(leased, T0 + SECOND, freeze_and_mark)
     later = T0 + (LEASE_SECONDS + 1) * SECOND
     assert claim(store, later, worker="w-2", recover=stand_in_recover(later)) is None
     snapshot = _snapshot(store, run.run_id)
     assert (snapshot.run.status, snapshot.current.state) == ("attention", "unknown")
     assert snapshot.current.effect_state == "unknown"
-    assert store.summary(later).unknown_effects == 1
+    assert store.reads.summary(later).unknown_effects == 1
 
 
 def test_an_overdue_record_is_expired_not_leased_but_pure_records_still_run(store: Store) -> None:
@@ -233,14 +233,14 @@ def test_the_claim_decision_runs_inside_the_claim_and_its_failure_rolls_it_back(
 
 def test_holds_and_reviews_block_claims(store: Store) -> None:
     reviewed = admit(store, "reviewed")
-    store.set_restore_hold(
+    store.operator.set_restore_hold(
         T0, lambda s: RunWrite(replace(s.run, restore_review=s.run.run_id == reviewed.run_id))
     )
     assert claim(store, T0) is None
-    fresh = store.release_restore_hold("evidence")
+    fresh = store.operator.release_restore_hold("evidence")
     assert (fresh.restore_hold, fresh.admissions_hold, fresh.restore_review) == (False, True, 1)
     assert claim(store, T0) is None  # under review: held until reviewed
-    store.update_run(reviewed.run_id, T0, lambda s: RunWrite(replace(s.run, restore_review=False)))
+    store.writes.update_run(reviewed.run_id, T0, lambda s: RunWrite(replace(s.run, restore_review=False)))
     assert claim(store, T0) is not None
 
 
@@ -248,11 +248,11 @@ def test_restore_hold_fences_out_an_attempt_in_flight(store: Store) -> None:
     admit(store, "k1")
     leased = claim(store, T0)
     assert leased is not None
-    store.set_restore_hold(T0 + SECOND, lambda s: stand_in_recover(T0 + SECOND)(s, "lease-lapsed"))
+    store.operator.set_restore_hold(T0 + SECOND, lambda s: stand_in_recover(T0 + SECOND)(s, "lease-lapsed"))
     with pytest.raises(StaleLease):
-        store.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
+        store.writes.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
     with pytest.raises(StaleLease):
-        store.complete_step(leased, T0 + SECOND, deliver_and_finish(T0 + SECOND))
+        store.writes.complete_step(leased, T0 + SECOND, deliver_and_finish(T0 + SECOND))
 
 
 def test_a_stopping_run_keeps_only_an_uncertain_call_claimable(store: Store) -> None:
@@ -269,7 +269,7 @@ def test_a_stopping_run_keeps_only_an_uncertain_call_claimable(store: Store) -> 
         return RunWrite(run, (record,))
 
     for run in (plain, uncertain):
-        store.update_run(run.run_id, T0, stopping)
+        store.writes.update_run(run.run_id, T0, stopping)
     leased = claim(store, T0)
     assert leased is not None and leased.run_id == uncertain.run_id
     assert claim(store, T0) is None
@@ -288,7 +288,7 @@ def test_finishing_creates_the_next_record_in_the_same_transaction(store: Store)
         )
         return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
 
-    after = store.complete_step(leased, now, next_step).snapshot
+    after = store.writes.complete_step(leased, now, next_step).snapshot
     assert [(s.step, s.state) for s in after.steps] == [
         ("start", "delivered"),
         ("decide", "pending"),
@@ -314,13 +314,13 @@ def test_a_frozen_command_is_kept_and_completed_once_with_its_preparation(store:
 
         return decide
 
-    store.record_step_progress(leased, T0, freeze(b"request"))  # type: ignore[arg-type]
+    store.writes.record_step_progress(leased, T0, freeze(b"request"))  # type: ignore[arg-type]
     with pytest.raises(StoreInvariantError):
-        store.record_step_progress(leased, T0, freeze(b"other"))  # type: ignore[arg-type]
-    done = store.record_step_progress(leased, T0, freeze(b"request+prep", preparation=True))  # type: ignore[arg-type]
+        store.writes.record_step_progress(leased, T0, freeze(b"other"))  # type: ignore[arg-type]
+    done = store.writes.record_step_progress(leased, T0, freeze(b"request+prep", preparation=True))  # type: ignore[arg-type]
     assert done.snapshot.current.command == b"request+prep"
     with pytest.raises(StoreInvariantError):
-        store.record_step_progress(leased, T0, freeze(b"again", preparation=True))  # type: ignore[arg-type]
+        store.writes.record_step_progress(leased, T0, freeze(b"again", preparation=True))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -350,7 +350,7 @@ def test_writes_that_break_store_invariants_are_refused_whole(store: Store, brea
     assert leased is not None
     before = _snapshot(store, run.run_id)
     with pytest.raises(StoreInvariantError):
-        store.complete_step(leased, T0, breaks)  # type: ignore[arg-type]
+        store.writes.complete_step(leased, T0, breaks)  # type: ignore[arg-type]
     assert _snapshot(store, run.run_id) == before
 
 
@@ -358,7 +358,7 @@ def test_sent_is_never_cleared(store: Store) -> None:
     admit(store, "k1")
     leased = claim(store, T0)
     assert leased is not None
-    store.record_step_progress(
+    store.writes.record_step_progress(
         leased,
         T0,
         lambda s: RunWrite(
@@ -366,7 +366,7 @@ def test_sent_is_never_cleared(store: Store) -> None:
         ),
     )
     with pytest.raises(StoreInvariantError):
-        store.complete_step(
+        store.writes.complete_step(
             leased, T0, lambda s: RunWrite(s.run, (replace(s.current, sent=False),))
         )
 
@@ -413,7 +413,7 @@ def test_a_finish_may_lease_the_next_record_for_the_same_owner(store: Store) -> 
         )
         return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
 
-    written = store.complete_step(leased, now, carried)
+    written = store.writes.complete_step(leased, now, carried)
     assert written.claim is not None and written.claim.step == "decide"
     assert written.claim.lease_owner == "w-1" and written.claim.lease_token != leased.lease_token
     stored = _snapshot(store, run.run_id)
@@ -421,14 +421,14 @@ def test_a_finish_may_lease_the_next_record_for_the_same_owner(store: Store) -> 
     assert stored.current.lease_token == written.claim.lease_token
     assert claim(store, now) is None  # the continued record is leased, not claimable
     with pytest.raises(StaleLease):
-        store.complete_step(leased, now, deliver_and_finish(now))
+        store.writes.complete_step(leased, now, deliver_and_finish(now))
 
 
 def test_a_finish_under_a_restore_hold_never_leases(store: Store) -> None:
     run = admit(store, "k1")
     leased = claim(store, T0)
     assert leased is not None
-    migrated_hold = store.set_restore_hold(T0, lambda s: None)
+    migrated_hold = store.operator.set_restore_hold(T0, lambda s: None)
     assert migrated_hold.restore_hold
 
     def carried(snapshot: RunSnapshot) -> RunWrite:
@@ -444,7 +444,7 @@ def test_a_finish_under_a_restore_hold_never_leases(store: Store) -> None:
         return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
 
     with pytest.raises(StoreInvariantError):
-        store.complete_step(leased, T0, carried)
+        store.writes.complete_step(leased, T0, carried)
 
 
 def test_a_pooled_connection_the_server_dropped_is_replaced_without_a_refusal(
@@ -458,13 +458,13 @@ def test_a_pooled_connection_the_server_dropped_is_replaced_without_a_refusal(
     postgresql_backend.apply()
     with postgresql_backend.open() as store:
         run = admit(store, "k1")
-        assert store.get_run(run.run_id) is not None  # the pool now holds idle connections
+        assert store.reads.get_run(run.run_id) is not None  # the pool now holds idle connections
         killed = postgresql_backend.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             " AND application_name = 'registry-coordinator'"
         )
         assert killed and all(row[0] for row in killed)
-        assert store.get_run(run.run_id) is not None
+        assert store.reads.get_run(run.run_id) is not None
         leased = claim(store, T0)
         assert leased is not None and leased.run_id == run.run_id

@@ -342,8 +342,8 @@ def test_runtime_role_gets_exactly_its_grants(
     with runtime.open(identity) as store:
         store.verify()
         run = admit(store, "k1")
-        assert store.get_run(run.run_id) is not None
-        store.release_restore_hold("evidence")  # hold columns are the runtime's to update
+        assert store.reads.get_run(run.run_id) is not None
+        store.operator.release_restore_hold("evidence")  # hold columns are the runtime's to update
     with psycopg.connect(runtime_url, autocommit=True) as connection:
         connection.execute(f'SET search_path TO "{postgresql_backend.namespace}"')
         for forbidden in (
@@ -538,20 +538,20 @@ def test_a_version_2_store_migrates_to_version_3_and_reads_back_every_value_the_
     backend.apply()
     store = backend.open()
     try:
-        snapshot = store.get_run_snapshot(admission.run_id)
+        snapshot = store.reads.get_run_snapshot(admission.run_id)
         assert snapshot is not None
         assert {name: getattr(snapshot.run, name) for name in run} == run
         assert snapshot.current == step
-        assert store.definition_snapshot(admission.definition_digest) == (
+        assert store.reads.definition_snapshot(admission.definition_digest) == (
             admission.run_id,
             _SEALED,
         )
-        assert store.find_run(admission.start_identity) == snapshot.run
-        assert store.unsettled_bindings(T0) == {
+        assert store.reads.find_run(admission.start_identity) == snapshot.run
+        assert store.reads.unsettled_bindings(T0) == {
             (admission.definition_digest, admission.binding_digest)
         }
-        later = store.admit(store_admission("after", T0, input=_SEALED), T0).run
-        assert store.get_run(later.run_id) == later and later.input == _SEALED
+        later = store.writes.admit(store_admission("after", T0, input=_SEALED), T0).run
+        assert store.reads.get_run(later.run_id) == later and later.input == _SEALED
     finally:
         store.close()
     stored = backend.execute(

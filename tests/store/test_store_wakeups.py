@@ -58,17 +58,17 @@ def _deliver_each(now: datetime, seen: list[str]) -> object:
 def test_the_look_ahead_answers_the_first_candidate_of_the_claim_and_of_each_sweep(
     store: Store,
 ) -> None:
-    assert store.next_instants(T0) == NextInstants()  # an empty store: nothing to wait for
+    assert store.reads.next_instants(T0) == NextInstants()  # an empty store: nothing to wait for
     later = admit(store, "later", T0 + 30 * SECOND, deadline_seconds=7200)
     admit(store, "sooner", T0 + 10 * SECOND, deadline_seconds=3600)
     # the earliest record a claim could take (due or not), the earliest deadline of a live run
     # whose current record is pending and not pure
-    assert store.next_instants(T0) == NextInstants(
+    assert store.reads.next_instants(T0) == NextInstants(
         T0 + 10 * SECOND, None, T0 + 10 * SECOND + 3600 * SECOND
     )
     leased = claim(store, T0 + 20 * SECOND)
     assert leased is not None
-    instants = store.next_instants(T0 + 20 * SECOND)
+    instants = store.reads.next_instants(T0 + 20 * SECOND)
     assert instants.due_at == later.admitted_at  # the leased one is no longer a candidate
     assert instants.lapses_at == T0 + (20 + LEASE_SECONDS) * SECOND
     assert instants.overdue_at == later.deadline_at
@@ -78,8 +78,8 @@ def test_the_look_ahead_finds_nothing_while_a_restore_hold_holds_the_claims(
     store: Store,
 ) -> None:
     admit(store, "held", T0)
-    store.set_restore_hold(T0, lambda _snapshot: None)
-    assert store.next_instants(T0) == NextInstants()
+    store.operator.set_restore_hold(T0, lambda _snapshot: None)
+    assert store.reads.next_instants(T0) == NextInstants()
 
 
 def test_a_batch_takes_the_due_waits_only_in_claim_order_and_writes_each_decision(
@@ -96,12 +96,12 @@ def test_a_batch_takes_the_due_waits_only_in_claim_order_and_writes_each_decisio
     admit(store, "call", T0)  # due too, but a call is claimed as usual
     admit(store, "not-yet", T0, step_type="wait-until", first_step=_wait_until(T0 + 60 * SECOND))
     seen: list[str] = []
-    taken, written = store.fire_due_waits(T0 + 5 * SECOND, _deliver_each(T0, seen), limit=2)  # type: ignore[arg-type]
+    taken, written = store.writes.fire_due_waits(T0 + 5 * SECOND, _deliver_each(T0, seen), limit=2)  # type: ignore[arg-type]
     assert (taken, seen) == (2, ["wait-until", "wait-until"])
     assert [snapshot.current.state for snapshot in written] == ["delivered", "delivered"]
-    taken, written = store.fire_due_waits(T0 + 5 * SECOND, _deliver_each(T0, seen))  # type: ignore[arg-type]
+    taken, written = store.writes.fire_due_waits(T0 + 5 * SECOND, _deliver_each(T0, seen))  # type: ignore[arg-type]
     assert (taken, len(written)) == (1, 1)
-    assert store.fire_due_waits(T0 + 5 * SECOND, _deliver_each(T0, seen)) == (0, ())  # type: ignore[arg-type]
+    assert store.writes.fire_due_waits(T0 + 5 * SECOND, _deliver_each(T0, seen)) == (0, ())  # type: ignore[arg-type]
     leased = claim(store, T0 + 5 * SECOND)
     assert leased is not None and leased.snapshot.current.type == "call"
 
@@ -116,11 +116,11 @@ def test_a_batch_never_leases_a_record_and_a_refused_decision_writes_nothing(
         return [RunWrite(snapshots[0].run, (leased,))]
 
     with pytest.raises(StoreInvariantError):
-        store.fire_due_waits(T0, lease)
-    snapshot = store.get_run_snapshot(run.run_id)
+        store.writes.fire_due_waits(T0, lease)
+    snapshot = store.reads.get_run_snapshot(run.run_id)
     assert snapshot is not None and snapshot.current.state == "pending"
-    assert store.fire_due_waits(T0, lambda snapshots: [None] * len(snapshots)) == (1, ())
-    taken, written = store.fire_due_waits(T0, _deliver_each(T0, []))  # type: ignore[arg-type]
+    assert store.writes.fire_due_waits(T0, lambda snapshots: [None] * len(snapshots)) == (1, ())
+    taken, written = store.writes.fire_due_waits(T0, _deliver_each(T0, []))  # type: ignore[arg-type]
     assert taken == 1 and [row.current.state for row in written] == ["delivered"]
 
 
@@ -150,9 +150,9 @@ def test_a_batch_whose_write_breaks_a_constraint_fails_whole_as_a_store_error(
         return writes
 
     with pytest.raises(sa_exc.IntegrityError):
-        store.fire_due_waits(T0, breaks)
+        store.writes.fire_due_waits(T0, breaks)
     for run in runs:
-        snapshot = store.get_run_snapshot(run.run_id)
+        snapshot = store.reads.get_run_snapshot(run.run_id)
         assert snapshot is not None and snapshot.current.state == "pending"
 
 
@@ -169,10 +169,10 @@ def test_an_announced_instant_and_an_admission_reach_another_process(
     rings: list[None] = []
     scheduled: list[datetime] = []
     try:
-        thread = listening.listen(lambda: rings.append(None), stop, schedule=scheduled.append)
+        thread = listening.channel.listen(lambda: rings.append(None), stop, schedule=scheduled.append)
         assert thread is not None
         _eventually(lambda: len(rings) >= 1)  # it rang once it listened
-        other.announce(T0 + 5 * SECOND)
+        other.channel.announce(T0 + 5 * SECOND)
         _eventually(lambda: scheduled == [T0 + 5 * SECOND])
         before = len(rings)
         admit(other, "wakes", T0)
@@ -182,7 +182,7 @@ def test_an_announced_instant_and_an_admission_reach_another_process(
         # its idle loops takes the run), ring nobody here: a later one shows they came first
         heard = len(rings)
         admit(listening, "own", T0)
-        other.admit(admission("kept", T0), T0, announce=False)
+        other.writes.admit(admission("kept", T0), T0, announce=False)
         admit(other, "last", T0)
         _eventually(lambda: len(rings) > heard)
         time.sleep(0.2)
