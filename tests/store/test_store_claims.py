@@ -7,7 +7,6 @@ import multiprocessing
 import threading
 import uuid
 from collections import Counter
-from dataclasses import replace
 
 import pytest
 from store_support import (
@@ -17,9 +16,12 @@ from store_support import (
     admit,
     claim,
     claim_all_in_process,
+    changed,
+    changed_run,
     deliver_and_finish,
     lease_record,
     stand_in_recover,
+    start_step,
 )
 
 from coordinator_core.errors import CoordinatorError
@@ -29,7 +31,6 @@ from coordinator_core.shell.store import (
     RunSnapshot,
     RunWrite,
     StaleLease,
-    StepRow,
     Store,
     StoreInvariantError,
 )
@@ -47,7 +48,8 @@ def test_claim_leases_the_earliest_due_record_as_t2(store: Store) -> None:
     assert claim(store, T0) is None  # nothing due yet
     leased = claim(store, T0 + 5 * SECOND, worker="w-1")
     assert leased is not None and leased.run_id == early.run_id
-    record = _snapshot(store, early.run_id).current
+    stored = _snapshot(store, early.run_id).current
+    record = stored.record
     assert (record.state, record.attempt, record.claims, record.awaiting) == (
         "leased",
         1,
@@ -55,13 +57,14 @@ def test_claim_leases_the_earliest_due_record_as_t2(store: Store) -> None:
         "work",
     )
     assert record.attempt_started_at == T0 + 5 * SECOND
-    assert record.lease_expires_at == T0 + (5 + LEASE_SECONDS) * SECOND
-    assert (record.lease_token, record.lease_owner, record.due_at) == (
-        leased.lease_token,
+    assert stored.lease is not None
+    assert stored.lease.expires_at == T0 + (5 + LEASE_SECONDS) * SECOND
+    assert (stored.lease.token, stored.lease.owner, record.due_at) == (
+        leased.lease.token,
         "w-1",
         None,
     )
-    assert leased.snapshot.current == record
+    assert leased.snapshot.current == stored and leased.held == stored
     second = claim(store, T0 + 5 * SECOND)
     assert second is not None and second.run_id == late.run_id
     assert claim(store, T0 + 5 * SECOND) is None  # leased records are not claimable
@@ -88,7 +91,7 @@ def test_concurrent_workers_claim_every_due_record_exactly_once(store: Store) ->
     counted = Counter((leased.run_id, leased.step) for leased in claims)
     assert set(counted.values()) == {1}
     assert {run_id for run_id, _step in counted} == runs
-    assert {leased.lease_owner for leased in claims} <= {f"w-{n}" for n in range(4)}
+    assert {leased.lease.owner for leased in claims} <= {f"w-{n}" for n in range(4)}
     page = store.reads.list_runs(owner=None, status="finished", limit=100)
     assert len(page.runs) == 60
 
@@ -130,15 +133,15 @@ def test_an_expired_lease_is_recovered_and_the_stale_holder_cannot_commit(store:
     later = T0 + (LEASE_SECONDS + 1) * SECOND
     fresh = claim(store, later, worker="w-2", recover=stand_in_recover(later))
     assert fresh is not None and fresh.run_id == run.run_id
-    assert (fresh.attempt, fresh.lease_owner) == (2, "w-2")
-    assert fresh.lease_token != stale.lease_token
+    assert (fresh.held.record.attempt, fresh.lease.owner) == (2, "w-2")
+    assert fresh.lease.token != stale.lease.token
     with pytest.raises(StaleLease):
         store.writes.complete_step(stale, later, deliver_and_finish(later))
     with pytest.raises(StaleLease):
         store.writes.record_step_progress(stale, later, lambda snapshot: None)
     finished = store.writes.complete_step(fresh, later, deliver_and_finish(later)).snapshot
-    assert (finished.run.status, finished.current.state) == ("finished", "delivered")
-    assert finished.current.lease_token is None and finished.current.lease_expires_at is None
+    assert (finished.run.state.status, finished.current.record.state) == ("finished", "delivered")
+    assert finished.current.lease is None
 
 
 def test_a_lapsed_lease_the_engine_leaves_alone_is_taken_over_until_its_new_lease_lapses(
@@ -149,9 +152,10 @@ def test_a_lapsed_lease_the_engine_leaves_alone_is_taken_over_until_its_new_leas
     assert stale is not None
     later = T0 + (LEASE_SECONDS + 1) * SECOND
     assert claim(store, later) is None  # recover answered None
-    record = _snapshot(store, stale.run_id).current
-    assert record.state == "leased" and record.lease_token != stale.lease_token
-    assert record.lease_expires_at == later + LEASE_SECONDS * SECOND
+    stored = _snapshot(store, stale.run_id).current
+    assert stored.record.state == "leased"
+    assert stored.lease is not None and stored.lease.token != stale.lease.token
+    assert stored.lease.expires_at == later + LEASE_SECONDS * SECOND
     with pytest.raises(StaleLease):
         store.writes.complete_step(stale, later, deliver_and_finish(later))
 
@@ -167,7 +171,7 @@ def test_a_lapsed_lease_nobody_took_over_still_finishes_but_no_longer_passes_a_f
     with pytest.raises(StaleLease):
         store.writes.record_step_progress(leased, late, lambda snapshot: None)
     finished = store.writes.complete_step(leased, late, deliver_and_finish(late))
-    assert finished.snapshot.run.status == "finished" and finished.claim is None
+    assert finished.snapshot.run.state.status == "finished" and finished.claim is None
 
 
 def test_a_dispatched_lapsed_lease_becomes_unknown(store: Store) -> None:
@@ -176,7 +180,7 @@ def test_a_dispatched_lapsed_lease_becomes_unknown(store: Store) -> None:
     assert leased is not None
 
     def freeze_and_mark(snapshot: RunSnapshot) -> RunWrite:
-        record = replace(
+        record = changed(
             snapshot.current,
             command=b"sealed-command",
             command_prepared=True,
@@ -189,8 +193,8 @@ def test_a_dispatched_lapsed_lease_becomes_unknown(store: Store) -> None:
     later = T0 + (LEASE_SECONDS + 1) * SECOND
     assert claim(store, later, worker="w-2", recover=stand_in_recover(later)) is None
     snapshot = _snapshot(store, run.run_id)
-    assert (snapshot.run.status, snapshot.current.state) == ("attention", "unknown")
-    assert snapshot.current.effect_state == "unknown"
+    assert (snapshot.run.state.status, snapshot.current.record.state) == ("attention", "unknown")
+    assert snapshot.current.record.effect_state == "unknown"
     assert store.reads.summary(later).unknown_effects == 1
 
 
@@ -201,8 +205,8 @@ def test_an_overdue_record_is_expired_not_leased_but_pure_records_still_run(stor
     leased = claim(store, later, worker="w-1", recover=stand_in_recover(later))
     assert leased is not None and leased.run_id == pure.run_id
     expired = _snapshot(store, overdue.run_id)
-    assert (expired.run.status, expired.current.state) == ("expired", "expired")
-    assert expired.run.completed_at == later
+    assert (expired.run.state.status, expired.current.record.state) == ("expired", "expired")
+    assert expired.run.state.completed_at == later
 
 
 def test_the_claim_decision_runs_inside_the_claim_and_its_failure_rolls_it_back(
@@ -217,9 +221,9 @@ def test_the_claim_decision_runs_inside_the_claim_and_its_failure_rolls_it_back(
 
     with pytest.raises(OSError, match="audit unavailable"):
         claim(store, T0, decide=broken)
-    assert _snapshot(store, run.run_id).current.state == "pending"
+    assert _snapshot(store, run.run_id).current.record.state == "pending"
     assert claim(store, T0, decide=lambda _snapshot: None) is None
-    assert _snapshot(store, run.run_id).current.state == "pending"
+    assert _snapshot(store, run.run_id).current.record.state == "pending"
     seen: list[RunSnapshot] = []
 
     def leasing(snapshot: RunSnapshot) -> RunWrite | None:
@@ -228,19 +232,20 @@ def test_the_claim_decision_runs_inside_the_claim_and_its_failure_rolls_it_back(
 
     leased = claim(store, T0, decide=leasing)
     assert leased is not None and [s.run.run_id for s in seen] == [run.run_id]
-    assert seen[0].current.state == "pending"  # the decision sees the record as it is stored
+    assert seen[0].current.record.state == "pending"  # the decision sees the record as it is stored
 
 
 def test_holds_and_reviews_block_claims(store: Store) -> None:
     reviewed = admit(store, "reviewed")
     store.operator.set_restore_hold(
-        T0, lambda s: RunWrite(replace(s.run, restore_review=s.run.run_id == reviewed.run_id))
+        T0,
+        lambda s: RunWrite(changed_run(s.run, restore_review=s.run.run_id == reviewed.run_id)),
     )
     assert claim(store, T0) is None
     fresh = store.operator.release_restore_hold("evidence")
     assert (fresh.restore_hold, fresh.admissions_hold, fresh.restore_review) == (False, True, 1)
     assert claim(store, T0) is None  # under review: held until reviewed
-    store.writes.update_run(reviewed.run_id, T0, lambda s: RunWrite(replace(s.run, restore_review=False)))
+    store.writes.update_run(reviewed.run_id, T0, lambda s: RunWrite(changed_run(s.run, restore_review=False)))
     assert claim(store, T0) is not None
 
 
@@ -260,12 +265,12 @@ def test_a_stopping_run_keeps_only_an_uncertain_call_claimable(store: Store) -> 
     uncertain = admit(store, "uncertain")
 
     def stopping(snapshot: RunSnapshot) -> RunWrite:
-        run = replace(
+        run = changed_run(
             snapshot.run, cancel_mode="stopping", cancel_requested=True, status="cancel-requested"
         )
         record = snapshot.current
         if snapshot.run.run_id == uncertain.run_id:
-            record = replace(record, command=b"c", command_prepared=True, sent=True, uncertain=True)
+            record = changed(record, command=b"c", command_prepared=True, sent=True, uncertain=True)
         return RunWrite(run, (record,))
 
     for run in (plain, uncertain):
@@ -282,14 +287,12 @@ def test_finishing_creates_the_next_record_in_the_same_transaction(store: Store)
     now = T0 + SECOND
 
     def next_step(snapshot: RunSnapshot) -> RunWrite:
-        done = replace(snapshot.current, state="delivered", route_kind="next", finished_at=now)
-        following = StepRow.new(
-            run.run_id, "decide", "choose", entered_at=now, due_at=now, pure=True
-        )
-        return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
+        done = changed(snapshot.current, state="delivered", route_kind="next", finished_at=now)
+        following = start_step(run.run_id, now, step="decide", type="choose", pure=True)
+        return RunWrite(changed_run(snapshot.run, current_step="decide"), (done, following))
 
     after = store.writes.complete_step(leased, now, next_step).snapshot
-    assert [(s.step, s.state) for s in after.steps] == [
+    assert [(r.step, r.state) for r in after.records] == [
         ("start", "delivered"),
         ("decide", "pending"),
     ]
@@ -304,7 +307,7 @@ def test_a_frozen_command_is_kept_and_completed_once_with_its_preparation(store:
 
     def freeze(command: bytes, *, preparation: bool = False) -> object:
         def decide(snapshot: RunSnapshot) -> RunWrite:
-            record = replace(
+            record = changed(
                 snapshot.current,
                 command=command,
                 command_prepared=True,
@@ -326,20 +329,15 @@ def test_a_frozen_command_is_kept_and_completed_once_with_its_preparation(store:
 @pytest.mark.parametrize(
     "breaks",
     [
-        lambda s: RunWrite(replace(s.run, input=b"other")),
-        lambda s: RunWrite(replace(s.run, deadline_at=T0)),
-        lambda s: RunWrite(s.run, (replace(s.current, type="finish"),)),
-        lambda s: RunWrite(s.run, (replace(s.current, generation=0),)),
+        lambda s: RunWrite(changed_run(s.run, input=b"other")),
+        lambda s: RunWrite(changed_run(s.run, deadline_at=T0)),
+        lambda s: RunWrite(s.run, (changed(s.current, type="finish"),)),
+        lambda s: RunWrite(s.run, (changed(s.current, generation=0),)),
         lambda s: RunWrite(s.run, (s.current, s.current)),
-        lambda s: RunWrite(replace(s.run, current_step="nowhere")),
+        lambda s: RunWrite(changed_run(s.run, current_step="nowhere")),
         lambda s: RunWrite(
             s.run,
-            (
-                replace(
-                    StepRow.new(s.run.run_id, "next", "choose", entered_at=T0, due_at=T0),
-                    state="leased",
-                ),
-            ),
+            (changed(start_step(s.run.run_id, T0, step="next", type="choose"), state="leased"),),
         ),
     ],
     ids=["input", "deadline", "type", "generation", "twice", "current", "new-leased"],
@@ -362,12 +360,12 @@ def test_sent_is_never_cleared(store: Store) -> None:
         leased,
         T0,
         lambda s: RunWrite(
-            s.run, (replace(s.current, command=b"c", command_prepared=True, sent=True),)
+            s.run, (changed(s.current, command=b"c", command_prepared=True, sent=True),)
         ),
     )
     with pytest.raises(StoreInvariantError):
         store.writes.complete_step(
-            leased, T0, lambda s: RunWrite(s.run, (replace(s.current, sent=False),))
+            leased, T0, lambda s: RunWrite(s.run, (changed(s.current, sent=False),))
         )
 
 
@@ -388,8 +386,8 @@ def test_a_refused_claim_writes_nothing_while_the_sweep_before_it_commits(store:
     assert first is not None and first.run_id == lapsed.run_id
     later = T0 + (LEASE_SECONDS + 1) * SECOND
     assert claim(store, later, recover=stand_in_recover(later), decide=lambda _s: None) is None
-    record = _snapshot(store, lapsed.run_id).current
-    assert (record.state, record.lease_token) == ("pending", None)
+    stored = _snapshot(store, lapsed.run_id).current
+    assert (stored.record.state, stored.lease) == ("pending", None)
 
 
 def test_a_finish_may_lease_the_next_record_for_the_same_owner(store: Store) -> None:
@@ -401,9 +399,9 @@ def test_a_finish_may_lease_the_next_record_for_the_same_owner(store: Store) -> 
     now = T0 + SECOND
 
     def carried(snapshot: RunSnapshot) -> RunWrite:
-        done = replace(snapshot.current, state="delivered", route_kind="next", finished_at=now)
-        following = replace(
-            StepRow.new(run.run_id, "decide", "choose", entered_at=now, due_at=now, pure=True),
+        done = changed(snapshot.current, state="delivered", route_kind="next", finished_at=now)
+        following = changed(
+            start_step(run.run_id, now, step="decide", type="choose", pure=True),
             state="leased",
             attempt=1,
             claims=1,
@@ -411,14 +409,14 @@ def test_a_finish_may_lease_the_next_record_for_the_same_owner(store: Store) -> 
             due_at=None,
             awaiting="work",
         )
-        return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
+        return RunWrite(changed_run(snapshot.run, current_step="decide"), (done, following))
 
     written = store.writes.complete_step(leased, now, carried)
     assert written.claim is not None and written.claim.step == "decide"
-    assert written.claim.lease_owner == "w-1" and written.claim.lease_token != leased.lease_token
+    assert written.claim.lease.owner == "w-1" and written.claim.lease.token != leased.lease.token
     stored = _snapshot(store, run.run_id)
     assert stored == written.snapshot  # the snapshot answered is what was written
-    assert stored.current.lease_token == written.claim.lease_token
+    assert stored.current.lease == written.claim.lease
     assert claim(store, now) is None  # the continued record is leased, not claimable
     with pytest.raises(StaleLease):
         store.writes.complete_step(leased, now, deliver_and_finish(now))
@@ -432,16 +430,16 @@ def test_a_finish_under_a_restore_hold_never_leases(store: Store) -> None:
     assert migrated_hold.restore_hold
 
     def carried(snapshot: RunSnapshot) -> RunWrite:
-        done = replace(snapshot.current, state="delivered", finished_at=T0)
-        following = replace(
-            StepRow.new(run.run_id, "decide", "choose", entered_at=T0, due_at=T0, pure=True),
+        done = changed(snapshot.current, state="delivered", finished_at=T0)
+        following = changed(
+            start_step(run.run_id, T0, step="decide", type="choose", pure=True),
             state="leased",
             attempt=1,
             claims=1,
             attempt_started_at=T0,
             due_at=None,
         )
-        return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
+        return RunWrite(changed_run(snapshot.run, current_step="decide"), (done, following))
 
     with pytest.raises(StoreInvariantError):
         store.writes.complete_step(leased, T0, carried)
