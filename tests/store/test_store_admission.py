@@ -129,6 +129,16 @@ def test_a_start_record_of_another_run_or_not_pending_is_refused(store: Store) -
     assert store.reads.list_runs(owner=None).runs == ()
 
 
+def test_a_start_record_that_is_not_the_runs_current_step_is_refused(store: Store) -> None:
+    """The run is admitted at its start record: a run whose current step has no record would
+    be one no claim, view or sweep can read."""
+    request = admission("k1")
+    elsewhere = replace(request, first_step=changed(request.first_step, step="elsewhere"))
+    with pytest.raises(StoreInvariantError):
+        store.writes.admit(elsewhere, T0)
+    assert store.reads.list_runs(owner=None).runs == ()
+
+
 def test_concurrent_admissions_of_one_key_resolve_to_one_run(store: Store) -> None:
     results: list[bool] = []
     errors: list[BaseException] = []
