@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import uuid
 from dataclasses import replace
-from datetime import datetime
 
 import pytest
 from store_support import (
@@ -15,26 +14,28 @@ from store_support import (
     T0,
     admission,
     admit,
+    changed,
+    changed_run,
     claim,
     deliver_and_finish,
     fail_run,
     stand_in_recover,
+    start_step,
 )
 
-from coordinator_core.engine import StepRecord, is_settled
+from coordinator_core.engine import is_settled
 from coordinator_core.engine.state import RunState
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.store import (
     Decide,
     RunPosition,
-    RunRow,
     RunSnapshot,
     RunWrite,
-    StepRow,
     Store,
+    StoredRun,
+    StoredStep,
     StoreInvariantError,
     supported_version,
-    to_epoch_ms,
 )
 
 
@@ -45,15 +46,15 @@ def _snapshot(store: Store, run_id: uuid.UUID) -> RunSnapshot:
 
 
 def _set(store: Store, run_id: uuid.UUID, **run_changes: object) -> None:
-    store.writes.update_run(run_id, T0, lambda s: RunWrite(replace(s.run, **run_changes)))  # type: ignore[arg-type]
+    store.writes.update_run(run_id, T0, lambda s: RunWrite(changed_run(s.run, **run_changes)))  # type: ignore[arg-type]
 
 
-def _finish(store: Store, run_id: uuid.UUID, now: datetime = T0) -> None:
+def _finish(store: Store, run_id: uuid.UUID, now: int = T0) -> None:
     store.writes.update_run(run_id, now, deliver_and_finish(now))
 
 
-def _all_pages(store: Store, limit: int, **filters: object) -> list[RunRow]:
-    seen: list[RunRow] = []
+def _all_pages(store: Store, limit: int, **filters: object) -> list[StoredRun]:
+    seen: list[StoredRun] = []
     position: RunPosition | None = None
     while True:
         page = store.reads.list_runs(owner=None, after=position, limit=limit, **filters)  # type: ignore[arg-type]
@@ -72,7 +73,7 @@ def test_pages_are_newest_first_and_never_repeat_or_skip(store: Store) -> None:
     for index in range(6):  # same admittedAt: ordered by runId DESC
         admit(store, f"tie{index}", T0 + 100 * SECOND)
     expected = sorted(
-        _all_pages(store, 100), key=lambda run: (run.admitted_at, run.run_id), reverse=True
+        _all_pages(store, 100), key=lambda run: (run.state.admitted_at, run.run_id), reverse=True
     )
     assert [run.run_id for run in _all_pages(store, 100)] == [run.run_id for run in expected]
     first = store.reads.list_runs(owner=None, limit=5)
@@ -119,8 +120,8 @@ def test_cancel_of_a_terminal_or_already_cancelled_run_changes_nothing(store: St
 
     def cancel(snapshot: RunSnapshot) -> RunWrite:
         called.append(snapshot.run.run_id)
-        record = replace(snapshot.current, state="cancelled", finished_at=T0)
-        run = replace(
+        record = changed(snapshot.current, state="cancelled", finished_at=T0)
+        run = changed_run(
             snapshot.run,
             cancel_requested=True,
             cancel_mode="stopping",
@@ -130,10 +131,10 @@ def test_cancel_of_a_terminal_or_already_cancelled_run_changes_nothing(store: St
         return RunWrite(run, (record,))
 
     unchanged = store.writes.request_cancel(finished.run_id, T0, cancel)
-    assert unchanged is not None and unchanged.run.status == "finished" and called == []
+    assert unchanged is not None and unchanged.run.state.status == "finished" and called == []
     running = admit(store, "running")
     cancelled = store.writes.request_cancel(running.run_id, T0, cancel)
-    assert cancelled is not None and cancelled.run.status == "cancelled"
+    assert cancelled is not None and cancelled.run.state.status == "cancelled"
     assert store.writes.request_cancel(running.run_id, T0, cancel) == cancelled
     assert called == [running.run_id]
     assert store.writes.request_cancel(uuid.uuid4(), T0, cancel) is None
@@ -143,35 +144,32 @@ def test_a_cancel_must_record_cancel_requested(store: Store) -> None:
     run = admit(store, "k1")
     with pytest.raises(StoreInvariantError):
         store.writes.request_cancel(run.run_id, T0, lambda s: RunWrite(s.run))
-    assert _snapshot(store, run.run_id).run.cancel_requested is False
+    assert _snapshot(store, run.run_id).run.state.cancel_requested is False
 
 
 def test_update_run_locks_and_writes_or_rolls_back_on_refusal(store: Store) -> None:
     run = admit(store, "k1")
     store.writes.update_run(run.run_id, T0, fail_run(T0, "product-refused"), admission_lock=True)
-    assert _snapshot(store, run.run_id).run.status == "failed"
+    assert _snapshot(store, run.run_id).run.state.status == "failed"
 
     def raced(snapshot: RunSnapshot) -> RunWrite:
-        store_write = RunWrite(replace(snapshot.run, status="running"))
+        store_write = RunWrite(changed_run(snapshot.run, status="running"))
         assert store_write  # computed, then refused: nothing may commit
         raise CoordinatorError(Diagnostic(code="coordinator.command.reconcile-raced"))
 
     with pytest.raises(CoordinatorError) as refused:
         store.writes.update_run(run.run_id, T0, raced)
     assert refused.value.code == "coordinator.command.reconcile-raced"
-    assert _snapshot(store, run.run_id).run.status == "failed"
+    assert _snapshot(store, run.run_id).run.state.status == "failed"
     assert store.writes.update_run(uuid.uuid4(), T0, lambda s: None) is None
 
 
 # -- completion events (07 §7.6) ----------------------------------------------------------------
 
 
-def _wait_for(run_id: uuid.UUID) -> StepRow:
-    return StepRow.new(
-        run_id,
-        "await-review",
-        "wait-for",
-        entered_at=T0,
+def _wait_for(run_id: uuid.UUID) -> StoredStep:
+    return changed(
+        start_step(run_id, T0, step="await-review", type="wait-for"),
         due_at=T0 + 60 * SECOND,
         wait_started_at=T0,
         timeout_at=T0 + 600 * SECOND,
@@ -193,7 +191,7 @@ def test_a_completion_event_brings_the_next_observation_forward_but_keeps_the_fl
         lambda s: RunWrite(
             s.run,
             (
-                replace(
+                changed(
                     s.current,
                     state="pending",
                     due_at=T0 + 120 * SECOND,
@@ -207,25 +205,25 @@ def test_a_completion_event_brings_the_next_observation_forward_but_keeps_the_fl
     in_flight = claim(store, T0 + 60 * SECOND)  # observing right now: left alone
     assert in_flight is not None and in_flight.run_id != observed.run_id
 
-    def later_wait(run_id: uuid.UUID) -> StepRow:
-        return replace(_wait_for(run_id), due_at=T0 + 300 * SECOND)
+    def later_wait(run_id: uuid.UUID) -> StoredStep:
+        return changed(_wait_for(run_id), due_at=T0 + 300 * SECOND)
 
     never = store.writes.admit(admission("w3", first_step=later_wait), T0 + 65 * SECOND).run
     assert store.writes.advance_completion_waits("c" * 64, T0 + 70 * SECOND, 30) == 2
-    assert _snapshot(store, observed.run_id).current.due_at == T0 + 90 * SECOND  # the floor
-    assert _snapshot(store, never.run_id).current.due_at == T0 + 70 * SECOND  # now
-    assert _snapshot(store, in_flight.run_id).current.state == "leased"
+    assert _snapshot(store, observed.run_id).current.record.due_at == T0 + 90 * SECOND  # floor
+    assert _snapshot(store, never.run_id).current.record.due_at == T0 + 70 * SECOND  # now
+    assert _snapshot(store, in_flight.run_id).current.record.state == "leased"
     assert store.writes.advance_completion_waits("c" * 64, T0 + 80 * SECOND, 30) == 0  # not earlier
     assert store.writes.advance_completion_waits("d" * 64, T0 + 80 * SECOND, 30) == 0
 
 
 def test_a_completion_event_never_moves_a_wait_past_its_timeout(store: Store) -> None:
-    def short(run_id: uuid.UUID) -> StepRow:
-        return replace(_wait_for(run_id), timeout_at=T0 + 5 * SECOND, due_at=T0 + 5 * SECOND)
+    def short(run_id: uuid.UUID) -> StoredStep:
+        return changed(_wait_for(run_id), timeout_at=T0 + 5 * SECOND, due_at=T0 + 5 * SECOND)
 
     run = store.writes.admit(admission("w1", first_step=short), T0).run
     assert store.writes.advance_completion_waits("c" * 64, T0 + 6 * SECOND, 30) == 0
-    assert _snapshot(store, run.run_id).current.due_at == T0 + 5 * SECOND
+    assert _snapshot(store, run.run_id).current.record.due_at == T0 + 5 * SECOND
 
 
 # -- restore hold (07 §12) ----------------------------------------------------------------------
@@ -245,17 +243,17 @@ def test_restore_hold_reviews_every_unsettled_run_and_lapses_leases(store: Store
         assert snapshot.control.restore_hold and snapshot.control.admissions_hold
         write = (
             stand_in_recover(T0)(snapshot, "lease-lapsed")
-            if snapshot.current.state == "leased"
+            if snapshot.current.record.state == "leased"
             else None
         )
         steps = write.steps if write else ()
-        return RunWrite(replace(snapshot.run, restore_review=True), steps)
+        return RunWrite(changed_run(snapshot.run, restore_review=True), steps)
 
     holds = store.operator.set_restore_hold(T0, review)
     assert sorted(reviewed) == sorted([pending.run_id, leased_run.run_id])
     assert (holds.restore_hold, holds.admissions_hold, holds.restore_review) == (True, True, 2)
-    assert _snapshot(store, leased_run.run_id).current.state == "pending"
-    assert _snapshot(store, leased_run.run_id).run.reported_status == "attention"
+    assert _snapshot(store, leased_run.run_id).current.record.state == "pending"
+    assert _snapshot(store, leased_run.run_id).run.state.reported_status == "attention"
     assert store.reads.summary(T0).statuses["attention"] == 2
     with pytest.raises(CoordinatorError) as attest:
         store.operator.release_admission_hold(
@@ -289,7 +287,7 @@ def test_restore_hold_reviews_every_unsettled_run_and_lapses_leases(store: Store
 
 
 def _unknown_effect(snapshot: RunSnapshot) -> RunWrite:
-    record = replace(
+    record = changed(
         snapshot.current,
         command=b"c",
         command_prepared=True,
@@ -297,7 +295,7 @@ def _unknown_effect(snapshot: RunSnapshot) -> RunWrite:
         uncertain=True,
         state="unknown",
     )
-    return RunWrite(replace(snapshot.run, status="attention"), (record,))
+    return RunWrite(changed_run(snapshot.run, status="attention"), (record,))
 
 
 def test_retention_erases_only_settled_runs_and_keeps_tombstones(store: Store) -> None:
@@ -322,7 +320,7 @@ def test_retention_erases_only_settled_runs_and_keeps_tombstones(store: Store) -
     erased = _snapshot(store, finished.run_id)
     assert (erased.run.snapshot, erased.run.input, erased.run.terminal_output) == (None, None, None)
     assert erased.run.payload_erased_at == later
-    assert (erased.run.status, erased.run.outcome, erased.run.start_identity) == (
+    assert (erased.run.state.status, erased.run.state.outcome, erased.run.start_identity) == (
         "finished",
         "done",
         finished.start_identity,
@@ -408,7 +406,7 @@ def test_the_settled_rule_in_sql_matches_the_engine(store: Store) -> None:
 
         after = store.writes.update_run(run.run_id, T0, _shape(status, review, unknown, code))
         assert after is not None
-        expected[binding] = is_settled(_engine_state(after), to_epoch_ms(now))
+        expected[binding] = is_settled(_engine_state(after), now)
     unsettled = {pair[1] for pair in store.reads.unsettled_bindings(now)}
     assert {binding for binding, settled in expected.items() if not settled} == unsettled
     assert any(expected.values()) and not all(expected.values())
@@ -416,41 +414,23 @@ def test_the_settled_rule_in_sql_matches_the_engine(store: Store) -> None:
 
 def _shape(status: str, review: bool, unknown: bool, code: str | None) -> Decide:
     def decide(snapshot: RunSnapshot) -> RunWrite:
-        record = replace(snapshot.current, failure_code=code, state="dead-lettered")
+        record = changed(snapshot.current, failure_code=code, state="dead-lettered")
         if unknown:
-            record = replace(record, command=b"c", command_prepared=True, sent=True, uncertain=True)
-        run = replace(snapshot.run, status=status, restore_review=review, failure_code=code)  # type: ignore[arg-type]
+            record = changed(record, command=b"c", command_prepared=True, sent=True, uncertain=True)
+        run = changed_run(snapshot.run, status=status, restore_review=review, failure_code=code)
         return RunWrite(run, (record,))
 
     return decide
 
 
 def _engine_state(snapshot: RunSnapshot) -> RunState:
-    record = snapshot.current
-    return RunState(
-        status=snapshot.run.status,
-        current_step=snapshot.run.current_step,
-        admitted_at=to_epoch_ms(snapshot.run.admitted_at),
-        deadline_at=to_epoch_ms(snapshot.run.deadline_at),
-        input="{}",
-        restore_review=snapshot.run.restore_review,
-        records=(
-            StepRecord(
-                step=record.step,
-                type=record.type,
-                state=record.state,
-                entered_at=to_epoch_ms(record.entered_at),
-                pure=record.pure,
-                failure_code=record.failure_code,
-                operation=record.operation,
-                effect=record.effect_kind,
-                command="{}" if record.command_prepared else None,
-                sent=record.sent,
-                dispatched=record.dispatched,
-                uncertain=record.uncertain,
-            ),
-        ),
+    """The engine's value of the run as the store read it: its state, with the records read
+    beside it (their payload at hand: a prepared command has its text)."""
+    records = tuple(
+        replace(record, command="{}" if record.command_prepared else None)
+        for record in snapshot.records
     )
+    return replace(snapshot.run.state, input="{}", records=records)
 
 
 def test_summary_counts_what_doctor_reports(store: Store) -> None:
