@@ -20,7 +20,6 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-
 from support.instants import instant
 
 from coordinator_core.engine import RunState, StepRecord, StepRoute, TimingPolicy
@@ -74,9 +73,7 @@ class Backend:
     namespace: str | None
     path: Path | None
 
-    def migrate(
-        self, identity: DeploymentIdentity = IDENTITY, now: int = T0
-    ) -> MigrationResult:
+    def migrate(self, identity: DeploymentIdentity = IDENTITY, now: int = T0) -> MigrationResult:
         return migrate(self.url, identity, namespace=self.namespace, now=now)
 
     def apply(

@@ -41,15 +41,18 @@ def test_admission_inserts_the_run_and_its_due_start_record(store: Store) -> Non
     assert (state.admitted_at, state.deadline_at) == (T0, T0 + 3600 * SECOND)
     # the snapshot is stored once for its definition digest, not in the run (schema v2)
     assert (run.snapshot, run.input) == (None, b"sealed-input")
-    assert store.reads.definition_snapshot(run.definition_digest) == (run.run_id, b"sealed-snapshot")
+    assert store.reads.definition_snapshot(run.definition_digest) == (
+        run.run_id,
+        b"sealed-snapshot",
+    )
     assert (run.definition_digest, run.binding_digest, run.revision) == (
         DEFINITION,
         BINDING,
         REVISION,
     )
-    assert [
-        (r.step, r.state, r.due_at, r.generation, r.attempt) for r in snapshot.records
-    ] == [("start", "pending", T0, 1, 0)]
+    assert [(r.step, r.state, r.due_at, r.generation, r.attempt) for r in snapshot.records] == [
+        ("start", "pending", T0, 1, 0)
+    ]
     assert result.run == run
 
 
@@ -69,7 +72,9 @@ def test_same_start_identity_with_other_input_is_key_reused(store: Store) -> Non
 def test_replay_is_answered_even_after_the_revision_changed(store: Store) -> None:
     admit(store, "k1")
     # the replay check comes before the revision check (06 §5.1 step 10.4–10.5)
-    assert not store.writes.admit(admission("k1", expected_revision="sha256:" + "9" * 64), T0).created
+    assert not store.writes.admit(
+        admission("k1", expected_revision="sha256:" + "9" * 64), T0
+    ).created
     assert (
         _refusal(store, "k2", expected_revision="sha256:" + "9" * 64)
         == "admission.revision-mismatch"

@@ -14,16 +14,17 @@ from store_support import (
     T0,
     Backend,
     admit,
-    claim,
-    claim_all_in_process,
     changed,
     changed_run,
+    claim,
+    claim_all_in_process,
     deliver_and_finish,
     lease_record,
     stand_in_recover,
     start_step,
 )
 
+from coordinator_core.engine import TimingPolicy
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.store import (
     LEASE_SECONDS,
@@ -245,7 +246,9 @@ def test_holds_and_reviews_block_claims(store: Store) -> None:
     fresh = store.operator.release_restore_hold("evidence")
     assert (fresh.restore_hold, fresh.admissions_hold, fresh.restore_review) == (False, True, 1)
     assert claim(store, T0) is None  # under review: held until reviewed
-    store.writes.update_run(reviewed.run_id, T0, lambda s: RunWrite(changed_run(s.run, restore_review=False)))
+    store.writes.update_run(
+        reviewed.run_id, T0, lambda s: RunWrite(changed_run(s.run, restore_review=False))
+    )
     assert claim(store, T0) is not None
 
 
@@ -253,7 +256,9 @@ def test_restore_hold_fences_out_an_attempt_in_flight(store: Store) -> None:
     admit(store, "k1")
     leased = claim(store, T0)
     assert leased is not None
-    store.operator.set_restore_hold(T0 + SECOND, lambda s: stand_in_recover(T0 + SECOND)(s, "lease-lapsed"))
+    store.operator.set_restore_hold(
+        T0 + SECOND, lambda s: stand_in_recover(T0 + SECOND)(s, "lease-lapsed")
+    )
     with pytest.raises(StaleLease):
         store.writes.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
     with pytest.raises(StaleLease):
@@ -331,7 +336,10 @@ def test_a_frozen_command_is_kept_and_completed_once_with_its_preparation(store:
     [
         lambda s: RunWrite(changed_run(s.run, input=b"other")),
         lambda s: RunWrite(changed_run(s.run, deadline_at=T0)),
+        lambda s: RunWrite(changed_run(s.run, policy=TimingPolicy((1,), 1))),
+        lambda s: RunWrite(changed_run(s.run, payload_erased_at=T0)),
         lambda s: RunWrite(s.run, (changed(s.current, type="finish"),)),
+        lambda s: RunWrite(s.run, (changed(s.current, effect_kind="read"),)),
         lambda s: RunWrite(s.run, (changed(s.current, generation=0),)),
         lambda s: RunWrite(s.run, (s.current, s.current)),
         lambda s: RunWrite(changed_run(s.run, current_step="nowhere")),
@@ -340,7 +348,18 @@ def test_a_frozen_command_is_kept_and_completed_once_with_its_preparation(store:
             (changed(start_step(s.run.run_id, T0, step="next", type="choose"), state="leased"),),
         ),
     ],
-    ids=["input", "deadline", "type", "generation", "twice", "current", "new-leased"],
+    ids=[
+        "input",
+        "deadline",
+        "policy",
+        "payload-erased",
+        "type",
+        "effect",
+        "generation",
+        "twice",
+        "current",
+        "new-leased",
+    ],
 )
 def test_writes_that_break_store_invariants_are_refused_whole(store: Store, breaks: object) -> None:
     run = admit(store, "k1")

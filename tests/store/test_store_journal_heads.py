@@ -65,7 +65,8 @@ def test_a_write_saves_the_journal_head_and_a_stop_saves_the_last_line(
     first = journal.position
     assert store.reads.journal_heads() == {journal.prefix: first}
     dispatch_entry(journal, "0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4f", "start", 1, 2)
-    store.writes.record_step_progress(held, T0, mark_dispatched)  # within the second: not saved again
+    # within the second: not saved again
+    store.writes.record_step_progress(held, T0, mark_dispatched)
     assert store.reads.journal_heads() == {journal.prefix: first}
     store.save_journal_head(T0)
     assert store.reads.journal_heads() == {journal.prefix: journal.position}

@@ -31,6 +31,8 @@ from support.instants import instant
 
 from coordinator_core.engine import RunState, StepRecord, StepRoute, TimingPolicy
 from coordinator_core.shell.store import (
+    Claim,
+    ControlRow,
     Lease,
     RunSnapshot,
     RunWrite,
@@ -349,9 +351,7 @@ def test_a_run_field_is_written_to_its_column_alone_and_read_back(path: str) -> 
     other = _other_run(base)
     variant = _put(base, path, _run_fields(other)[path])
     before, after = run_values(base), run_values(variant)
-    assert {name for name in before if before[name] != after[name]} == {
-        _column_of_run_field(path)
-    }
+    assert {name for name in before if before[name] != after[name]} == {_column_of_run_field(path)}
     assert run_of(after) == variant
 
 
@@ -370,9 +370,7 @@ def test_a_step_field_is_written_to_its_column_alone_and_read_back(path: str) ->
     base = _stored_step(uuid.uuid4())
     variant = _put(base, path, _step_fields(_other_step(base))[path])
     before, after = step_values(base), step_values(variant)
-    assert {name for name in before if before[name] != after[name]} == {
-        _column_of_step_field(path)
-    }
+    assert {name for name in before if before[name] != after[name]} == {_column_of_step_field(path)}
     assert step_of(after) == variant
 
 
@@ -412,6 +410,36 @@ def test_a_value_with_its_engine_payload_is_written_without_it() -> None:
     run = _stored_run(uuid.uuid4())
     assert run_values(replace(run, state=replace(run.state, input="{}", output="{}"))) == (
         run_values(run)
+    )
+
+
+def test_a_claim_holds_a_leased_record_and_names_it() -> None:
+    """A claim is the record as the store leased it: its run, step and fence are the held
+    record's, and a record without a lease is no claim."""
+    held = _stored_step(uuid.uuid4())
+    assert held.lease is not None
+    snapshot = RunSnapshot(
+        _control(), changed_run(_stored_run(held.run_id), current_step=held.step), (held,)
+    )
+    leased = Claim(held, snapshot)
+    assert (leased.run_id, leased.step, leased.lease) == (held.run_id, "step-1", held.lease)
+    with pytest.raises(ValueError):
+        Claim(replace(held, lease=None), snapshot)
+
+
+def _control() -> ControlRow:
+    return ControlRow(
+        database_id="store-suite",
+        schema_version=1,
+        restore_hold=False,
+        admissions_hold=False,
+        restore_evidence_ref=None,
+        admission_recovery_ref=None,
+        active_package_digest=None,
+        active_revision=None,
+        admission_key_commitment="a" * 64,
+        state_key_commitments={1: "b" * 64},
+        created_at=T0,
     )
 
 
@@ -492,7 +520,8 @@ def test_a_write_never_sets_a_lease(store: Store) -> None:
         held, T0, lambda s: RunWrite(s.run, (changed(s.current, lease=forged, detail="x"),))
     )
     snapshot = store.reads.get_run_snapshot(run.run_id)
-    assert snapshot is not None and snapshot.current.lease == held.lease == kept.snapshot.current.lease
+    assert snapshot is not None
+    assert snapshot.current.lease == held.lease == kept.snapshot.current.lease
     assert snapshot.current.record.detail == "x"
     finish = deliver_and_finish(T0)
 
@@ -569,4 +598,3 @@ def test_an_instant_column_takes_only_integer_milliseconds(dialect: Any, other: 
     with pytest.raises(TypeError):
         UTCDateTime().process_bind_param(other, dialect)  # type: ignore[arg-type]
     assert UTCDateTime().process_bind_param(None, dialect) is None
-

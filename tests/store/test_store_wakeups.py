@@ -31,8 +31,8 @@ from coordinator_core.shell.store import (
     RunSnapshot,
     RunWrite,
     Store,
-    StoreInvariantError,
     StoredStep,
+    StoreInvariantError,
 )
 from coordinator_core.shell.store import writes as run_writes
 from coordinator_core.shell.store.dialect import UTCDateTime
@@ -179,7 +179,9 @@ def test_an_announced_instant_and_an_admission_reach_another_process(
     rings: list[None] = []
     scheduled: list[int] = []
     try:
-        thread = listening.channel.listen(lambda: rings.append(None), stop, schedule=scheduled.append)
+        thread = listening.channel.listen(
+            lambda: rings.append(None), stop, schedule=scheduled.append
+        )
         assert thread is not None
         _eventually(lambda: len(rings) >= 1)  # it rang once it listened
         other.channel.announce(T0 + 5 * SECOND)
@@ -257,3 +259,14 @@ def test_the_claim_is_planned_at_each_execution_and_stays_an_ordered_index_scan(
     assert re.search(r"Index Scan using ix_steps_due on steps", plan), plan
     assert re.search(r"Index Scan using runs_pkey on runs", plan), plan
     assert "Sort" not in plan and "Bitmap" not in plan, plan
+
+
+def test_sqlite_has_no_channel_to_announce_on_or_listen_to(sqlite_backend: Backend) -> None:
+    """One process holds a SQLite store: nothing is announced across processes, and no listener
+    is started (its own loops are rung in process)."""
+    sqlite_backend.migrate()
+    sqlite_backend.apply()
+    with sqlite_backend.open() as store:
+        assert store.transactor.wake_channel is None
+        store.channel.announce(T0)  # nothing to send, no transaction
+        assert store.channel.listen(lambda: None, threading.Event()) is None
