@@ -445,3 +445,22 @@ def test_summary_counts_what_doctor_reports(store: Store) -> None:
     assert summary.oldest_due_at == T0 + 5 * SECOND
     assert summary.oldest_terminal_payload_at == T0
     assert (summary.store, summary.schema_version) == (store.kind, supported_version())
+
+
+def test_gauges_count_what_a_scrape_reports(store: Store) -> None:
+    """06 §14: runs by reported status, the records due at `now` and how long the oldest has
+    waited (in seconds, from millisecond instants), parked waits and the holds."""
+    admit(store, "due", T0 + 500)
+    admit(store, "not-yet", T0 + 60 * SECOND)
+    reviewed = admit(store, "reviewed", T0 + 2 * SECOND)
+    _set(store, reviewed.run_id, restore_review=True)
+    store.writes.admit(admission("w", first_step=_wait_for), T0)  # due in 60 s: parked
+    gauges = store.reads.gauges(T0 + 3 * SECOND)
+    assert gauges.statuses["running"] == 3 and gauges.statuses["attention"] == 1
+    assert sum(gauges.statuses.values()) == 4 and len(gauges.statuses) == 8
+    assert gauges.due == 2
+    assert gauges.oldest_due_lag_seconds == 2.5
+    assert gauges.parked_waits == 1
+    assert gauges.holds == {"restore": 0, "admissions": 0, "restore-review": 1}
+    quiet = store.reads.gauges(T0)
+    assert (quiet.due, quiet.oldest_due_lag_seconds) == (0, 0.0)
