@@ -485,3 +485,33 @@ def test_a_pooled_connection_the_server_dropped_is_replaced_without_a_refusal(
         assert store.reads.get_run(run.run_id) is not None
         leased = claim(store, T0)
         assert leased is not None and leased.run_id == run.run_id
+
+
+def test_a_fence_reads_what_others_changed_while_the_claim_was_held(store: Store) -> None:
+    """The fence's snapshot is the claim's own with the record and the run's columns that
+    others change (a cancel, a restore review) read fresh: the decision sees the cancel, and a
+    write built on the claim's older copy of the run cannot undo it."""
+    run = admit(store, "k1")
+    leased = claim(store, T0)
+    assert leased is not None
+
+    def cancel(snapshot: RunSnapshot) -> RunWrite:
+        stopping = changed_run(
+            snapshot.run, cancel_requested=True, cancel_mode="stopping", status="cancel-requested"
+        )
+        return RunWrite(stopping)
+
+    assert store.writes.request_cancel(run.run_id, T0, cancel) is not None
+    seen: list[RunSnapshot] = []
+
+    def look(snapshot: RunSnapshot) -> None:
+        seen.append(snapshot)
+
+    store.writes.record_step_progress(leased, T0, look)  # type: ignore[arg-type]
+    assert seen[0].run.state.cancel_requested and not leased.snapshot.run.state.cancel_requested
+    assert seen[0].run.state.status == "cancel-requested"
+    with pytest.raises(StoreInvariantError):  # the claim's copy of the run clears the cancel
+        store.writes.complete_step(
+            leased, T0, lambda s: RunWrite(leased.snapshot.run, (changed(s.current, detail="x"),))
+        )
+    assert _snapshot(store, run.run_id).run.state.cancel_requested
