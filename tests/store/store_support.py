@@ -145,11 +145,17 @@ def admission(
     first_step: Callable[[uuid.UUID], StoredStep] | None = None,
     **changes: Any,
 ) -> NewRun:
-    """An admission at `now`; `changes` change the run by its column names (`changed_run`)."""
+    """An admission at `now` whose run starts at `first_step` (by default a due `start` record
+    of `step_type`); `changes` change the run by its column names (`changed_run`)."""
     run_id = uuid.uuid4()
+    first = (
+        first_step(run_id)
+        if first_step is not None
+        else start_step(run_id, now, type=step_type, pure=step_type in ("choose", "finish"))
+    )
     state = RunState(
         status="running",
-        current_step="start",
+        current_step=first.record.step,
         admitted_at=now,
         deadline_at=now + deadline_seconds * SECOND,
         input=None,
@@ -174,11 +180,6 @@ def admission(
     )
     bindings_ok = changes.pop("bindings_ok", lambda _pairs: True)
     input_problem = changes.pop("input_problem", None)
-    first = (
-        first_step(run_id)
-        if first_step is not None
-        else start_step(run_id, now, type=step_type, pure=step_type in ("choose", "finish"))
-    )
     return NewRun(
         run=changed_run(run, **changes),
         first_step=first,

@@ -109,10 +109,12 @@ class UTCDateTime(TypeDecorator[int]):
         return dialect.type_descriptor(DateTime(timezone=True))
 
     def process_bind_param(self, value: int | None, dialect: Dialect) -> Any:
-        if value is None or dialect.name == "sqlite":
-            return value
+        if value is None:
+            return None
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError("An instant column takes integer milliseconds since the epoch.")
+        if dialect.name == "sqlite":
+            return value
         return _EPOCH + value * _MILLISECOND
 
     def process_result_value(self, value: Any, dialect: Dialect) -> int | None:

@@ -121,8 +121,14 @@ class RunWrites:
         to one run. Without `announce` the other processes are not notified (an idle loop of
         this one takes the run)."""
         run, first = admission.run, admission.first_step
-        if first.run_id != run.run_id or first.record.state != "pending":
-            raise StoreInvariantError("The start record must be a pending record of the run.")
+        if (
+            first.run_id != run.run_id
+            or first.record.state != "pending"
+            or first.record.step != run.state.current_step
+        ):
+            raise StoreInvariantError(
+                "The start record must be a pending record of the run, at its current step."
+            )
         tx = self._tx
 
         def work(conn: Connection) -> AdmissionResult:
