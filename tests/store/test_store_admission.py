@@ -58,7 +58,7 @@ def test_admission_inserts_the_run_and_its_due_start_record(store: Store) -> Non
 
 def test_same_start_identity_and_input_answers_the_existing_run(store: Store) -> None:
     first = store.writes.admit(admission("k1"), T0)
-    again = store.writes.admit(admission("k1"), T0 + SECOND)
+    again = store.writes.admit(admission("k1", T0 + SECOND), T0 + SECOND)
     assert not again.created
     assert again.run.run_id == first.run.run_id
     assert len(store.reads.list_runs(owner=None).runs) == 1

@@ -129,6 +129,14 @@ class RunWrites:
             raise StoreInvariantError(
                 "The start record must be a pending record of the run, at its current step."
             )
+        state = run.state
+        if (
+            (state.status, state.cancel_mode, state.cancel_requested, state.restore_review)
+            != ("running", "none", False, False)
+            or state.completed_at is not None
+            or run.payload_erased_at is not None
+        ):
+            raise StoreInvariantError("A new run is running, with nothing settled or requested.")
         tx = self._tx
 
         def work(conn: Connection) -> AdmissionResult:
