@@ -4,7 +4,8 @@ No public type name is defined in more than one module of the product's packages
 one thing wherever it is read. A type name is a top-level `class X`, or a top-level type alias —
 `X = Literal[...]` / `Callable[...]` / `tuple[...]` / `A | B` / another type's name, `X: TypeAlias
 = ...`, `type X = ...` — whose name is capitalised (not an ALL_CAPS constant) and does not start
-with `_`. A module may import and re-export a type defined elsewhere; only definitions count.
+with `_`. A module may import and re-export a type defined elsewhere (`X = module.X` included);
+only definitions count.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ def type_names(tree: ast.Module) -> list[str]:
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
             target = node.targets[0]
             if isinstance(target, ast.Name) and _type_name(target.id):
-                if _is_type_expression(node.value):
+                value = node.value
+                reexport = isinstance(value, ast.Attribute) and value.attr == target.id
+                if _is_type_expression(value) and not reexport:
                     names.append(target.id)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             annotation = ast.unparse(node.annotation)

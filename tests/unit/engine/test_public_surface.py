@@ -15,7 +15,7 @@ ENGINE = {
     "Alias", "Argument", "MappingSpec", "StepSpec", "CallStep", "ChooseStep", "FinishStep",
     "WaitForStep", "WaitUntilStep", "TriggerSpec",
     # state
-    "RunState", "StepRecord", "TimingPolicy", "StepRoute", "RouteKind", "RunStatus", "StepState",
+    "RunState", "StepRecord", "TimingPolicy", "StepRoute", "RouteKind", "RunStatusValue", "StepState",
     "CancelMode", "EffectState", "TERMINAL_STATUSES",
     # events
     "Event", "Admitted", "StepDue", "Work", "PreparationDone", "ReadyToSend", "CallOutcome",

@@ -53,8 +53,8 @@ from coordinator_api.limits import (
 from coordinator_api.problems import ApiProblem
 from coordinator_api.settings import (
     AuthenticationSettings,
-    JwksSource,
     JwksUri,
+    KeySetSource,
     OidcDiscovery,
     StaticJwks,
 )
@@ -154,7 +154,7 @@ class KeySetCache:
 
     def __init__(
         self,
-        source: JwksSource,
+        source: KeySetSource,
         issuer: str,
         transport: httpx.AsyncBaseTransport | None,
         monotonic: Callable[[], float] = time.monotonic,

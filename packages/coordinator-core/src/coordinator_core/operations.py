@@ -20,7 +20,9 @@ __all__ = [
 ]
 
 Effect = Literal["read", "mutation", "evaluation"]
-Recovery = Literal["read-again", "same-command", "same-command-and-receipt", "hold-after-dispatch"]
+RecoveryRule = Literal[
+    "read-again", "same-command", "same-command-and-receipt", "hold-after-dispatch"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +50,7 @@ class OperationDescriptor:
     effect: Effect
     key_required: bool
     requires_preparation: bool
-    recovery: Recovery
+    recovery: RecoveryRule
     read_receipt: bool
     declared_refusals: bool
     completions: Mapping[str, Completion] = field(default_factory=lambda: MappingProxyType({}))
@@ -80,7 +82,7 @@ class OperationDescriptor:
 def _op(
     operation_id: str,
     effect: Effect,
-    recovery: Recovery,
+    recovery: RecoveryRule,
     *,
     key: bool = False,
     preparation: bool = False,

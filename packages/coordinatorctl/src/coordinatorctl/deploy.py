@@ -50,6 +50,7 @@ from coordinator_core.shell.deployment import (
 from coordinator_core.shell.execution.codec import DefinitionCache
 from coordinator_core.shell.package_files import LoadedPackage, load_package
 from coordinator_core.shell.sealing import Sealer
+from coordinator_core.shell.secrets import DatabaseRole
 from coordinator_core.shell.service.bindings import LiveBindings
 from coordinator_core.shell.store import (
     ActivationRequest,
@@ -66,7 +67,6 @@ __all__ = ["run"]
 
 MAX_REFERENCE_CHARS: Final = 256
 
-DatabaseRole = Literal["runtime", "migration"]
 _ROLE_OF: Final[Mapping[str, DatabaseRole]] = {
     "migrate": "migration",
     "apply": "migration",

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from coordinator_core.definition.graph import RouteKind
 from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.serial import decode, encode
+from coordinator_core.operations import Effect
 
 __all__ = [
     "ACTIVE_STATUSES",
@@ -21,7 +23,7 @@ __all__ = [
     "EffectState",
     "RouteKind",
     "RunState",
-    "RunStatus",
+    "RunStatusValue",
     "SettledBy",
     "StepRecord",
     "StepRoute",
@@ -30,7 +32,7 @@ __all__ = [
     "TimingPolicy",
 ]
 
-RunStatus = Literal[
+RunStatusValue = Literal[
     "running",
     "attention",
     "cancel-requested",
@@ -46,10 +48,8 @@ StepState = Literal[
 StepType = Literal["call", "choose", "wait-until", "wait-for", "finish"]
 CancelMode = Literal["none", "stopping", "on-cancel-path"]
 EffectState = Literal["accepted", "unknown", "refused", "not-sent"]
-RouteKind = Literal["next", "case", "refusal", "timeout", "cancel"]
 SettledBy = Literal["response", "reconcile", "retry-same"]
 Awaiting = Literal["work", "preparation", "credential", "answer", "observation"]
-Effect = Literal["read", "mutation", "evaluation"]
 
 TERMINAL_STATUSES: Final[frozenset[str]] = frozenset(
     {"finished", "cancelled", "cancelled-after-effect", "expired"}
@@ -173,7 +173,7 @@ class RunState:
     where the payload is not at hand (a run as the store keeps it, sealed).
     """
 
-    status: RunStatus
+    status: RunStatusValue
     current_step: str
     admitted_at: Instant
     deadline_at: Instant
@@ -189,7 +189,7 @@ class RunState:
     records: tuple[StepRecord, ...] = ()
 
     @property
-    def reported_status(self) -> RunStatus:
+    def reported_status(self) -> RunStatusValue:
         if self.restore_review and self.status not in TERMINAL_STATUSES:
             return "attention"
         return self.status

@@ -39,7 +39,7 @@ from coordinator_core.engine.program import (
 )
 from coordinator_core.engine.state import (
     RunState,
-    RunStatus,
+    RunStatusValue,
     StepRecord,
     StepRoute,
 )
@@ -302,7 +302,7 @@ def _finish(tx: _Tx, record: StepRecord, spec: FinishStep) -> None:
         _dead_letter(tx, record, "outcome-invalid", detail="coordinator.mapping.outcome")  # T15
         return
     tx.update(record, state="delivered", finished_at=tx.now, awaiting=None)  # T14
-    status: RunStatus = "cancelled" if tx.run.cancel_mode == "on-cancel-path" else "finished"
+    status: RunStatusValue = "cancelled" if tx.run.cancel_mode == "on-cancel-path" else "finished"
     _settle(tx, status, None, outcome=spec.outcome, output=text)
     tx.emit(Finish("cancelled" if status == "cancelled" else "finished", spec.outcome, text))
 

@@ -22,7 +22,7 @@ from coordinator_core.engine.program import (
 from coordinator_core.engine.state import (
     TERMINAL_STATUSES,
     RunState,
-    RunStatus,
+    RunStatusValue,
     StepRecord,
 )
 from coordinator_core.evolve import evolve
@@ -121,13 +121,13 @@ def _unchanged(state: RunState, reason: str) -> Advance:
 # -- run status helpers -------------------------------------------------------------------------
 
 
-def _live_status(tx: _Tx) -> RunStatus:
+def _live_status(tx: _Tx) -> RunStatusValue:
     return "cancel-requested" if tx.run.cancel_requested else "running"
 
 
 def _settle(
     tx: _Tx,
-    status: RunStatus,
+    status: RunStatusValue,
     failure_code: str | None,
     *,
     outcome: str | None = None,

@@ -84,10 +84,29 @@ from coordinator_core.shell.service import Runtime, StoreRunService
 from coordinator_core.shell.store import Store
 
 __all__ = [
-    "EXIT_OK", "EXIT_REFUSED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "GRACE_SECONDS", "ArgumentParser",
-    "Command", "Refused", "Shutdown", "Started", "add_process_arguments", "add_worker_command",
-    "build_parser", "install_signals", "join", "main", "recheck_loop", "refusal", "run_command",
-    "run_worker", "start", "start_workers", "worker_loop"
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "GRACE_SECONDS",
+    "ArgumentParser",
+    "Refused",
+    "Shutdown",
+    "Started",
+    "Subcommand",
+    "add_process_arguments",
+    "add_worker_command",
+    "build_parser",
+    "install_signals",
+    "join",
+    "main",
+    "recheck_loop",
+    "refusal",
+    "run_command",
+    "run_worker",
+    "start",
+    "start_workers",
+    "worker_loop"
 ]  # fmt: skip
 
 EXIT_OK: Final = 0
@@ -251,12 +270,12 @@ def install_signals(shutdown: Shutdown) -> None:
 
 # -- the command --------------------------------------------------------------------------------
 
-Command = Callable[[argparse.Namespace, ServiceLog, contextlib.ExitStack], int]
+Subcommand = Callable[[argparse.Namespace, ServiceLog, contextlib.ExitStack], int]
 
 
 def run_command(
     parser: argparse.ArgumentParser,
-    commands: Mapping[str, Command],
+    commands: Mapping[str, Subcommand],
     argv: Sequence[str] | None = None,
 ) -> int:
     """Parse, run the chosen command with the service log installed, exit with its class.
@@ -275,7 +294,7 @@ def run_command(
 def _run_command(
     log: ServiceLog,
     parser: argparse.ArgumentParser,
-    commands: Mapping[str, Command],
+    commands: Mapping[str, Subcommand],
     argv: Sequence[str] | None,
 ) -> int:
     try:

@@ -21,7 +21,7 @@ from typing import Final, Literal, Protocol, get_args, runtime_checkable
 from uuid import UUID
 
 from coordinator_core.engine.clock import Instant
-from coordinator_core.engine.state import StepRecord, StepRoute
+from coordinator_core.engine.state import RunStatusValue, StepRecord, StepRoute
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.operations import OperationDescriptor
 from coordinator_core.shell.store.records import HoldState, StoredRun
@@ -62,16 +62,6 @@ records it for any code the catalogue does not hold)."""
 JsonValue = object
 """Any JSON value as `json.loads` returns it (dict, list, str, int, float, bool or None)."""
 
-RunStatusValue = Literal[
-    "running",
-    "attention",
-    "cancel-requested",
-    "finished",
-    "failed",
-    "cancelled",
-    "cancelled-after-effect",
-    "expired",
-]
 RUN_STATUSES: tuple[RunStatusValue, ...] = get_args(RunStatusValue)
 BlockReason = Literal[
     "terminal",
