@@ -28,7 +28,7 @@ from coordinator_sandbox.keys import (
     write_secret_bytes,
     write_secret_json,
 )
-from coordinator_sandbox.tokens import load_issuer, mint_caller_token
+from coordinator_sandbox.tokens import CALLER_TOKEN_SECONDS, load_issuer, mint_caller_token
 
 # The server module (starlette, uvicorn, httpx, jsonschema) is imported only by `serve`, so
 # `keys` and `caller-token` start fast.
@@ -172,10 +172,6 @@ def _issuer_url(state_dir: Path, explicit: str | None) -> str:
     if endpoints.exists():
         return str(read_json_file(endpoints).get("issuer", DEFAULT_ISSUER))
     return DEFAULT_ISSUER
-
-
-# The longest caller token the coordinator accepts (06 §2: `exp - iat` at most 3600 s).
-CALLER_TOKEN_MAX_SECONDS = 3600
 
 
 def command_caller_token(args: argparse.Namespace) -> int:
@@ -380,9 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     token_parser.add_argument(
         "--expires-in",
         type=int,
-        default=CALLER_TOKEN_MAX_SECONDS,
+        default=CALLER_TOKEN_SECONDS,
         metavar="SECONDS",
-        help=f"lifetime (default {CALLER_TOKEN_MAX_SECONDS}, the longest the coordinator accepts)",
+        help=f"lifetime (default {CALLER_TOKEN_SECONDS}, the longest the coordinator accepts)",
     )
     token_parser.add_argument(
         "--algorithm", choices=("ES256", "RS256"), default="ES256", help="default ES256"
