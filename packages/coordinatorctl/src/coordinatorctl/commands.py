@@ -445,8 +445,20 @@ def _run_test(
             raise OSError
         data = path.read_bytes()
     except OSError:
+        missing = scenarios_file is None and not path.exists() and not path.is_symlink()
         outcome.diagnostics.append(
-            Diagnostic("coordinator.command.input-unavailable", path="", file=display)
+            Diagnostic(
+                "coordinator.command.input-unavailable",
+                path="",
+                file=display,
+                message="The project has no scenarios.yaml: there is nothing to test."
+                if missing
+                else None,
+                hint="Write scenarios.yaml in the project (docs/scenarios.md; `coordinatorctl"
+                " init` writes one to start from), or name a scenarios file with --scenarios."
+                if missing
+                else None,
+            )
         )
         return outcome, None, suite, revision
     authored = read_authored_file(data, file=display, expected_kind=limits.KIND_SCENARIOS)
