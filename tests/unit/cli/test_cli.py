@@ -182,7 +182,9 @@ def test_init_writes_the_starter_project_with_private_keys(
         ".coordinator/secrets/audit.key",
         ".coordinator/secrets/state-1.key",
         "functions.rhai",
+        "input.example.json",
         "runtime.yaml",
+        "sandbox.json",
         "scenarios.yaml",
         "workflow.yaml",
     ]
@@ -196,7 +198,13 @@ def test_init_writes_the_starter_project_with_private_keys(
     assert f'root: "{target}/.coordinator/secrets"' in runtime
     expected = (EXAMPLES / "delayed-follow-up" / "runtime.yaml").read_text(encoding="utf-8")
     assert runtime == expected.replace("/home/dev/delayed-follow-up", str(target))
-    for name in ("workflow.yaml", "functions.rhai", "scenarios.yaml"):
+    for name in (
+        "workflow.yaml",
+        "functions.rhai",
+        "scenarios.yaml",
+        "input.example.json",
+        "sandbox.json",
+    ):
         assert (target / name).read_bytes() == (EXAMPLES / "delayed-follow-up" / name).read_bytes()
     code, checked = report(capsys, "check", "--project", str(target))
     assert code == 0, checked["diagnostics"]

@@ -340,7 +340,9 @@ def test_status_watch_follows_the_run_to_finished_one_plain_line_per_change(
     service.on("GET", RUN_PATH, RUNNING, RUNNING, WAITING, WAITING, WAITING, FINISHED)
     code, out, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
     assert code == 0
-    lines = err.splitlines()
+    first, *lines = err.splitlines()
+    # The run id comes first: a watch that never ends still named its run.
+    assert first == f"Run {RUN_ID}; following it until it settles (Ctrl-C stops watching)"
     assert [line.split(" ", 1)[1] for line in lines] == [
         "running at read-application",
         "running at await-review, next due 2025-01-01T11:00:00.000Z",
@@ -365,7 +367,8 @@ def test_start_wait_admits_then_follows_the_run(
     assert code == 0
     assert out.splitlines()[0] == f"Admitted run {RUN_ID}"
     assert "Status:     finished" in out
-    assert len(err.splitlines()) == 3
+    assert err.splitlines()[0].startswith(f"Admitted run {RUN_ID}; following it")
+    assert len(err.splitlines()) == 4
     assert service.calls("POST", "/v1/runs") == 1 and service.calls("GET", RUN_PATH) == 2
 
 
@@ -562,7 +565,7 @@ def test_a_read_that_fails_is_tried_again_twice(
     service.then("GET", RUN_PATH, 200, FINISHED, "application/json")
     code, out, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
     assert code == 0 and "Status:     finished" in out
-    lines = err.splitlines()
+    lines = err.splitlines()[1:]  # after the run id
     assert len(lines) == 4 and "could not be read (1 of 2 retries)" in lines[1]
     assert "could not be read (2 of 2 retries)" in lines[2] and " finished at " in lines[3]
     assert service.calls("GET", RUN_PATH) == 4

@@ -38,6 +38,8 @@ from coordinatorctl.remote_models import (
 __all__ = ["ACTIVE", "ApiRequest", "StartInputs", "build_request", "start_inputs"]
 
 ACTIVE = "active"  # `--revision active`: the revision the service serves (its default)
+_ANY_WORKFLOW = "w"
+_ANY_REVISION = "sha256:" + "0" * 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,16 +68,28 @@ def start_inputs(options: argparse.Namespace) -> StartInputs | list[Diagnostic]:
     """Every local input of `start`, read once (standard input can be read only once) and
     checked before anything is sent."""
     problems: list[Diagnostic] = []
-    for flag, given in (("--workflow", options.workflow), ("--revision", options.revision)):
-        found = check_text_argument(flag, given)
+    checked: set[str] = set()
+    for member, given in (("workflow", options.workflow), ("revision", options.revision)):
+        found = check_text_argument(f"--{member}", given)
         if found is not None:
             problems.append(found)
+            checked.add(member)
     value = start_input(options.input, options.input_json)
     key = start_key(options.key, options.key_file)
     if isinstance(value, Diagnostic):
         problems.append(value)
     if isinstance(key, Diagnostic):
         problems.append(key)
+    # A given id the request's model refuses is reported with the rest, before anything is
+    # sent (a default is the service's own, which the model is not asked about here).
+    refused = request_body(
+        StartRunRequest,
+        workflow=options.workflow if options.workflow is not None else _ANY_WORKFLOW,
+        revision=options.revision if options.revision not in (None, ACTIVE) else _ANY_REVISION,
+        input=None,
+    )
+    if isinstance(refused, frozenset):
+        problems.extend(refused_member(m) for m in sorted(refused - checked - {"input"}))
     if problems or isinstance(value, Diagnostic) or isinstance(key, Diagnostic):
         return problems
     needs = options.workflow is None or options.revision in (None, ACTIVE)
