@@ -416,7 +416,11 @@ def build_parser() -> argparse.ArgumentParser:
     decide_parser = commands.add_parser(
         "decide", help="decide a pending review; Casework then notifies the coordinator"
     )
-    decide_parser.add_argument("request_id", metavar="REQUEST_ID", help="from `reviews`")
+    decide_parser.add_argument(
+        "request_id",
+        metavar="REQUEST_ID",
+        help="a review request id from `reviews`, or `latest`: the last one still pending",
+    )
     decide_parser.add_argument(
         "decision",
         metavar="DECISION",

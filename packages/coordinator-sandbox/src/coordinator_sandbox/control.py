@@ -58,6 +58,7 @@ __all__ = [
 ]
 
 DEFAULT_STATE_DIR: Final = Path(".coordinator") / "sandbox"
+LATEST: Final = "latest"  # `decide latest`: the review request received last still pending
 TIMEOUT_SECONDS: Final = 5.0
 COMPLETION_TOKEN_FILE: Final = "casework-completions-token"
 EVENT_KEY_FILE: Final = "applications-events.key"
@@ -239,11 +240,23 @@ def decide(
             raise ControlError("A --result file holds one JSON object.")
         body["result"] = details
     origin = _origin(state_dir, "casework")
+    if request_id == LATEST:
+        request_id = _latest_pending(origin)
     found = _request("POST", f"{origin}/sandbox/review-requests/{request_id}/decision", body)
     return Answer(
         f"Decided review request {request_id}: {status}; Casework sends its completion now\n",
         found,
     )
+
+
+def _latest_pending(origin: str) -> str:
+    """The id of the review request received last among those still pending."""
+    found = _request("GET", f"{origin}/sandbox/review-requests")
+    items = found.get("reviewRequests", []) if isinstance(found, dict) else []
+    pending = [str(item["requestId"]) for item in items if item.get("result") is None]
+    if not pending:
+        raise ControlError("No review request is pending; `reviews` lists them all.")
+    return pending[-1]
 
 
 def fault(

@@ -27,6 +27,7 @@ import json
 import os
 import random
 import secrets as random_bytes
+import shlex
 import shutil
 import signal
 import socket
@@ -130,13 +131,16 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def interruptible() -> Iterator[None]:
-    """SIGTERM and SIGHUP end the session like Ctrl-C (KeyboardInterrupt in the main thread)."""
+    """SIGINT, SIGTERM and SIGHUP end the session (KeyboardInterrupt in the main thread).
+    SIGINT is set explicitly: a shell starts a background job (`coordinatorctl dev &`) with
+    SIGINT ignored, and Python keeps an ignored SIGINT ignored."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
     previous = {
-        signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)
+        signum: signal.signal(signum, interrupt)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     }
     try:
         yield
@@ -498,6 +502,11 @@ class Session:
             "COORDINATOR_URL": self.origin,
             "COORDINATOR_TOKEN_FILE": str(self.token),
         }
+        env_file = self.state / "env"
+        env_file.write_text(
+            "".join(f"export {name}={shlex.quote(value)}\n" for name, value in environment.items()),
+            encoding="utf-8",
+        )
         block = [
             "",
             f"coordinatorctl dev: {self.workflow_id} is live, revision {self.revision}",
@@ -510,8 +519,8 @@ class Session:
             f"  Sandbox   {self.sandbox_state}   (coordinator-sandbox reviews|decide|fault|received)",
             f"  Logs      {self.children.logs}",
             "",
-            "In another terminal:",
-            *(f"  export {name}={value}" for name, value in environment.items()),
+            f"In another terminal (`. {self._shown(env_file)}` sets the same):",
+            *(f"  export {name}={shlex.quote(value)}" for name, value in environment.items()),
             f"  {start}",
             "",
             "Watching the project: every change that checks clean is packaged and activated."
@@ -526,6 +535,7 @@ class Session:
                 "console": self.console_url,
                 "tokenFile": str(self.token),
                 "environment": environment,
+                "environmentFile": str(env_file),
                 "start": start,
             },
             text="\n".join(block) + "\n",
@@ -535,10 +545,14 @@ class Session:
         example = self.project / "input.example.json"
         line = f"coordinatorctl start --workflow {self.workflow_id}"
         if example.is_file():
-            relative = os.path.relpath(example)
-            shown = relative if not relative.startswith("..") else str(example)
-            return f"{line} --input @{shown} --wait"
+            return f"{line} --input @{self._shown(example)} --wait"
         return line + " --input-json '{…}' --wait"
+
+    @staticmethod
+    def _shown(path: Path) -> str:
+        """`path` relative to the working directory when it is below it, else absolute."""
+        relative = os.path.relpath(path)
+        return shlex.quote(relative if not relative.startswith("..") else str(path))
 
     def _remember(self) -> None:
         session = {
