@@ -39,6 +39,7 @@ from types import FrameType
 from typing import Any, Final
 
 from coordinator_core.errors import Diagnostic
+from coordinatorctl.console import READY_PREFIX as CONSOLE_READY_PREFIX
 from coordinatorctl.dev.children import ChildFailed, Children, run_once
 from coordinatorctl.dev.runtime_file import (
     SANDBOX_PRODUCTS,
@@ -59,7 +60,6 @@ TOKEN_REFRESH_MARGIN_SECONDS: Final = 600
 # `coordinator-sandbox serve` prints this, then its endpoints as JSON, once every port answers
 # (coordinator_sandbox/server.py READY_PREFIX; tests/unit/cli/test_dev.py keeps them equal).
 SANDBOX_READY: Final = "coordinator-sandbox ready "
-CONSOLE_READY: Final = "The console is at "
 DEV_KEYS: Final = ("state-1.key", "admission.key", "audit.key")
 # Listener ports below Linux's ephemeral range: the sandbox's `--ports 0` can never take one
 # between this probe and the service's bind.
@@ -472,7 +472,7 @@ class Session:
         ]  # fmt: skip
         console = self.children.start("console", arguments, read_stdout=True)
         try:
-            line = console.wait_line(CONSOLE_READY, READY_TIMEOUT_SECONDS)
+            line = console.wait_line(CONSOLE_READY_PREFIX, READY_TIMEOUT_SECONDS)
         except ChildFailed as failed:
             self.events.say(f"The console did not start: {failed}")
             self.console_url = None
