@@ -137,10 +137,8 @@ def test_dev_runs_a_fresh_project_live_activates_edits_and_leaves_no_process(
         assert ready["workflow"] == "delayed-follow-up" and ready["console"].startswith("http://")
         token_file = Path(ready["tokenFile"])
         assert oct(token_file.stat().st_mode & 0o777) == "0o600"
-        assert (
-            ready["start"].endswith("--input @" + str(project / "input.example.json") + " --wait")
-            or "input.example.json" in ready["start"]
-        )
+        assert ready["start"].startswith("coordinatorctl start --workflow delayed-follow-up")
+        assert ready["start"].endswith("input.example.json --wait")
         first_revision = ready["revision"]
 
         # 1. A run on the sample input finishes against the sandbox products.
