@@ -374,3 +374,20 @@ def test_audit_verify_of_a_missing_directory_is_exit_3(
 ) -> None:
     code, document = report(capsys, "audit", "verify", "--directory", str(tmp_path / "none"))
     assert code == 3 and document["command"] == "audit verify"
+
+
+def test_a_relative_runtime_config_is_the_working_directory_s(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    example = EXAMPLES / "reviewed-notice"
+    monkeypatch.chdir(example)
+    code, document = report(capsys, "check", "--runtime-config", "runtime.yaml")
+    assert code == 0 and document["runtimeConfig"] == str(example / "runtime.yaml")
+    monkeypatch.chdir(EXAMPLES)
+    code, document = report(
+        capsys, "check", "--runtime-config", "./reviewed-notice/../reviewed-notice/runtime.yaml"
+    )
+    assert code == 0 and document["runtimeConfig"] == str(example / "runtime.yaml")
+    # An absolute path keeps its rule: no `.` or `..` segments.
+    code, document = report(capsys, "check", "--runtime-config", f"{example}/../x/runtime.yaml")
+    assert code == 2 and "must not have . or .. segments" in document["diagnostics"][0]["message"]

@@ -177,7 +177,6 @@ class Session:
     console_url: str | None = None
     console_port: int = 0
     workflow_id: str = ""
-    given_document: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.home = self.project / ".coordinator"
@@ -187,8 +186,7 @@ class Session:
         self.runtime = self.state / "runtime.yaml"
         self.secrets = self.home / "secrets"
         if self.given is not None:
-            self.given_document = read_runtime(self.given)
-            root = _file_root(self.given_document)
+            root = _file_root(read_runtime(self.given))
             if root is not None:
                 self.secrets = Path(root)
         self.environment.setdefault("PYTHONUNBUFFERED", "1")
@@ -411,9 +409,8 @@ class Session:
         return Pin(root, digest, self.workflow_id, str(outcome.result["revision"]))
 
     def _document(self, pin: Pin) -> dict[str, Any]:
-        base = self.given_document if self.given is not None else None
-        if self.given is None:
-            base = read_runtime(self.project / "runtime.yaml")
+        # Read again at every activation: an edit of the runtime file is a change too.
+        base = read_runtime(self.given if self.given is not None else self.project / "runtime.yaml")
         return runtime_document(
             base=base,
             given=self.given is not None,
