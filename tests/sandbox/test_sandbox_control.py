@@ -49,16 +49,16 @@ def test_a_record_file_without_domain_data_is_refused(sandbox: Sandbox, tmp_path
 def test_reviews_lists_and_decide_latest_approves_the_last_pending_one(
     sandbox: Sandbox, receiver: Receiver, key: str
 ) -> None:
-    request_id = submit(sandbox, key, review_request()).json()["requestId"]
-    listed = control(sandbox, "reviews")
-    assert f"{request_id}  pending" in listed
+    earlier = submit(sandbox, key, review_request()).json()["requestId"]
+    request_id = submit(sandbox, f"{key}-2", review_request()).json()["requestId"]
+    rows = [line.split()[:2] for line in control(sandbox, "reviews").splitlines()]
+    assert [earlier, "pending"] in rows and [request_id, "pending"] in rows
     before = len(receiver.wait_for(0, "/v1/review-completions"))
     out = control(sandbox, "decide", "latest", "reject")
     assert out.startswith(f"Decided review request {request_id}: rejected")
     receiver.wait_for(before + 1, "/v1/review-completions")
-    assert f"{request_id}  rejected" in control(sandbox, "reviews")
-    done = run_cli("decide", "latest", "approve", "--state-dir", str(sandbox.state_dir))
-    assert done.returncode == 1 and "No review request is pending" in done.stderr
+    rows = [line.split()[:2] for line in control(sandbox, "reviews").splitlines()]
+    assert [request_id, "rejected"] in rows and [earlier, "pending"] in rows
 
 
 def test_decide_inconclusive_is_changes_requested_and_a_bad_decision_lists_the_words(
@@ -107,7 +107,10 @@ def test_received_lists_each_products_requests_with_their_answers(
     assert listed.splitlines()[0].split() == [
         "PRODUCT", "#", "OPERATION", "REQUEST", "ANSWER", "FAULT",
     ]  # fmt: skip
-    assert "casework.submit-review-request/v1  POST /v1/review-requests  201" in listed
+    rows = [line.split() for line in listed.splitlines()[1:]]
+    assert ["casework.submit-review-request/v1", "POST", "/v1/review-requests", "201", "-"] in [
+        row[2:] for row in rows
+    ]
     everything = json.loads(control(sandbox, "received", "--json"))
     assert set(everything) >= {"identity", "breg", "casework", "messaging"}
 
@@ -147,6 +150,26 @@ def test_bind_makes_registers_and_describes_a_connection_per_alias(
     clients = json.loads((sandbox.state_dir / "clients.json").read_text())["clients"]
     assert "coordinator-permits" in {entry["clientId"] for entry in clients}
     assert set(CLIENTS.values()) <= {entry["clientId"] for entry in clients}
+
+
+def test_decide_latest_without_a_pending_review_says_so(tmp_path: Path) -> None:
+    """A sandbox of its own, with Casework only and no review yet."""
+    import signal
+    import subprocess
+
+    from coordinator_sandbox import launch
+
+    process, _ = launch.start(tmp_path, arguments=("--services", "casework"))
+    try:
+        done = run_cli("decide", "latest", "approve", "--state-dir", str(tmp_path))
+        assert done.returncode == 1 and "No review request is pending" in done.stderr
+        assert run_cli("reviews", "--state-dir", str(tmp_path)).stdout == "No review requests.\n"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def test_without_a_running_sandbox_the_command_says_how_to_start_one(tmp_path: Path) -> None:
