@@ -24,41 +24,13 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from e2e_support import PYTHON, wait_for
+from e2e_support import PYTHON, alive, descendants, wait_for
 
 READY_TIMEOUT = 90.0
 INPUT = {
     "applicationId": "a8d12546-b2ca-46ac-b12b-06c199041bb2",
     "sendAfter": "2026-01-01T00:00:00Z",
 }
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live descendant of `pid` (from /proc: children, their children, …)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            parents.setdefault(int(fields[1]), []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie waiting to be reaped."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 @dataclass

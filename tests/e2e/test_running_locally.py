@@ -22,8 +22,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from e2e_support import ROOT, wait_for
-from test_dev import alive, descendants
+from e2e_support import ROOT, alive, descendants, wait_for
 
 PAGE = ROOT / "docs" / "running-locally.md"
 READY = "Ctrl-C stops everything."

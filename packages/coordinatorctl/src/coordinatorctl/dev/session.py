@@ -58,7 +58,7 @@ READY_TIMEOUT_SECONDS: Final = 60.0
 TOKEN_LIFETIME_SECONDS: Final = 3600  # the longest a caller token may live (06 §2)
 TOKEN_REFRESH_MARGIN_SECONDS: Final = 600
 # `coordinator-sandbox serve` prints this, then its endpoints as JSON, once every port answers
-# (coordinator_sandbox/server.py READY_PREFIX; tests/unit/cli/test_dev.py keeps them equal).
+# (coordinator_sandbox/server.py READY_PREFIX; tests/unit/cli/test_dev_runtime_file.py keeps them equal).
 SANDBOX_READY: Final = "coordinator-sandbox ready "
 DEV_KEYS: Final = ("state-1.key", "admission.key", "audit.key")
 # Listener ports below Linux's ephemeral range: the sandbox's `--ports 0` can never take one
