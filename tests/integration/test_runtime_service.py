@@ -39,6 +39,20 @@ def test_another_revision_is_refused_and_a_bad_input_reported(sqlite_deployed: D
     assert invalid.value.code == "coordinator.definition.input"
 
 
+def test_a_refused_input_names_where_it_fails_and_never_a_value(
+    sqlite_deployed: Deployed,
+) -> None:
+    canary = "canary-value-0d1f"
+    with pytest.raises(ServiceRefusal) as invalid:
+        sqlite_deployed.admit({"applicationId": canary, "workflowId": canary})
+    assert invalid.value.code == "coordinator.definition.input"
+    assert [v.to_json() for v in invalid.value.violations] == [
+        {"path": "", "keyword": "additionalProperties", "members": ["workflowId"]},
+        {"path": "", "keyword": "required", "members": ["sendAfter"]},
+        {"path": "/applicationId", "keyword": "format"},
+    ]
+
+
 def test_someone_elses_run_is_absent(sqlite_deployed: Deployed) -> None:
     deployed = sqlite_deployed
     admitted = deployed.admit(run_input())

@@ -388,3 +388,15 @@ def test_pass_and_fail_are_coloured_only_on_a_terminal(
     assert "\x1b[" not in plain and plain.splitlines()[0].startswith("FAIL follow-up-sent")
     assert "\x1b[" in coloured
     assert re.sub(r"\x1b\[[0-9;]*m", "", coloured) == plain
+
+
+def test_a_project_without_scenarios_says_so_and_how_to_start_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for name in ("workflow.yaml", "functions.rhai"):
+        (tmp_path / name).write_bytes((EXAMPLE / name).read_bytes())
+    code, document = report(capsys, "test", "--project", str(tmp_path))
+    [diagnostic] = document["diagnostics"]
+    assert code == 3 and diagnostic["code"] == "coordinator.command.input-unavailable"
+    assert diagnostic["message"] == "The project has no scenarios.yaml: there is nothing to test."
+    assert "--scenarios" in diagnostic["suggestedAction"]

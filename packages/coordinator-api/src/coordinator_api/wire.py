@@ -11,7 +11,7 @@ only when set, and timestamps are `YYYY-MM-DDTHH:MM:SS.mmmZ` (06 §1 item 5).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
@@ -19,6 +19,7 @@ from uuid import UUID
 from pydantic import BaseModel, ValidationError
 
 from coordinator_api.settings import WorkflowSummary
+from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.shell import service
 from coordinator_core.shell.service import RUN_STATUSES, RunStatusValue
 from coordinator_models import api
@@ -154,8 +155,9 @@ def problem(
     code: str,
     suggested_action: str | None,
     reason: service.BlockReason | None = None,
+    violations: Sequence[Violation] = (),
 ) -> api.Problem:
-    """The 06 §3 problem object; `reason` only where the caller sets it."""
+    """The 06 §3 problem object; `reason` and `violations` only where the caller sets them."""
     body = api.Problem(
         type=type_uri,
         title=title,
@@ -164,8 +166,20 @@ def problem(
         code=code,
         suggested_action=suggested_action,
         reason=_block_reason(reason),
+        violations=[
+            _absent(
+                api.Violation(
+                    path=item.path,
+                    keyword=item.keyword,
+                    members=[api.Member(name) for name in item.members] or None,
+                ),
+                "members",
+            )
+            for item in violations
+        ]
+        or None,
     )
-    return _absent(body, "reason")
+    return _absent(body, "reason", "violations")
 
 
 def _optional_code(code: str | None) -> api.FailureCode | None:

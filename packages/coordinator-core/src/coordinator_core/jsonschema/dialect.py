@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any, Final
 from urllib.parse import unquote
 
+from coordinator_core.jsonschema.violations import Violation, violations_of
 from coordinator_core.limits import (
     JSON_MAX_CANONICAL_BYTES,
     JSON_MAX_DEPTH,
@@ -706,6 +707,10 @@ class SchemaValidator:
             for error in self._validator.iter_errors(instance)
         }
         return sorted(pointers)
+
+    def violations(self, instance: object) -> tuple[Violation, ...]:
+        """Where `instance` fails the schema, without its values (violations.py)."""
+        return violations_of(self._validator.iter_errors(instance))
 
 
 def _strip_dollar_schema(schema: object) -> object:

@@ -86,7 +86,10 @@ def admit(context: Runtime, admission: AdmissionRequest) -> RunAdmitted:
     problem = (
         None
         if context.definition.input_valid(admission.input)
-        else ServiceRefusal("coordinator.definition.input")
+        else ServiceRefusal(
+            "coordinator.definition.input",
+            violations=context.definition.input_violations(admission.input),
+        )
     )
     now = context.now()
     prepared = store_admission(

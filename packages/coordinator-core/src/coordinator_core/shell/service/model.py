@@ -23,6 +23,7 @@ from uuid import UUID
 from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.state import RunStatusValue, StepRecord, StepRoute
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.operations import OperationDescriptor
 from coordinator_core.shell.store.records import HoldState, StoredRun
 
@@ -301,9 +302,17 @@ class ServiceRefusal(CoordinatorError):
     """A domain refusal with a code of 06 §3.1 (`reason` only for retry/reconcile refusals): the
     one error type, its diagnostic the bare code (no position: a request has no file)."""
 
-    def __init__(self, code: str, reason: BlockReason | None = None) -> None:
+    def __init__(
+        self,
+        code: str,
+        reason: BlockReason | None = None,
+        *,
+        violations: tuple[Violation, ...] = (),
+    ) -> None:
         super().__init__(Diagnostic(code))
         self.reason = reason
+        # `coordinator.definition.input`: where the input fails its schema, never a value.
+        self.violations = violations
 
 
 # ---------------------------------------------------------------------------------------------
