@@ -18,6 +18,7 @@ from coordinator_core.operations import Effect
 
 __all__ = [
     "ACTIVE_STATUSES",
+    "AttemptEnding",
     "TERMINAL_STATUSES",
     "CancelMode",
     "EffectState",
@@ -50,6 +51,10 @@ CancelMode = Literal["none", "stopping", "on-cancel-path"]
 EffectState = Literal["accepted", "unknown", "refused", "not-sent"]
 SettledBy = Literal["response", "reconcile", "retry-same"]
 Awaiting = Literal["work", "preparation", "credential", "answer", "observation"]
+AttemptEnding = Literal[
+    "delivered", "retry", "dead-lettered", "unknown", "expired", "cancelled", "pending", "timed-out"
+]
+"""How an attempt of a record ended, in the words of the journal's worker entries (07 §11)."""
 
 TERMINAL_STATUSES: Final[frozenset[str]] = frozenset(
     {"finished", "cancelled", "cancelled-after-effect", "expired"}
@@ -141,6 +146,23 @@ class StepRecord:
     observations: int = 0
     last_observed_at: Instant | None = None
     completion_ref: str | None = None
+
+    @property
+    def ending(self) -> AttemptEnding:
+        """How the attempt that left the record as it is ended (07 §11 worker outcome):
+        delivered (or timed out through a route), put back pending (a retry of a call), failed,
+        unknown, expired or cancelled."""
+        state = self.state
+        if state == "delivered":
+            timed_out = self.route is not None and self.route.kind == "timeout"
+            return "timed-out" if timed_out else "delivered"
+        if state == "pending":
+            return "retry" if self.type == "call" else "pending"
+        if state == "dead-lettered":
+            return "timed-out" if self.failure_code == "wait-timed-out" else "dead-lettered"
+        if state in ("unknown", "expired", "cancelled"):
+            return state
+        return "pending"
 
     @property
     def dispatch_risk(self) -> bool:

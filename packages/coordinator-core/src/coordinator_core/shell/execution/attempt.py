@@ -193,28 +193,11 @@ class Ports:
 
 
 def outcome_of(record: StepRecord | None, sweep: SweepKind | None = None) -> WorkerOutcome:
-    """The worker outcome (07 §11) a finished transition leaves on its record."""
+    """The worker outcome (07 §11) a finished transition leaves on its record: the engine's
+    `StepRecord.ending`, or `lease-lapsed` for a sweep's recovery of a lapsed lease."""
     if sweep == "lease-lapsed":
         return "lease-lapsed"
-    if record is None:
-        return "pending"
-    if record.state == "delivered":
-        return (
-            "timed-out"
-            if record.route is not None and record.route.kind == "timeout"
-            else "delivered"
-        )
-    if record.state == "pending":
-        return "retry" if record.type == "call" else "pending"
-    if record.state == "dead-lettered":
-        return "timed-out" if record.failure_code == "wait-timed-out" else "dead-lettered"
-    if record.state == "unknown":
-        return "unknown"
-    if record.state == "expired":
-        return "expired"
-    if record.state == "cancelled":
-        return "cancelled"
-    return "pending"
+    return "pending" if record is None else record.ending
 
 
 def _ending(record: StepRecord) -> Literal["observation", "transition"]:
