@@ -45,6 +45,8 @@ TEST_TOOLS = (
     "uv",
     # tests/e2e/test_generated_client.py generates a client from the served document.
     "openapi-python-client",
+    # tests/unit/test_import_graph.py reads the import graph (no cycles, ARCHITECTURE rule 11).
+    "grimp",
 )
 
 # Benchmark targets whose script takes the arguments that follow them.

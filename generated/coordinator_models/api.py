@@ -283,52 +283,30 @@ class StoreKind(StrEnum):
     sqlite = "sqlite"
 
 
-class Problem(BaseModel):
+class Member(RootModel[str]):
+    root: Annotated[str, Field(max_length=128, min_length=1)]
+
+
+class Violation(BaseModel):
     """
-    An RFC 9457 problem (contract 06 §3). `detail` is a fixed sentence per code and never contains submitted values, identifiers of other principals or remote text; clients branch on `code`.
+    One place where a request body or a run input fails its schema (a `Problem` extension). It names the place and the rule, never the value found there.
     """
 
     model_config = ConfigDict(
         extra="forbid",
         populate_by_name=True,
     )
-    type: Annotated[
-        str,
-        Field(
-            pattern="^https://id\\.registrystack\\.org/problems/registry-coordinator/[a-z0-9/-]+$"
-        ),
-    ]
+    path: Annotated[str, Field(max_length=2048)]
     """
-    `https://id.registrystack.org/problems/registry-coordinator/` followed by the code without its leading `coordinator.` and with `.` replaced by `/`.
+    The failing instance location as an RFC 6901 JSON pointer into the body or the input (`` for the whole, `/permitId`, `/items/0`). A member name that is not printable or longer than 128 characters ends the pointer at its parent.
     """
-    title: Annotated[str, Field(min_length=1)]
+    keyword: Annotated[str, Field(max_length=64, pattern="^[$A-Za-z][A-Za-z0-9]*$")]
     """
-    A fixed short title per code.
+    The JSON Schema keyword that failed (`type`, `format`, `required`, `additionalProperties`, `pattern`, `enum`, `minimum`, …).
     """
-    status: Annotated[int, Field(ge=400, le=599)]
+    members: Annotated[list[Member] | None, Field(max_length=10, min_length=1)] = None
     """
-    The HTTP status of the response.
-    """
-    detail: Annotated[str, Field(min_length=1)]
-    """
-    A fixed sentence per code.
-    """
-    code: Annotated[
-        str,
-        Field(
-            pattern="^(?:(?:idempotency|admission)\\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*|coordinator\\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*\\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*)$"
-        ),
-    ]
-    """
-    The stable problem code (docs/reference/error-codes.md).
-    """
-    suggested_action: Annotated[str | None, Field(alias="suggestedAction")]
-    """
-    A fixed sentence saying what to do next, or null.
-    """
-    reason: BlockReason | None = None
-    """
-    Only on `coordinator.command.retry-refused` and `coordinator.command.reconcile-refused`: the first failing condition.
+    For `required`: the missing members; for `additionalProperties` and `unevaluatedProperties`: the members the schema does not allow (printable names of at most 128 characters; at most 10).
     """
 
 
@@ -1045,4 +1023,59 @@ class EventAdmitted(BaseModel):
     run_id: Annotated[UUID, Field(alias="runId")]
     """
     A run id as the service returns it: a version 4 UUID, lowercase and hyphenated.
+    """
+
+
+class Problem(BaseModel):
+    """
+    An RFC 9457 problem (contract 06 §3). `detail` is a fixed sentence per code (for `coordinator.access.unauthenticated` and `coordinator.access.denied`, one of a few fixed sentences naming the class of the refusal where that tells the token's holder nothing it could not read in its own token) and never contains submitted values, identifiers of other principals or remote text; clients branch on `code`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+    )
+    type: Annotated[
+        str,
+        Field(
+            pattern="^https://id\\.registrystack\\.org/problems/registry-coordinator/[a-z0-9/-]+$"
+        ),
+    ]
+    """
+    `https://id.registrystack.org/problems/registry-coordinator/` followed by the code without its leading `coordinator.` and with `.` replaced by `/`.
+    """
+    title: Annotated[str, Field(min_length=1)]
+    """
+    A fixed short title per code.
+    """
+    status: Annotated[int, Field(ge=400, le=599)]
+    """
+    The HTTP status of the response.
+    """
+    detail: Annotated[str, Field(min_length=1)]
+    """
+    A fixed sentence per code, or per class of a token refusal.
+    """
+    code: Annotated[
+        str,
+        Field(
+            pattern="^(?:(?:idempotency|admission)\\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*|coordinator\\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*\\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*)$"
+        ),
+    ]
+    """
+    The stable problem code (docs/reference/error-codes.md).
+    """
+    suggested_action: Annotated[str | None, Field(alias="suggestedAction")]
+    """
+    A fixed sentence saying what to do next (per code, or per class of a token refusal), or null.
+    """
+    reason: BlockReason | None = None
+    """
+    Only on `coordinator.command.retry-refused` and `coordinator.command.reconcile-refused`: the first failing condition.
+    """
+    violations: Annotated[
+        list[Violation] | None, Field(max_length=10, min_length=1)
+    ] = None
+    """
+    An extension, only on `coordinator.request.invalid` (and the member codes of a request body, such as `coordinator.command.reason-invalid`) and on `coordinator.definition.input`: where the request body or the run input fails its schema — at most 10 places, each the failing instance location, the schema keyword that failed and, for `required`, `additionalProperties` and `unevaluatedProperties`, the names of the members concerned. Never a value.
     """

@@ -768,6 +768,27 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
         "warning",
         None,
     ),
+    "coordinator.dev.already-running": (
+        "A `coordinatorctl dev` session already runs for this project.",
+        "Use the running session (its block names the service and the console), or stop it with Ctrl-C in its terminal before starting another.",
+        1,
+        "error",
+        None,
+    ),
+    "coordinator.dev.component-unavailable": (
+        "A process that `coordinatorctl dev` starts did not start or stopped.",
+        "Read the log the message names under .coordinator/dev/logs/; a port in use, a broken sandbox.json or a store of another deployment are the usual causes.",
+        3,
+        "error",
+        None,
+    ),
+    "coordinator.dev.extra-required": (
+        "The command `coordinatorctl dev` needs the service, the sandbox and the deployment dependencies, which this installation does not have.",
+        "Install the dev extra: `pip install 'coordinatorctl[dev]'` (it brings `coordinator-api`, `coordinator-sandbox` and `coordinator-core[service]`).",
+        2,
+        "error",
+        None,
+    ),
     "coordinator.evaluation.configuration": (
         "An evaluation connection is not configured correctly.",
         "Use `protocol: system-one`, a valid `model`, and exactly one of `bearer` and `local` authorization, where `local` needs a numeric loopback base URL.",

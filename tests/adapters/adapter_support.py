@@ -5,7 +5,6 @@ engine's commands an adapter carries out and the exact engine events it must ans
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import datetime
 import json
@@ -522,7 +521,7 @@ def dispatch_of(frozen: PreparedCommand, *, step: str = STEP) -> Dispatch:
         frozen.connection,
         _sealed(frozen),
         frozen.idempotency_key,
-        None if preparation is None else base64.b64encode(preparation).decode("ascii"),
+        preparation,
         1,
         1,
     )
@@ -578,9 +577,9 @@ def lookup(adapter: Adapter, bound: Any, frozen: PreparedCommand, **options: Any
 
 
 def preparation_bytes(outcome: PreparationDone | CallOutcome) -> bytes:
-    """The frozen preparation of a `PreparationDone` (the engine keeps it as base64 text)."""
+    """The frozen preparation of a `PreparationDone` (its bytes, as the engine keeps them)."""
     assert isinstance(outcome, PreparationDone), outcome
-    return base64.b64decode(outcome.preparation, validate=True)
+    return outcome.preparation
 
 
 # -- the exact engine events an adapter answers for STEP ----------------------------------------------

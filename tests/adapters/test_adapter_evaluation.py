@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import socket
 from typing import Any
@@ -122,7 +121,7 @@ def local(fake, live):
 def test_preparation_freezes_the_canonical_request_with_the_connections_model(fake, local):
     outcome = prepare(local)
     frozen = canonical_json({"model": "router-1", **REQUEST})
-    assert outcome == PreparationDone(STEP, base64.b64encode(frozen).decode("ascii"))
+    assert outcome == PreparationDone(STEP, frozen)
     assert not fake.requests("/")  # preparing sends nothing
 
 

@@ -23,6 +23,7 @@ from coordinator_api import (
     StaticJwks,
     WorkflowSummary,
 )
+from coordinator_core.engine import RunState, StepRecord
 from coordinator_core.operations import descriptor
 from coordinator_core.shell.service import (
     AdmissionRequest,
@@ -30,7 +31,6 @@ from coordinator_core.shell.service import (
     AuditResponse,
     AuditUnavailable,
     BlockReason,
-    CallDetails,
     Caller,
     Doctor,
     DoctorState,
@@ -48,12 +48,13 @@ from coordinator_core.shell.service import (
     ServiceRefusal,
     StepRoute,
     StepStatus,
-    WaitFor,
-    WaitUntil,
 )
+from coordinator_core.shell.store import StoredRun
 from coordinator_core.values import canonical_json
 
 NOW = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)  # the delivery time of 05 §7.1 test vector 2
+NOW_MS = (NOW - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+DAY_MS = 86_400_000
 ISSUER = "https://issuer.test"
 AUDIENCE = "coordinator"
 WORKFLOW = "reviewed-notice"
@@ -299,40 +300,39 @@ class FakeRunService:
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
 
-    def _moment(self) -> datetime:
+    def _moment(self) -> int:
         self.clock_step += 1
-        return NOW + timedelta(milliseconds=self.clock_step)
+        return NOW_MS + self.clock_step
 
     def _visible(self, caller: Caller, run: _Run) -> bool:
-        return run.status.workflow_id in caller.workflows and (
+        return run.status.run.workflow_id in caller.workflows and (
             caller.operator or run.owner == (caller.issuer, caller.subject)
         )
 
     def _new_run(self, *, origin: str, trigger: str | None) -> RunStatus:
         admitted = self._moment()
-        return RunStatus(
+        state = RunState(
+            status="running",
+            current_step="read-application",
+            admitted_at=admitted,
+            deadline_at=admitted + 30 * DAY_MS,
+            input=None,
+        )
+        run = StoredRun(
             run_id=uuid.uuid4(),
+            start_identity="a" * 64,
+            input_digest="b" * 64,
+            owner="c" * 64,
+            origin=origin,  # type: ignore[arg-type]
+            trigger=trigger,
             workflow_id=WORKFLOW,
             workflow_version="1",
             revision=REVISION,
             definition_digest=DIGEST,
             binding_digest="sha256:" + "c" * 64,
-            origin=origin,  # type: ignore[arg-type]
-            trigger=trigger,
-            status="running",
-            step="read-application",
-            admitted_at=admitted,
-            deadline_at=admitted + timedelta(days=30),
-            completed_at=None,
-            next_due_at=admitted,
-            cancel_requested=False,
-            restore_review=False,
-            uncertain=False,
-            outcome=None,
-            output=None,
-            failure_code=None,
-            payload_erased=False,
+            state=state,
         )
+        return RunStatus(run=run, next_due_at=admitted)
 
     def _command(self, name: str) -> None:
         self.calls.append(name)
@@ -346,7 +346,7 @@ class FakeRunService:
             raise ServiceRefusal("coordinator.command.run-absent")
         return run
 
-    async def ready(self) -> str | None:
+    def ready(self) -> str | None:
         if not self.is_ready:
             return "coordinator.command.store-unavailable"
         if self.hold.restore_hold:
@@ -355,7 +355,7 @@ class FakeRunService:
             return "coordinator.command.restore-admissions-held"
         return None
 
-    async def admit(self, admission: AdmissionRequest) -> RunAdmitted:
+    def admit(self, admission: AdmissionRequest) -> RunAdmitted:
         self._command("admit")
         owner = (admission.caller.issuer, admission.caller.subject)
         identity = (owner, admission.workflow, admission.idempotency_key)
@@ -377,11 +377,11 @@ class FakeRunService:
         self.runs[status.run_id] = _Run(owner, status, identity, digest)
         return RunAdmitted(run=status, created=True)
 
-    async def get_run(self, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
+    def get_run(self, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
         run = self.runs.get(run_id)
         return run.status if run is not None and self._visible(caller, run) else None
 
-    async def list_runs(self, caller: Caller, query: RunQuery) -> RunList:
+    def list_runs(self, caller: Caller, query: RunQuery) -> RunList:
         filters = [query.status, query.workflow]
         visible = sorted(
             (
@@ -389,9 +389,9 @@ class FakeRunService:
                 for run in self.runs.values()
                 if self._visible(caller, run)
                 and (query.status is None or run.status.status == query.status)
-                and (query.workflow is None or run.status.workflow_id == query.workflow)
+                and (query.workflow is None or run.status.run.workflow_id == query.workflow)
             ),
-            key=lambda status: (status.admitted_at, str(status.run_id)),
+            key=lambda status: (status.run.state.admitted_at, str(status.run_id)),
             reverse=True,
         )
         start = 0
@@ -412,72 +412,52 @@ class FakeRunService:
             ).decode()
         return RunList(runs=page, next_cursor=cursor)
 
-    async def inspect_run(self, caller: Caller, run_id: uuid.UUID) -> RunInspection | None:
-        status = await self.get_run(caller, run_id)
+    def inspect_run(self, caller: Caller, run_id: uuid.UUID) -> RunInspection | None:
+        status = self.get_run(caller, run_id)
         if status is None:
             return None
-        entered = status.admitted_at
+        entered = status.run.state.admitted_at
         operation = descriptor("casework.submit-review-request/v1")
         return RunInspection(
             run=status,
             steps=[
                 StepStatus(
-                    step="request-review",
-                    type="call",
-                    state="delivered",
-                    generation=1,
-                    attempt=1,
-                    entered_at=entered,
-                    finished_at=entered + timedelta(seconds=1),
-                    next_due_at=None,
-                    lease_expires_at=None,
-                    failure_code=None,
-                    route=StepRoute(kind="next"),
-                    call=CallDetails(
+                    StepRecord(
+                        step="request-review",
+                        type="call",
+                        state="delivered",
+                        entered_at=entered,
+                        attempt=1,
+                        finished_at=entered + 1000,
+                        route=StepRoute(kind="next"),
                         operation="casework.submit-review-request/v1",
                         effect="mutation",
                         command_prepared=True,
-                        uncertain=False,
-                        receipt_expired=False,
-                    ),
+                    )
                 ),
                 StepStatus(
-                    step="await-review",
-                    type="wait-for",
-                    state="pending",
-                    generation=1,
-                    attempt=0,
-                    entered_at=entered + timedelta(seconds=1),
-                    finished_at=None,
-                    next_due_at=entered + timedelta(minutes=15),
-                    lease_expires_at=None,
-                    failure_code=None,
-                    route=None,
-                    wait=WaitFor(
-                        call="request-review",
-                        completion="result",
-                        started_at=entered + timedelta(seconds=1),
-                        timeout_at=entered + timedelta(days=7),
+                    StepRecord(
+                        step="await-review",
+                        type="wait-for",
+                        state="pending",
+                        entered_at=entered + 1000,
+                        due_at=entered + 15 * 60_000,
+                        wait_started_at=entered + 1000,
+                        timeout_at=entered + 7 * DAY_MS,
                         interval_seconds=900,
-                        observations=0,
-                        last_observed_at=None,
-                        next_observation_at=entered + timedelta(minutes=15),
-                        result="waiting",
                     ),
+                    awaits=("request-review", "result"),
                 ),
                 StepStatus(
-                    step="pause",
-                    type="wait-until",
-                    state="pending",
-                    generation=1,
-                    attempt=0,
-                    entered_at=entered + timedelta(seconds=2),
-                    finished_at=None,
-                    next_due_at=None,
-                    lease_expires_at=None,
-                    failure_code="transport-uncertain",
-                    route=StepRoute(kind="case", label="approved"),
-                    wait=WaitUntil(until=entered + timedelta(days=1)),
+                    StepRecord(
+                        step="pause",
+                        type="wait-until",
+                        state="pending",
+                        entered_at=entered + 2000,
+                        failure_code="transport-uncertain",
+                        route=StepRoute(kind="case", label="approved"),
+                        wait_until=entered + DAY_MS,
+                    )
                 ),
             ],
             effects=[
@@ -497,20 +477,22 @@ class FakeRunService:
             ),
         )
 
-    async def cancel(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
+    def cancel(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
         self._command("cancel")
         run = self._owned(caller, run_id)
         if run.status.status == "running":
-            run.status = dataclasses.replace(
-                run.status,
+            stored = run.status.run
+            state = dataclasses.replace(
+                stored.state,
                 status="cancelled",
+                cancel_mode="stopping",
                 cancel_requested=True,
                 completed_at=self._moment(),
-                next_due_at=None,
             )
+            run.status = RunStatus(run=dataclasses.replace(stored, state=state))
         return run.status
 
-    async def retry_same(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
+    def retry_same(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
         self._command("retry-same")
         run = self._owned(caller, run_id)
         if run.status.status != "attention":
@@ -520,14 +502,14 @@ class FakeRunService:
             raise ServiceRefusal("coordinator.command.retry-refused", blocked)
         return run.status
 
-    async def reconcile(self, caller: Caller, run_id: uuid.UUID, reason: str) -> ReconcileResult:
+    def reconcile(self, caller: Caller, run_id: uuid.UUID, reason: str) -> ReconcileResult:
         self._command("reconcile")
         run = self._owned(caller, run_id)
-        inspection = await self.inspect_run(caller, run.status.run_id)
+        inspection = self.inspect_run(caller, run.status.run_id)
         assert inspection is not None
         return ReconcileResult(result="unresolved", inspection=inspection)
 
-    async def doctor(self) -> Doctor:
+    def doctor(self) -> Doctor:
         self._command("doctor")
         counts: dict[str, int] = {}
         for run in self.runs.values():
@@ -547,35 +529,35 @@ class FakeRunService:
                 statuses=counts,  # type: ignore[arg-type]
                 unknown_effects=0,
                 waits=0,
-                oldest_due_at=NOW if self.runs else None,
+                oldest_due_at=NOW_MS if self.runs else None,
                 terminal_payloads=0,
                 oldest_terminal_payload_at=None,
                 audit_head="sha256:" + "d" * 64,
             ),
         )
 
-    async def restore_hold(self, reason: str) -> HoldState:
+    def restore_hold(self, reason: str) -> HoldState:
         self._command("restore-hold")
         self.hold = HoldState(restore_hold=True, admissions_hold=True, restore_review=0)
         return self.hold
 
-    async def release_restore_hold(self, reason: str) -> HoldState:
+    def release_restore_hold(self, reason: str) -> HoldState:
         self._command("release-restore-hold")
         self.hold = dataclasses.replace(self.hold, restore_hold=False)
         return self.hold
 
-    async def release_admission_hold(self, reason: str) -> HoldState:
+    def release_admission_hold(self, reason: str) -> HoldState:
         self._command("release-admission-hold")
         if self.hold.restore_hold:
             raise ServiceRefusal("coordinator.command.restore-hold")
         self.hold = dataclasses.replace(self.hold, admissions_hold=False)
         return self.hold
 
-    async def retain(self, before: datetime, limit: int) -> int:
+    def retain(self, before: int, limit: int) -> int:
         self._command("retain")
         return 0
 
-    async def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
+    def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
         self._command("admit-event")
         if self.hold.restore_hold or self.hold.admissions_hold:
             raise ServiceRefusal("coordinator.event.admissions-held")
@@ -588,7 +570,7 @@ class FakeRunService:
         self.events[key] = status.run_id
         return EventAdmitted(run_id=status.run_id, created=True)
 
-    async def complete_review(self, connection: str, request_id: uuid.UUID) -> None:
+    def complete_review(self, connection: str, request_id: uuid.UUID) -> None:
         self._command("complete-review")
         self.completions.append((connection, request_id))
 

@@ -492,3 +492,110 @@ async def test_a_kept_token_is_verified_again_once_its_key_set_changed(keys: Sig
     verifier._keys.key = rotated  # type: ignore[method-assign]
     with pytest.raises(TokenRefused):
         await verifier.verify(presented)
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals that explain themselves: the class of a refused token in the service's log line and,
+# once the signature verified, in the problem's detail (never anything of the token).
+
+_NOW = int(NOW.timestamp())
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason", "detail"),
+    [
+        ({"exp": _NOW - 31}, "expired", "The access token has expired."),
+        ({"exp": _NOW + 3000, "iat": _NOW - 601}, "lifetime", "at most 3,600 seconds"),
+        ({"aud": "someone-else"}, "audience", "its `aud` does not name"),
+        ({"iss": "https://evil.test"}, "issuer", "another issuer"),
+        ({"client_id": "unknown-client"}, "client", "client is not one this service allows"),
+        ({"nbf": _NOW + 31}, "not-yet-valid", "is not valid yet"),
+        ({"sub": "line\nbreak"}, "subject", "`sub` is missing"),
+        ({"registry_scopes": 42}, "scope", "scope claim is neither"),
+    ],
+    ids=lambda value: value if isinstance(value, str) and " " not in value else None,
+)
+async def test_a_refused_token_names_its_class_in_the_log_and_the_problem(
+    client: httpx.AsyncClient,
+    keys: SigningKeys,
+    caplog: pytest.LogCaptureFixture,
+    changes: dict[str, Any],
+    reason: str,
+    detail: str,
+) -> None:
+    payload = {**claims(subject=CANARY), **changes}
+    caplog.set_level("INFO", logger="coordinator_api.access")
+    response = await refused(client, "Bearer " + token(keys, payload))
+    problem = response.json()
+    assert detail in problem["detail"] and problem["suggestedAction"]
+    assert CANARY not in response.text
+    [record] = [r for r in caplog.records if r.name == "coordinator_api.access"]
+    assert record.getMessage() == "access token refused" and record.args == ()
+    assert record.__dict__["code"] == "coordinator.access.unauthenticated"
+    assert record.__dict__["keyed"] == {"refusal": reason}
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        "Bearer a.b.c",  # malformed: the detail says what a token must be, which is public
+        None,  # missing
+    ],
+)
+async def test_a_token_refused_before_its_signature_says_only_what_is_public(
+    client: httpx.AsyncClient, authorization: str | None
+) -> None:
+    problem = (await refused(client, authorization)).json()
+    assert problem["detail"] in {
+        "The request has no bearer access token.",
+        "The access token is not a compact `at+jwt` JWS of at most 16,384 bytes signed with"
+        " RS256 or ES256 and naming its key (`kid`).",
+    }
+
+
+async def test_a_bad_signature_gets_the_generic_detail_and_logs_its_class(
+    client: httpx.AsyncClient, keys: SigningKeys, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="coordinator_api.access")
+    # Claims a forger would like to probe (expired, another audience) stay unsaid.
+    forged_token = token(keys, claims(aud="nope", exp=_NOW - 100), key=keys.other_rsa_key)
+    problem = (await refused(client, "Bearer " + forged_token)).json()
+    assert problem["detail"] == "The request has no valid access token."
+    [record] = [r for r in caplog.records if r.name == "coordinator_api.access"]
+    assert record.__dict__["keyed"] == {"refusal": "signature"}
+
+
+async def test_a_token_no_policy_covers_is_denied_and_logged_as_scope(
+    client: httpx.AsyncClient, keys: SigningKeys, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="coordinator_api.access")
+    response = await client.get("/v1/workflow", headers=bearer(keys, claims(scopes="other")))
+    assert response.status_code == 403 and "scope" in response.json()["detail"]
+    [record] = [r for r in caplog.records if r.name == "coordinator_api.access"]
+    assert record.__dict__["keyed"] == {"refusal": "scope"}
+
+
+async def test_the_service_log_line_of_a_refusal_carries_the_class_and_no_token(
+    client: httpx.AsyncClient, keys: SigningKeys
+) -> None:
+    import io
+    import logging
+
+    from coordinator_core.shell.runtime.service_log import JsonLineHandler, ServiceLog
+
+    stream = io.StringIO()
+    handler = JsonLineHandler(ServiceLog(stream))
+    logger = logging.getLogger("coordinator_api.access")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    expired = token(keys, claims(subject=CANARY, exp=_NOW - 100))
+    try:
+        await refused(client, "Bearer " + expired)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    [line] = [json.loads(text) for text in stream.getvalue().splitlines()]
+    assert line["code"] == "coordinator.access.unauthenticated"
+    assert line["message"] == "access token refused" and line["refusal"] == "expired"
+    assert CANARY not in stream.getvalue() and expired not in stream.getvalue()

@@ -18,6 +18,9 @@ from api_fakes import (
     claims,
 )
 
+from coordinator_core.jsonschema.violations import Violation
+from coordinator_core.shell.service import ServiceRefusal
+
 pytestmark = pytest.mark.anyio
 
 START = {"workflow": WORKFLOW, "revision": REVISION, "input": {"applicationId": "app-1"}}
@@ -96,6 +99,30 @@ async def test_admission_refusals_conform(
     headers["Idempotency-Key"] = "key-3"
     invalid = conforms(await client.post("/v1/runs", json=wrong_input, headers=headers))
     assert (invalid.status_code, invalid.json()["code"]) == (400, "coordinator.definition.input")
+
+
+async def test_refusals_name_the_failing_places_in_violations(
+    client: httpx.AsyncClient, keys: SigningKeys, service: FakeRunService, conforms: Any
+) -> None:
+    headers = {**bearer(keys), "Idempotency-Key": "key-v"}
+    body = {**START, "revision": "v2", "workflowId": "x"}
+    refused = conforms(await client.post("/v1/runs", json=body, headers=headers))
+    assert refused.json()["code"] == "coordinator.request.invalid"
+    assert refused.json()["violations"] == [
+        {"path": "", "keyword": "additionalProperties", "members": ["workflowId"]},
+        {"path": "/revision", "keyword": "pattern"},
+    ]
+    places = (
+        Violation("", "required", ("sendAfter",)),
+        Violation("/applicationId", "format"),
+    )
+    service.refusal = ServiceRefusal("coordinator.definition.input", violations=places)
+    invalid = conforms(await client.post("/v1/runs", json=START, headers=headers))
+    assert (invalid.status_code, invalid.json()["code"]) == (400, "coordinator.definition.input")
+    assert invalid.json()["violations"] == [place.to_json() for place in places]
+    # Other problems have no `violations` member at all.
+    absent = conforms(await client.get(f"/v1/runs/{uuid.uuid4()}", headers=bearer(keys)))
+    assert "violations" not in absent.json()
 
 
 async def test_run_routes_conform(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -16,39 +16,51 @@ from pydantic import ValidationError
 from test_api_contract import start
 
 from coordinator_api import wire
+from coordinator_core.engine import RunState
 from coordinator_core.shell.service import RunStatus
+from coordinator_core.shell.store import StoredRun
 
 pytestmark = pytest.mark.anyio
 
 NOW = datetime(2026, 3, 2, 9, 0, 0, 123_456, tzinfo=UTC)
+NOW_MS = (NOW - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
 CANARY = "canary-e7c1"
 
 
 def _run(**changes: Any) -> RunStatus:
-    run = RunStatus(
+    """A run's status; `changes` by the names of its 06 §11.1 members' fields (a state field,
+    a run field, or the status's own `next_due_at`, `uncertain`, `output`)."""
+    state = RunState(
+        status="running",
+        current_step="read-application",
+        admitted_at=NOW_MS,
+        deadline_at=NOW_MS,
+        input=None,
+    )
+    run = StoredRun(
         run_id=uuid.UUID("0b8f4f5e-8a0a-4c55-9d3b-3b2f4f9a7d10"),
+        start_identity="a" * 64,
+        input_digest="b" * 64,
+        owner="c" * 64,
+        origin="api",
+        trigger=None,
         workflow_id="reviewed-notice",
         workflow_version="1",
         revision="sha256:" + "a" * 64,
         definition_digest="sha256:" + "b" * 64,
         binding_digest="sha256:" + "c" * 64,
-        origin="api",
-        trigger=None,
-        status="running",
-        step="read-application",
-        admitted_at=NOW,
-        deadline_at=NOW,
-        completed_at=None,
-        next_due_at=None,
-        cancel_requested=False,
-        restore_review=False,
-        uncertain=False,
-        outcome=None,
-        output=None,
-        failure_code=None,
-        payload_erased=False,
+        state=state,
     )
-    return dataclasses.replace(run, **changes)
+    own = {
+        name: changes.pop(name)
+        for name in ("next_due_at", "uncertain", "output")
+        if name in changes
+    }
+    run_fields = {f.name for f in dataclasses.fields(StoredRun)}
+    run_changes = {name: value for name, value in changes.items() if name in run_fields}
+    state_changes = {name: value for name, value in changes.items() if name not in run_fields}
+    run = dataclasses.replace(run, state=dataclasses.replace(state, **state_changes), **run_changes)
+    return RunStatus(run=run, **own)
 
 
 def test_a_run_renders_with_the_spec_member_names_and_millisecond_timestamps() -> None:
@@ -76,10 +88,10 @@ def test_an_off_contract_word_fails_at_the_boundary(changes: dict[str, Any]) -> 
     "changes",
     [
         {"revision": "md5:" + CANARY},
-        {"step": "Not-A-Local-Id"},
+        {"current_step": "Not-A-Local-Id"},
         {"workflow_version": ""},
         {"outcome": CANARY.upper()},
-        {"admitted_at": datetime(2026, 3, 2, 9, 0)},  # naive
+        {"trigger": "Not-A-Local-Id"},
     ],
 )
 def test_an_off_contract_value_fails_validation(changes: dict[str, Any]) -> None:
@@ -126,7 +138,9 @@ async def test_an_off_contract_answer_is_an_internal_error_without_the_value(
 ) -> None:
     run_id = uuid.UUID((await start(client, keys)).json()["runId"])
     stored = service.runs[run_id]
-    stored.status = dataclasses.replace(stored.status, outcome=CANARY.upper())
+    run = stored.status.run
+    state = dataclasses.replace(run.state, outcome=CANARY.upper())
+    stored.status = dataclasses.replace(stored.status, run=dataclasses.replace(run, state=state))
     response = await client.get(f"/v1/runs/{run_id}", headers=bearer(keys))
     assert response.status_code == 500
     assert response.headers["content-type"] == "application/problem+json"
@@ -139,40 +153,38 @@ async def test_inspect_names_why_a_mapping_stopped_a_step(
 ) -> None:
     """Issue 26: a step a mapping stopped carries `mappingFailure` (the detailed code, the
     cause class, the function, the statement's position; a choose's label when it is an
-    identifier and the declared labels), and only the members it has."""
+    identifier and the declared labels), read from the record's stored detail, and only the
+    members it has."""
+    from coordinator_core.engine import StepRecord
     from coordinator_core.engine.detail import FailureDetail
     from coordinator_core.shell.service import Caller, StepStatus
 
     run_id = uuid.UUID((await start(client, keys)).json()["runId"])
-    workflow = service.runs[run_id].status.workflow_id
+    workflow = service.runs[run_id].status.run.workflow_id
     operator = Caller("issuer", "subject", "client", True, frozenset({workflow}), frozenset())
-    inspection = await service.inspect_run(operator, run_id)
+    inspection = service.inspect_run(operator, run_id)
     assert inspection is not None
-    entered = inspection.run.admitted_at
+    entered = inspection.run.run.state.admitted_at
 
-    def stopped(step: str, kind: str, code: str, detail: FailureDetail) -> StepStatus:
-        return StepStatus(
+    def stopped(step: str, code: str, detail: FailureDetail) -> StepStatus:
+        record = StepRecord(
             step=step,
-            type=kind,  # type: ignore[arg-type]
+            type="choose",
             state="dead-lettered",
-            generation=1,
-            attempt=0,
             entered_at=entered,
             finished_at=entered,
-            next_due_at=None,
-            lease_expires_at=None,
             failure_code=code,
-            route=None,
-            mapping_failure=detail,
+            detail=detail.text(),  # as the engine records it, and the store keeps it
         )
+        return StepStatus(record=record)
 
     failed_call = FailureDetail(
         "coordinator.function.execution", "property-of-unit", "eligibility_route", 3, 5
     )
     branch = FailureDetail.of_branch("renewl", ("renew", "new"))
     steps = [
-        stopped("route", "choose", "choice-invalid", branch),
-        stopped("decide", "choose", "mapping-invalid", failed_call),
+        stopped("route", "choice-invalid", branch),
+        stopped("decide", "mapping-invalid", failed_call),
     ]
     body = wire.inspection_body(dataclasses.replace(inspection, steps=steps))
     rendered = json.loads(wire.encode(body))

@@ -7,6 +7,7 @@ Every process started here is registered with a `Processes` group that the fixtu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -109,6 +110,34 @@ class Processes:
             if path.exists():
                 parts.append(path.read_text(errors="replace"))
         return "".join(parts)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live descendant of `pid` (from /proc: children, their children, …)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> Any:

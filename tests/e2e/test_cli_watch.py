@@ -70,7 +70,8 @@ def test_start_wait_follows_a_served_run_to_finished(project: Project) -> None:
     assert out[0].startswith("Admitted run ")
     run_id = out[0].removeprefix("Admitted run ")
     assert "Status:     finished" in out and "Outcome:    message-accepted" in out
-    changes = waited.stderr.splitlines()
+    first, *changes = waited.stderr.splitlines()
+    assert first.startswith(f"Admitted run {run_id}; following it")  # the run id, first
     assert changes[0].split(" ", 2)[1] == "running"  # not a terminal: one line per change
     assert changes[-1].split(" ", 2)[1] == "finished"
     assert len(sandbox.messages()) == 1

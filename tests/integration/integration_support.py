@@ -4,12 +4,11 @@ store (SQLite file or PostgreSQL namespace), and the service with its workers.
 
 Everything is built the way the service builds it: `load_deployment` + `resolve_secrets` read a
 real runtime file, `migrate` + `apply_activation` prepare the store, `Store.open` checks it, and
-`coordinator_core.shell.service.build_service` wires the service and the workers.
+`Runtime.build` wires the run service and the workers over one runtime.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import secrets
@@ -18,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,8 +37,8 @@ from coordinator_core.shell.service import (
     RunAdmitted,
     RunInspection,
     RunStatus,
+    Runtime,
     StoreRunService,
-    build_service,
 )
 from coordinator_core.shell.store import (
     ActivationRequest,
@@ -341,8 +340,8 @@ class Deployed:
     secrets: Secrets
     store: Store
     package: LoadedPackage
+    runtime: Runtime
     service: StoreRunService
-    worker_for: Callable[[str], Worker]
     audit: AuditWriter
     products: Products
     url: str
@@ -357,11 +356,8 @@ class Deployed:
 
     def worker(self, name: str = "worker-1") -> Worker:
         if name not in self._workers:
-            self._workers[name] = self.worker_for(name)
+            self._workers[name] = self.runtime.worker(name)
         return self._workers[name]
-
-    def run(self, coroutine: Any) -> Any:
-        return asyncio.run(coroutine)
 
     def admit(
         self,
@@ -377,20 +373,13 @@ class Deployed:
             input=run_input,
             idempotency_key=key or f"key-{uuid.uuid4()}",
         )
-        result: RunAdmitted = self.run(self.service.admit(admission))
-        return result
+        return self.service.admit(admission)
 
     def status(self, run_id: uuid.UUID, caller: Caller | None = None) -> RunStatus | None:
-        result: RunStatus | None = self.run(
-            self.service.get_run(caller or _caller_for(self.workflow), run_id)
-        )
-        return result
+        return self.service.get_run(caller or _caller_for(self.workflow), run_id)
 
     def inspect(self, run_id: uuid.UUID, caller: Caller | None = None) -> RunInspection | None:
-        result: RunInspection | None = self.run(
-            self.service.inspect_run(caller or _caller_for(self.workflow), run_id)
-        )
-        return result
+        return self.service.inspect_run(caller or _caller_for(self.workflow), run_id)
 
     def drive(
         self, run_id: uuid.UUID, *, worker: str = "worker-1", limit: int = 60, timeout: float = 60
@@ -415,18 +404,19 @@ class Deployed:
         """Tick until the run's current record is `step` and pending; answers the ticks."""
         ticks = 0
         while True:
-            snapshot = self.store.get_run_snapshot(run_id)
+            snapshot = self.store.reads.get_run_snapshot(run_id)
             assert snapshot is not None
-            if snapshot.run.current_step == step and snapshot.current.state == "pending":
+            current = snapshot.run.state.current_step
+            if current == step and snapshot.current.record.state == "pending":
                 return ticks
-            assert ticks < limit, snapshot.run.current_step
+            assert ticks < limit, current
             if self.worker().tick():
                 ticks += 1
             else:
                 time.sleep(0.05)
 
     def command_key(self, admitted: RunAdmitted, step: str = "notify") -> str:
-        snapshot = self.store.get_run_snapshot(admitted.run.run_id)
+        snapshot = self.store.reads.get_run_snapshot(admitted.run.run_id)
         assert snapshot is not None
         return self.secrets.admission_key.command_key(
             DATABASE_ID, snapshot.run.start_identity, step
@@ -522,11 +512,10 @@ def deploy(
     runtime_url = url if postgres_url is None else _with_user(postgres_url, runtime_role or "")
     store = Store.open(runtime_url, identity, namespace=namespace, pool_size=pool_size)
     audit = AuditWriter.open(root / "audit", "worker")
-    service, worker_for = build_service(deployment, resolved, store, package, audit=audit)
-    assert isinstance(service, StoreRunService)
+    runtime = Runtime.build(deployment, resolved, store, package, audit=audit)
     return Deployed(
-        deployment, resolved, store, package, service, worker_for, audit, products, url,
-        runtime_url, namespace, identity,
+        deployment, resolved, store, package, runtime, StoreRunService(runtime), audit, products,
+        url, runtime_url, namespace, identity,
     )  # fmt: skip
 
 

@@ -138,7 +138,7 @@ def test_an_admission_its_steps_and_its_status_changes_each_leave_one_keyed_line
 def test_the_store_gauges_are_read_when_scraped(sqlite_deployed: Deployed) -> None:
     deployed = sqlite_deployed
     deployed.admit(run_input(send_after="2999-01-01T00:00:00Z"))
-    metrics.watch_store(lambda: deployed.store.gauges(deployed.service.now()))
+    metrics.watch_store(lambda: deployed.store.reads.gauges(deployed.runtime.now()))
     try:
         assert _sample("coordinator_store_gauges_available") == 1
         assert _sample("coordinator_runs", status="running") == 1

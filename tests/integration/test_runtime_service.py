@@ -17,7 +17,7 @@ def test_a_replayed_admission_answers_the_same_run_without_a_second(deployed: De
     again = deployed.admit(run_input(), key="key-1")
     assert (first.created, again.created) == (True, False)
     assert again.run.run_id == first.run.run_id
-    page = deployed.run(deployed.service.list_runs(CALLER, RunQuery()))
+    page = deployed.service.list_runs(CALLER, RunQuery())
     assert [run.run_id for run in page.runs] == [first.run.run_id]
 
 
@@ -39,6 +39,20 @@ def test_another_revision_is_refused_and_a_bad_input_reported(sqlite_deployed: D
     assert invalid.value.code == "coordinator.definition.input"
 
 
+def test_a_refused_input_names_where_it_fails_and_never_a_value(
+    sqlite_deployed: Deployed,
+) -> None:
+    canary = "canary-value-0d1f"
+    with pytest.raises(ServiceRefusal) as invalid:
+        sqlite_deployed.admit({"applicationId": canary, "workflowId": canary})
+    assert invalid.value.code == "coordinator.definition.input"
+    assert [v.to_json() for v in invalid.value.violations] == [
+        {"path": "", "keyword": "additionalProperties", "members": ["workflowId"]},
+        {"path": "", "keyword": "required", "members": ["sendAfter"]},
+        {"path": "/applicationId", "keyword": "format"},
+    ]
+
+
 def test_someone_elses_run_is_absent(sqlite_deployed: Deployed) -> None:
     deployed = sqlite_deployed
     admitted = deployed.admit(run_input())
@@ -46,9 +60,9 @@ def test_someone_elses_run_is_absent(sqlite_deployed: Deployed) -> None:
     assert deployed.status(run_id, OTHER_CALLER) is None
     assert deployed.inspect(run_id, OTHER_CALLER) is None
     with pytest.raises(ServiceRefusal) as refused:
-        deployed.run(deployed.service.cancel(OTHER_CALLER, run_id, "case-1"))
+        deployed.service.cancel(OTHER_CALLER, run_id, "case-1")
     assert refused.value.code == "coordinator.command.run-absent"
-    page = deployed.run(deployed.service.list_runs(OTHER_CALLER, RunQuery()))
+    page = deployed.service.list_runs(OTHER_CALLER, RunQuery())
     assert list(page.runs) == []
     operator = replace(OTHER_CALLER, operator=True)
     assert deployed.status(run_id, operator) is not None
@@ -60,11 +74,18 @@ def test_status_and_inspection_never_show_the_input(sqlite_deployed: Deployed) -
     deployed = sqlite_deployed
     admitted = deployed.admit(run_input())
     status = admitted.run
-    assert (status.workflow_id, status.workflow_version, status.origin) == (WORKFLOW, "1", "api")
-    assert (status.step, status.revision) == ("due", deployed.package.snapshot.revision)
-    assert status.next_due_at == status.admitted_at
-    assert status.binding_digest.startswith("sha256:")
-    assert (status.deadline_at - status.admitted_at).total_seconds() == 2_592_000
+    assert (status.run.workflow_id, status.run.workflow_version, status.run.origin) == (
+        WORKFLOW,
+        "1",
+        "api",
+    )
+    assert (status.run.state.current_step, status.run.revision) == (
+        "due",
+        deployed.package.snapshot.revision,
+    )
+    assert status.next_due_at == status.run.state.admitted_at
+    assert status.run.binding_digest.startswith("sha256:")
+    assert (status.run.state.deadline_at - status.run.state.admitted_at) / 1000 == 2_592_000
     inspection = deployed.inspect(status.run_id)
     assert inspection is not None
     assert "a8d12546" not in repr(inspection)
@@ -78,27 +99,25 @@ def test_the_run_list_pages_newest_first_with_a_verified_cursor(sqlite_deployed:
     seen: list[uuid.UUID] = []
     cursor = None
     while True:
-        page = deployed.run(deployed.service.list_runs(CALLER, RunQuery(limit=2, cursor=cursor)))
+        page = deployed.service.list_runs(CALLER, RunQuery(limit=2, cursor=cursor))
         seen.extend(run.run_id for run in page.runs)
         if page.next_cursor is None:
             break
         cursor = page.next_cursor
     assert sorted(seen) == sorted(admitted) and len(seen) == 5
     assert seen[0] == admitted[-1]
-    first = deployed.run(deployed.service.list_runs(CALLER, RunQuery(limit=2)))
+    first = deployed.service.list_runs(CALLER, RunQuery(limit=2))
     assert first.next_cursor is not None
     # The last MAC character changed (to one it is not), and a cursor of another shape.
     last = first.next_cursor[-1]
     tampered = first.next_cursor[:-1] + ("1" if last == "0" else "0")
     for forged in (tampered, "x." + "0" * 32):
         with pytest.raises(ServiceRefusal) as refused:
-            deployed.run(deployed.service.list_runs(CALLER, RunQuery(limit=2, cursor=forged)))
+            deployed.service.list_runs(CALLER, RunQuery(limit=2, cursor=forged))
         assert refused.value.code == "coordinator.request.cursor-invalid"
     with pytest.raises(ServiceRefusal):
-        deployed.run(
-            deployed.service.list_runs(
-                CALLER, RunQuery(limit=2, cursor=first.next_cursor, status="finished")
-            )
+        deployed.service.list_runs(
+            CALLER, RunQuery(limit=2, cursor=first.next_cursor, status="finished")
         )
 
 
@@ -106,24 +125,27 @@ def test_doctor_ready_and_the_restore_hold(sqlite_deployed: Deployed) -> None:
     deployed = sqlite_deployed
     service = deployed.service
     admitted = deployed.admit(run_input())
-    assert deployed.run(service.ready()) is None
-    doctor = deployed.run(service.doctor())
+    assert service.ready() is None
+    doctor = service.doctor()
     assert doctor.activation_ready
     assert doctor.state.statuses["running"] == 1 and len(doctor.state.statuses) == 8
     assert doctor.state.audit_head == deployed.audit.head
-    held = deployed.run(service.restore_hold("case-2"))
+    held = service.restore_hold("case-2")
     assert (held.restore_hold, held.admissions_hold, held.restore_review) == (True, True, 1)
-    assert deployed.run(service.ready()) == "coordinator.command.restore-hold"
+    assert service.ready() == "coordinator.command.restore-hold"
     status = deployed.status(admitted.run.run_id)
-    assert status is not None and (status.status, status.restore_review) == ("attention", True)
+    assert status is not None and (status.status, status.run.state.restore_review) == (
+        "attention",
+        True,
+    )
     assert not deployed.worker().tick()
     with pytest.raises(ServiceRefusal) as refused:
         deployed.admit(run_input())
     assert refused.value.code == "coordinator.command.restore-admissions-held"
-    released = deployed.run(service.release_restore_hold("evidence-1"))
+    released = service.release_restore_hold("evidence-1")
     assert (released.restore_hold, released.admissions_hold) == (False, True)
-    retried = deployed.run(service.retry_same(CALLER, admitted.run.run_id, "case-3"))
-    assert (retried.status, retried.restore_review) == ("running", False)
+    retried = service.retry_same(CALLER, admitted.run.run_id, "case-3")
+    assert (retried.status, retried.run.state.restore_review) == ("running", False)
     status, _ = deployed.drive(admitted.run.run_id)
     assert status.status == "finished"
 
@@ -138,13 +160,13 @@ def test_the_live_binding_check_restores_a_definition_it_does_not_hold_from_a_ru
 
     deployed = sqlite_deployed
     admitted = deployed.admit(run_input())
-    digest = admitted.run.definition_digest
-    definitions = DefinitionCache(deployed.service.sealer, deployed.store.definition_snapshot)
+    digest = admitted.run.run.definition_digest
+    definitions = DefinitionCache(deployed.runtime.sealer, deployed.store.reads.definition_snapshot)
     bindings = LiveBindings(deployed.deployment, definitions, deployed.store)
     assert definitions.known(digest) is None
-    assert bindings.unsettled_match(deployed.service.now())
+    assert bindings.unsettled_match(deployed.runtime.now())
     assert definitions.known(digest) is not None  # restored once, kept for the process
-    recorded = admitted.run.binding_digest
+    recorded = admitted.run.run.binding_digest
     assert recorded != UNBOUND
     assert not bindings.all_match(frozenset({("sha256:" + "0" * 64, recorded)}))
     assert not bindings.all_match(frozenset({(digest, "sha256:" + "1" * 64)}))

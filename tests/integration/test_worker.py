@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,9 +17,11 @@ from integration_support import (
     Deployed,
     run_input,
 )
+from support.instants import ms
 
-from coordinator_core.engine import Dispatch
+from coordinator_core.engine import Dispatch, format_instant
 from coordinator_core.shell.audit import verify_directory
+from coordinator_core.shell.clock import wall_clock
 from coordinator_core.shell.runtime.process import Shutdown, worker_loop
 from coordinator_core.shell.runtime.service_log import ServiceLog
 from coordinator_core.shell.store import LEASE_SECONDS
@@ -34,7 +35,7 @@ def test_a_due_follow_up_is_sent_once_and_the_run_finishes(deployed: Deployed) -
     # One tick: the claim of `due` carries the run on (07 §7.7) through its due instant to the
     # read; the read's finish to the choice and the notice; the notice's finish to the end.
     assert ticks == 1
-    assert status.outcome == "message-accepted"
+    assert status.run.state.outcome == "message-accepted"
     assert isinstance(status.output, dict) and set(status.output) == {"messageId"}
     inspection = deployed.inspect(admitted.run.run_id)
     assert inspection is not None
@@ -73,14 +74,14 @@ def test_a_record_without_the_flag_takes_the_skip_route_and_sends_nothing(
     deployed = sqlite_deployed
     admitted = deployed.admit(run_input(SKIPPED_APPLICATION_ID))
     status, _ = deployed.drive(admitted.run.run_id)
-    assert (status.status, status.outcome, status.output) == (
+    assert (status.status, status.run.state.outcome, status.output) == (
         "finished",
         "no-current-permission",
         None,
     )
     inspection = deployed.inspect(admitted.run.run_id)
     assert inspection is not None
-    assert [step.step for step in inspection.steps] == [
+    assert [step.record.step for step in inspection.steps] == [
         "due",
         "read-application",
         "permission",
@@ -100,8 +101,12 @@ def test_a_503_is_retried_with_the_same_command_and_key(deployed: Deployed) -> N
     assert submissions[0]["body"] == submissions[1]["body"]
     inspection = deployed.inspect(admitted.run.run_id)
     assert inspection is not None
-    notify = next(step for step in inspection.steps if step.step == "notify")
-    assert (notify.state, notify.generation, notify.attempt) == ("delivered", 1, 2)
+    notify = next(step for step in inspection.steps if step.record.step == "notify")
+    assert (notify.record.state, notify.record.generation, notify.record.attempt) == (
+        "delivered",
+        1,
+        2,
+    )
 
 
 def test_an_applied_effect_whose_answer_was_lost_waits_for_an_operator(
@@ -111,7 +116,7 @@ def test_an_applied_effect_whose_answer_was_lost_waits_for_an_operator(
     admitted = deployed.admit(run_input())
     run_id = admitted.run.run_id
     status, _ = deployed.drive(run_id)
-    assert (status.status, status.failure_code, status.uncertain) == (
+    assert (status.status, status.run.state.failure_code, status.uncertain) == (
         "attention",
         "transport-uncertain",
         True,
@@ -127,13 +132,13 @@ def test_an_applied_effect_whose_answer_was_lost_waits_for_an_operator(
     assert [entry["outcome"] for entry in submissions] == ["dropped"]
     assert submissions[0]["committed"] is True
     # The receipt settles it without sending the message again (07 §9.2, T31).
-    result = deployed.run(deployed.service.reconcile(CALLER, run_id, "case-17"))
+    result = deployed.service.reconcile(CALLER, run_id, "case-17")
     assert result.result == "settled"
     assert [(e.state, e.settled_by) for e in result.inspection.effects] == [
         ("accepted", "reconcile")
     ]
     status, _ = deployed.drive(run_id)
-    assert status.status == "finished" and status.outcome == "message-accepted"
+    assert status.status == "finished" and status.run.state.outcome == "message-accepted"
     assert len(deployed.products.submissions(key)) == 1
 
 
@@ -146,7 +151,7 @@ def test_retry_same_resends_the_frozen_command_with_its_original_key(
     run_id = admitted.run.run_id
     status, _ = deployed.drive(run_id)
     assert status.status == "attention"
-    retried = deployed.run(deployed.service.retry_same(CALLER, run_id, "case-18"))
+    retried = deployed.service.retry_same(CALLER, run_id, "case-18")
     assert retried.status == "running"
     status, _ = deployed.drive(run_id)
     assert status.status == "finished", status
@@ -167,7 +172,7 @@ def test_a_lapsed_lease_after_the_pre_send_mark_is_unknown_never_resent(
     admitted = deployed.admit(run_input())
     run_id = admitted.run.run_id
     worker = deployed.worker()
-    adapters = deployed.service.adapters
+    adapters = deployed.runtime.adapters
 
     real_dispatch = adapters.dispatch
 
@@ -179,17 +184,21 @@ def test_a_lapsed_lease_after_the_pre_send_mark_is_unknown_never_resent(
     monkeypatch.setattr(adapters, "dispatch", crash)
     with pytest.raises(RuntimeError):
         worker.tick()  # carried from the read to the notice, which dies after its mark
-    snapshot = deployed.store.get_run_snapshot(run_id)
+    snapshot = deployed.store.reads.get_run_snapshot(run_id)
     assert snapshot is not None
     notify = snapshot.current
-    assert (notify.state, notify.dispatched, notify.sent) == ("leased", True, True)
+    assert (notify.record.state, notify.record.dispatched, notify.record.sent) == (
+        "leased",
+        True,
+        True,
+    )
     monkeypatch.undo()
-    later = datetime.now(UTC) + timedelta(seconds=LEASE_SECONDS + 1)
+    later = wall_clock() + ms(seconds=LEASE_SECONDS + 1)
     worker.tick(later)  # the claim transaction recovers the lapsed lease: T28
     status = deployed.status(run_id)
     assert status is not None
-    assert (status.status, status.failure_code) == ("attention", "transport-uncertain")
-    assert not worker.tick(later + timedelta(seconds=1))
+    assert (status.status, status.run.state.failure_code) == ("attention", "transport-uncertain")
+    assert not worker.tick(later + ms(seconds=1))
     assert deployed.products.submissions(deployed.command_key(admitted)) == []
 
 
@@ -197,18 +206,18 @@ def test_a_wait_until_in_the_future_is_a_record_not_a_sleeping_process(
     sqlite_deployed: Deployed,
 ) -> None:
     deployed = sqlite_deployed
-    due = datetime.now(UTC) + timedelta(hours=2)
-    admitted = deployed.admit(run_input(send_after=due.isoformat().replace("+00:00", "Z")))
+    due = wall_clock() + ms(hours=2)
+    admitted = deployed.admit(run_input(send_after=format_instant(due)))
     run_id = admitted.run.run_id
     worker = deployed.worker()
     assert worker.tick()  # first claim computes the instant (T16)
     status = deployed.status(run_id)
     assert status is not None and status.status == "running"
     assert status.next_due_at is not None
-    assert abs((status.next_due_at - due).total_seconds()) < 0.002
+    assert abs((status.next_due_at - due) / 1000) < 0.002
     assert not worker.tick()  # nothing is due now
     ticks = 0
-    moment = due + timedelta(seconds=1)
+    moment = due + ms(seconds=1)
     while (current := deployed.status(run_id)) is not None and current.status == "running":
         assert worker.tick(moment)
         ticks += 1
@@ -219,15 +228,15 @@ def test_a_wait_until_in_the_future_is_a_record_not_a_sleeping_process(
 
 def test_cancel_while_due_stops_the_run_without_sending(sqlite_deployed: Deployed) -> None:
     deployed = sqlite_deployed
-    due = (datetime.now(UTC) + timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+    due = format_instant(wall_clock() + ms(hours=1))
     admitted = deployed.admit(run_input(send_after=due))
     run_id = admitted.run.run_id
     assert deployed.worker().tick()
-    cancelled = deployed.run(deployed.service.cancel(CALLER, run_id, "case-19"))
-    assert (cancelled.status, cancelled.cancel_requested) == ("cancelled", True)
-    again = deployed.run(deployed.service.cancel(CALLER, run_id, "case-19"))
+    cancelled = deployed.service.cancel(CALLER, run_id, "case-19")
+    assert (cancelled.status, cancelled.run.state.cancel_requested) == ("cancelled", True)
+    again = deployed.service.cancel(CALLER, run_id, "case-19")
     assert again.status == "cancelled"
-    assert not deployed.worker().tick(datetime.now(UTC) + timedelta(hours=2))
+    assert not deployed.worker().tick(wall_clock() + ms(hours=2))
     assert deployed.products.submissions(deployed.command_key(admitted)) == []
 
 
@@ -247,18 +256,18 @@ def test_the_journal_holds_the_worker_entries_and_verifies(sqlite_deployed: Depl
 
 def test_a_run_whose_deadline_passed_while_waiting_expires(sqlite_deployed: Deployed) -> None:
     deployed = sqlite_deployed
-    due = (datetime.now(UTC) + timedelta(days=60)).isoformat().replace("+00:00", "Z")
+    due = format_instant(wall_clock() + ms(days=60))
     admitted = deployed.admit(run_input(send_after=due))
     run_id = admitted.run.run_id
     worker = deployed.worker()
     assert worker.tick()  # the instant is capped at the deadline (T16)
     status = deployed.status(run_id)
-    assert status is not None and status.next_due_at == status.deadline_at
+    assert status is not None and status.next_due_at == status.run.state.deadline_at
     # The claim transaction's sweep expires the overdue record (T26); nothing is leased.
-    assert not worker.tick(status.deadline_at + timedelta(seconds=1))
+    assert not worker.tick(status.run.state.deadline_at + ms(seconds=1))
     status = deployed.status(run_id)
     assert status is not None
-    assert (status.status, status.failure_code) == ("expired", "deadline-reached")
+    assert (status.status, status.run.state.failure_code) == ("expired", "deadline-reached")
     assert deployed.products.submissions(deployed.command_key(admitted)) == []
 
 

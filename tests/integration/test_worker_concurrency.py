@@ -10,7 +10,7 @@ from collections import Counter
 from integration_support import Deployed, run_input
 
 from coordinator_core.shell.execution.worker import Worker
-from coordinator_core.shell.service import build_service
+from coordinator_core.shell.service import Runtime
 from coordinator_core.shell.store import Store
 
 RUNS = 12
@@ -22,10 +22,8 @@ def test_two_workers_never_both_carry_out_one_step(postgres_deployed: Deployed) 
     # A second "process": its own store connection pool and its own service and caches.
     second = Store.open(deployed.runtime_url, deployed.identity, namespace=deployed.namespace)
     try:
-        _, second_factory = build_service(
-            deployed.deployment, deployed.secrets, second, deployed.package
-        )
-        workers = [deployed.worker_for("worker-a"), second_factory("worker-b")]
+        other = Runtime.build(deployed.deployment, deployed.secrets, second, deployed.package)
+        workers = [deployed.runtime.worker("worker-a"), other.worker("worker-b")]
         worked: Counter[str] = Counter()
         errors: list[BaseException] = []
         stop = threading.Event()

@@ -17,7 +17,7 @@ from integration_support import (
     _caller_for,
 )
 
-from coordinator_core.shell.service import ServiceRefusal, build_service
+from coordinator_core.shell.service import Runtime, ServiceRefusal, StoreRunService
 from coordinator_core.shell.store import Store
 
 APPLICATION = "5c8b1e7a-2f3d-4b6a-9e1c-7d2a4f6b8c90"
@@ -74,7 +74,7 @@ def test_a_run_reads_the_calendar_asks_the_evaluator_and_finishes_on_its_choice(
     _put(holidays.products, "evaluation", "/sandbox/answers/route", _choice("expedite"))
     run_id = _admit(holidays)
     status, _ = holidays.drive(run_id)
-    assert (status.status, status.outcome) == ("finished", "expedited"), status
+    assert (status.status, status.run.state.outcome) == ("finished", "expedited"), status
     assert status.output == {"route": "expedite", "returnedModel": MODEL}
     [read] = holidays.products.requests("external", operation=EXTERNAL_GET)
     assert (read["method"], read["path"], read["query"]) == ("GET", "/v1/holidays", "year=2026")
@@ -90,7 +90,7 @@ def test_a_run_reads_the_calendar_asks_the_evaluator_and_finishes_on_its_choice(
 def test_a_refusal_answer_takes_the_manual_review_route(holidays: Deployed) -> None:
     _put(holidays.products, "evaluation", "/sandbox/answers/route", {"type": "refusal"})
     status, _ = holidays.drive(_admit(holidays))
-    assert (status.status, status.outcome) == ("finished", "manual-review")
+    assert (status.status, status.run.state.outcome) == ("finished", "manual-review")
     assert status.output == {"reason": "evaluator-declined", "returnedModel": MODEL}
 
 
@@ -102,7 +102,7 @@ def test_a_calendar_answer_outside_the_response_schema_fails_the_run(holidays: D
         {"status": 200, "body": {"days": 3}},
     )
     status, _ = holidays.drive(_admit(holidays))
-    assert (status.status, status.failure_code) == ("failed", "external-invalid-response")
+    assert (status.status, status.run.state.failure_code) == ("failed", "external-invalid-response")
     assert _evaluations(holidays) == []  # nothing was evaluated
 
 
@@ -126,7 +126,7 @@ def test_an_uncertain_evaluation_is_held_and_never_sent_again(
     holidays.products.inject("evaluation", operation=EVALUATE, **fault)
     run_id = _admit(holidays)
     status, _ = holidays.drive(run_id)
-    assert (status.status, status.failure_code, status.uncertain) == (
+    assert (status.status, status.run.state.failure_code, status.uncertain) == (
         "attention",
         "evaluation-uncertain",
         True,
@@ -140,25 +140,24 @@ def test_an_uncertain_evaluation_is_held_and_never_sent_again(
     caller = _caller_for(holidays.workflow)
 
     with pytest.raises(ServiceRefusal) as retried:
-        holidays.run(holidays.service.retry_same(caller, run_id, "case-41"))
+        holidays.service.retry_same(caller, run_id, "case-41")
     assert (retried.value.code, retried.value.reason) == (
         "coordinator.command.retry-refused",
         "evaluation-uncertain",
     )
     with pytest.raises(ServiceRefusal) as reconciled:
-        holidays.run(holidays.service.reconcile(caller, run_id, "case-41"))
+        holidays.service.reconcile(caller, run_id, "case-41")
     assert reconciled.value.code.startswith("coordinator.command.reconcil")
     assert not any(holidays.worker().tick() for _ in range(3))
 
     # A restart: a new store connection, service and worker over the same store.
     store = Store.open(holidays.runtime_url, holidays.identity, namespace=holidays.namespace)
     try:
-        service, worker_for = build_service(
-            holidays.deployment, holidays.secrets, store, holidays.package
-        )
-        worker = worker_for("worker-after-restart")
+        runtime = Runtime.build(holidays.deployment, holidays.secrets, store, holidays.package)
+        service = StoreRunService(runtime)
+        worker = runtime.worker("worker-after-restart")
         assert not any(worker.tick() for _ in range(3))
-        after = holidays.run(service.get_run(caller, run_id))
+        after = service.get_run(caller, run_id)
         assert after is not None and after.status == "attention"
     finally:
         store.close()

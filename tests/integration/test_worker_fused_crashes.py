@@ -37,15 +37,17 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import pytest
 from integration_support import CALLER, Deployed, run_input
+from support.instants import ms
 
+from coordinator_core.engine import format_instant
 from coordinator_core.shell.audit import verify_directory
+from coordinator_core.shell.clock import wall_clock
 from coordinator_core.shell.service import RunAdmitted
-from coordinator_core.shell.store import LEASE_SECONDS, RunSnapshot, StepRow
+from coordinator_core.shell.store import LEASE_SECONDS, RunSnapshot, StoredStep, writes
 
 NOTIFY = "notify"
 READ = "read-application"
@@ -90,9 +92,9 @@ def arm(
     monkeypatch: pytest.MonkeyPatch, deployed: Deployed, boundary: Boundary, moment: Moment
 ) -> Crash:
     """Make the worker process die at `boundary`, `moment`; answers what it saw."""
-    store = deployed.store
+    store = deployed.store.writes
     real_method = getattr(store, boundary.method)
-    real_apply = store._apply_txn
+    real_apply = writes.apply_txn
     crash = Crash()
     calls = 0
     armed = False
@@ -123,7 +125,7 @@ def arm(
         raise ProcessDied("after the commit")
 
     monkeypatch.setattr(store, boundary.method, method)
-    monkeypatch.setattr(store, "_apply_txn", apply)
+    monkeypatch.setattr(writes, "apply_txn", apply)
     return crash
 
 
@@ -142,25 +144,28 @@ def crash_at(
 
 
 def stored(deployed: Deployed, admitted: RunAdmitted) -> RunSnapshot:
-    snapshot = deployed.store.get_run_snapshot(admitted.run.run_id)
+    snapshot = deployed.store.reads.get_run_snapshot(admitted.run.run_id)
     assert snapshot is not None
     return snapshot
 
 
-def record(snapshot: RunSnapshot, step: str) -> StepRow:
+def record(snapshot: RunSnapshot, step: str) -> StoredStep:
     found = snapshot.step(step)
     assert found is not None, step
     return found
 
 
 def states(snapshot: RunSnapshot) -> dict[str, tuple[str, int, int]]:
-    return {row.step: (row.state, row.generation, row.attempt) for row in snapshot.steps}
+    return {
+        stored.step: (stored.record.state, stored.record.generation, stored.record.attempt)
+        for stored in snapshot.steps
+    }
 
 
-def later_instants() -> Iterator[datetime]:
+def later_instants() -> Iterator[int]:
     """Instants for a fresh worker: past every lease taken so far, one second apart."""
-    start = datetime.now(UTC) + timedelta(seconds=LEASE_SECONDS + 1)
-    return (start + timedelta(seconds=index) for index in range(60))
+    start = wall_clock() + ms(seconds=LEASE_SECONDS + 1)
+    return (start + ms(seconds=index) for index in range(60))
 
 
 def take_over(
@@ -183,7 +188,7 @@ def finished_once(deployed: Deployed, admitted: RunAdmitted, *, sends: int = 1) 
     the one frozen command (same body, same key), and accepted at most one message."""
     status = deployed.status(admitted.run.run_id)
     assert status is not None
-    assert (status.status, status.outcome) == ("finished", "message-accepted"), status
+    assert (status.status, status.run.state.outcome) == ("finished", "message-accepted"), status
     assert isinstance(status.output, dict) and set(status.output) == {"messageId"}
     submissions = deployed.products.submissions(deployed.command_key(admitted))
     assert len(submissions) == sends
@@ -266,10 +271,10 @@ def assert_journal_agrees(
         ]
         for attempt in {_attempt_of(e) for e in endings}:
             last = [e for e in endings if _attempt_of(e) == attempt][-1]["record"]["outcome"]
-            if attempt[1:] != (row.generation, row.attempt):
+            if attempt[1:] != (row.record.generation, row.record.attempt):
                 assert last != "delivered", (row.step, attempt, last)  # an earlier attempt
-            elif row.settled_by != "reconcile":  # a reconcile is the API's entry, not ours
-                assert last in _LAST_WORD.get(row.state, {last}), (row.step, attempt, last)
+            elif row.record.settled_by != "reconcile":  # a reconcile is the API's entry, not ours
+                assert last in _LAST_WORD.get(row.record.state, {last}), (row.step, attempt, last)
     notify_ref = references.step(run_id, NOTIFY)
     dispatches = [
         e
@@ -291,7 +296,7 @@ def test_a_claim_that_dies_before_its_commit_leaves_the_run_as_admitted_and_it_f
     snapshot = stored(deployed, admitted)
     # Nothing of the claim committed: `due` is pending and unleased, no read record exists.
     assert states(snapshot) == {"due": ("pending", 1, 0)}
-    assert record(snapshot, "due").lease_token is None
+    assert record(snapshot, "due").lease is None
     assert journaled_by_the_crashed_transaction(deployed, admitted, crash) == [
         ("due", "attempt", "intent"),
         ("due", "transition", "pending"),
@@ -310,14 +315,18 @@ def test_a_claim_that_dies_after_its_commit_retries_the_read_it_froze_and_finish
     admitted, crash = crash_at(monkeypatch, deployed, CLAIM, "after-commit")
     snapshot = stored(deployed, admitted)
     read = record(snapshot, READ)
-    assert (read.state, read.attempt, read.command_prepared) == ("leased", 1, True)
+    assert (read.record.state, read.record.attempt, read.record.command_prepared) == (
+        "leased",
+        1,
+        True,
+    )
     frozen = read.command
     take_over(deployed, admitted, lambda status: status != "running")
     finished_once(deployed, admitted)
     after = stored(deployed, admitted)
     read = record(after, READ)
     # The lapsed lease was a retryable attempt-timeout (T29); the retry used the frozen request.
-    assert (read.state, read.generation, read.attempt) == ("delivered", 1, 2)
+    assert (read.record.state, read.record.generation, read.record.attempt) == ("delivered", 1, 2)
     assert read.command == frozen
     assert_journal_agrees(deployed, admitted, crash, "after-commit")
 
@@ -341,7 +350,7 @@ def test_a_read_finish_that_dies_before_its_commit_leaves_no_notice_and_the_read
     take_over(deployed, admitted, lambda status: status != "running")
     finished_once(deployed, admitted)
     read = record(stored(deployed, admitted), READ)
-    assert (read.state, read.attempt) == ("delivered", 2)
+    assert (read.record.state, read.record.attempt) == ("delivered", 2)
     assert_journal_agrees(deployed, admitted, crash, "before-commit")
 
 
@@ -352,15 +361,23 @@ def test_a_notice_leased_by_a_read_finish_whose_worker_died_is_retried_and_sent_
     snapshot = stored(deployed, admitted)
     notify = record(snapshot, NOTIFY)
     assert states(snapshot)["permission"] == ("delivered", 1, 1)
-    assert (notify.state, notify.attempt, notify.command_prepared) == ("leased", 1, True)
-    assert (notify.dispatched, notify.sent) == (False, False)
+    assert (notify.record.state, notify.record.attempt, notify.record.command_prepared) == (
+        "leased",
+        1,
+        True,
+    )
+    assert (notify.record.dispatched, notify.record.sent) == (False, False)
     frozen = notify.command
     take_over(deployed, admitted, lambda status: status != "running")
     finished_once(deployed, admitted)
     notify = record(stored(deployed, admitted), NOTIFY)
     # Never past its pre-send fence, the lapsed attempt was retryable (T29), not uncertain.
-    assert (notify.state, notify.generation, notify.attempt) == ("delivered", 1, 2)
-    assert (notify.command, notify.uncertain) == (frozen, False)
+    assert (notify.record.state, notify.record.generation, notify.record.attempt) == (
+        "delivered",
+        1,
+        2,
+    )
+    assert (notify.command, notify.record.uncertain) == (frozen, False)
     assert_journal_agrees(deployed, admitted, crash, "after-commit")
 
 
@@ -372,7 +389,11 @@ def test_a_pre_send_fence_that_dies_before_its_commit_never_sends_and_the_retry_
 ) -> None:
     admitted, crash = crash_at(monkeypatch, deployed, PRE_SEND, "before-commit")
     notify = record(stored(deployed, admitted), NOTIFY)
-    assert (notify.state, notify.dispatched, notify.sent) == ("leased", False, False)
+    assert (notify.record.state, notify.record.dispatched, notify.record.sent) == (
+        "leased",
+        False,
+        False,
+    )
     assert deployed.products.submissions(deployed.command_key(admitted)) == []
     assert journaled_by_the_crashed_transaction(deployed, admitted, crash) == [
         (NOTIFY, "dispatch", "intent")
@@ -380,7 +401,11 @@ def test_a_pre_send_fence_that_dies_before_its_commit_never_sends_and_the_retry_
     take_over(deployed, admitted, lambda status: status != "running")
     finished_once(deployed, admitted)
     notify = record(stored(deployed, admitted), NOTIFY)
-    assert (notify.state, notify.attempt, notify.uncertain) == ("delivered", 2, False)
+    assert (notify.record.state, notify.record.attempt, notify.record.uncertain) == (
+        "delivered",
+        2,
+        False,
+    )
     assert_journal_agrees(deployed, admitted, crash, "before-commit")
 
 
@@ -389,7 +414,11 @@ def test_a_notice_marked_dispatched_whose_worker_died_is_unknown_and_only_retry_
 ) -> None:
     admitted, crash = crash_at(monkeypatch, deployed, PRE_SEND, "after-commit")
     notify = record(stored(deployed, admitted), NOTIFY)
-    assert (notify.state, notify.dispatched, notify.sent) == ("leased", True, True)
+    assert (notify.record.state, notify.record.dispatched, notify.record.sent) == (
+        "leased",
+        True,
+        True,
+    )
     assert journaled_by_the_crashed_transaction(deployed, admitted, crash) == [
         (NOTIFY, "dispatch", "intent")
     ]
@@ -399,20 +428,23 @@ def test_a_notice_marked_dispatched_whose_worker_died_is_unknown_and_only_retry_
     status = take_over(deployed, admitted, lambda status: status != "running")
     assert status == "attention"
     run = deployed.status(admitted.run.run_id)
-    assert run is not None and (run.failure_code, run.uncertain) == ("transport-uncertain", True)
+    assert run is not None and (run.run.state.failure_code, run.uncertain) == (
+        "transport-uncertain",
+        True,
+    )
     notify = record(stored(deployed, admitted), NOTIFY)
-    assert (notify.state, notify.uncertain) == ("unknown", True)
+    assert (notify.record.state, notify.record.uncertain) == ("unknown", True)
     worker = deployed.worker("fresh")
     assert not any(worker.tick(now) for now in list(later_instants())[-3:])
     assert deployed.products.submissions(key) == []
     assert_journal_agrees(deployed, admitted, crash, "after-commit")
     # Only the operator's retry-same sends it: the same frozen command, the same key.
-    retried = deployed.run(deployed.service.retry_same(CALLER, admitted.run.run_id, "case-91"))
+    retried = deployed.service.retry_same(CALLER, admitted.run.run_id, "case-91")
     assert retried.status == "running"
     take_over(deployed, admitted, lambda status: status != "running", name="after-retry")
     finished_once(deployed, admitted)
     notify = record(stored(deployed, admitted), NOTIFY)
-    assert (notify.generation, notify.settled_by) == (2, "retry-same")
+    assert (notify.record.generation, notify.record.settled_by) == (2, "retry-same")
     assert_journal_agrees(deployed, admitted, crash, "after-commit")
 
 
@@ -426,8 +458,12 @@ def test_a_notice_finish_that_dies_before_its_commit_is_unknown_and_reconcile_en
     snapshot = stored(deployed, admitted)
     notify = record(snapshot, NOTIFY)
     # The message was accepted, but its outcome did not commit: the mark did.
-    assert (notify.state, notify.dispatched, notify.sent) == ("leased", True, True)
-    assert snapshot.run.status == "running" and snapshot.step("accepted") is None
+    assert (notify.record.state, notify.record.dispatched, notify.record.sent) == (
+        "leased",
+        True,
+        True,
+    )
+    assert snapshot.run.state.status == "running" and snapshot.step("accepted") is None
     key = deployed.command_key(admitted)
     assert [entry["status"] for entry in deployed.products.submissions(key)] == [202]
     assert journaled_by_the_crashed_transaction(deployed, admitted, crash) == [
@@ -438,14 +474,14 @@ def test_a_notice_finish_that_dies_before_its_commit_is_unknown_and_reconcile_en
     status = take_over(deployed, admitted, lambda status: status != "running")
     assert status == "attention"
     notify = record(stored(deployed, admitted), NOTIFY)
-    assert (notify.state, notify.uncertain) == ("unknown", True)
+    assert (notify.record.state, notify.record.uncertain) == ("unknown", True)
     assert len(deployed.products.submissions(key)) == 1  # never resent automatically
     # The product's receipt settles it without sending again (T31).
-    settled = deployed.run(deployed.service.reconcile(CALLER, admitted.run.run_id, "case-92"))
+    settled = deployed.service.reconcile(CALLER, admitted.run.run_id, "case-92")
     assert settled.result == "settled"
     take_over(deployed, admitted, lambda status: status != "running", name="after-reconcile")
     finished_once(deployed, admitted)
-    assert record(stored(deployed, admitted), NOTIFY).settled_by == "reconcile"
+    assert record(stored(deployed, admitted), NOTIFY).record.settled_by == "reconcile"
     assert_journal_agrees(deployed, admitted, crash, "before-commit")
 
 
@@ -454,8 +490,8 @@ def test_a_worker_that_dies_after_the_final_commit_leaves_the_run_finished_with_
 ) -> None:
     admitted, crash = crash_at(monkeypatch, deployed, NOTICE_FINISH, "after-commit")
     snapshot = stored(deployed, admitted)
-    assert snapshot.run.status == "finished"
-    assert all(row.lease_token is None for row in snapshot.steps)
+    assert snapshot.run.state.status == "finished"
+    assert all(stored.lease is None for stored in snapshot.steps)
     assert journaled_by_the_crashed_transaction(deployed, admitted, crash) == [
         (NOTIFY, "transition", "delivered"),
         ("accepted", "attempt", "intent"),
@@ -475,13 +511,13 @@ def fire_crash(
 ) -> tuple[RunAdmitted, Crash]:
     """Admit a run parked until a few seconds from now, park it, then fire the due waits with
     a worker that dies at the batch transaction, `moment`."""
-    due = datetime.now(UTC) + timedelta(seconds=3)
-    admitted = deployed.admit(run_input(send_after=due.isoformat().replace("+00:00", "Z")))
+    due = wall_clock() + ms(seconds=3)
+    admitted = deployed.admit(run_input(send_after=format_instant(due)))
     assert deployed.worker("parker").tick()  # T16: pending until `due`
     assert states(stored(deployed, admitted)) == {"due": ("pending", 1, 0)}
     crash = arm(monkeypatch, deployed, FIRE, moment)
     with pytest.raises(ProcessDied):
-        deployed.worker("crashed").fire_due_waits(due + timedelta(seconds=1))
+        deployed.worker("crashed").fire_due_waits(due + ms(seconds=1))
     monkeypatch.undo()
     assert crash.happened
     return admitted, crash
@@ -510,11 +546,16 @@ def test_a_batch_that_committed_before_its_worker_died_leaves_the_read_due_unlea
     read = record(snapshot, READ)
     assert states(snapshot)["due"] == ("delivered", 1, 1)
     # no lease for anyone to lose: the read is claimed as usual, with no lapse to wait for
-    assert (read.state, read.attempt, read.lease_token, read.command) == ("pending", 0, None, None)
+    assert (read.record.state, read.record.attempt, read.lease, read.command) == (
+        "pending",
+        0,
+        None,
+        None,
+    )
     take_over(deployed, admitted, lambda status: status != "running")
     finished_once(deployed, admitted)
     read = record(stored(deployed, admitted), READ)
-    assert (read.state, read.generation, read.attempt) == ("delivered", 1, 1)
+    assert (read.record.state, read.record.generation, read.record.attempt) == ("delivered", 1, 1)
     assert_journal_agrees(deployed, admitted, crash, "after-commit")
 
 
@@ -524,7 +565,7 @@ def test_every_fused_boundary_is_reached_in_one_tick_in_this_order(
     """The boundaries above are the run's four worker transactions, in this order (a guard:
     if the worker fused or split them differently, the crash points would move)."""
     deployed = sqlite_deployed
-    store = deployed.store
+    store = deployed.store.writes
     seen: list[str] = []
     for name in ("claim_due_step", "complete_step", "record_step_progress"):
         real = getattr(store, name)

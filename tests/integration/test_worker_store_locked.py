@@ -10,12 +10,14 @@ import json
 import sqlite3
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from integration_support import Deployed, Products, deploy, run_input
+from support.instants import ms
 
+from coordinator_core.engine import format_instant
+from coordinator_core.shell.clock import wall_clock
 from coordinator_core.shell.package_files import LoadedPackage
 from coordinator_core.shell.runtime.outage import StoreOutage
 from coordinator_core.shell.runtime.process import Shutdown, worker_loop
@@ -50,7 +52,7 @@ def test_a_locked_sqlite_store_never_ends_the_loop_and_the_run_finishes_after(
         stream = io.StringIO()
         shutdown = Shutdown(ServiceLog(stream))
         outage = StoreOutage(shutdown.log)
-        due = (datetime.now(UTC) + timedelta(seconds=1)).isoformat().replace("+00:00", "Z")
+        due = format_instant(wall_clock() + ms(seconds=1))
         admitted = deployed.admit(run_input(send_after=due))
         path = deployed.store.location.path
         assert path is not None

@@ -33,7 +33,7 @@ def test_a_decided_review_is_observed_then_recorded_and_notified(
     assert deployed.tick_until_step(run_id, "await-review") == 1  # carried on from the request
     waiting = deployed.status(run_id)
     assert waiting is not None and waiting.next_due_at is not None
-    assert (waiting.next_due_at - waiting.admitted_at).total_seconds() >= 30
+    assert (waiting.next_due_at - waiting.run.state.admitted_at) / 1000 >= 30
     assert not deployed.worker().tick()  # the wait is a record, not a sleeping worker
     reference = f"recorded-decision:{APPLICATION_ID}"
     reviews = products.http.get(products.url("casework", "/sandbox/review-requests")).json()
@@ -47,7 +47,7 @@ def test_a_decided_review_is_observed_then_recorded_and_notified(
         json={"status": "approved"},
     )
     assert decided.status_code == 200, decided.text
-    deployed.run(deployed.service.complete_review("reviews", uuid.UUID(request_id)))
+    deployed.service.complete_review("reviews", uuid.UUID(request_id))
     parsed.clear()
     status, ticks = deployed.drive(run_id)
     # The prepared action's frozen command is parsed once for its `Prepare` and its
@@ -63,13 +63,12 @@ def test_a_decided_review_is_observed_then_recorded_and_notified(
         ("record-decision", "accepted"),
         ("send-notice", "accepted"),
     ]
-    wait = next(step for step in inspection.steps if step.step == "await-review")
-    assert wait.wait is not None and getattr(wait.wait, "observations", None) == 1
-    assert getattr(wait.wait, "result", None) == "completed"
-    snapshot = deployed.store.get_run_snapshot(run_id)
+    wait = next(step for step in inspection.steps if step.record.step == "await-review")
+    assert (wait.record.observations, wait.wait_result) == (1, "completed")
+    snapshot = deployed.store.reads.get_run_snapshot(run_id)
     assert snapshot is not None
     recorded = snapshot.step("record-decision")
-    assert recorded is not None and recorded.preparation_frozen and recorded.sent
+    assert recorded is not None and recorded.preparation_frozen and recorded.record.sent
     key = deployed.secrets.admission_key.command_key(
         "delayed-follow-up-it", snapshot.run.start_identity, "record-decision"
     )

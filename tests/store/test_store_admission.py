@@ -15,6 +15,7 @@ from store_support import (
     Backend,
     admission,
     admit,
+    changed,
     claim,
 )
 
@@ -24,39 +25,43 @@ from coordinator_core.shell.store import ActivationRequest, Store, StoreInvarian
 
 def _refusal(store: Store, *args: object, **options: object) -> str:
     with pytest.raises(CoordinatorError) as refused:
-        store.admit(admission(*args, **options), T0)  # type: ignore[arg-type]
+        store.writes.admit(admission(*args, **options), T0)  # type: ignore[arg-type]
     return refused.value.code
 
 
 def test_admission_inserts_the_run_and_its_due_start_record(store: Store) -> None:
     request = admission("k1")
-    result = store.admit(request, T0)
+    result = store.writes.admit(request, T0)
     assert result.created
-    snapshot = store.get_run_snapshot(request.run_id)
+    snapshot = store.reads.get_run_snapshot(request.run.run_id)
     assert snapshot is not None
     run = snapshot.run
-    assert (run.status, run.cancel_mode, run.current_step) == ("running", "none", "start")
-    assert (run.admitted_at, run.deadline_at) == (T0, T0 + 3600 * SECOND)
+    state = run.state
+    assert (state.status, state.cancel_mode, state.current_step) == ("running", "none", "start")
+    assert (state.admitted_at, state.deadline_at) == (T0, T0 + 3600 * SECOND)
     # the snapshot is stored once for its definition digest, not in the run (schema v2)
     assert (run.snapshot, run.input) == (None, b"sealed-input")
-    assert store.definition_snapshot(run.definition_digest) == (run.run_id, b"sealed-snapshot")
+    assert store.reads.definition_snapshot(run.definition_digest) == (
+        run.run_id,
+        b"sealed-snapshot",
+    )
     assert (run.definition_digest, run.binding_digest, run.revision) == (
         DEFINITION,
         BINDING,
         REVISION,
     )
-    assert [(s.step, s.state, s.due_at, s.generation, s.attempt) for s in snapshot.steps] == [
+    assert [(r.step, r.state, r.due_at, r.generation, r.attempt) for r in snapshot.records] == [
         ("start", "pending", T0, 1, 0)
     ]
     assert result.run == run
 
 
 def test_same_start_identity_and_input_answers_the_existing_run(store: Store) -> None:
-    first = store.admit(admission("k1"), T0)
-    again = store.admit(admission("k1"), T0 + SECOND)
+    first = store.writes.admit(admission("k1"), T0)
+    again = store.writes.admit(admission("k1", T0 + SECOND), T0 + SECOND)
     assert not again.created
     assert again.run.run_id == first.run.run_id
-    assert len(store.list_runs(owner=None).runs) == 1
+    assert len(store.reads.list_runs(owner=None).runs) == 1
 
 
 def test_same_start_identity_with_other_input_is_key_reused(store: Store) -> None:
@@ -67,7 +72,9 @@ def test_same_start_identity_with_other_input_is_key_reused(store: Store) -> Non
 def test_replay_is_answered_even_after_the_revision_changed(store: Store) -> None:
     admit(store, "k1")
     # the replay check comes before the revision check (06 §5.1 step 10.4–10.5)
-    assert not store.admit(admission("k1", expected_revision="sha256:" + "9" * 64), T0).created
+    assert not store.writes.admit(
+        admission("k1", expected_revision="sha256:" + "9" * 64), T0
+    ).created
     assert (
         _refusal(store, "k2", expected_revision="sha256:" + "9" * 64)
         == "admission.revision-mismatch"
@@ -75,14 +82,14 @@ def test_replay_is_answered_even_after_the_revision_changed(store: Store) -> Non
 
 
 def test_holds_refuse_admissions_in_order(store: Store) -> None:
-    store.set_restore_hold(T0, lambda _snapshot: None)
+    store.operator.set_restore_hold(T0, lambda _snapshot: None)
     assert _refusal(store, "k1") == "coordinator.command.restore-admissions-held"
-    store.release_restore_hold("evidence")
+    store.operator.release_restore_hold("evidence")
     assert _refusal(store, "k1") == "coordinator.command.restore-admissions-held"
-    store.release_admission_hold(
+    store.operator.release_admission_hold(
         "recovery", admission_history_complete=True, prior_deployment_fenced=True
     )
-    assert store.admit(admission("k1"), T0).created
+    assert store.writes.admit(admission("k1"), T0).created
 
 
 def test_input_problem_and_live_binding_conflict_are_refused_after_the_replay_check(
@@ -103,7 +110,7 @@ def test_input_problem_and_live_binding_conflict_are_refused_after_the_replay_ch
     # the pairs recorded at admission, then (as they conflict) the exact pairs of the runs
     # that are not settled, before refusing
     assert seen == [frozenset({(DEFINITION, BINDING)})] * 2
-    assert not store.admit(admission("k2", bindings_ok=conflict), T0).created  # replay first
+    assert not store.writes.admit(admission("k2", bindings_ok=conflict), T0).created  # replay first
 
 
 def test_admission_is_refused_when_another_package_is_active(
@@ -114,11 +121,27 @@ def test_admission_is_refused_when_another_package_is_active(
     assert claim(store) is None  # the worker claims nothing either
 
 
-def test_a_start_record_of_another_run_is_refused(store: Store) -> None:
+def test_a_start_record_of_another_run_or_not_pending_is_refused(store: Store) -> None:
     request = admission("k1")
-    other = replace(request, first_step=replace(request.first_step, run_id=admission("x").run_id))
+    other = replace(
+        request, first_step=replace(request.first_step, run_id=admission("x").run.run_id)
+    )
     with pytest.raises(StoreInvariantError):
-        store.admit(other, T0)
+        store.writes.admit(other, T0)
+    leased = replace(request, first_step=changed(request.first_step, state="leased"))
+    with pytest.raises(StoreInvariantError):  # nor one that is not pending
+        store.writes.admit(leased, T0)
+    assert store.reads.list_runs(owner=None).runs == ()
+
+
+def test_a_start_record_that_is_not_the_runs_current_step_is_refused(store: Store) -> None:
+    """The run is admitted at its start record: a run whose current step has no record would
+    be one no claim, view or sweep can read."""
+    request = admission("k1")
+    elsewhere = replace(request, first_step=changed(request.first_step, step="elsewhere"))
+    with pytest.raises(StoreInvariantError):
+        store.writes.admit(elsewhere, T0)
+    assert store.reads.list_runs(owner=None).runs == ()
 
 
 def test_concurrent_admissions_of_one_key_resolve_to_one_run(store: Store) -> None:
@@ -129,7 +152,7 @@ def test_concurrent_admissions_of_one_key_resolve_to_one_run(store: Store) -> No
     def admit_once() -> None:
         barrier.wait()
         try:
-            results.append(store.admit(admission("same-key"), T0).created)
+            results.append(store.writes.admit(admission("same-key"), T0).created)
         except BaseException as error:
             errors.append(error)
 
@@ -140,4 +163,4 @@ def test_concurrent_admissions_of_one_key_resolve_to_one_run(store: Store) -> No
         thread.join()
     assert errors == []
     assert sorted(results) == [False] * 5 + [True]
-    assert len(store.list_runs(owner=None).runs) == 1
+    assert len(store.reads.list_runs(owner=None).runs) == 1

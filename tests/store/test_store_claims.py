@@ -7,7 +7,6 @@ import multiprocessing
 import threading
 import uuid
 from collections import Counter
-from dataclasses import replace
 
 import pytest
 from store_support import (
@@ -15,13 +14,17 @@ from store_support import (
     T0,
     Backend,
     admit,
+    changed,
+    changed_run,
     claim,
     claim_all_in_process,
     deliver_and_finish,
     lease_record,
     stand_in_recover,
+    start_step,
 )
 
+from coordinator_core.engine import TimingPolicy
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.store import (
     LEASE_SECONDS,
@@ -29,14 +32,13 @@ from coordinator_core.shell.store import (
     RunSnapshot,
     RunWrite,
     StaleLease,
-    StepRow,
     Store,
     StoreInvariantError,
 )
 
 
 def _snapshot(store: Store, run_id: uuid.UUID) -> RunSnapshot:
-    snapshot = store.get_run_snapshot(run_id)
+    snapshot = store.reads.get_run_snapshot(run_id)
     assert snapshot is not None
     return snapshot
 
@@ -47,7 +49,8 @@ def test_claim_leases_the_earliest_due_record_as_t2(store: Store) -> None:
     assert claim(store, T0) is None  # nothing due yet
     leased = claim(store, T0 + 5 * SECOND, worker="w-1")
     assert leased is not None and leased.run_id == early.run_id
-    record = _snapshot(store, early.run_id).current
+    stored = _snapshot(store, early.run_id).current
+    record = stored.record
     assert (record.state, record.attempt, record.claims, record.awaiting) == (
         "leased",
         1,
@@ -55,13 +58,14 @@ def test_claim_leases_the_earliest_due_record_as_t2(store: Store) -> None:
         "work",
     )
     assert record.attempt_started_at == T0 + 5 * SECOND
-    assert record.lease_expires_at == T0 + (5 + LEASE_SECONDS) * SECOND
-    assert (record.lease_token, record.lease_owner, record.due_at) == (
-        leased.lease_token,
+    assert stored.lease is not None
+    assert stored.lease.expires_at == T0 + (5 + LEASE_SECONDS) * SECOND
+    assert (stored.lease.token, stored.lease.owner, record.due_at) == (
+        leased.lease.token,
         "w-1",
         None,
     )
-    assert leased.snapshot.current == record
+    assert leased.snapshot.current == stored and leased.held == stored
     second = claim(store, T0 + 5 * SECOND)
     assert second is not None and second.run_id == late.run_id
     assert claim(store, T0 + 5 * SECOND) is None  # leased records are not claimable
@@ -71,7 +75,7 @@ def _claim_and_finish(store: Store, worker: str, now_offset: int, out: list[Clai
     now = T0 + now_offset * SECOND
     while (leased := claim(store, now, worker=worker)) is not None:
         out.append(leased)
-        store.complete_step(leased, now, deliver_and_finish(now))
+        store.writes.complete_step(leased, now, deliver_and_finish(now))
 
 
 def test_concurrent_workers_claim_every_due_record_exactly_once(store: Store) -> None:
@@ -88,8 +92,8 @@ def test_concurrent_workers_claim_every_due_record_exactly_once(store: Store) ->
     counted = Counter((leased.run_id, leased.step) for leased in claims)
     assert set(counted.values()) == {1}
     assert {run_id for run_id, _step in counted} == runs
-    assert {leased.lease_owner for leased in claims} <= {f"w-{n}" for n in range(4)}
-    page = store.list_runs(owner=None, status="finished", limit=100)
+    assert {leased.lease.owner for leased in claims} <= {f"w-{n}" for n in range(4)}
+    page = store.reads.list_runs(owner=None, status="finished", limit=100)
     assert len(page.runs) == 60
 
 
@@ -130,15 +134,15 @@ def test_an_expired_lease_is_recovered_and_the_stale_holder_cannot_commit(store:
     later = T0 + (LEASE_SECONDS + 1) * SECOND
     fresh = claim(store, later, worker="w-2", recover=stand_in_recover(later))
     assert fresh is not None and fresh.run_id == run.run_id
-    assert (fresh.attempt, fresh.lease_owner) == (2, "w-2")
-    assert fresh.lease_token != stale.lease_token
+    assert (fresh.held.record.attempt, fresh.lease.owner) == (2, "w-2")
+    assert fresh.lease.token != stale.lease.token
     with pytest.raises(StaleLease):
-        store.complete_step(stale, later, deliver_and_finish(later))
+        store.writes.complete_step(stale, later, deliver_and_finish(later))
     with pytest.raises(StaleLease):
-        store.record_step_progress(stale, later, lambda snapshot: None)
-    finished = store.complete_step(fresh, later, deliver_and_finish(later)).snapshot
-    assert (finished.run.status, finished.current.state) == ("finished", "delivered")
-    assert finished.current.lease_token is None and finished.current.lease_expires_at is None
+        store.writes.record_step_progress(stale, later, lambda snapshot: None)
+    finished = store.writes.complete_step(fresh, later, deliver_and_finish(later)).snapshot
+    assert (finished.run.state.status, finished.current.record.state) == ("finished", "delivered")
+    assert finished.current.lease is None
 
 
 def test_a_lapsed_lease_the_engine_leaves_alone_is_taken_over_until_its_new_lease_lapses(
@@ -149,11 +153,12 @@ def test_a_lapsed_lease_the_engine_leaves_alone_is_taken_over_until_its_new_leas
     assert stale is not None
     later = T0 + (LEASE_SECONDS + 1) * SECOND
     assert claim(store, later) is None  # recover answered None
-    record = _snapshot(store, stale.run_id).current
-    assert record.state == "leased" and record.lease_token != stale.lease_token
-    assert record.lease_expires_at == later + LEASE_SECONDS * SECOND
+    stored = _snapshot(store, stale.run_id).current
+    assert stored.record.state == "leased"
+    assert stored.lease is not None and stored.lease.token != stale.lease.token
+    assert stored.lease.expires_at == later + LEASE_SECONDS * SECOND
     with pytest.raises(StaleLease):
-        store.complete_step(stale, later, deliver_and_finish(later))
+        store.writes.complete_step(stale, later, deliver_and_finish(later))
 
 
 def test_a_lapsed_lease_nobody_took_over_still_finishes_but_no_longer_passes_a_fence(
@@ -163,11 +168,11 @@ def test_a_lapsed_lease_nobody_took_over_still_finishes_but_no_longer_passes_a_f
     leased = claim(store, T0)
     assert leased is not None
     late = T0 + (LEASE_SECONDS + 5) * SECOND
-    store.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
+    store.writes.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
     with pytest.raises(StaleLease):
-        store.record_step_progress(leased, late, lambda snapshot: None)
-    finished = store.complete_step(leased, late, deliver_and_finish(late))
-    assert finished.snapshot.run.status == "finished" and finished.claim is None
+        store.writes.record_step_progress(leased, late, lambda snapshot: None)
+    finished = store.writes.complete_step(leased, late, deliver_and_finish(late))
+    assert finished.snapshot.run.state.status == "finished" and finished.claim is None
 
 
 def test_a_dispatched_lapsed_lease_becomes_unknown(store: Store) -> None:
@@ -176,7 +181,7 @@ def test_a_dispatched_lapsed_lease_becomes_unknown(store: Store) -> None:
     assert leased is not None
 
     def freeze_and_mark(snapshot: RunSnapshot) -> RunWrite:
-        record = replace(
+        record = changed(
             snapshot.current,
             command=b"sealed-command",
             command_prepared=True,
@@ -185,13 +190,13 @@ def test_a_dispatched_lapsed_lease_becomes_unknown(store: Store) -> None:
         )
         return RunWrite(snapshot.run, (record,))
 
-    store.record_step_progress(leased, T0 + SECOND, freeze_and_mark)
+    store.writes.record_step_progress(leased, T0 + SECOND, freeze_and_mark)
     later = T0 + (LEASE_SECONDS + 1) * SECOND
     assert claim(store, later, worker="w-2", recover=stand_in_recover(later)) is None
     snapshot = _snapshot(store, run.run_id)
-    assert (snapshot.run.status, snapshot.current.state) == ("attention", "unknown")
-    assert snapshot.current.effect_state == "unknown"
-    assert store.summary(later).unknown_effects == 1
+    assert (snapshot.run.state.status, snapshot.current.record.state) == ("attention", "unknown")
+    assert snapshot.current.record.effect_state == "unknown"
+    assert store.reads.summary(later).unknown_effects == 1
 
 
 def test_an_overdue_record_is_expired_not_leased_but_pure_records_still_run(store: Store) -> None:
@@ -201,8 +206,8 @@ def test_an_overdue_record_is_expired_not_leased_but_pure_records_still_run(stor
     leased = claim(store, later, worker="w-1", recover=stand_in_recover(later))
     assert leased is not None and leased.run_id == pure.run_id
     expired = _snapshot(store, overdue.run_id)
-    assert (expired.run.status, expired.current.state) == ("expired", "expired")
-    assert expired.run.completed_at == later
+    assert (expired.run.state.status, expired.current.record.state) == ("expired", "expired")
+    assert expired.run.state.completed_at == later
 
 
 def test_the_claim_decision_runs_inside_the_claim_and_its_failure_rolls_it_back(
@@ -217,9 +222,9 @@ def test_the_claim_decision_runs_inside_the_claim_and_its_failure_rolls_it_back(
 
     with pytest.raises(OSError, match="audit unavailable"):
         claim(store, T0, decide=broken)
-    assert _snapshot(store, run.run_id).current.state == "pending"
+    assert _snapshot(store, run.run_id).current.record.state == "pending"
     assert claim(store, T0, decide=lambda _snapshot: None) is None
-    assert _snapshot(store, run.run_id).current.state == "pending"
+    assert _snapshot(store, run.run_id).current.record.state == "pending"
     seen: list[RunSnapshot] = []
 
     def leasing(snapshot: RunSnapshot) -> RunWrite | None:
@@ -228,19 +233,22 @@ def test_the_claim_decision_runs_inside_the_claim_and_its_failure_rolls_it_back(
 
     leased = claim(store, T0, decide=leasing)
     assert leased is not None and [s.run.run_id for s in seen] == [run.run_id]
-    assert seen[0].current.state == "pending"  # the decision sees the record as it is stored
+    assert seen[0].current.record.state == "pending"  # the decision sees the record as it is stored
 
 
 def test_holds_and_reviews_block_claims(store: Store) -> None:
     reviewed = admit(store, "reviewed")
-    store.set_restore_hold(
-        T0, lambda s: RunWrite(replace(s.run, restore_review=s.run.run_id == reviewed.run_id))
+    store.operator.set_restore_hold(
+        T0,
+        lambda s: RunWrite(changed_run(s.run, restore_review=s.run.run_id == reviewed.run_id)),
     )
     assert claim(store, T0) is None
-    fresh = store.release_restore_hold("evidence")
+    fresh = store.operator.release_restore_hold("evidence")
     assert (fresh.restore_hold, fresh.admissions_hold, fresh.restore_review) == (False, True, 1)
     assert claim(store, T0) is None  # under review: held until reviewed
-    store.update_run(reviewed.run_id, T0, lambda s: RunWrite(replace(s.run, restore_review=False)))
+    store.writes.update_run(
+        reviewed.run_id, T0, lambda s: RunWrite(changed_run(s.run, restore_review=False))
+    )
     assert claim(store, T0) is not None
 
 
@@ -248,11 +256,13 @@ def test_restore_hold_fences_out_an_attempt_in_flight(store: Store) -> None:
     admit(store, "k1")
     leased = claim(store, T0)
     assert leased is not None
-    store.set_restore_hold(T0 + SECOND, lambda s: stand_in_recover(T0 + SECOND)(s, "lease-lapsed"))
+    store.operator.set_restore_hold(
+        T0 + SECOND, lambda s: stand_in_recover(T0 + SECOND)(s, "lease-lapsed")
+    )
     with pytest.raises(StaleLease):
-        store.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
+        store.writes.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
     with pytest.raises(StaleLease):
-        store.complete_step(leased, T0 + SECOND, deliver_and_finish(T0 + SECOND))
+        store.writes.complete_step(leased, T0 + SECOND, deliver_and_finish(T0 + SECOND))
 
 
 def test_a_stopping_run_keeps_only_an_uncertain_call_claimable(store: Store) -> None:
@@ -260,16 +270,16 @@ def test_a_stopping_run_keeps_only_an_uncertain_call_claimable(store: Store) -> 
     uncertain = admit(store, "uncertain")
 
     def stopping(snapshot: RunSnapshot) -> RunWrite:
-        run = replace(
+        run = changed_run(
             snapshot.run, cancel_mode="stopping", cancel_requested=True, status="cancel-requested"
         )
         record = snapshot.current
         if snapshot.run.run_id == uncertain.run_id:
-            record = replace(record, command=b"c", command_prepared=True, sent=True, uncertain=True)
+            record = changed(record, command=b"c", command_prepared=True, sent=True, uncertain=True)
         return RunWrite(run, (record,))
 
     for run in (plain, uncertain):
-        store.update_run(run.run_id, T0, stopping)
+        store.writes.update_run(run.run_id, T0, stopping)
     leased = claim(store, T0)
     assert leased is not None and leased.run_id == uncertain.run_id
     assert claim(store, T0) is None
@@ -282,14 +292,12 @@ def test_finishing_creates_the_next_record_in_the_same_transaction(store: Store)
     now = T0 + SECOND
 
     def next_step(snapshot: RunSnapshot) -> RunWrite:
-        done = replace(snapshot.current, state="delivered", route_kind="next", finished_at=now)
-        following = StepRow.new(
-            run.run_id, "decide", "choose", entered_at=now, due_at=now, pure=True
-        )
-        return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
+        done = changed(snapshot.current, state="delivered", route_kind="next", finished_at=now)
+        following = start_step(run.run_id, now, step="decide", type="choose", pure=True)
+        return RunWrite(changed_run(snapshot.run, current_step="decide"), (done, following))
 
-    after = store.complete_step(leased, now, next_step).snapshot
-    assert [(s.step, s.state) for s in after.steps] == [
+    after = store.writes.complete_step(leased, now, next_step).snapshot
+    assert [(r.step, r.state) for r in after.records] == [
         ("start", "delivered"),
         ("decide", "pending"),
     ]
@@ -304,7 +312,7 @@ def test_a_frozen_command_is_kept_and_completed_once_with_its_preparation(store:
 
     def freeze(command: bytes, *, preparation: bool = False) -> object:
         def decide(snapshot: RunSnapshot) -> RunWrite:
-            record = replace(
+            record = changed(
                 snapshot.current,
                 command=command,
                 command_prepared=True,
@@ -314,35 +322,44 @@ def test_a_frozen_command_is_kept_and_completed_once_with_its_preparation(store:
 
         return decide
 
-    store.record_step_progress(leased, T0, freeze(b"request"))  # type: ignore[arg-type]
+    store.writes.record_step_progress(leased, T0, freeze(b"request"))  # type: ignore[arg-type]
     with pytest.raises(StoreInvariantError):
-        store.record_step_progress(leased, T0, freeze(b"other"))  # type: ignore[arg-type]
-    done = store.record_step_progress(leased, T0, freeze(b"request+prep", preparation=True))  # type: ignore[arg-type]
+        store.writes.record_step_progress(leased, T0, freeze(b"other"))  # type: ignore[arg-type]
+    done = store.writes.record_step_progress(leased, T0, freeze(b"request+prep", preparation=True))  # type: ignore[arg-type]
     assert done.snapshot.current.command == b"request+prep"
     with pytest.raises(StoreInvariantError):
-        store.record_step_progress(leased, T0, freeze(b"again", preparation=True))  # type: ignore[arg-type]
+        store.writes.record_step_progress(leased, T0, freeze(b"again", preparation=True))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
     "breaks",
     [
-        lambda s: RunWrite(replace(s.run, input=b"other")),
-        lambda s: RunWrite(replace(s.run, deadline_at=T0)),
-        lambda s: RunWrite(s.run, (replace(s.current, type="finish"),)),
-        lambda s: RunWrite(s.run, (replace(s.current, generation=0),)),
+        lambda s: RunWrite(changed_run(s.run, input=b"other")),
+        lambda s: RunWrite(changed_run(s.run, deadline_at=T0)),
+        lambda s: RunWrite(changed_run(s.run, policy=TimingPolicy((1,), 1))),
+        lambda s: RunWrite(changed_run(s.run, payload_erased_at=T0)),
+        lambda s: RunWrite(s.run, (changed(s.current, type="finish"),)),
+        lambda s: RunWrite(s.run, (changed(s.current, effect_kind="read"),)),
+        lambda s: RunWrite(s.run, (changed(s.current, generation=0),)),
         lambda s: RunWrite(s.run, (s.current, s.current)),
-        lambda s: RunWrite(replace(s.run, current_step="nowhere")),
+        lambda s: RunWrite(changed_run(s.run, current_step="nowhere")),
         lambda s: RunWrite(
             s.run,
-            (
-                replace(
-                    StepRow.new(s.run.run_id, "next", "choose", entered_at=T0, due_at=T0),
-                    state="leased",
-                ),
-            ),
+            (changed(start_step(s.run.run_id, T0, step="next", type="choose"), state="leased"),),
         ),
     ],
-    ids=["input", "deadline", "type", "generation", "twice", "current", "new-leased"],
+    ids=[
+        "input",
+        "deadline",
+        "policy",
+        "payload-erased",
+        "type",
+        "effect",
+        "generation",
+        "twice",
+        "current",
+        "new-leased",
+    ],
 )
 def test_writes_that_break_store_invariants_are_refused_whole(store: Store, breaks: object) -> None:
     run = admit(store, "k1")
@@ -350,7 +367,7 @@ def test_writes_that_break_store_invariants_are_refused_whole(store: Store, brea
     assert leased is not None
     before = _snapshot(store, run.run_id)
     with pytest.raises(StoreInvariantError):
-        store.complete_step(leased, T0, breaks)  # type: ignore[arg-type]
+        store.writes.complete_step(leased, T0, breaks)  # type: ignore[arg-type]
     assert _snapshot(store, run.run_id) == before
 
 
@@ -358,16 +375,16 @@ def test_sent_is_never_cleared(store: Store) -> None:
     admit(store, "k1")
     leased = claim(store, T0)
     assert leased is not None
-    store.record_step_progress(
+    store.writes.record_step_progress(
         leased,
         T0,
         lambda s: RunWrite(
-            s.run, (replace(s.current, command=b"c", command_prepared=True, sent=True),)
+            s.run, (changed(s.current, command=b"c", command_prepared=True, sent=True),)
         ),
     )
     with pytest.raises(StoreInvariantError):
-        store.complete_step(
-            leased, T0, lambda s: RunWrite(s.run, (replace(s.current, sent=False),))
+        store.writes.complete_step(
+            leased, T0, lambda s: RunWrite(s.run, (changed(s.current, sent=False),))
         )
 
 
@@ -388,8 +405,8 @@ def test_a_refused_claim_writes_nothing_while_the_sweep_before_it_commits(store:
     assert first is not None and first.run_id == lapsed.run_id
     later = T0 + (LEASE_SECONDS + 1) * SECOND
     assert claim(store, later, recover=stand_in_recover(later), decide=lambda _s: None) is None
-    record = _snapshot(store, lapsed.run_id).current
-    assert (record.state, record.lease_token) == ("pending", None)
+    stored = _snapshot(store, lapsed.run_id).current
+    assert (stored.record.state, stored.lease) == ("pending", None)
 
 
 def test_a_finish_may_lease_the_next_record_for_the_same_owner(store: Store) -> None:
@@ -401,9 +418,9 @@ def test_a_finish_may_lease_the_next_record_for_the_same_owner(store: Store) -> 
     now = T0 + SECOND
 
     def carried(snapshot: RunSnapshot) -> RunWrite:
-        done = replace(snapshot.current, state="delivered", route_kind="next", finished_at=now)
-        following = replace(
-            StepRow.new(run.run_id, "decide", "choose", entered_at=now, due_at=now, pure=True),
+        done = changed(snapshot.current, state="delivered", route_kind="next", finished_at=now)
+        following = changed(
+            start_step(run.run_id, now, step="decide", type="choose", pure=True),
             state="leased",
             attempt=1,
             claims=1,
@@ -411,40 +428,40 @@ def test_a_finish_may_lease_the_next_record_for_the_same_owner(store: Store) -> 
             due_at=None,
             awaiting="work",
         )
-        return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
+        return RunWrite(changed_run(snapshot.run, current_step="decide"), (done, following))
 
-    written = store.complete_step(leased, now, carried)
+    written = store.writes.complete_step(leased, now, carried)
     assert written.claim is not None and written.claim.step == "decide"
-    assert written.claim.lease_owner == "w-1" and written.claim.lease_token != leased.lease_token
+    assert written.claim.lease.owner == "w-1" and written.claim.lease.token != leased.lease.token
     stored = _snapshot(store, run.run_id)
     assert stored == written.snapshot  # the snapshot answered is what was written
-    assert stored.current.lease_token == written.claim.lease_token
+    assert stored.current.lease == written.claim.lease
     assert claim(store, now) is None  # the continued record is leased, not claimable
     with pytest.raises(StaleLease):
-        store.complete_step(leased, now, deliver_and_finish(now))
+        store.writes.complete_step(leased, now, deliver_and_finish(now))
 
 
 def test_a_finish_under_a_restore_hold_never_leases(store: Store) -> None:
     run = admit(store, "k1")
     leased = claim(store, T0)
     assert leased is not None
-    migrated_hold = store.set_restore_hold(T0, lambda s: None)
+    migrated_hold = store.operator.set_restore_hold(T0, lambda s: None)
     assert migrated_hold.restore_hold
 
     def carried(snapshot: RunSnapshot) -> RunWrite:
-        done = replace(snapshot.current, state="delivered", finished_at=T0)
-        following = replace(
-            StepRow.new(run.run_id, "decide", "choose", entered_at=T0, due_at=T0, pure=True),
+        done = changed(snapshot.current, state="delivered", finished_at=T0)
+        following = changed(
+            start_step(run.run_id, T0, step="decide", type="choose", pure=True),
             state="leased",
             attempt=1,
             claims=1,
             attempt_started_at=T0,
             due_at=None,
         )
-        return RunWrite(replace(snapshot.run, current_step="decide"), (done, following))
+        return RunWrite(changed_run(snapshot.run, current_step="decide"), (done, following))
 
     with pytest.raises(StoreInvariantError):
-        store.complete_step(leased, T0, carried)
+        store.writes.complete_step(leased, T0, carried)
 
 
 def test_a_pooled_connection_the_server_dropped_is_replaced_without_a_refusal(
@@ -458,13 +475,43 @@ def test_a_pooled_connection_the_server_dropped_is_replaced_without_a_refusal(
     postgresql_backend.apply()
     with postgresql_backend.open() as store:
         run = admit(store, "k1")
-        assert store.get_run(run.run_id) is not None  # the pool now holds idle connections
+        assert store.reads.get_run(run.run_id) is not None  # the pool now holds idle connections
         killed = postgresql_backend.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             " AND application_name = 'registry-coordinator'"
         )
         assert killed and all(row[0] for row in killed)
-        assert store.get_run(run.run_id) is not None
+        assert store.reads.get_run(run.run_id) is not None
         leased = claim(store, T0)
         assert leased is not None and leased.run_id == run.run_id
+
+
+def test_a_fence_reads_what_others_changed_while_the_claim_was_held(store: Store) -> None:
+    """The fence's snapshot is the claim's own with the record and the run's columns that
+    others change (a cancel, a restore review) read fresh: the decision sees the cancel, and a
+    write built on the claim's older copy of the run cannot undo it."""
+    run = admit(store, "k1")
+    leased = claim(store, T0)
+    assert leased is not None
+
+    def cancel(snapshot: RunSnapshot) -> RunWrite:
+        stopping = changed_run(
+            snapshot.run, cancel_requested=True, cancel_mode="stopping", status="cancel-requested"
+        )
+        return RunWrite(stopping)
+
+    assert store.writes.request_cancel(run.run_id, T0, cancel) is not None
+    seen: list[RunSnapshot] = []
+
+    def look(snapshot: RunSnapshot) -> None:
+        seen.append(snapshot)
+
+    store.writes.record_step_progress(leased, T0, look)  # type: ignore[arg-type]
+    assert seen[0].run.state.cancel_requested and not leased.snapshot.run.state.cancel_requested
+    assert seen[0].run.state.status == "cancel-requested"
+    with pytest.raises(StoreInvariantError):  # the claim's copy of the run clears the cancel
+        store.writes.complete_step(
+            leased, T0, lambda s: RunWrite(leased.snapshot.run, (changed(s.current, detail="x"),))
+        )
+    assert _snapshot(store, run.run_id).run.state.cancel_requested

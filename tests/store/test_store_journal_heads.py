@@ -5,11 +5,10 @@ of a dispatch the store does not show refuses, one it shows does not."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from store_support import T0, admit, claim
+from store_support import T0, admit, changed, claim
 
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.audit import AuditReferences, AuditWriter, worker_record
@@ -48,7 +47,7 @@ def dispatch_entry(
 
 
 def mark_dispatched(snapshot: RunSnapshot) -> RunWrite:
-    marked = replace(
+    marked = changed(
         snapshot.current, command=b"c", command_prepared=True, dispatched=True, sent=True
     )
     return RunWrite(snapshot.run, (marked,))
@@ -58,18 +57,19 @@ def test_a_write_saves_the_journal_head_and_a_stop_saves_the_last_line(
     store: Store, journal: AuditWriter
 ) -> None:
     store.follow_journal(lambda: journal.position)
-    assert store.journal_heads() == {}
+    assert store.reads.journal_heads() == {}
     dispatch_entry(journal, "0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4f", "start", 1, 1)
     admit(store, "a")
     held = claim(store, T0)  # a write transaction: the head is saved with it
     assert held is not None
     first = journal.position
-    assert store.journal_heads() == {journal.prefix: first}
+    assert store.reads.journal_heads() == {journal.prefix: first}
     dispatch_entry(journal, "0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4f", "start", 1, 2)
-    store.record_step_progress(held, T0, mark_dispatched)  # within the second: not saved again
-    assert store.journal_heads() == {journal.prefix: first}
+    # within the second: not saved again
+    store.writes.record_step_progress(held, T0, mark_dispatched)
+    assert store.reads.journal_heads() == {journal.prefix: first}
     store.save_journal_head(T0)
-    assert store.journal_heads() == {journal.prefix: journal.position}
+    assert store.reads.journal_heads() == {journal.prefix: journal.position}
 
 
 def test_a_head_never_moves_back(store: Store, journal: AuditWriter) -> None:
@@ -82,7 +82,7 @@ def test_a_head_never_moves_back(store: Store, journal: AuditWriter) -> None:
     store.follow_journal(lambda: next(positions))
     store.save_journal_head(T0)
     store.save_journal_head(T0)
-    assert store.journal_heads() == {journal.prefix: late}
+    assert store.reads.journal_heads() == {journal.prefix: late}
 
 
 def test_a_restore_hold_replaces_the_heads_with_the_journal_as_it_is(
@@ -93,9 +93,9 @@ def test_a_restore_hold_replaces_the_heads_with_the_journal_as_it_is(
     store.save_journal_head(T0)
     dispatch_entry(journal, "0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4f", "start", 1, 1)
     ends = journal_ends(journal.directory)
-    store.set_restore_hold(T0, lambda _snapshot: None, ends)
-    assert store.journal_heads() == {end.group: end for end in ends}
-    assert journal.prefix in store.journal_heads()
+    store.operator.set_restore_hold(T0, lambda _snapshot: None, ends)
+    assert store.reads.journal_heads() == {end.group: end for end in ends}
+    assert journal.prefix in store.reads.journal_heads()
 
 
 def test_a_dispatch_the_store_does_not_hold_refuses_a_start(
@@ -112,7 +112,7 @@ def test_a_dispatch_the_store_does_not_hold_refuses_a_start(
     assert diagnostic.code == "coordinator.deployment.store-behind-journal"
     assert (diagnostic.file, diagnostic.line) == (journal.path.name, 1)
     # Once the store shows the mark (or anything later), the same journal passes.
-    store.record_step_progress(held, T0, mark_dispatched)
+    store.writes.record_step_progress(held, T0, mark_dispatched)
     check_journal(store, journal.directory, REFS)
 
 

@@ -1,12 +1,11 @@
-"""Issue 26: why a mapping stopped a step survives the store and reaches `inspect`: the step
-row's `detail` (the engine's `FailureDetail` text) becomes the step's `mappingFailure`, on both
-backends; a bare detailed code (as older rows hold it) still reads as that code."""
+"""Issue 26: why a mapping stopped a step survives the store and reaches `inspect`: the record's
+`detail` (the engine's `FailureDetail` text) is kept, and the step's view names it as its
+`mapping_failure`, on both backends; a bare detailed code (as older rows hold it) still reads
+as that code."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from store_support import T0, admit
+from store_support import T0, admit, changed, changed_run
 
 from coordinator_core.engine.detail import FailureDetail
 from coordinator_core.shell.service.shapes import step_status_of
@@ -17,18 +16,18 @@ def _stopped(store: Store, name: str, code: str, detail: str) -> FailureDetail |
     admitted = admit(store, name)
 
     def decide(snapshot: RunSnapshot) -> RunWrite:
-        record = replace(
+        record = changed(
             snapshot.current,
             state="dead-lettered",
             failure_code=code,
             detail=detail,
             finished_at=T0,
         )
-        run = replace(snapshot.run, status="failed", failure_code=code, completed_at=T0)
+        run = changed_run(snapshot.run, status="failed", failure_code=code, completed_at=T0)
         return RunWrite(run, (record,))
 
-    store.update_run(admitted.run_id, T0, decide)
-    snapshot = store.get_run_snapshot(admitted.run_id)
+    store.writes.update_run(admitted.run_id, T0, decide)
+    snapshot = store.reads.get_run_snapshot(admitted.run_id)
     assert snapshot is not None
     return step_status_of(snapshot.current, {}).mapping_failure
 

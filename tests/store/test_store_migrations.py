@@ -6,8 +6,7 @@ import base64
 import os
 import sqlite3
 import stat
-from dataclasses import asdict, replace
-from datetime import timedelta
+from dataclasses import replace
 from typing import Any, get_args
 from urllib.parse import urlsplit
 
@@ -25,7 +24,7 @@ from sqlalchemy import (
     insert,
     inspect,
 )
-from store_support import ACTIVATION, IDENTITY, T0, Backend, admit, with_user
+from store_support import ACTIVATION, IDENTITY, SECOND, T0, Backend, admit, changed, with_user
 from store_support import admission as store_admission
 
 from coordinator_core.engine.state import TERMINAL_STATUSES as ENGINE_TERMINAL
@@ -51,7 +50,7 @@ from coordinator_core.shell.store.dialect import (
     create_store_engine,
 )
 from coordinator_core.shell.store.migrations import RELOCATED_CHECKSUMS, supported_migrations
-from coordinator_core.shell.store.tables import (
+from coordinator_core.shell.store.schema import (
     DEFINITIONS,
     LIVE_BINDINGS,
     METADATA,
@@ -61,6 +60,8 @@ from coordinator_core.shell.store.tables import (
     STEP_TYPES,
     STEPS,
     TERMINAL_STATUSES,
+    run_values,
+    step_values,
 )
 
 
@@ -342,8 +343,8 @@ def test_runtime_role_gets_exactly_its_grants(
     with runtime.open(identity) as store:
         store.verify()
         run = admit(store, "k1")
-        assert store.get_run(run.run_id) is not None
-        store.release_restore_hold("evidence")  # hold columns are the runtime's to update
+        assert store.reads.get_run(run.run_id) is not None
+        store.operator.release_restore_hold("evidence")  # hold columns are the runtime's to update
     with psycopg.connect(runtime_url, autocommit=True) as connection:
         connection.execute(f'SET search_path TO "{postgresql_backend.namespace}"')
         for forbidden in (
@@ -372,11 +373,11 @@ def test_migrate_refuses_a_runtime_role_that_owns_the_namespace(
 
 
 def test_store_times_round_trip_identically(backend: Backend) -> None:
-    backend.migrate(now=T0.replace(microsecond=123_456))
+    backend.migrate(now=T0 + 123)
     state = inspect_deployment(backend.url, namespace=backend.namespace)
     assert state.control is not None
-    assert state.control.created_at == T0.replace(microsecond=123_000)
-    assert state.control.created_at.tzinfo is not None
+    assert state.control.created_at == T0 + 123
+    assert type(state.control.created_at) is int
 
 
 def test_an_unreachable_postgresql_is_store_unavailable() -> None:
@@ -478,24 +479,28 @@ def test_a_version_2_store_migrates_to_version_3_and_reads_back_every_value_the_
     monkeypatch.setattr(store_deploy, "supported_migrations", lambda: every[:2])
     assert backend.migrate().to_version == 2
     admission = store_admission("before", T0, input=_SEALED)
-    step = replace(
-        admission.first_step, command=_SEALED, command_prepared=True, completion_ref="c" * 64
+    admitted = admission.run
+    step = changed(
+        admission.first_step,
+        command=_SEALED,
+        command_prepared=True,
+        completion_ref="c" * 64,
     )
     run = {
-        "run_id": admission.run_id,
-        "start_identity": admission.start_identity,
-        "input_digest": admission.input_digest,
-        "owner": admission.owner,
+        "run_id": admitted.run_id,
+        "start_identity": admitted.start_identity,
+        "input_digest": admitted.input_digest,
+        "owner": admitted.owner,
         "origin": "api",
         "trigger": None,
         "workflow_id": "wf",
         "workflow_version": "1",
-        "revision": admission.revision,
-        "definition_digest": admission.definition_digest,
-        "binding_digest": admission.binding_digest,
+        "revision": admitted.revision,
+        "definition_digest": admitted.definition_digest,
+        "binding_digest": admitted.binding_digest,
         "snapshot": None,
         "input": _SEALED,
-        "policy": admission.policy,
+        "policy": admitted.state.policy.to_json(),
         "current_step": step.step,
         "status": "running",
         "cancel_mode": "none",
@@ -505,7 +510,7 @@ def test_a_version_2_store_migrates_to_version_3_and_reads_back_every_value_the_
         "terminal_output": None,
         "failure_code": None,
         "admitted_at": T0,
-        "deadline_at": T0 + timedelta(hours=1),
+        "deadline_at": T0 + 3600 * SECOND,
         "completed_at": None,
         "payload_erased_at": None,
         "updated_at": T0,
@@ -514,19 +519,19 @@ def test_a_version_2_store_migrates_to_version_3_and_reads_back_every_value_the_
     try:
         with engine.begin() as connection:
             connection.execute(insert(_in_version_2_types(RUNS)).values(run))
-            connection.execute(insert(_in_version_2_types(STEPS)).values(asdict(step)))
+            connection.execute(insert(_in_version_2_types(STEPS)).values(step_values(step)))
             connection.execute(
                 insert(_in_version_2_types(DEFINITIONS)).values(
-                    definition_digest=admission.definition_digest,
-                    run_id=admission.run_id,
+                    definition_digest=admitted.definition_digest,
+                    run_id=admitted.run_id,
                     snapshot=_SEALED,
                     stored_at=T0,
                 )
             )
             connection.execute(
                 insert(_in_version_2_types(LIVE_BINDINGS)).values(
-                    definition_digest=admission.definition_digest,
-                    binding_digest=admission.binding_digest,
+                    definition_digest=admitted.definition_digest,
+                    binding_digest=admitted.binding_digest,
                     first_admitted_at=T0,
                 )
             )
@@ -538,20 +543,20 @@ def test_a_version_2_store_migrates_to_version_3_and_reads_back_every_value_the_
     backend.apply()
     store = backend.open()
     try:
-        snapshot = store.get_run_snapshot(admission.run_id)
+        snapshot = store.reads.get_run_snapshot(admitted.run_id)
         assert snapshot is not None
-        assert {name: getattr(snapshot.run, name) for name in run} == run
+        assert run_values(snapshot.run) == run
         assert snapshot.current == step
-        assert store.definition_snapshot(admission.definition_digest) == (
-            admission.run_id,
+        assert store.reads.definition_snapshot(admitted.definition_digest) == (
+            admitted.run_id,
             _SEALED,
         )
-        assert store.find_run(admission.start_identity) == snapshot.run
-        assert store.unsettled_bindings(T0) == {
-            (admission.definition_digest, admission.binding_digest)
+        assert store.reads.find_run(admitted.start_identity) == snapshot.run
+        assert store.reads.unsettled_bindings(T0) == {
+            (admitted.definition_digest, admitted.binding_digest)
         }
-        later = store.admit(store_admission("after", T0, input=_SEALED), T0).run
-        assert store.get_run(later.run_id) == later and later.input == _SEALED
+        later = store.writes.admit(store_admission("after", T0, input=_SEALED), T0).run
+        assert store.reads.get_run(later.run_id) == later and later.input == _SEALED
     finally:
         store.close()
     stored = backend.execute(

@@ -42,11 +42,13 @@ def test_the_observer_hears_a_committed_status_change_and_the_notes_in_order(
         store.note(outcome)
         return finish(snapshot)
 
-    store.complete_step(leased, now, decide)
+    store.writes.complete_step(leased, now, decide)
     assert heard == [
         [
             outcome,
-            StatusChange(run.run_id, run.workflow_id, "running", "finished", run.admitted_at, now),
+            StatusChange(
+                run.run_id, run.workflow_id, "running", "finished", run.state.admitted_at, now
+            ),
         ]
     ]
 
@@ -66,10 +68,10 @@ def test_a_rolled_back_transaction_tells_the_observer_nothing(store: Store) -> N
         raise _Refused
 
     with pytest.raises(_Refused):
-        store.complete_step(leased, now, decide)
+        store.writes.complete_step(leased, now, decide)
     assert heard == []
     store.note(StepOutcome(uuid.uuid4(), "outside", "call", "delivered"))  # no transaction
-    store.complete_step(leased, now, failing)
+    store.writes.complete_step(leased, now, failing)
     changes = [
         [(item.before, item.after) for item in items if isinstance(item, StatusChange)]
         for items in heard
@@ -86,8 +88,8 @@ def test_an_observer_that_fails_does_not_fail_the_commit(store: Store) -> None:
     run = admit(store, "observer-fails", T0)
     leased = claim(store, T0 + SECOND)
     assert leased is not None
-    store.complete_step(leased, T0 + 2 * SECOND, deliver_and_finish(T0 + 2 * SECOND))
-    snapshot = store.get_run_snapshot(run.run_id)
-    assert snapshot is not None and snapshot.run.status == "finished"
+    store.writes.complete_step(leased, T0 + 2 * SECOND, deliver_and_finish(T0 + 2 * SECOND))
+    snapshot = store.reads.get_run_snapshot(run.run_id)
+    assert snapshot is not None and snapshot.run.state.status == "finished"
     with pytest.raises(StaleLease):  # committed: the lease is gone
-        store.complete_step(leased, T0 + 3 * SECOND, deliver_and_finish(T0 + 3 * SECOND))
+        store.writes.complete_step(leased, T0 + 3 * SECOND, deliver_and_finish(T0 + 3 * SECOND))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import itertools
 import uuid
 from dataclasses import replace
-from datetime import datetime
 
 import pytest
 from store_support import (
@@ -15,48 +14,50 @@ from store_support import (
     T0,
     admission,
     admit,
+    changed,
+    changed_run,
     claim,
     deliver_and_finish,
     fail_run,
     stand_in_recover,
+    start_step,
 )
 
-from coordinator_core.engine import StepRecord, is_settled
+from coordinator_core.engine import is_settled
 from coordinator_core.engine.state import RunState
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.store import (
     Decide,
     RunPosition,
-    RunRow,
     RunSnapshot,
     RunWrite,
-    StepRow,
     Store,
+    StoredRun,
+    StoredStep,
     StoreInvariantError,
     supported_version,
-    to_epoch_ms,
 )
 
 
 def _snapshot(store: Store, run_id: uuid.UUID) -> RunSnapshot:
-    snapshot = store.get_run_snapshot(run_id)
+    snapshot = store.reads.get_run_snapshot(run_id)
     assert snapshot is not None
     return snapshot
 
 
 def _set(store: Store, run_id: uuid.UUID, **run_changes: object) -> None:
-    store.update_run(run_id, T0, lambda s: RunWrite(replace(s.run, **run_changes)))  # type: ignore[arg-type]
+    store.writes.update_run(run_id, T0, lambda s: RunWrite(changed_run(s.run, **run_changes)))  # type: ignore[arg-type]
 
 
-def _finish(store: Store, run_id: uuid.UUID, now: datetime = T0) -> None:
-    store.update_run(run_id, now, deliver_and_finish(now))
+def _finish(store: Store, run_id: uuid.UUID, now: int = T0) -> None:
+    store.writes.update_run(run_id, now, deliver_and_finish(now))
 
 
-def _all_pages(store: Store, limit: int, **filters: object) -> list[RunRow]:
-    seen: list[RunRow] = []
+def _all_pages(store: Store, limit: int, **filters: object) -> list[StoredRun]:
+    seen: list[StoredRun] = []
     position: RunPosition | None = None
     while True:
-        page = store.list_runs(owner=None, after=position, limit=limit, **filters)  # type: ignore[arg-type]
+        page = store.reads.list_runs(owner=None, after=position, limit=limit, **filters)  # type: ignore[arg-type]
         seen.extend(page.runs)
         if page.next is None:
             return seen
@@ -72,17 +73,17 @@ def test_pages_are_newest_first_and_never_repeat_or_skip(store: Store) -> None:
     for index in range(6):  # same admittedAt: ordered by runId DESC
         admit(store, f"tie{index}", T0 + 100 * SECOND)
     expected = sorted(
-        _all_pages(store, 100), key=lambda run: (run.admitted_at, run.run_id), reverse=True
+        _all_pages(store, 100), key=lambda run: (run.state.admitted_at, run.run_id), reverse=True
     )
     assert [run.run_id for run in _all_pages(store, 100)] == [run.run_id for run in expected]
-    first = store.list_runs(owner=None, limit=5)
+    first = store.reads.list_runs(owner=None, limit=5)
     assert first.next is not None
     collected = list(first.runs)
     position: RunPosition | None = first.next
     for later in range(3):  # admitted later: never on later pages
         admit(store, f"new{later}", T0 + 1000 * SECOND)
     while position is not None:
-        page = store.list_runs(owner=None, after=position, limit=5)
+        page = store.reads.list_runs(owner=None, after=position, limit=5)
         collected.extend(page.runs)
         position = page.next
     assert [run.run_id for run in collected] == [run.run_id for run in expected]
@@ -95,18 +96,18 @@ def test_listing_filters_by_owner_workflow_and_reported_status(store: Store) -> 
     _set(store, reviewed.run_id, restore_review=True)
     finished = admit(store, "d", owner="1" * 64, now=T0 + 2 * SECOND)
     _finish(store, finished.run_id)
-    assert {r.run_id for r in store.list_runs(owner="1" * 64).runs} == {
+    assert {r.run_id for r in store.reads.list_runs(owner="1" * 64).runs} == {
         mine.run_id,
         reviewed.run_id,
         finished.run_id,
     }
-    assert [r.run_id for r in store.list_runs(owner=None, status="attention").runs] == [
+    assert [r.run_id for r in store.reads.list_runs(owner=None, status="attention").runs] == [
         reviewed.run_id
     ]
     assert reviewed.run_id not in {r.run_id for r in _all_pages(store, 2, status="running")}
-    assert store.list_runs(owner=None, workflow="other").runs == ()
-    assert store.list_runs(owner=None, workflows=()).runs == ()
-    assert len(store.list_runs(owner=None, workflows=("wf",), limit=100).runs) == 4
+    assert store.reads.list_runs(owner=None, workflow="other").runs == ()
+    assert store.reads.list_runs(owner=None, workflows=()).runs == ()
+    assert len(store.reads.list_runs(owner=None, workflows=("wf",), limit=100).runs) == 4
 
 
 # -- cancel and other API transitions -----------------------------------------------------------
@@ -119,8 +120,8 @@ def test_cancel_of_a_terminal_or_already_cancelled_run_changes_nothing(store: St
 
     def cancel(snapshot: RunSnapshot) -> RunWrite:
         called.append(snapshot.run.run_id)
-        record = replace(snapshot.current, state="cancelled", finished_at=T0)
-        run = replace(
+        record = changed(snapshot.current, state="cancelled", finished_at=T0)
+        run = changed_run(
             snapshot.run,
             cancel_requested=True,
             cancel_mode="stopping",
@@ -129,49 +130,46 @@ def test_cancel_of_a_terminal_or_already_cancelled_run_changes_nothing(store: St
         )
         return RunWrite(run, (record,))
 
-    unchanged = store.request_cancel(finished.run_id, T0, cancel)
-    assert unchanged is not None and unchanged.run.status == "finished" and called == []
+    unchanged = store.writes.request_cancel(finished.run_id, T0, cancel)
+    assert unchanged is not None and unchanged.run.state.status == "finished" and called == []
     running = admit(store, "running")
-    cancelled = store.request_cancel(running.run_id, T0, cancel)
-    assert cancelled is not None and cancelled.run.status == "cancelled"
-    assert store.request_cancel(running.run_id, T0, cancel) == cancelled
+    cancelled = store.writes.request_cancel(running.run_id, T0, cancel)
+    assert cancelled is not None and cancelled.run.state.status == "cancelled"
+    assert store.writes.request_cancel(running.run_id, T0, cancel) == cancelled
     assert called == [running.run_id]
-    assert store.request_cancel(uuid.uuid4(), T0, cancel) is None
+    assert store.writes.request_cancel(uuid.uuid4(), T0, cancel) is None
 
 
 def test_a_cancel_must_record_cancel_requested(store: Store) -> None:
     run = admit(store, "k1")
     with pytest.raises(StoreInvariantError):
-        store.request_cancel(run.run_id, T0, lambda s: RunWrite(s.run))
-    assert _snapshot(store, run.run_id).run.cancel_requested is False
+        store.writes.request_cancel(run.run_id, T0, lambda s: RunWrite(s.run))
+    assert _snapshot(store, run.run_id).run.state.cancel_requested is False
 
 
 def test_update_run_locks_and_writes_or_rolls_back_on_refusal(store: Store) -> None:
     run = admit(store, "k1")
-    store.update_run(run.run_id, T0, fail_run(T0, "product-refused"), admission_lock=True)
-    assert _snapshot(store, run.run_id).run.status == "failed"
+    store.writes.update_run(run.run_id, T0, fail_run(T0, "product-refused"), admission_lock=True)
+    assert _snapshot(store, run.run_id).run.state.status == "failed"
 
     def raced(snapshot: RunSnapshot) -> RunWrite:
-        store_write = RunWrite(replace(snapshot.run, status="running"))
+        store_write = RunWrite(changed_run(snapshot.run, status="running"))
         assert store_write  # computed, then refused: nothing may commit
         raise CoordinatorError(Diagnostic(code="coordinator.command.reconcile-raced"))
 
     with pytest.raises(CoordinatorError) as refused:
-        store.update_run(run.run_id, T0, raced)
+        store.writes.update_run(run.run_id, T0, raced)
     assert refused.value.code == "coordinator.command.reconcile-raced"
-    assert _snapshot(store, run.run_id).run.status == "failed"
-    assert store.update_run(uuid.uuid4(), T0, lambda s: None) is None
+    assert _snapshot(store, run.run_id).run.state.status == "failed"
+    assert store.writes.update_run(uuid.uuid4(), T0, lambda s: None) is None
 
 
 # -- completion events (07 §7.6) ----------------------------------------------------------------
 
 
-def _wait_for(run_id: uuid.UUID) -> StepRow:
-    return StepRow.new(
-        run_id,
-        "await-review",
-        "wait-for",
-        entered_at=T0,
+def _wait_for(run_id: uuid.UUID) -> StoredStep:
+    return changed(
+        start_step(run_id, T0, step="await-review", type="wait-for"),
         due_at=T0 + 60 * SECOND,
         wait_started_at=T0,
         timeout_at=T0 + 600 * SECOND,
@@ -183,17 +181,17 @@ def _wait_for(run_id: uuid.UUID) -> StepRow:
 def test_a_completion_event_brings_the_next_observation_forward_but_keeps_the_floor(
     store: Store,
 ) -> None:
-    store.admit(admission("w1", first_step=_wait_for), T0)
-    store.admit(admission("w2", first_step=_wait_for), T0)
+    store.writes.admit(admission("w1", first_step=_wait_for), T0)
+    store.writes.admit(admission("w2", first_step=_wait_for), T0)
     observed = claim(store, T0 + 60 * SECOND)
     assert observed is not None
-    store.complete_step(  # the observation found nothing: observed now, next one in 60 s
+    store.writes.complete_step(  # the observation found nothing: observed now, next one in 60 s
         observed,
         T0 + 60 * SECOND,
         lambda s: RunWrite(
             s.run,
             (
-                replace(
+                changed(
                     s.current,
                     state="pending",
                     due_at=T0 + 120 * SECOND,
@@ -207,25 +205,25 @@ def test_a_completion_event_brings_the_next_observation_forward_but_keeps_the_fl
     in_flight = claim(store, T0 + 60 * SECOND)  # observing right now: left alone
     assert in_flight is not None and in_flight.run_id != observed.run_id
 
-    def later_wait(run_id: uuid.UUID) -> StepRow:
-        return replace(_wait_for(run_id), due_at=T0 + 300 * SECOND)
+    def later_wait(run_id: uuid.UUID) -> StoredStep:
+        return changed(_wait_for(run_id), due_at=T0 + 300 * SECOND)
 
-    never = store.admit(admission("w3", first_step=later_wait), T0 + 65 * SECOND).run
-    assert store.advance_completion_waits("c" * 64, T0 + 70 * SECOND, 30) == 2
-    assert _snapshot(store, observed.run_id).current.due_at == T0 + 90 * SECOND  # the floor
-    assert _snapshot(store, never.run_id).current.due_at == T0 + 70 * SECOND  # now
-    assert _snapshot(store, in_flight.run_id).current.state == "leased"
-    assert store.advance_completion_waits("c" * 64, T0 + 80 * SECOND, 30) == 0  # not earlier
-    assert store.advance_completion_waits("d" * 64, T0 + 80 * SECOND, 30) == 0
+    never = store.writes.admit(admission("w3", first_step=later_wait), T0 + 65 * SECOND).run
+    assert store.writes.advance_completion_waits("c" * 64, T0 + 70 * SECOND, 30) == 2
+    assert _snapshot(store, observed.run_id).current.record.due_at == T0 + 90 * SECOND  # floor
+    assert _snapshot(store, never.run_id).current.record.due_at == T0 + 70 * SECOND  # now
+    assert _snapshot(store, in_flight.run_id).current.record.state == "leased"
+    assert store.writes.advance_completion_waits("c" * 64, T0 + 80 * SECOND, 30) == 0  # not earlier
+    assert store.writes.advance_completion_waits("d" * 64, T0 + 80 * SECOND, 30) == 0
 
 
 def test_a_completion_event_never_moves_a_wait_past_its_timeout(store: Store) -> None:
-    def short(run_id: uuid.UUID) -> StepRow:
-        return replace(_wait_for(run_id), timeout_at=T0 + 5 * SECOND, due_at=T0 + 5 * SECOND)
+    def short(run_id: uuid.UUID) -> StoredStep:
+        return changed(_wait_for(run_id), timeout_at=T0 + 5 * SECOND, due_at=T0 + 5 * SECOND)
 
-    run = store.admit(admission("w1", first_step=short), T0).run
-    assert store.advance_completion_waits("c" * 64, T0 + 6 * SECOND, 30) == 0
-    assert _snapshot(store, run.run_id).current.due_at == T0 + 5 * SECOND
+    run = store.writes.admit(admission("w1", first_step=short), T0).run
+    assert store.writes.advance_completion_waits("c" * 64, T0 + 6 * SECOND, 30) == 0
+    assert _snapshot(store, run.run_id).current.record.due_at == T0 + 5 * SECOND
 
 
 # -- restore hold (07 §12) ----------------------------------------------------------------------
@@ -245,30 +243,30 @@ def test_restore_hold_reviews_every_unsettled_run_and_lapses_leases(store: Store
         assert snapshot.control.restore_hold and snapshot.control.admissions_hold
         write = (
             stand_in_recover(T0)(snapshot, "lease-lapsed")
-            if snapshot.current.state == "leased"
+            if snapshot.current.record.state == "leased"
             else None
         )
         steps = write.steps if write else ()
-        return RunWrite(replace(snapshot.run, restore_review=True), steps)
+        return RunWrite(changed_run(snapshot.run, restore_review=True), steps)
 
-    holds = store.set_restore_hold(T0, review)
+    holds = store.operator.set_restore_hold(T0, review)
     assert sorted(reviewed) == sorted([pending.run_id, leased_run.run_id])
     assert (holds.restore_hold, holds.admissions_hold, holds.restore_review) == (True, True, 2)
-    assert _snapshot(store, leased_run.run_id).current.state == "pending"
-    assert _snapshot(store, leased_run.run_id).run.reported_status == "attention"
-    assert store.summary(T0).statuses["attention"] == 2
+    assert _snapshot(store, leased_run.run_id).current.record.state == "pending"
+    assert _snapshot(store, leased_run.run_id).run.state.reported_status == "attention"
+    assert store.reads.summary(T0).statuses["attention"] == 2
     with pytest.raises(CoordinatorError) as attest:
-        store.release_admission_hold(
+        store.operator.release_admission_hold(
             "ref", admission_history_complete=True, prior_deployment_fenced=False
         )
     assert attest.value.code == "coordinator.command.attestation-required"
     with pytest.raises(CoordinatorError) as held:
-        store.release_admission_hold(
+        store.operator.release_admission_hold(
             "ref", admission_history_complete=True, prior_deployment_fenced=True
         )
     assert held.value.code == "coordinator.command.restore-hold"
-    store.release_restore_hold("evidence-ref")
-    released = store.release_admission_hold(
+    store.operator.release_restore_hold("evidence-ref")
+    released = store.operator.release_admission_hold(
         "recovery-ref", admission_history_complete=True, prior_deployment_fenced=True
     )
     assert (released.restore_hold, released.admissions_hold, released.restore_review) == (
@@ -276,20 +274,20 @@ def test_restore_hold_reviews_every_unsettled_run_and_lapses_leases(store: Store
         False,
         2,
     )
-    control = store.control()
+    control = store.reads.control()
     assert (control.restore_evidence_ref, control.admission_recovery_ref) == (
         "evidence-ref",
         "recovery-ref",
     )
-    store.set_restore_hold(T0, lambda s: None)  # idempotent; evidence cleared again
-    assert store.control().restore_evidence_ref is None
+    store.operator.set_restore_hold(T0, lambda s: None)  # idempotent; evidence cleared again
+    assert store.reads.control().restore_evidence_ref is None
 
 
 # -- retention (07 §13) -------------------------------------------------------------------------
 
 
 def _unknown_effect(snapshot: RunSnapshot) -> RunWrite:
-    record = replace(
+    record = changed(
         snapshot.current,
         command=b"c",
         command_prepared=True,
@@ -297,32 +295,32 @@ def _unknown_effect(snapshot: RunSnapshot) -> RunWrite:
         uncertain=True,
         state="unknown",
     )
-    return RunWrite(replace(snapshot.run, status="attention"), (record,))
+    return RunWrite(changed_run(snapshot.run, status="attention"), (record,))
 
 
 def test_retention_erases_only_settled_runs_and_keeps_tombstones(store: Store) -> None:
     later = T0 + 3600 * SECOND
     finished = admit(store, "finished")
-    store.update_run(finished.run_id, T0 + 2 * SECOND, deliver_and_finish(T0 + 2 * SECOND))
+    store.writes.update_run(finished.run_id, T0 + 2 * SECOND, deliver_and_finish(T0 + 2 * SECOND))
     hopeless = admit(store, "hopeless")
-    store.update_run(hopeless.run_id, T0 + SECOND, fail_run(T0 + SECOND, "mapping-invalid"))
+    store.writes.update_run(hopeless.run_id, T0 + SECOND, fail_run(T0 + SECOND, "mapping-invalid"))
     recoverable = admit(store, "recoverable", deadline_seconds=86_400)
-    store.update_run(recoverable.run_id, T0, fail_run(T0, "product-refused"))
+    store.writes.update_run(recoverable.run_id, T0, fail_run(T0, "product-refused"))
     unknown = admit(store, "unknown")
-    store.update_run(unknown.run_id, T0, _unknown_effect)
-    store.update_run(unknown.run_id, T0, fail_run(T0, "mapping-invalid"))
+    store.writes.update_run(unknown.run_id, T0, _unknown_effect)
+    store.writes.update_run(unknown.run_id, T0, fail_run(T0, "mapping-invalid"))
     reviewed = admit(store, "reviewed")
-    store.update_run(reviewed.run_id, T0, deliver_and_finish(T0))
+    store.writes.update_run(reviewed.run_id, T0, deliver_and_finish(T0))
     _set(store, reviewed.run_id, restore_review=True)
     admit(store, "running")
-    assert store.erase_settled_before(later, 1, later) == 1  # oldest completedAt first
+    assert store.operator.erase_settled_before(later, 1, later) == 1  # oldest completedAt first
     assert _snapshot(store, hopeless.run_id).run.payload_erased
-    assert store.erase_settled_before(later, 100, later) == 1
-    assert store.erase_settled_before(later, 100, later) == 0
+    assert store.operator.erase_settled_before(later, 100, later) == 1
+    assert store.operator.erase_settled_before(later, 100, later) == 0
     erased = _snapshot(store, finished.run_id)
     assert (erased.run.snapshot, erased.run.input, erased.run.terminal_output) == (None, None, None)
     assert erased.run.payload_erased_at == later
-    assert (erased.run.status, erased.run.outcome, erased.run.start_identity) == (
+    assert (erased.run.state.status, erased.run.state.outcome, erased.run.start_identity) == (
         "finished",
         "done",
         finished.start_identity,
@@ -330,18 +328,18 @@ def test_retention_erases_only_settled_runs_and_keeps_tombstones(store: Store) -
     for kept in (recoverable, unknown, reviewed):
         assert not _snapshot(store, kept.run_id).run.payload_erased
     # A replayed start key still finds the tombstone.
-    assert store.admit(admission("finished"), later).run.run_id == finished.run_id
+    assert store.writes.admit(admission("finished"), later).run.run_id == finished.run_id
     with pytest.raises(CoordinatorError) as reused:
-        store.admit(admission("finished", input_digest="e" * 64), later)
+        store.writes.admit(admission("finished", input_digest="e" * 64), later)
     assert reused.value.code == "idempotency.key-reused"
-    assert store.summary(later).terminal_payloads == 0
+    assert store.reads.summary(later).terminal_payloads == 0
 
 
 def test_retention_respects_the_before_instant(store: Store) -> None:
     run = admit(store, "k1")
-    store.update_run(run.run_id, T0 + 10 * SECOND, deliver_and_finish(T0 + 10 * SECOND))
-    assert store.erase_settled_before(T0 + 10 * SECOND, 10, T0 + 60 * SECOND) == 0
-    assert store.erase_settled_before(T0 + 11 * SECOND, 10, T0 + 60 * SECOND) == 1
+    store.writes.update_run(run.run_id, T0 + 10 * SECOND, deliver_and_finish(T0 + 10 * SECOND))
+    assert store.operator.erase_settled_before(T0 + 10 * SECOND, 10, T0 + 60 * SECOND) == 0
+    assert store.operator.erase_settled_before(T0 + 11 * SECOND, 10, T0 + 60 * SECOND) == 1
 
 
 def test_a_definition_snapshot_is_stored_once_and_outlives_the_erasure_of_runs(
@@ -353,11 +351,11 @@ def test_a_definition_snapshot_is_stored_once_and_outlives_the_erasure_of_runs(
     run = admit(store, "k1")
     later = admit(store, "k2", snapshot=None)
     assert later.snapshot is None
-    assert store.definition_snapshot(DEFINITION) == (run.run_id, b"sealed-snapshot")
-    assert store.definition_snapshot("sha256:" + "0" * 64) is None
+    assert store.reads.definition_snapshot(DEFINITION) == (run.run_id, b"sealed-snapshot")
+    assert store.reads.definition_snapshot("sha256:" + "0" * 64) is None
     _finish(store, run.run_id)
-    store.erase_settled_before(T0 + SECOND, 10, T0 + SECOND)
-    assert store.definition_snapshot(DEFINITION) == (run.run_id, b"sealed-snapshot")
+    store.operator.erase_settled_before(T0 + SECOND, 10, T0 + SECOND)
+    assert store.reads.definition_snapshot(DEFINITION) == (run.run_id, b"sealed-snapshot")
 
 
 # -- the settled rule: store SQL == engine ------------------------------------------------------
@@ -404,64 +402,65 @@ def test_the_settled_rule_in_sql_matches_the_engine(store: Store) -> None:
             deadline_seconds=10 if passed else 3600,
             binding_digest=binding,
         )
-        run = store.admit(request, T0).run
+        run = store.writes.admit(request, T0).run
 
-        after = store.update_run(run.run_id, T0, _shape(status, review, unknown, code))
+        after = store.writes.update_run(run.run_id, T0, _shape(status, review, unknown, code))
         assert after is not None
-        expected[binding] = is_settled(_engine_state(after), to_epoch_ms(now))
-    unsettled = {pair[1] for pair in store.unsettled_bindings(now)}
+        expected[binding] = is_settled(_engine_state(after), now)
+    unsettled = {pair[1] for pair in store.reads.unsettled_bindings(now)}
     assert {binding for binding, settled in expected.items() if not settled} == unsettled
     assert any(expected.values()) and not all(expected.values())
 
 
 def _shape(status: str, review: bool, unknown: bool, code: str | None) -> Decide:
     def decide(snapshot: RunSnapshot) -> RunWrite:
-        record = replace(snapshot.current, failure_code=code, state="dead-lettered")
+        record = changed(snapshot.current, failure_code=code, state="dead-lettered")
         if unknown:
-            record = replace(record, command=b"c", command_prepared=True, sent=True, uncertain=True)
-        run = replace(snapshot.run, status=status, restore_review=review, failure_code=code)  # type: ignore[arg-type]
+            record = changed(record, command=b"c", command_prepared=True, sent=True, uncertain=True)
+        run = changed_run(snapshot.run, status=status, restore_review=review, failure_code=code)
         return RunWrite(run, (record,))
 
     return decide
 
 
 def _engine_state(snapshot: RunSnapshot) -> RunState:
-    record = snapshot.current
-    return RunState(
-        status=snapshot.run.status,
-        current_step=snapshot.run.current_step,
-        admitted_at=to_epoch_ms(snapshot.run.admitted_at),
-        deadline_at=to_epoch_ms(snapshot.run.deadline_at),
-        input="{}",
-        restore_review=snapshot.run.restore_review,
-        records=(
-            StepRecord(
-                step=record.step,
-                type=record.type,
-                state=record.state,
-                entered_at=to_epoch_ms(record.entered_at),
-                pure=record.pure,
-                failure_code=record.failure_code,
-                operation=record.operation,
-                effect=record.effect_kind,
-                command="{}" if record.command_prepared else None,
-                sent=record.sent,
-                dispatched=record.dispatched,
-                uncertain=record.uncertain,
-            ),
-        ),
+    """The engine's value of the run as the store read it: its state, with the records read
+    beside it (their payload at hand: a prepared command has its text)."""
+    records = tuple(
+        replace(record, command="{}" if record.command_prepared else None)
+        for record in snapshot.records
     )
+    return replace(snapshot.run.state, input="{}", records=records)
 
 
 def test_summary_counts_what_doctor_reports(store: Store) -> None:
     admit(store, "a", T0 + 5 * SECOND)
     finished = admit(store, "b")
     _finish(store, finished.run_id)
-    store.admit(admission("w", first_step=_wait_for), T0)
-    summary = store.summary(T0)
+    store.writes.admit(admission("w", first_step=_wait_for), T0)
+    summary = store.reads.summary(T0)
     assert summary.statuses["running"] == 2 and summary.statuses["finished"] == 1
     assert sum(summary.statuses.values()) == 3 and len(summary.statuses) == 8
     assert (summary.waits, summary.unknown_effects, summary.terminal_payloads) == (1, 0, 1)
     assert summary.oldest_due_at == T0 + 5 * SECOND
     assert summary.oldest_terminal_payload_at == T0
     assert (summary.store, summary.schema_version) == (store.kind, supported_version())
+
+
+def test_gauges_count_what_a_scrape_reports(store: Store) -> None:
+    """06 §14: runs by reported status, the records due at `now` and how long the oldest has
+    waited (in seconds, from millisecond instants), parked waits and the holds."""
+    admit(store, "due", T0 + 500)
+    admit(store, "not-yet", T0 + 60 * SECOND)
+    reviewed = admit(store, "reviewed", T0 + 2 * SECOND)
+    _set(store, reviewed.run_id, restore_review=True)
+    store.writes.admit(admission("w", first_step=_wait_for), T0)  # due in 60 s: parked
+    gauges = store.reads.gauges(T0 + 3 * SECOND)
+    assert gauges.statuses["running"] == 3 and gauges.statuses["attention"] == 1
+    assert sum(gauges.statuses.values()) == 4 and len(gauges.statuses) == 8
+    assert gauges.due == 2
+    assert gauges.oldest_due_lag_seconds == 2.5
+    assert gauges.parked_waits == 1
+    assert gauges.holds == {"restore": 0, "admissions": 0, "restore-review": 1}
+    quiet = store.reads.gauges(T0)
+    assert (quiet.due, quiet.oldest_due_lag_seconds) == (0, 0.0)

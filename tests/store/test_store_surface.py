@@ -6,7 +6,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import coordinator_core.shell.store
+from coordinator_core.shell.store import (
+    Channel,
+    OperatorActions,
+    RunReads,
+    RunWrites,
+    Store,
+)
 
 EXPECTED = {
     "FIRE_BATCH",
@@ -14,43 +23,49 @@ EXPECTED = {
     "NAMESPACE_MARKER",
     "ActivationRequest",
     "ActivationRow",
-    "NewRun",
     "AdmissionResult",
+    "Channel",
     "Claim",
+    "Committed",
+    "ConnectionWatch",
     "ControlRow",
     "Decide",
+    "DecideEach",
     "DeploymentIdentity",
     "DeploymentState",
     "HoldState",
-    "Written",
+    "Lease",
     "MigrationResult",
+    "NewRun",
     "NextInstants",
-    "DecideEach",
+    "OperatorActions",
+    "Origin",
     "ProcessLock",
     "Recover",
-    "Recovery",
     "RunPage",
     "RunPosition",
-    "RunRow",
+    "RunReads",
     "RunSnapshot",
     "RunWrite",
+    "RunWrites",
     "StaleLease",
     "StatusChange",
     "StepOutcome",
-    "StepRow",
     "Store",
     "StoreInvariantError",
     "StoreKind",
     "StoreLocation",
     "StoreSummary",
+    "StoredRun",
+    "StoredStep",
+    "SweepKind",
+    "Transactor",
+    "Written",
     "apply_activation",
-    "from_epoch_ms",
     "inspect_deployment",
     "locate",
     "migrate",
     "supported_version",
-    "to_epoch_ms",
-    "truncate_ms",
 }
 
 
@@ -76,3 +91,71 @@ def test_pure_core_modules_do_not_import_the_store() -> None:
         "assert not [m for m in sys.modules if m.startswith('coordinator_core.shell.store')]\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+INTERFACES = {
+    "Store": {
+        "open",
+        "verify",
+        "close",
+        "kind",
+        "location",
+        "may_claim",
+        "observe",
+        "note",
+        "follow_journal",
+        "save_journal_head",
+    },
+    "RunWrites": {
+        "kind",
+        "admit",
+        "claim_due_step",
+        "fire_due_waits",
+        "sweep",
+        "record_step_progress",
+        "complete_step",
+        "request_cancel",
+        "update_run",
+        "advance_completion_waits",
+    },
+    "RunReads": {
+        "control",
+        "get_run",
+        "find_run",
+        "get_run_snapshot",
+        "list_runs",
+        "hold_state",
+        "unsettled_bindings",
+        "definition_snapshot",
+        "summary",
+        "gauges",
+        "journal_heads",
+        "run_ids",
+        "next_instants",
+    },
+    "OperatorActions": {
+        "set_restore_hold",
+        "release_restore_hold",
+        "release_admission_hold",
+        "erase_settled_before",
+    },
+    "Channel": {"announce", "listen"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(INTERFACES))
+def test_each_interface_of_the_store_offers_exactly_its_operations(name: str) -> None:
+    """The store is a transactor and the narrow interfaces its consumers use: `store.writes`,
+    `store.reads`, `store.operator` and `store.channel`, each with its own operations and
+    nothing of the others'."""
+    interface = getattr(coordinator_core.shell.store, name)
+    public = {member for member in vars(interface) if not member.startswith("_")}
+    assert public == INTERFACES[name]
+
+
+def test_a_store_composes_its_interfaces_over_one_transactor(store: Store) -> None:
+    parts = {"writes": RunWrites, "reads": RunReads, "operator": OperatorActions}
+    for attribute, kind in {**parts, "channel": Channel}.items():
+        part = getattr(store, attribute)
+        assert type(part) is kind
+        assert part._tx is store.transactor  # every transaction runs on the store's one transactor

@@ -1403,8 +1403,8 @@ def test_every_connection_map_becomes_an_adapter_connection(production: Layout) 
         EvaluationConnection,
         ExternalConnection,
         ProductConnection,
-        bound_connections,
     )
+    from coordinator_core.shell.deployment import bound_connections
 
     deployment = production.load()
     bound = bound_connections(deployment, production.resolve())

@@ -61,6 +61,7 @@ EXIT_2 = {
     "coordinator.command.deployment-required",
     "coordinator.command.service-required",
     "coordinator.command.token-file-required",
+    "coordinator.dev.extra-required",  # of this implementation (PRODUCT_CODES)
 }
 # Codes of this implementation that the contract does not name (with why, where they are used).
 PRODUCT_CODES = (
@@ -94,10 +95,17 @@ PRODUCT_CODES = (
     "coordinator.definition.open-mutation",
     "coordinator.function.unknown-call",
     "coordinator.command.unknown-operation",
+    # `coordinatorctl dev` (docs/running-locally.md): the local loop the contract does not
+    # have; a second session on one project, a child process that did not start, and an
+    # installation without the service and the sandbox.
+    "coordinator.dev.already-running",
+    "coordinator.dev.component-unavailable",
+    "coordinator.dev.extra-required",
 )
 
 EXIT_3 = {
     "coordinator.request.internal-error",
+    "coordinator.dev.component-unavailable",  # of this implementation (PRODUCT_CODES)
     "coordinator.definition.read",
     "platform.runtime-config.unavailable",
     "coordinator.secret.unavailable",

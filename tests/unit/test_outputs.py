@@ -10,7 +10,8 @@ from pathlib import Path
 
 import jsonschema
 
-from coordinator_core.jsonschema.dialect import SchemaFailure, check_schema
+from coordinator_core.jsonschema.dialect import check_schema
+from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.operations import CATALOG
 from coordinator_core.outputs import (
     completion_output_failure,
@@ -69,16 +70,16 @@ def test_a_bundled_schema_is_self_contained() -> None:
 
 def test_a_failure_names_the_place_the_keyword_and_the_missing_members_only() -> None:
     submit = CATALOG["casework.submit-review-request/v1"]
-    assert output_failure(submit, {"unexpected": 1}) == SchemaFailure(
-        "", "required", ("requestId", "subject", "policy", "submissionDigest")
+    assert output_failure(submit, {"unexpected": 1}) == Violation(
+        "", "required", ("policy", "requestId", "subject", "submissionDigest")
     )
     read = CATALOG["casework.read-review-result/v1"]
-    assert output_failure(read, {"state": "complete"}) == SchemaFailure("", "required", ("result",))
+    assert output_failure(read, {"state": "complete"}) == Violation("", "required", ("result",))
     assert output_failure(read, {"state": "pending"}) is None
     result = submit.completions["result"]
     failure = completion_output_failure(result, {"status": "approved"})
     assert failure is not None and failure.keyword == "required"
-    assert "completedAt" in failure.missing and "status" not in failure.missing
+    assert "completedAt" in failure.members and "status" not in failure.members
     appointment = CATALOG["scheduling.create-appointment/v1"]
     failure = output_failure(
         appointment,
@@ -90,4 +91,4 @@ def test_a_failure_names_the_place_the_keyword_and_the_missing_members_only() ->
             "status": "booked",
         },
     )
-    assert failure == SchemaFailure("/start", "format")
+    assert failure == Violation("/start", "format")

@@ -39,7 +39,6 @@ MODULES = {
         "AuditResponse",
         "AuditUnavailable",
         "BlockReason",
-        "CallDetails",
         "Caller",
         "Doctor",
         "DoctorState",
@@ -58,11 +57,10 @@ MODULES = {
         "ServiceRefusal",
         "StepRoute",
         "StepStatus",
+        "Runtime",
         "StoreRunService",
-        "WaitFor",
-        "WaitUntil",
+        "WaitResult",
         "WriterJournal",
-        "build_service",
     ],
     "coordinator_core.functions": [
         "INTERPRETER_ABI",
@@ -86,6 +84,7 @@ MODULES = {
     "coordinator_core.outputs": [
         "completion_output_failure",
         "completion_output_schema",
+        "first_violation",
         "operation_output_schema",
         "output_failure",
         "outputs_document",
@@ -105,14 +104,14 @@ def test_public_surface_is_exactly_the_pinned_names(name: str) -> None:
 def test_every_spelling_of_the_run_statuses_is_the_one_tuple() -> None:
     from typing import get_args
 
-    from coordinator_core.engine.state import RunStatus
+    from coordinator_core.engine.state import RunStatusValue as EngineStatus
     from coordinator_core.limits import RUN_STATUSES
     from coordinator_core.shell.service import RUN_STATUSES as API_STATUSES
     from coordinator_core.shell.service import RunStatusValue
-    from coordinator_core.shell.store.tables import RUN_STATUSES as STORE_STATUSES
+    from coordinator_core.shell.store.schema import RUN_STATUSES as STORE_STATUSES
 
     assert len(RUN_STATUSES) == 8
-    assert get_args(RunStatus) == RUN_STATUSES
+    assert get_args(EngineStatus) == RUN_STATUSES
     assert get_args(RunStatusValue) == RUN_STATUSES
     assert API_STATUSES == RUN_STATUSES
     assert STORE_STATUSES == RUN_STATUSES

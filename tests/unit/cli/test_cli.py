@@ -235,7 +235,9 @@ def test_init_writes_the_starter_project_with_private_keys(
         ".coordinator/secrets/audit.key",
         ".coordinator/secrets/state-1.key",
         "functions.rhai",
+        "input.example.json",
         "runtime.yaml",
+        "sandbox.json",
         "scenarios.yaml",
         "workflow.yaml",
     ]
@@ -249,7 +251,13 @@ def test_init_writes_the_starter_project_with_private_keys(
     assert f'root: "{target}/.coordinator/secrets"' in runtime
     expected = (EXAMPLES / "delayed-follow-up" / "runtime.yaml").read_text(encoding="utf-8")
     assert runtime == expected.replace("/home/dev/delayed-follow-up", str(target))
-    for name in ("workflow.yaml", "functions.rhai", "scenarios.yaml"):
+    for name in (
+        "workflow.yaml",
+        "functions.rhai",
+        "scenarios.yaml",
+        "input.example.json",
+        "sandbox.json",
+    ):
         assert (target / name).read_bytes() == (EXAMPLES / "delayed-follow-up" / name).read_bytes()
     code, checked = report(capsys, "check", "--project", str(target))
     assert code == 0, checked["diagnostics"]
@@ -419,3 +427,20 @@ def test_audit_verify_of_a_missing_directory_is_exit_3(
 ) -> None:
     code, document = report(capsys, "audit", "verify", "--directory", str(tmp_path / "none"))
     assert code == 3 and document["command"] == "audit verify"
+
+
+def test_a_relative_runtime_config_is_the_working_directory_s(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    example = EXAMPLES / "reviewed-notice"
+    monkeypatch.chdir(example)
+    code, document = report(capsys, "check", "--runtime-config", "runtime.yaml")
+    assert code == 0 and document["runtimeConfig"] == str(example / "runtime.yaml")
+    monkeypatch.chdir(EXAMPLES)
+    code, document = report(
+        capsys, "check", "--runtime-config", "./reviewed-notice/../reviewed-notice/runtime.yaml"
+    )
+    assert code == 0 and document["runtimeConfig"] == str(example / "runtime.yaml")
+    # An absolute path keeps its rule: no `.` or `..` segments.
+    code, document = report(capsys, "check", "--runtime-config", f"{example}/../x/runtime.yaml")
+    assert code == 2 and "must not have . or .. segments" in document["diagnostics"][0]["message"]

@@ -516,3 +516,15 @@ def test_eval_names_the_cause_the_function_and_the_statement_with_a_frame(
         "Function helper failed during execution: it indexed an array or a string past its end."
     )
     assert diagnostic["source"] == {"file": str(functions), "line": 5, "column": 28}
+
+
+def test_a_project_without_scenarios_says_so_and_how_to_start_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for name in ("workflow.yaml", "functions.rhai"):
+        (tmp_path / name).write_bytes((EXAMPLE / name).read_bytes())
+    code, document = report(capsys, "test", "--project", str(tmp_path))
+    [diagnostic] = document["diagnostics"]
+    assert code == 3 and diagnostic["code"] == "coordinator.command.input-unavailable"
+    assert diagnostic["message"] == "The project has no scenarios.yaml: there is nothing to test."
+    assert "--scenarios" in diagnostic["suggestedAction"]

@@ -73,6 +73,16 @@ def test_an_unknown_option_is_named_with_the_closest_option_of_that_command(
             "Unknown option `--projekt` for `coordinatorctl check`; did you mean `--project`?"
         )
         assert VALUE not in json.dumps(diagnostic)
+    # An option name is not user data: one that is no near miss is named all the same (only
+    # a value written after `=` is left out); one not shaped like a name is not.
+    for argv in (["check", "--frobnicate"], ["check", f"--frobnicate={VALUE}"]):
+        far = usage(capsys, *argv)
+        assert far["message"] == "Unknown option `--frobnicate` for `coordinatorctl check`."
+        assert VALUE not in json.dumps(far)
+    assert usage(capsys, "check", "--Hunter2")["message"] == (
+        "Unknown option for `coordinatorctl check` (not shown: it is not shaped like an option"
+        " name)."
+    )
     # The closest option of THAT command: `--reason` exists on `cancel`, not on `status`.
     assert (
         "did you mean `--reason`"
@@ -90,11 +100,8 @@ def test_a_missing_required_option_is_named(capsys: pytest.CaptureFixture[str]) 
     assert diagnostic["suggestedAction"] == (
         "Give `--output NEW_DIR`; see `coordinatorctl package --help`."
     )
-    several = usage(capsys, "start", "--workflow", "w")
-    assert several["message"] == (
-        "The options `--revision`, `--input` and `--key-file` are required by"
-        " `coordinatorctl start`."
-    )
+    several = usage(capsys, "retain", "--limit", "5")
+    assert several["message"] == "The option `--before` is required by `coordinatorctl retain`."
     assert usage(capsys, "schema")["message"] == (
         "`coordinatorctl schema` needs `workflow|runtime|scenarios|operation`."
     )
@@ -149,7 +156,7 @@ def test_a_missing_value_or_a_value_given_to_a_flag_is_named(
         ["check", f"--{VALUE.upper()}"],
         [VALUE.upper()],
         [VALUE],  # name-shaped, but no near miss of a command: it may be data
-        ["check", f"--{VALUE}"],
+        ["check", f"--frobnicate={VALUE}"],
         ["cancel", "--run", "x", "--reason", "r", VALUE],
     ],
 )
@@ -167,6 +174,7 @@ def test_bare_coordinatorctl_prints_the_grouped_help(capsys: pytest.CaptureFixtu
     titles = [line for line in out.splitlines() if line.endswith(":") and not line[0].isspace()]
     assert titles == [
         "authoring commands (offline):",
+        "local development:",
         "deployment commands (--runtime-config):",
         "remote commands (--url, --token-file):",
         "operator commands (--url, --token-file):",

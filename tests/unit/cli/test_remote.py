@@ -1058,7 +1058,7 @@ def test_a_malformed_before_is_input_invalid(
         ("list", "--limit", CANARY),
         ("list", "--status", CANARY),
         ("retain", "--before", "2025-01-01T00:00:00Z", "--limit", "1000"),
-        ("start", "--workflow", "w"),  # required flags missing
+        ("start", "--input"),  # an option without its value
         ("cancel", "--run", RUN_ID),
         ("status",),
     ],

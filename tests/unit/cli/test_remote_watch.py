@@ -340,7 +340,9 @@ def test_status_watch_follows_the_run_to_finished_one_plain_line_per_change(
     service.on("GET", RUN_PATH, RUNNING, RUNNING, WAITING, WAITING, WAITING, FINISHED)
     code, out, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
     assert code == 0
-    lines = err.splitlines()
+    first, *lines = err.splitlines()
+    # The run id comes first: a watch that never ends still named its run.
+    assert first == f"Run {RUN_ID}; following it until it settles (Ctrl-C stops watching)"
     assert [line.split(" ", 1)[1] for line in lines] == [
         "running at read-application",
         "running at await-review, next due 2025-01-01T11:00:00.000Z",
@@ -365,7 +367,8 @@ def test_start_wait_admits_then_follows_the_run(
     assert code == 0
     assert out.splitlines()[0] == f"Admitted run {RUN_ID}"
     assert "Status:     finished" in out
-    assert len(err.splitlines()) == 3
+    assert err.splitlines()[0].startswith(f"Admitted run {RUN_ID}; following it")
+    assert len(err.splitlines()) == 4
     assert service.calls("POST", "/v1/runs") == 1 and service.calls("GET", RUN_PATH) == 2
 
 
@@ -562,7 +565,7 @@ def test_a_read_that_fails_is_tried_again_twice(
     service.then("GET", RUN_PATH, 200, FINISHED, "application/json")
     code, out, err = run(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
     assert code == 0 and "Status:     finished" in out
-    lines = err.splitlines()
+    lines = err.splitlines()[1:]  # after the run id
     assert len(lines) == 4 and "could not be read (1 of 2 retries)" in lines[1]
     assert "could not be read (2 of 2 retries)" in lines[2] and " finished at " in lines[3]
     assert service.calls("GET", RUN_PATH) == 4
@@ -755,3 +758,239 @@ def test_jsonl_for_a_single_answer_is_its_one_report_line(
 def test_a_usage_error_under_o_json_is_a_report(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "-o", "jsonl", "list", "--limit", "0")
     assert code == 2 and valid(json.loads(out))["command"] == "usage"
+
+
+# --------------------------------------------------------------------------------------------
+# `start` like its peers: the service's workflow and active revision, a generated key, the
+# input from a file, @file, standard input or inline, and never an input value in an error.
+
+WORKFLOW = {
+    "workflowId": "reviewed-notice",
+    "version": "1",
+    "revision": DIGEST,
+    "definitionDigest": DIGEST,
+    "packageDigest": DIGEST,
+    "inputSchema": {"type": "object"},
+    "triggers": [],
+    "outcomes": ["notice-sent"],
+}
+INPUT = {"applicationId": INPUT_CANARY}
+
+
+def sent(service: Script) -> dict[str, Any]:
+    [post] = [seen for seen in service.seen if seen.method == "POST"]
+    body: dict[str, Any] = json.loads(post.body)
+    return {**body, "key": post.headers["idempotency-key"]}
+
+
+def test_start_defaults_to_the_served_workflow_and_active_revision_and_a_printed_key(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path
+) -> None:
+    service.on("GET", "/v1/workflow", WORKFLOW)
+    service.on("POST", "/v1/runs", RUNNING, status=201)
+    code, document = report(
+        capsys, *flags(service, token_file), "start", "--input-json", json.dumps(INPUT)
+    )
+    assert code == 0 and document["status"] == "admitted"
+    body = sent(service)
+    assert (body["workflow"], body["revision"], body["input"]) == ("reviewed-notice", DIGEST, INPUT)
+    assert body["key"].startswith("ctl-") and document["idempotencyKey"] == body["key"]
+    assert [(seen.method, seen.path) for seen in service.seen] == [
+        ("GET", "/v1/workflow"),
+        ("POST", "/v1/runs"),
+    ]
+    # Text mode prints the generated key first, so that a retry can reuse it.
+    service.seen = []
+    code, out, _ = run(capsys, *flags(service, token_file), "start", "--input-json", "{}")
+    key = sent(service)["key"]
+    assert code == 0 and out.splitlines()[0].startswith(f"Idempotency-Key: {key} ")
+
+
+def test_start_revision_active_is_the_served_one_and_a_given_key_is_sent_unprinted(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path
+) -> None:
+    service.on("GET", "/v1/workflow", WORKFLOW)
+    service.on("POST", "/v1/runs", RUNNING, status=200)
+    code, out, _ = run(
+        capsys, *flags(service, token_file), "start", "--workflow", "reviewed-notice",
+        "--revision", "active", "--input-json", "{}", "--key", "retry-me-1",
+    )  # fmt: skip
+    assert code == 0 and out.startswith("Replayed run ")
+    assert sent(service)["revision"] == DIGEST and sent(service)["key"] == "retry-me-1"
+    assert "retry-me-1" not in out
+
+
+def test_start_with_workflow_and_revision_given_asks_the_service_nothing_else(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, tmp_path: Path
+) -> None:
+    service.on("POST", "/v1/runs", RUNNING, status=201)
+    code, _ = report(capsys, *flags(service, token_file), *start_argv(tmp_path))
+    assert code == 0 and [seen.path for seen in service.seen] == ["/v1/runs"]
+
+
+@pytest.mark.parametrize("form", ["file", "@file", "stdin"])
+def test_start_reads_the_input_from_a_file_at_file_or_standard_input(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    form: str,
+) -> None:
+    import io
+
+    service.on("GET", "/v1/workflow", WORKFLOW)
+    service.on("POST", "/v1/runs", RUNNING, status=201)
+    payload = tmp_path / "input.json"
+    payload.write_text(json.dumps(INPUT), encoding="utf-8")
+    source = {"file": str(payload), "@file": f"@{payload}", "stdin": "-"}[form]
+    if form == "stdin":
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(json.dumps(INPUT).encode())))
+    code, _ = report(capsys, *flags(service, token_file), "start", "--input", source)
+    assert code == 0 and sent(service)["input"] == INPUT
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "fragment"),
+    [
+        # Inline JSON given to --input is no file name: it is not echoed, --input-json is named.
+        (["--input", json.dumps(INPUT)], "coordinator.command.input-unavailable", "--input-json"),
+        (
+            ["--input-json", '{"applicationId": "' + INPUT_CANARY + '",'],
+            "coordinator.command.input-invalid",
+            "--input-json is not strict JSON",
+        ),
+        ([], "coordinator.command.usage", "needs the run input"),
+        (["--input-json", "{}", "--input", "x.json"], "coordinator.command.usage", "once"),
+        (
+            ["--input-json", "{}", "--key", "k", "--key-file", "f"],
+            "coordinator.command.usage",
+            "--key or --key-file",
+        ),
+        (
+            ["--input-json", "{}", "--key", INPUT_CANARY + " x"],
+            "coordinator.command.input-invalid",
+            "--key must hold",
+        ),
+        (
+            ["--input-json", "{}", "--revision", "sha256:" + INPUT_CANARY],
+            "coordinator.command.input-invalid",
+            "or `active`",
+        ),
+    ],
+)
+def test_start_refuses_its_inputs_locally_without_echoing_them(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    argv: list[str],
+    code: str,
+    fragment: str,
+) -> None:
+    exit_code, document = report(capsys, *flags(service, token_file), "start", *argv)
+    assert exit_code in (1, 2, 3) and codes(document) == [code]
+    assert fragment in json.dumps(document)
+    assert service.seen == []
+
+
+def test_a_refused_revision_says_what_to_pass_instead(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path
+) -> None:
+    _, document = report(
+        capsys, *flags(service, token_file), "start", "--input-json", "{}", "--revision", "v2"
+    )
+    [diagnostic] = document["diagnostics"]
+    assert "`coordinatorctl workflow`" in diagnostic["suggestedAction"]
+    assert "--revision active" in diagnostic["suggestedAction"]
+
+
+def test_a_failed_read_of_the_served_workflow_ends_start_with_the_key_to_retry_with(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path
+) -> None:
+    service.on("GET", "/v1/workflow", {"oops": True}, status=503)
+    code, document = report(capsys, *flags(service, token_file), "start", "--input-json", "{}")
+    assert code == 3 and document["command"] == "start"
+    assert "--workflow and --revision default to" in document["diagnostics"][0]["message"]
+    assert document["idempotencyKey"].startswith("ctl-")
+    assert not any(seen.method == "POST" for seen in service.seen)
+
+
+def test_a_lost_admission_names_the_generated_key_in_its_next_step(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path
+) -> None:
+    service.on("GET", "/v1/workflow", WORKFLOW)
+    service.on("POST", "/v1/runs", {"oops": True}, status=502)
+    code, document = report(capsys, *flags(service, token_file), "start", "--input-json", "{}")
+    key = document["idempotencyKey"]
+    assert code == 3 and f"`--key {key}`" in document["diagnostics"][0]["suggestedAction"]
+
+
+def test_every_next_step_naming_run_names_the_run(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, fast: None
+) -> None:
+    failed = run_status("failed", "notify", failureCode="product-refused")
+    service.on("GET", "/v1/workflow", WORKFLOW)
+    service.on("POST", "/v1/runs", RUNNING, status=201)
+    service.on("GET", RUN_PATH, failed)
+    code, document = report(
+        capsys, *flags(service, token_file), "start", "--input-json", "{}", "--wait"
+    )
+    assert code == 1 and codes(document) == ["coordinator.command.run-not-finished"]
+    assert (
+        f"`coordinatorctl inspect --run {RUN_ID}`" in document["diagnostics"][0]["suggestedAction"]
+    )
+    # A command on a run whose answer was lost: inspect that run before repeating it.
+    service.on("POST", f"{RUN_PATH}/retry-same", {"oops": True}, status=503)
+    code, document = report(
+        capsys, *flags(service, token_file), "retry-same", "--run", RUN_ID, "--reason", "r"
+    )
+    assert code == 3
+    assert (
+        f"`coordinatorctl inspect --run {RUN_ID}`" in document["diagnostics"][0]["suggestedAction"]
+    )
+
+
+def test_a_watch_that_times_out_names_its_run_in_the_next_step(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, fast: None
+) -> None:
+    service.on("GET", RUN_PATH, WAITING)
+    code, document = report(
+        capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch", "--timeout", "1"
+    )
+    assert code == 1 and codes(document) == ["coordinator.command.watch-timeout"]
+    assert f"--watch --run {RUN_ID}`" in document["diagnostics"][0]["suggestedAction"]
+
+
+def test_a_refused_input_names_each_place_and_never_a_value(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path
+) -> None:
+    violations = [
+        {"path": "", "keyword": "additionalProperties", "members": ["workflowId"]},
+        {"path": "/applicationId", "keyword": "format"},
+    ]
+    service.on("GET", "/v1/workflow", WORKFLOW)
+    problem = {
+        "type": "https://id.registrystack.org/problems/registry-coordinator/definition/input",
+        "title": "Input does not match the schema",
+        "status": 400,
+        "detail": "The run input does not validate against the workflow's input schema.",
+        "code": "coordinator.definition.input",
+        "suggestedAction": "Correct the input.",
+        "violations": violations,
+    }
+    service.answers[("POST", "/v1/runs")] = [
+        (400, json.dumps(problem).encode(), "application/problem+json")
+    ]
+    code, document = report(
+        capsys, *flags(service, token_file), "start", "--input-json", json.dumps(INPUT)
+    )
+    assert code == 1 and document["violations"] == violations
+    places = [(d["path"], d["message"]) for d in document["diagnostics"][1:]]
+    assert places == [
+        ("", "The run input has the member `workflowId` here, which its schema does not allow."),
+        ("/applicationId", "The run input fails the schema keyword `format` here."),
+    ]
+    code, _, err = run(
+        capsys, *flags(service, token_file), "start", "--input-json", json.dumps(INPUT)
+    )
+    assert "error[coordinator.definition.input] /applicationId" in err

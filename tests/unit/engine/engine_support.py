@@ -203,7 +203,7 @@ class Driver:
         while True:
             kinds = [type(c) for c in self.commands]
             if Prepare in kinds:
-                self.feed(PreparationDone(step, "cHJlcGFyZWQ="))
+                self.feed(PreparationDone(step, b"prepared"))
             elif ObtainCredential in kinds:
                 self.feed(ReadyToSend(step))
             else:

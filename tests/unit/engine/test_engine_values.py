@@ -102,7 +102,7 @@ EVENTS = [
     Admitted.of({"a": [1, 2.5, None]}, TimingPolicy((0, 0), 45)),
     StepDue("s"),
     Work("s"),
-    PreparationDone("s", "cA=="),
+    PreparationDone("s", b"p"),
     ReadyToSend("s"),
     CallOutcome.success("s", {"v": True}),
     CallOutcome("s", "declared-refusal", refusal_code="gone"),

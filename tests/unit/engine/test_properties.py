@@ -238,7 +238,7 @@ def _answer(draw: Any, command: Command, definition: Definition) -> Event:
     if isinstance(command, Prepare):
         prepared: Event = _weighted(
             draw,
-            PreparationDone(command.step, "cHJlcA=="),
+            PreparationDone(command.step, b"prep"),
             [
                 CallOutcome(command.step, "retryable", code="transport-unavailable"),
                 CallOutcome(command.step, "refused", code="action-unavailable"),

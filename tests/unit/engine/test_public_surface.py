@@ -9,13 +9,13 @@ ENGINE = {
     # entry points
     "advance", "unrestorable", "is_settled", "retry_blocked_by", "reconcile_blocked_by",
     "claim_record", "carry_on", "Carried", "MAX_CARRIED",
-    "Advance", "Definition", "DefinitionError", "EngineInvariantError", "FormatError",
+    "Advance", "Persistence", "Definition", "DefinitionError", "EngineInvariantError", "FormatError",
     "FunctionProgram",
     # definitions
     "Alias", "Argument", "MappingSpec", "StepSpec", "CallStep", "ChooseStep", "FinishStep",
     "WaitForStep", "WaitUntilStep", "TriggerSpec",
     # state
-    "RunState", "StepRecord", "TimingPolicy", "StepRoute", "RouteKind", "RunStatus", "StepState",
+    "RunState", "StepRecord", "TimingPolicy", "StepRoute", "RouteKind", "RunStatusValue", "StepState",
     "CancelMode", "EffectState", "TERMINAL_STATUSES",
     # events
     "Event", "Admitted", "StepDue", "Work", "PreparationDone", "ReadyToSend", "CallOutcome",

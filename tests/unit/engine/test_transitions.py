@@ -624,13 +624,11 @@ def test_preparation_is_frozen_once_and_too_large_evidence_is_refused() -> None:
     run = Driver(ACT)
     run.claim("act")
     assert kinds(run.commands) == ["freeze-command", "prepare"]
-    run.feed(PreparationDone("act", "cHJlcGFyZWQ="))
+    run.feed(PreparationDone("act", b"prepared"))
     assert kinds(run.commands) == ["freeze-preparation", "obtain-credential"]
     large = Driver(ACT)
     large.claim("act")
-    import base64
-
-    large.feed(PreparationDone("act", base64.b64encode(b"x" * 65_537).decode()))
+    large.feed(PreparationDone("act", b"x" * 65_537))
     assert large.state.failure_code == "preparation-too-large"
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime, timedelta
 
 import pytest
+from support.instants import instant, ms
 
 from coordinator_core.shell.execution.wakeup import SWEEP_FALLBACK, Wakeup
 from coordinator_core.shell.store import NextInstants
@@ -87,10 +87,10 @@ def test_one_idle_loop_polls_the_others_wait_for_a_ring() -> None:
     assert sorted(rung for _, rung, _ in results) == [False, True]
 
 
-T = datetime(2030, 1, 1, tzinfo=UTC)
+T = instant(2030, 1, 1)
 
 
-def _fixed(at: datetime = T) -> Wakeup:
+def _fixed(at: int = T) -> Wakeup:
     """A wake-up whose wall clock stands at `at` and whose cap is an hour (so that only what a
     test does can end a wait early)."""
     return Wakeup(clock=lambda: at, cap=3600.0)
@@ -107,17 +107,17 @@ def test_the_poller_sleeps_until_the_earliest_instant_the_store_can_have_work() 
     next lease to lapse and the next deadline, at least the poll and at most the cap."""
     wakeup = _fixed()
     assert wakeup.poll_seconds(0.1) == pytest.approx(0.1)  # not looked yet
-    wakeup.learn(NextInstants(T + timedelta(seconds=600)), wakeup.scheduled, T)
+    wakeup.learn(NextInstants(T + ms(seconds=600)), wakeup.scheduled, T)
     assert wakeup.poll_seconds(0.1) == pytest.approx(600, abs=0.5)
     wakeup.learn(
-        NextInstants(T + timedelta(days=1), T + timedelta(seconds=20), T + timedelta(days=3)),
+        NextInstants(T + ms(days=1), T + ms(seconds=20), T + ms(days=3)),
         wakeup.scheduled,
         T,
     )
     assert wakeup.poll_seconds(0.1) == pytest.approx(20, abs=0.5)  # the lease lapses first
-    wakeup.learn(NextInstants(T - timedelta(seconds=5)), wakeup.scheduled, T)
+    wakeup.learn(NextInstants(T - ms(seconds=5)), wakeup.scheduled, T)
     assert wakeup.poll_seconds(0.1) == pytest.approx(0.1, abs=0.05)  # due already: the poll
-    wakeup.learn(NextInstants(T + timedelta(days=1)), wakeup.scheduled, T)
+    wakeup.learn(NextInstants(T + ms(days=1)), wakeup.scheduled, T)
     assert wakeup.poll_seconds(0.1) == pytest.approx(3600, abs=0.5)  # the cap
     wakeup.learn(NextInstants(), wakeup.scheduled, T)
     assert wakeup.poll_seconds(0.1) == pytest.approx(3600, abs=0.5)  # nothing to wait for
@@ -128,12 +128,12 @@ def test_the_poller_sleeps_until_the_earliest_instant_the_store_can_have_work() 
 
 def test_a_record_scheduled_earlier_wakes_the_sleeping_poller_and_asks_to_tell_the_others() -> None:
     wakeup = _fixed()
-    wakeup.learn(NextInstants(T + timedelta(days=1)), wakeup.scheduled, T)
+    wakeup.learn(NextInstants(T + ms(days=1)), wakeup.scheduled, T)
     results: list[bool] = []
     poller = threading.Thread(target=lambda: results.append(wakeup.idle(wakeup.generation, 0.01)))
     poller.start()
     _waiting(wakeup, 1)
-    assert wakeup.schedule(T + timedelta(days=2)) is False  # later than known: nobody told
+    assert wakeup.schedule(T + ms(days=2)) is False  # later than known: nobody told
     assert poller.is_alive()
     assert wakeup.schedule(T) is True  # due now, earlier than known: tell the others
     poller.join(timeout=60)  # its wait (an hour) ends at the poll after the schedule
@@ -143,42 +143,42 @@ def test_a_record_scheduled_earlier_wakes_the_sleeping_poller_and_asks_to_tell_t
 
 def test_a_look_ahead_keeps_what_was_scheduled_while_it_looked() -> None:
     wakeup = _fixed()
-    wakeup.learn(NextInstants(T + timedelta(days=1)), wakeup.scheduled, T)
+    wakeup.learn(NextInstants(T + ms(days=1)), wakeup.scheduled, T)
     since = wakeup.scheduled
-    assert wakeup.schedule(T + timedelta(seconds=5))  # written while the look was under way
-    wakeup.learn(NextInstants(T + timedelta(hours=2)), since, T)
+    assert wakeup.schedule(T + ms(seconds=5))  # written while the look was under way
+    wakeup.learn(NextInstants(T + ms(hours=2)), since, T)
     assert wakeup.poll_seconds(0.1) == pytest.approx(5, abs=0.5)
     # a look that began after it sees the store as it is (the record was taken since)
-    wakeup.learn(NextInstants(T + timedelta(seconds=300)), wakeup.scheduled, T)
+    wakeup.learn(NextInstants(T + ms(seconds=300)), wakeup.scheduled, T)
     assert wakeup.poll_seconds(0.1) == pytest.approx(300, abs=0.5)
 
 
 def test_an_instant_announced_before_anything_was_learnt_is_told_on() -> None:
     wakeup = _fixed()
-    assert wakeup.schedule(T + timedelta(seconds=5)) is True
+    assert wakeup.schedule(T + ms(seconds=5)) is True
     assert wakeup.poll_seconds(0.1) == pytest.approx(0.1)  # still polling until the first look
 
 
 def test_the_process_sweeps_when_something_can_have_lapsed_and_at_most_once_a_second() -> None:
     wakeup = _fixed()
     assert wakeup.sweep_due(T)  # the first tick sweeps (a restart finds lapsed leases)
-    assert not wakeup.sweep_due(T + timedelta(milliseconds=999))
-    assert not wakeup.sweep_due(T + timedelta(seconds=2))  # nothing known can have lapsed
-    wakeup.lapses(T + timedelta(seconds=15))  # an attempt left its lease to lapse
-    assert not wakeup.sweep_due(T + timedelta(seconds=14))
-    assert wakeup.sweep_due(T + timedelta(seconds=15))
-    assert not wakeup.sweep_due(T + timedelta(seconds=17))
-    later = T + timedelta(seconds=20)
+    assert not wakeup.sweep_due(T + ms(milliseconds=999))
+    assert not wakeup.sweep_due(T + ms(seconds=2))  # nothing known can have lapsed
+    wakeup.lapses(T + ms(seconds=15))  # an attempt left its lease to lapse
+    assert not wakeup.sweep_due(T + ms(seconds=14))
+    assert wakeup.sweep_due(T + ms(seconds=15))
+    assert not wakeup.sweep_due(T + ms(seconds=17))
+    later = T + ms(seconds=20)
     wakeup.learn(
-        NextInstants(None, later + timedelta(seconds=3), later + timedelta(seconds=9)),
+        NextInstants(None, later + ms(seconds=3), later + ms(seconds=9)),
         wakeup.scheduled,
         later,
     )
-    assert not wakeup.sweep_due(later + timedelta(seconds=2))
-    assert wakeup.sweep_due(later + timedelta(seconds=3))  # the lease the look found
+    assert not wakeup.sweep_due(later + ms(seconds=2))
+    assert wakeup.sweep_due(later + ms(seconds=3))  # the lease the look found
     # a process that neither looked nor swept for SWEEP_FALLBACK sweeps anyway
-    assert not wakeup.sweep_due(later + timedelta(seconds=4) + SWEEP_FALLBACK / 2)
-    assert wakeup.sweep_due(later + timedelta(seconds=3) + SWEEP_FALLBACK)
+    assert not wakeup.sweep_due(later + ms(seconds=4) + SWEEP_FALLBACK / 2)
+    assert wakeup.sweep_due(later + ms(seconds=3) + SWEEP_FALLBACK)
     assert wakeup.sweep_due(T)  # the clock went back: sweep at once
 
 
@@ -195,14 +195,14 @@ def test_a_due_wait_asks_one_loop_to_fire_the_others_in_batches() -> None:
 def test_an_idle_tick_looks_at_the_store_only_when_what_is_known_may_be_out_of_date() -> None:
     wakeup = _fixed()
     assert wakeup.looks_ahead(T)  # nothing known yet
-    wakeup.learn(NextInstants(T + timedelta(seconds=600)), wakeup.scheduled, T)
-    assert not wakeup.looks_ahead(T + timedelta(seconds=10))  # still holds
-    wakeup.schedule(T + timedelta(seconds=20))  # brought forward by this process
-    assert not wakeup.looks_ahead(T + timedelta(seconds=19))
-    assert wakeup.looks_ahead(T + timedelta(seconds=20))  # the instant has come
-    wakeup.learn(NextInstants(T + timedelta(days=1)), wakeup.scheduled, T)
-    assert not wakeup.looks_ahead(T + timedelta(seconds=3599))
-    assert wakeup.looks_ahead(T + timedelta(seconds=3600))  # the cap: look again anyway
+    wakeup.learn(NextInstants(T + ms(seconds=600)), wakeup.scheduled, T)
+    assert not wakeup.looks_ahead(T + ms(seconds=10))  # still holds
+    wakeup.schedule(T + ms(seconds=20))  # brought forward by this process
+    assert not wakeup.looks_ahead(T + ms(seconds=19))
+    assert wakeup.looks_ahead(T + ms(seconds=20))  # the instant has come
+    wakeup.learn(NextInstants(T + ms(days=1)), wakeup.scheduled, T)
+    assert not wakeup.looks_ahead(T + ms(seconds=3599))
+    assert wakeup.looks_ahead(T + ms(seconds=3600))  # the cap: look again anyway
     wakeup.forget()
     assert wakeup.looks_ahead(T)
 

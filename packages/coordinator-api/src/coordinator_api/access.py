@@ -53,8 +53,8 @@ from coordinator_api.limits import (
 from coordinator_api.problems import ApiProblem
 from coordinator_api.settings import (
     AuthenticationSettings,
-    JwksSource,
     JwksUri,
+    KeySetSource,
     OidcDiscovery,
     StaticJwks,
 )
@@ -82,7 +82,68 @@ ASSERTION_ISSUER_CLAIM: Final = "registry_assertion_issuer"
 
 
 class TokenRefused(Exception):
-    """The token breaks a rule of 06 §2 (the rule is named for tests, never for the caller)."""
+    """The token breaks a rule of 06 §2: `reason` is its class (REFUSAL_CLASSES), a word the
+    service's log line and, where the token holder learns nothing new from it, the problem's
+    detail carry; the message names the rule for tests, never for the caller or the log."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+# The classes of a refused token, each with the fixed detail and next step of its 401 problem.
+# The classes a token's signature had to verify for (every claim check runs after it) say
+# which claim failed: only a holder of a token the issuer signed reaches them, and it can read
+# its own claims. Before the signature verifies, the class is logged but the problem stays the
+# catalogue's generic sentence, so a forger learns nothing about the key set from it.
+_FRESH_TOKEN: Final = "Obtain a fresh access token from the configured issuer and send it."
+REFUSAL_CLASSES: Final[Mapping[str, tuple[str, str] | None]] = {
+    "missing": (
+        "The request has no bearer access token.",
+        "Send `Authorization: Bearer <token>` with an access token of the configured issuer.",
+    ),
+    "malformed": (
+        "The access token is not a compact `at+jwt` JWS of at most 16,384 bytes signed with"
+        " RS256 or ES256 and naming its key (`kid`).",
+        "Send an access token (RFC 9068, `typ` `at+jwt`) from the configured issuer.",
+    ),
+    "signature": None,  # an unknown key or a signature that does not verify: the generic text
+    "issuer": (
+        "The access token was issued by another issuer than the one this service trusts.",
+        "Obtain the access token from the issuer the service is configured with.",
+    ),
+    "audience": (
+        "The access token is not meant for this service: its `aud` does not name the service's"
+        " audience.",
+        "Ask the issuer for a token whose audience is this service.",
+    ),
+    "expired": ("The access token has expired.", _FRESH_TOKEN),
+    "lifetime": (
+        "The access token lives longer than this service accepts: at most 3,600 seconds from"
+        " `iat` to `exp`.",
+        "Ask the issuer for a token that lives at most one hour.",
+    ),
+    "not-yet-valid": (
+        "The access token is not valid yet: its `iat` or `nbf` is in the future.",
+        "Check the clocks of the issuer and of this host, then retry.",
+    ),
+    "subject": (
+        "The access token's `sub` is missing, too long or has control characters.",
+        _FRESH_TOKEN,
+    ),
+    "client": (
+        "The access token's client is not one this service allows.",
+        "Use a client the service's `allowedClients` names.",
+    ),
+    "scope": (
+        "The access token's scope claim is neither a string nor an array of strings.",
+        _FRESH_TOKEN,
+    ),
+    "assertion-issuer": (
+        "The access token names an assertion issuer this service does not allow.",
+        _FRESH_TOKEN,
+    ),
+}
 
 
 class KeySetUnavailable(Exception):
@@ -154,7 +215,7 @@ class KeySetCache:
 
     def __init__(
         self,
-        source: JwksSource,
+        source: KeySetSource,
         issuer: str,
         transport: httpx.AsyncBaseTransport | None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -265,9 +326,9 @@ def _number(claims: Mapping[str, Any], name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TokenRefused(f"`{name}` is not a number")
+        raise TokenRefused("malformed", f"`{name}` is not a number")
     if not math.isfinite(value):
-        raise TokenRefused(f"`{name}` is not finite")
+        raise TokenRefused("malformed", f"`{name}` is not finite")
     return float(value)
 
 
@@ -294,24 +355,26 @@ class AccessVerifier:
     async def verify(self, token: str) -> dict[str, Any]:
         """The verified claims; TokenRefused (401) or KeySetUnavailable (503)."""
         if len(token.encode("utf-8")) > TOKEN_MAX_BYTES or not _COMPACT_JWS.fullmatch(token):
-            raise TokenRefused("not a compact JWS within 16,384 bytes")
+            raise TokenRefused("malformed", "not a compact JWS within 16,384 bytes")
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError as exc:
-            raise TokenRefused("the header does not decode") from exc
+            raise TokenRefused("malformed", "the header does not decode") from exc
         typ, algorithm = header.get("typ"), header.get("alg")
         if not isinstance(typ, str) or typ not in TOKEN_TYPES:
-            raise TokenRefused("`typ` is not at+jwt")
+            raise TokenRefused("malformed", "`typ` is not at+jwt")
         if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
-            raise TokenRefused("`alg` is not RS256 or ES256")
+            raise TokenRefused("malformed", "`alg` is not RS256 or ES256")
         if "crit" in header:
-            raise TokenRefused("`crit` names extensions this service does not understand")
+            raise TokenRefused(
+                "malformed", "`crit` names extensions this service does not understand"
+            )
         kid = header.get("kid")
         if not isinstance(kid, str) or not kid:
-            raise TokenRefused("`kid` is missing")
+            raise TokenRefused("malformed", "`kid` is missing")
         key = await self._keys.key(kid, algorithm)
         if key is None:
-            raise TokenRefused("`kid` names no key of the key set")
+            raise TokenRefused("signature", "`kid` names no key of the key set")
         known = self._verified.get(token)
         if known is not None and known[0] is key:
             self._verified.move_to_end(token)
@@ -335,7 +398,7 @@ class AccessVerifier:
                 },
             )
         except jwt.InvalidTokenError as exc:
-            raise TokenRefused("the signature does not verify") from exc
+            raise TokenRefused("signature", "the signature does not verify") from exc
         self._check_claims(claims)
         self._verified[token] = (key, dict(claims))
         if len(self._verified) > VERIFIED_TOKENS:
@@ -345,29 +408,29 @@ class AccessVerifier:
     def _check_claims(self, claims: Mapping[str, Any]) -> None:
         settings = self._settings
         if claims.get("iss") != settings.issuer:
-            raise TokenRefused("`iss` is not the issuer")
+            raise TokenRefused("issuer", "`iss` is not the issuer")
         audience = claims.get("aud")
         audiences = [audience] if isinstance(audience, str) else audience
         if not isinstance(audiences, list) or settings.audience not in [
             item for item in audiences if isinstance(item, str)
         ]:
-            raise TokenRefused("`aud` does not contain the audience")
+            raise TokenRefused("audience", "`aud` does not contain the audience")
         expires, issued, not_before = (
             _number(claims, "exp"),
             _number(claims, "iat"),
             _number(claims, "nbf"),
         )
         if expires is None or issued is None:
-            raise TokenRefused("`exp` or `iat` is missing")
+            raise TokenRefused("malformed", "`exp` or `iat` is missing")
         if expires - issued > TOKEN_MAX_LIFETIME_SECONDS:
-            raise TokenRefused("the token lives longer than an hour")
+            raise TokenRefused("lifetime", "the token lives longer than an hour")
         now = self._clock()
         if not now < expires + TOKEN_LEEWAY_SECONDS:
-            raise TokenRefused("the token has expired")
+            raise TokenRefused("expired", "the token has expired")
         if issued > now + TOKEN_LEEWAY_SECONDS:
-            raise TokenRefused("the token is issued in the future")
+            raise TokenRefused("not-yet-valid", "the token is issued in the future")
         if not_before is not None and not_before > now + TOKEN_LEEWAY_SECONDS:
-            raise TokenRefused("the token is not yet valid")
+            raise TokenRefused("not-yet-valid", "the token is not yet valid")
         subject = claims.get("sub")
         if (
             not isinstance(subject, str)
@@ -375,16 +438,16 @@ class AccessVerifier:
             or len(subject) > SUBJECT_MAX_CHARACTERS
             or _CONTROL.search(subject)
         ):
-            raise TokenRefused("`sub` is missing or malformed")
+            raise TokenRefused("subject", "`sub` is missing or malformed")
         client = claims.get(settings.client_id_claim)
         if not isinstance(client, str) or client not in settings.allowed_clients:
-            raise TokenRefused("the client is not allowed")
+            raise TokenRefused("client", "the client is not allowed")
         assertion_issuer = claims.get(ASSERTION_ISSUER_CLAIM)
         if ASSERTION_ISSUER_CLAIM in claims and (
             not isinstance(assertion_issuer, str)
             or assertion_issuer not in settings.assertion_issuers
         ):
-            raise TokenRefused("the assertion issuer is not allowed")
+            raise TokenRefused("assertion-issuer", "the assertion issuer is not allowed")
 
     def scopes(self, claims: Mapping[str, Any]) -> frozenset[str]:
         value = claims.get(self._settings.scope_claim)
@@ -394,7 +457,7 @@ class AccessVerifier:
             return frozenset(part for part in value.split(" ") if part)
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             return frozenset(value)
-        raise TokenRefused("the scope claim is neither a string nor an array of strings")
+        raise TokenRefused("scope", "the scope claim is neither a string nor an array of strings")
 
     def caller(self, claims: Mapping[str, Any]) -> Caller | None:
         """The caller under the first policy of its client whose scopes the token carries."""
@@ -417,17 +480,33 @@ class AccessVerifier:
         token = bearer_token(authorization)
         try:
             if token is None:
-                raise TokenRefused("no bearer token")
+                raise TokenRefused("missing", "no bearer token")
             claims = await self.verify(token)
             caller = self.caller(claims)
         except TokenRefused as exc:
-            logger.info("access token refused: %s", exc)
-            raise ApiProblem("coordinator.access.unauthenticated") from None
+            _log_refusal("access token refused", "coordinator.access.unauthenticated", exc.reason)
+            shown = REFUSAL_CLASSES.get(exc.reason)
+            raise ApiProblem(
+                "coordinator.access.unauthenticated",
+                detail=shown[0] if shown is not None else None,
+                hint=shown[1] if shown is not None else None,
+            ) from None
         except KeySetUnavailable:
             raise ApiProblem("coordinator.access.unavailable") from None
         if caller is None:
-            raise ApiProblem("coordinator.access.denied")
+            _log_refusal("access denied", "coordinator.access.denied", "scope")
+            raise ApiProblem(
+                "coordinator.access.denied",
+                detail="The access token carries none of the scope sets a policy of its client"
+                " requires.",
+            )
         return caller
+
+
+def _log_refusal(message: str, code: str, reason: str) -> None:
+    """One service-log line per refusal: the catalogue code and the refusal's class (a word of
+    REFUSAL_CLASSES, or `scope`), never anything of the token."""
+    logger.info(message, extra={"code": code, "keyed": {"refusal": reason}})
 
 
 def match_secret(token: str | None, secrets: Mapping[str, bytes]) -> str | None:

@@ -32,7 +32,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import connexion  # type: ignore[import-untyped]
@@ -82,6 +82,7 @@ from coordinator_api.spec import (
     operation_table,
 )
 from coordinator_api.wire import encode
+from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.shell.observe import tracing
 from coordinator_core.shell.service import AuditJournal, BlockReason, RunService, ServiceRefusal
 
@@ -218,36 +219,55 @@ _STATUS_CODES: Mapping[int, str] = {
 }
 
 
-def _problem_of(
-    request: Any, error: BaseException
-) -> tuple[str, BlockReason | None, dict[str, str]]:
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """What a problem answer is made of: the code, its block reason, extra headers, and the
+    fixed sentences of a refusal class and the violations that replace or extend the code's."""
+
+    code: str
+    reason: BlockReason | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    detail: str | None = None
+    hint: str | None = None
+    violations: tuple[Violation, ...] = ()
+
+
+def _problem_of(request: Any, error: BaseException) -> _Refusal:
     if isinstance(error, ApiProblem):
-        return error.code, error.reason, error.headers
+        return _Refusal(
+            error.code, error.reason, error.headers, error.detail, error.hint, error.violations
+        )
     if isinstance(error, ServiceRefusal):
         if status_of(error.code) == 500:
             logger.error("the service refused with a code outside 06 §3.1")
-        return error.code, error.reason, {}
+        return _Refusal(error.code, error.reason, violations=error.violations)
     if isinstance(error, UnicodeDecodeError):
-        return "coordinator.request.invalid", None, {}
+        return _Refusal("coordinator.request.invalid")
     status = getattr(error, "status_code", None) or getattr(error, "status", None)
     if status == 401:
         try:
-            return _operation_of(request).unauthenticated_code, None, {}
+            return _Refusal(_operation_of(request).unauthenticated_code)
         except (KeyError, TypeError, AssertionError):
-            return "coordinator.access.unauthenticated", None, {}
+            return _Refusal("coordinator.access.unauthenticated")
     if isinstance(status, int) and status in _STATUS_CODES:
-        return _STATUS_CODES[status], None, {}
+        return _Refusal(_STATUS_CODES[status])
     logger.error("unexpected failure: %s", type(error).__name__)
     logger.debug("unexpected failure", exc_info=error)
-    return INTERNAL_ERROR, None, {}
+    return _Refusal(INTERNAL_ERROR)
 
 
 def _problem_reply(request: Any, error: Exception) -> Any:
     """Connexion error handler: the problem+json response for any exception."""
-    code, reason, extra = _problem_of(request, error)
-    tracing.annotate({"coordinator.problem.code": code})  # the request's span, when on
-    body = problem_body(code, reason)
-    headers = problem_headers(body.code, extra)
+    refusal = _problem_of(request, error)
+    tracing.annotate({"coordinator.problem.code": refusal.code})  # the request's span, when on
+    body = problem_body(
+        refusal.code,
+        refusal.reason,
+        detail=refusal.detail,
+        hint=refusal.hint,
+        violations=refusal.violations,
+    )
+    headers = problem_headers(body.code, refusal.headers)
     content_type = headers.pop("Content-Type")
     return ConnexionResponse(
         status_code=body.status,

@@ -29,6 +29,7 @@ from referencing.jsonschema import DRAFT202012
 
 from coordinator_api.problems import ApiProblem
 from coordinator_api.wire import BodyModel, BodyRefused, parse_request
+from coordinator_core.jsonschema.violations import violations_of
 from coordinator_core.values import StrictJsonError, parse_strict_json
 
 __all__ = [
@@ -204,7 +205,8 @@ def read_json_body(
 
     415 `content-type-invalid`, 413 `too-large`, then 400: `member_codes[m]` when every schema
     violation concerns member `m` (for example `reason` → `coordinator.command.reason-invalid`),
-    else `coordinator.request.invalid`.
+    else `coordinator.request.invalid`; the problem names where the body fails its schema
+    (`violations`: pointers, keywords, member names; never a value).
     """
     if not capture.json_media_type:
         raise ApiProblem("coordinator.request.content-type-invalid")
@@ -219,12 +221,13 @@ def read_json_body(
         assert isinstance(value, dict)
         return value
     codes = member_codes or {}
+    violations = violations_of(errors)
     members = {_member_of(error) for error in errors}
     if len(members) == 1:
         member = members.pop()
         if member is not None and member in codes:
-            raise ApiProblem(codes[member])
-    raise ApiProblem("coordinator.request.invalid")
+            raise ApiProblem(codes[member], violations=violations)
+    raise ApiProblem("coordinator.request.invalid", violations=violations)
 
 
 def read_body(

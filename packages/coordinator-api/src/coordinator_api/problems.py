@@ -16,6 +16,7 @@ from starlette.responses import Response
 from coordinator_api.limits import RETRY_AFTER_SECONDS
 from coordinator_api.wire import Problem, encode, problem
 from coordinator_core.errors import catalogue
+from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.shell.service import INTERNAL_ERROR, BlockReason, ServiceRefusal
 
 __all__ = [
@@ -123,20 +124,35 @@ class ApiProblem(ServiceRefusal):
         *,
         reason: BlockReason | None = None,
         headers: Mapping[str, str] | None = None,
+        detail: str | None = None,
+        hint: str | None = None,
+        violations: tuple[Violation, ...] = (),
     ) -> None:
-        super().__init__(code, reason)
+        super().__init__(code, reason, violations=violations)
         self.headers = dict(headers or {})
         self.status_code = status_of(code)
+        # A fixed sentence of a refusal class (access.REFUSAL_CLASSES) instead of the code's.
+        self.detail = detail
+        self.hint = hint
 
 
-def problem_body(code: str, reason: BlockReason | None = None) -> Problem:
-    """The 06 §3 problem object of `code`."""
+def problem_body(
+    code: str,
+    reason: BlockReason | None = None,
+    *,
+    detail: str | None = None,
+    hint: str | None = None,
+    violations: tuple[Violation, ...] = (),
+) -> Problem:
+    """The 06 §3 problem object of `code`; `detail` and `hint` replace the catalogue's fixed
+    sentences with other fixed ones (a token refusal's class), `violations` are where a body
+    or an input fails its schema."""
     status = status_of(code)
     if status == 500:
-        code, detail, hint = INTERNAL_ERROR, _INTERNAL_DETAIL, _INTERNAL_HINT
+        code, detail, hint, violations = INTERNAL_ERROR, _INTERNAL_DETAIL, _INTERNAL_HINT, ()
     else:
         entry = catalogue()[code]
-        detail, hint = entry.title, entry.hint
+        detail, hint = detail or entry.title, hint or entry.hint
     remainder = code.removeprefix("coordinator.").replace(".", "/")
     return problem(
         type_uri=PROBLEM_TYPE_BASE + remainder,
@@ -146,6 +162,7 @@ def problem_body(code: str, reason: BlockReason | None = None) -> Problem:
         code=code,
         suggested_action=hint or None,
         reason=reason if code in _REASON_CODES else None,
+        violations=violations,
     )
 
 

@@ -21,7 +21,7 @@ def authentication_settings(deployment: Deployment, secrets: Secrets) -> api.Aut
     settings = deployment.deployment
     assert settings is not None
     written = settings.authentication
-    source: api.JwksSource
+    source: api.KeySetSource
     if isinstance(written.jwks_source, JwksStatic):
         assert secrets.caller_jwks is not None
         source = api.StaticJwks(secrets.caller_jwks)

@@ -23,8 +23,8 @@ __all__ = [
     "AuthenticationSettings",
     "CallerPolicy",
     "EventTrigger",
-    "JwksSource",
     "JwksUri",
+    "KeySetSource",
     "OidcDiscovery",
     "StaticJwks",
     "WorkflowSummary",
@@ -59,7 +59,7 @@ class OidcDiscovery:
     """`jwksSource: {type: discovery}`: `jwks_uri` from `<issuer>/.well-known/openid-configuration`."""
 
 
-JwksSource = StaticJwks | JwksUri | OidcDiscovery
+KeySetSource = StaticJwks | JwksUri | OidcDiscovery
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class AuthenticationSettings:
 
     issuer: str
     audience: str
-    jwks_source: JwksSource
+    jwks_source: KeySetSource
     allowed_clients: frozenset[str]
     policies: tuple[CallerPolicy, ...]
     assertion_issuers: frozenset[str] = frozenset()

@@ -11,8 +11,8 @@ only when set, and timestamps are `YYYY-MM-DDTHH:MM:SS.mmmZ` (06 §1 item 5).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from coordinator_api.settings import WorkflowSummary
 from coordinator_core.engine.detail import FailureDetail
+from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.shell import service
 from coordinator_core.shell.service import RUN_STATUSES, RunStatusValue
 from coordinator_models import api
@@ -48,6 +49,7 @@ __all__ = [
     "encode",
     "hold_state_body",
     "inspection_body",
+    "instant_of",
     "parse_request",
     "problem",
     "reconcile_body",
@@ -154,8 +156,9 @@ def problem(
     code: str,
     suggested_action: str | None,
     reason: service.BlockReason | None = None,
+    violations: Sequence[Violation] = (),
 ) -> api.Problem:
-    """The 06 §3 problem object; `reason` only where the caller sets it."""
+    """The 06 §3 problem object; `reason` and `violations` only where the caller sets them."""
     body = api.Problem(
         type=type_uri,
         title=title,
@@ -164,8 +167,20 @@ def problem(
         code=code,
         suggested_action=suggested_action,
         reason=_block_reason(reason),
+        violations=[
+            _absent(
+                api.Violation(
+                    path=item.path,
+                    keyword=item.keyword,
+                    members=[api.Member(name) for name in item.members] or None,
+                ),
+                "members",
+            )
+            for item in violations
+        ]
+        or None,
     )
-    return _absent(body, "reason")
+    return _absent(body, "reason", "violations")
 
 
 def _optional_code(code: str | None) -> api.FailureCode | None:
@@ -182,7 +197,25 @@ def _sorted_ids(ids: Iterable[str]) -> list[api.LocalId]:
     return [api.LocalId(item) for item in sorted(ids, key=lambda item: item.encode("utf-8"))]
 
 
-def run_status_body(run: service.RunStatus) -> api.RunStatus:
+def _moment(instant: int) -> datetime:
+    """The aware UTC datetime of an instant (epoch milliseconds), as the models take it."""
+    return _EPOCH + timedelta(milliseconds=instant)
+
+
+def _maybe(instant: int | None) -> datetime | None:
+    return None if instant is None else _moment(instant)
+
+
+def instant_of(moment: datetime) -> int:
+    """The instant (epoch milliseconds, truncated) of an aware datetime a request carried."""
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def run_status_body(status: service.RunStatus) -> api.RunStatus:
+    run, state = status.run, status.run.state
     return api.RunStatus(
         run_id=run.run_id,
         workflow_id=run.workflow_id,
@@ -192,62 +225,67 @@ def run_status_body(run: service.RunStatus) -> api.RunStatus:
         binding_digest=run.binding_digest,
         origin=api.RunOrigin(run.origin),
         trigger=_optional_id(run.trigger),
-        status=api.RunStatusValue(run.status),
-        step=run.step,
-        admitted_at=run.admitted_at,
-        deadline_at=run.deadline_at,
-        completed_at=run.completed_at,
-        next_due_at=run.next_due_at,
-        cancel_requested=run.cancel_requested,
-        restore_review=run.restore_review,
-        uncertain=run.uncertain,
-        outcome=_optional_id(run.outcome),
-        output=run.output,
-        failure_code=_optional_code(run.failure_code),
+        status=api.RunStatusValue(status.status),
+        step=state.current_step,
+        admitted_at=_moment(state.admitted_at),
+        deadline_at=_moment(state.deadline_at),
+        completed_at=_maybe(state.completed_at),
+        next_due_at=_maybe(status.next_due_at),
+        cancel_requested=state.cancel_requested,
+        restore_review=state.restore_review,
+        uncertain=status.uncertain,
+        outcome=_optional_id(state.outcome),
+        output=status.output,
+        failure_code=_optional_code(state.failure_code),
         payload_erased=run.payload_erased,
     )
 
 
-def _wait_body(wait: service.WaitUntil | service.WaitFor) -> api.WaitUntil | api.WaitFor:
-    if isinstance(wait, service.WaitUntil):
-        return api.WaitUntil(until=wait.until)
+def _wait_body(step: service.StepStatus) -> api.WaitUntil | api.WaitFor | None:
+    record = step.record
+    if record.type == "wait-until" and record.wait_until is not None:
+        return api.WaitUntil(until=_moment(record.wait_until))
+    if record.type != "wait-for" or record.wait_started_at is None or record.timeout_at is None:
+        return None
+    call, completion = step.awaits or ("", "")
     return api.WaitFor(
-        call=wait.call,
-        completion=wait.completion,
-        started_at=wait.started_at,
-        timeout_at=wait.timeout_at,
-        interval_seconds=wait.interval_seconds,
-        observations=wait.observations,
-        last_observed_at=wait.last_observed_at,
-        next_observation_at=wait.next_observation_at,
-        result=api.WaitResult(wait.result),
+        call=call,
+        completion=completion,
+        started_at=_moment(record.wait_started_at),
+        timeout_at=_moment(record.timeout_at),
+        interval_seconds=record.interval_seconds or 0,
+        observations=record.observations,
+        last_observed_at=_maybe(record.last_observed_at),
+        next_observation_at=_maybe(step.next_due_at),
+        result=api.WaitResult(step.wait_result),
     )
 
 
 def _step_body(step: service.StepStatus) -> api.StepStatus:
+    record = step.record
     route = None
-    if step.route is not None:
-        route = api.StepRoute(kind=api.RouteKind(step.route.kind), label=step.route.label)
+    if record.route is not None:
+        route = api.StepRoute(kind=api.RouteKind(record.route.kind), label=record.route.label)
         _absent(route, "label")
-    call, wait = step.call, step.wait
+    call = record.type == "call" and record.operation is not None and record.effect is not None
     body = api.StepStatus(
-        step=step.step,
-        type=api.StepType(step.type),
-        state=api.StepState(step.state),
-        generation=step.generation,
-        attempt=step.attempt,
-        entered_at=step.entered_at,
-        finished_at=step.finished_at,
-        next_due_at=step.next_due_at,
-        lease_expires_at=step.lease_expires_at,
-        failure_code=_optional_code(step.failure_code),
+        step=record.step,
+        type=api.StepType(record.type),
+        state=api.StepState(record.state),
+        generation=record.generation,
+        attempt=record.attempt,
+        entered_at=_moment(record.entered_at),
+        finished_at=_maybe(record.finished_at),
+        next_due_at=_maybe(step.next_due_at),
+        lease_expires_at=_maybe(step.lease_expires_at),
+        failure_code=_optional_code(record.failure_code),
         route=route,
-        operation=None if call is None else call.operation,
-        effect=None if call is None else api.OperationEffect(call.effect),
-        command_prepared=None if call is None else call.command_prepared,
-        uncertain=None if call is None else call.uncertain,
-        receipt_expired=None if call is None else call.receipt_expired,
-        wait=None if wait is None else _wait_body(wait),
+        operation=record.operation if call else None,
+        effect=api.OperationEffect(record.effect) if call and record.effect else None,
+        command_prepared=record.command_prepared if call else None,
+        uncertain=record.uncertain if call else None,
+        receipt_expired=record.receipt_expired if call else None,
+        wait=_wait_body(step),
         mapping_failure=_mapping_failure_body(step.mapping_failure),
     )
     return _absent(
@@ -341,9 +379,9 @@ def doctor_body(doctor: service.Doctor) -> api.Doctor:
             statuses=_counts_body(state.statuses),
             unknown_effects=state.unknown_effects,
             waits=state.waits,
-            oldest_due_at=state.oldest_due_at,
+            oldest_due_at=_maybe(state.oldest_due_at),
             terminal_payloads=state.terminal_payloads,
-            oldest_terminal_payload_at=state.oldest_terminal_payload_at,
+            oldest_terminal_payload_at=_maybe(state.oldest_terminal_payload_at),
             audit_head=state.audit_head,
         ),
     )

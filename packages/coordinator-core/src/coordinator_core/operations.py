@@ -28,7 +28,9 @@ __all__ = [
 ]
 
 Effect = Literal["read", "mutation", "evaluation"]
-Recovery = Literal["read-again", "same-command", "same-command-and-receipt", "hold-after-dispatch"]
+RecoveryRule = Literal[
+    "read-again", "same-command", "same-command-and-receipt", "hold-after-dispatch"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +73,7 @@ class OperationDescriptor:
     effect: Effect
     key_required: bool
     requires_preparation: bool
-    recovery: Recovery
+    recovery: RecoveryRule
     read_receipt: bool
     declared_refusals: bool
     output: str
@@ -105,7 +107,7 @@ class OperationDescriptor:
 def _op(
     operation_id: str,
     effect: Effect,
-    recovery: Recovery,
+    recovery: RecoveryRule,
     *,
     output: str,
     key: bool = False,

@@ -17,12 +17,14 @@ from functools import cache
 from importlib.resources import files
 from typing import Any, Final
 
-from coordinator_core.jsonschema.dialect import SchemaFailure, SchemaValidator, compile_validator
+from coordinator_core.jsonschema.dialect import SchemaValidator, compile_validator
+from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.operations import CATALOG, Completion, OperationDescriptor
 
 __all__ = [
     "completion_output_failure",
     "completion_output_schema",
+    "first_violation",
     "operation_output_schema",
     "output_failure",
     "outputs_document",
@@ -106,11 +108,19 @@ def _validator(definition: str) -> SchemaValidator:
     return compile_validator(_bundled(definition))
 
 
-def output_failure(operation: OperationDescriptor, value: Any) -> SchemaFailure | None:
+def first_violation(validator: SchemaValidator, value: Any) -> Violation | None:
+    """Where `value` first fails (in pointer order, the top first), or None when it passes."""
+    if validator.is_valid(value):
+        return None
+    found = validator.violations(value)
+    return found[0] if found else Violation("", "schema")
+
+
+def output_failure(operation: OperationDescriptor, value: Any) -> Violation | None:
     """Why `value` is not an output of `operation` (None when it is)."""
-    return _validator(operation.output).first_failure(value)
+    return first_violation(_validator(operation.output), value)
 
 
-def completion_output_failure(completion: Completion, value: Any) -> SchemaFailure | None:
+def completion_output_failure(completion: Completion, value: Any) -> Violation | None:
     """Why `value` is not an output of `completion` (None when it is)."""
-    return _validator(completion.output).first_failure(value)
+    return first_violation(_validator(completion.output), value)

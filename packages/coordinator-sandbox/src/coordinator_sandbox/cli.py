@@ -1,8 +1,12 @@
-"""`coordinator-sandbox`: serve the sandbox products, generate development keys, mint tokens.
+"""`coordinator-sandbox`: serve the sandbox products, generate development keys, mint tokens,
+and drive a running sandbox (seed records, decide reviews, inject faults, list what each
+product received, bind a project's connections: control.py).
 
 coordinator-sandbox keys  --secrets-dir DIR/.coordinator/secrets
 coordinator-sandbox serve --state-dir DIR/.coordinator/sandbox
 coordinator-sandbox caller-token --state-dir DIR/.coordinator/sandbox --subject alice
+coordinator-sandbox seed applications 0b0e… --file record.json
+coordinator-sandbox decide 6f1c… approve
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from coordinator_sandbox.keys import (
     write_secret_bytes,
     write_secret_json,
 )
-from coordinator_sandbox.tokens import load_issuer, mint_caller_token
+from coordinator_sandbox.tokens import CALLER_TOKEN_SECONDS, load_issuer, mint_caller_token
 
 # The server module (starlette, uvicorn, httpx, jsonschema) is imported only by `serve`, so
 # `keys` and `caller-token` start fast.
@@ -171,7 +175,8 @@ def _issuer_url(state_dir: Path, explicit: str | None) -> str:
 
 
 def command_caller_token(args: argparse.Namespace) -> int:
-    """Mint a caller token offline with the issuer key of the state directory."""
+    """Mint a caller token offline with the issuer key of the state directory; print it, or
+    write it to `--output` (mode 0600, replaced atomically, never printed)."""
     state_dir: Path = args.state_dir.absolute()
     if not (state_dir / "issuer-keys.json").exists():
         print("coordinator-sandbox: no issuer keys; run `keys` or `serve` first", file=sys.stderr)
@@ -186,7 +191,14 @@ def command_caller_token(args: argparse.Namespace) -> int:
         "algorithm": args.algorithm,
     }
     token, _ = mint_caller_token(issuer, spec)
-    print(token)
+    if args.output is None:
+        print(token)
+        return 0
+    try:
+        write_secret_bytes(args.output.absolute(), (token + "\n").encode("ascii"))
+    except OSError as exc:
+        print(f"coordinator-sandbox: cannot write the token file: {exc.strerror}", file=sys.stderr)
+        return 3
     return 0
 
 
@@ -199,15 +211,90 @@ def command_jwks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _control(args: argparse.Namespace) -> int:
+    """Run one command against a running sandbox (control.py)."""
+    from coordinator_sandbox import control
+
+    state_dir: Path = args.state_dir.absolute()
+    try:
+        if args.command == "seed":
+            answer = control.seed(state_dir, args.collection, args.record_id, args.file)
+        elif args.command == "reviews":
+            answer = control.reviews(state_dir)
+        elif args.command == "decide":
+            answer = control.decide(
+                state_dir,
+                args.request_id,
+                args.decision,
+                outcome=args.outcome,
+                result_file=args.result_file,
+            )
+        elif args.command == "fault":
+            answer = control.fault(
+                state_dir,
+                args.operation,
+                args.kind,
+                count=args.count,
+                status=args.status,
+                code=args.code,
+                delay_seconds=args.delay_seconds,
+                refusal_code=args.refusal_code,
+            )
+        elif args.command == "faults":
+            answer = control.faults(state_dir, clear=args.clear)
+        elif args.command == "received":
+            answer = control.received(state_dir, product=args.product)
+        else:
+            connections: dict[str, str] = {}
+            for item in args.connection:
+                name, _, product = item.partition("=")
+                if not name or not product:
+                    print("coordinator-sandbox: a connection is NAME=PRODUCT", file=sys.stderr)
+                    return 2
+                connections[name] = product
+            answer = control.bind(
+                state_dir, args.secrets_dir.absolute(), connections, args.event_source or ()
+            )
+    except control.ControlError as exc:
+        print(f"coordinator-sandbox: {exc}", file=sys.stderr)
+        return 1
+    answer.write(args.json)
+    return 0
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 1000:
+        raise argparse.ArgumentTypeError("a whole number from 1 to 1000")
+    return int(text)
+
+
+def _add_state_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(".coordinator") / "sandbox",
+        help="the running sandbox's state directory (default: .coordinator/sandbox, where"
+        " `coordinatorctl dev` keeps it)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the sandbox's JSON answer instead of text"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
+    # control.py (and the products it reads its words from) is imported by its commands only,
+    # so `keys` and `caller-token` start fast: choices are checked there.
     parser = argparse.ArgumentParser(
         prog="coordinator-sandbox",
-        description="Stand-in products for Registry Coordinator development and tests.",
+        description="Stand-in products for Registry Coordinator development and tests"
+        " (docs/running-locally.md).",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve_parser = commands.add_parser("serve", help="serve every sandbox product on loopback")
-    serve_parser.add_argument("--host", default="127.0.0.1", help="numeric loopback address")
+    serve_parser.add_argument(
+        "--host", default="127.0.0.1", help="numeric loopback address (default 127.0.0.1)"
+    )
     serve_parser.add_argument(
         "--ports",
         type=_parse_ports,
@@ -217,42 +304,190 @@ def build_parser() -> argparse.ArgumentParser:
         + ")",
     )
     serve_parser.add_argument(
-        "--services", type=_parse_services, default=SERVICES, help="comma list of services"
+        "--services",
+        type=_parse_services,
+        default=SERVICES,
+        help=f"comma list of the services to serve (default: all of {','.join(SERVICES)})",
     )
-    serve_parser.add_argument("--state-dir", type=Path, help="keys, clients and seed data")
-    serve_parser.add_argument("--config", type=Path, help="sandbox.json to use")
+    serve_parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="keys, clients and seed data; `endpoints.json` is written there when ready",
+    )
+    serve_parser.add_argument(
+        "--config", type=Path, help="sandbox.json to use instead of <state-dir>/sandbox.json"
+    )
     serve_parser.add_argument("--issuer", help="issuer URL (default: the identity origin)")
     serve_parser.add_argument(
-        "--coordinator-url", help="where events and completions go (default 127.0.0.1:8108)"
+        "--coordinator-url",
+        help="where BReg events and Casework completions go (default http://127.0.0.1:8108)",
     )
-    serve_parser.add_argument("--log-level", default="warning")
-    serve_parser.add_argument("--access-log", action="store_true")
+    serve_parser.add_argument(
+        "--log-level", default="warning", help="uvicorn's log level (default warning)"
+    )
+    serve_parser.add_argument(
+        "--access-log", action="store_true", help="log every request on stderr"
+    )
     serve_parser.set_defaults(handler=command_serve)
 
     keys_parser = commands.add_parser("keys", help="generate development keys and secrets")
-    keys_parser.add_argument("--secrets-dir", type=Path, required=True)
-    keys_parser.add_argument("--state-dir", type=Path, help="default: <secrets-dir>/../sandbox")
     keys_parser.add_argument(
-        "--client", action="append", metavar="CLIENT_ID=FILE", help="repeatable"
+        "--secrets-dir",
+        type=Path,
+        required=True,
+        help="where the secret files go (0700; files 0600), the runtime file's `file` root",
     )
-    keys_parser.add_argument("--key-type", choices=("EC", "RSA"), default="EC")
+    keys_parser.add_argument(
+        "--state-dir",
+        type=Path,
+        help="the sandbox state directory (default: <secrets-dir>/../sandbox)",
+    )
+    keys_parser.add_argument(
+        "--client",
+        action="append",
+        metavar="CLIENT_ID=FILE",
+        help="a client and its key file name (repeatable; default: the four example clients)",
+    )
+    keys_parser.add_argument(
+        "--key-type", choices=("EC", "RSA"), default="EC", help="P-256 (default) or RSA-2048"
+    )
     keys_parser.add_argument("--force", action="store_true", help="replace existing keys")
     keys_parser.set_defaults(handler=command_keys)
 
     token_parser = commands.add_parser("caller-token", help="mint a coordinator caller token")
-    token_parser.add_argument("--state-dir", type=Path, required=True)
-    token_parser.add_argument("--issuer")
-    token_parser.add_argument("--subject", default="demo-operator")
-    token_parser.add_argument("--client-id", default="ops-console")
-    token_parser.add_argument("--scope", action="append", help="repeatable")
-    token_parser.add_argument("--audience", default="coordinator")
-    token_parser.add_argument("--expires-in", type=int, default=300)
-    token_parser.add_argument("--algorithm", choices=("ES256", "RS256"), default="ES256")
+    token_parser.add_argument(
+        "--state-dir", type=Path, required=True, help="the sandbox state directory (issuer keys)"
+    )
+    token_parser.add_argument(
+        "--issuer", help="the `iss` claim (default: the running sandbox's issuer)"
+    )
+    token_parser.add_argument(
+        "--subject", default="demo-operator", help="the `sub` claim (default demo-operator)"
+    )
+    token_parser.add_argument(
+        "--client-id", default="ops-console", help="the `client_id` claim (default ops-console)"
+    )
+    token_parser.add_argument(
+        "--scope", action="append", help="a scope (repeatable; default coordinator:operate)"
+    )
+    token_parser.add_argument(
+        "--audience", default="coordinator", help="the `aud` claim (default coordinator)"
+    )
+    token_parser.add_argument(
+        "--expires-in",
+        type=int,
+        default=CALLER_TOKEN_SECONDS,
+        metavar="SECONDS",
+        help=f"lifetime (default {CALLER_TOKEN_SECONDS}, the longest the coordinator accepts)",
+    )
+    token_parser.add_argument(
+        "--algorithm", choices=("ES256", "RS256"), default="ES256", help="default ES256"
+    )
+    token_parser.add_argument(
+        "--output",
+        type=Path,
+        metavar="FILE",
+        help="write the token to FILE (0600, replaced atomically) instead of printing it",
+    )
     token_parser.set_defaults(handler=command_caller_token)
 
     jwks_parser = commands.add_parser("jwks", help="print the identity provider's public JWKS")
-    jwks_parser.add_argument("--state-dir", type=Path, required=True)
+    jwks_parser.add_argument(
+        "--state-dir", type=Path, required=True, help="the sandbox state directory"
+    )
     jwks_parser.set_defaults(handler=command_jwks)
+
+    seed_parser = commands.add_parser("seed", help="put a BReg record into the running sandbox")
+    seed_parser.add_argument("collection", help="the record's collection, e.g. applications")
+    seed_parser.add_argument("record_id", metavar="RECORD_ID", help="the record id")
+    seed_parser.add_argument(
+        "--file",
+        required=True,
+        metavar="FILE",
+        help='the record as JSON: {"domainData": {…}} (`-`: standard input)',
+    )
+    _add_state_dir(seed_parser)
+    seed_parser.set_defaults(handler=_control)
+
+    reviews_parser = commands.add_parser("reviews", help="list the review requests Casework got")
+    _add_state_dir(reviews_parser)
+    reviews_parser.set_defaults(handler=_control)
+
+    decide_parser = commands.add_parser(
+        "decide", help="decide a pending review; Casework then notifies the coordinator"
+    )
+    decide_parser.add_argument(
+        "request_id",
+        metavar="REQUEST_ID",
+        help="a review request id from `reviews`, or `latest`: the last one still pending",
+    )
+    decide_parser.add_argument(
+        "decision",
+        metavar="DECISION",
+        help="approve, reject, inconclusive (sent as changes_requested), or a Casework status:"
+        " approved, rejected, changes_requested, answered, cancelled, superseded",
+    )
+    decide_parser.add_argument("--outcome", help="the result's `outcome` word")
+    decide_parser.add_argument(
+        "--result-file", metavar="FILE", help="the result's `result` object, as a JSON file"
+    )
+    _add_state_dir(decide_parser)
+    decide_parser.set_defaults(handler=_control)
+
+    fault_parser = commands.add_parser(
+        "fault", help="make the next call(s) of an operation fail in a chosen way"
+    )
+    fault_parser.add_argument("operation", help="an operation id, e.g. messaging.submit-message/v1")
+    fault_parser.add_argument(
+        "kind",
+        metavar="KIND",
+        help="fail, drop, commit-then-drop, delay, expired, declared-refusal or respond",
+    )
+    fault_parser.add_argument(
+        "--count", type=_positive, default=1, help="how many calls it applies to (default 1)"
+    )
+    fault_parser.add_argument("--status", type=int, help="`fail`/`respond`: the HTTP status")
+    fault_parser.add_argument("--code", help="`fail`: the problem code")
+    fault_parser.add_argument(
+        "--delay-seconds", type=float, help="`delay`: how long to wait (default 5)"
+    )
+    fault_parser.add_argument("--refusal-code", help="`declared-refusal`: the refusal code")
+    _add_state_dir(fault_parser)
+    fault_parser.set_defaults(handler=_control)
+
+    faults_parser = commands.add_parser("faults", help="list (or clear) the pending faults")
+    faults_parser.add_argument("--clear", action="store_true", help="remove every pending fault")
+    _add_state_dir(faults_parser)
+    faults_parser.set_defaults(handler=_control)
+
+    received_parser = commands.add_parser(
+        "received", help="list the requests each product received, in order"
+    )
+    received_parser.add_argument(
+        "--product",
+        help="only this product's requests (identity, breg, casework, messaging, scheduling,"
+        " external, evaluation)",
+    )
+    _add_state_dir(received_parser)
+    received_parser.set_defaults(handler=_control)
+
+    bind_parser = commands.add_parser(
+        "bind", help="runtime-file connections of a project to the running sandbox (JSON)"
+    )
+    bind_parser.add_argument(
+        "connection",
+        nargs="*",
+        metavar="NAME=PRODUCT",
+        help="a connection name and its product (breg, casework, messaging, scheduling)",
+    )
+    bind_parser.add_argument(
+        "--event-source", action="append", metavar="NAME", help="an event source (repeatable)"
+    )
+    bind_parser.add_argument(
+        "--secrets-dir", type=Path, required=True, help="where the client keys are kept"
+    )
+    _add_state_dir(bind_parser)
+    bind_parser.set_defaults(handler=_control)
     return parser
 
 

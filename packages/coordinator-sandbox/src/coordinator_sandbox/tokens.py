@@ -25,9 +25,19 @@ from coordinator_sandbox.keys import (
     write_secret_json,
 )
 
-__all__ = ["Issuer", "Principal", "load_issuer", "mint_caller_token", "scopes_of"]
+__all__ = [
+    "CALLER_TOKEN_SECONDS",
+    "Issuer",
+    "Principal",
+    "load_issuer",
+    "mint_caller_token",
+    "scopes_of",
+]
 
 ALLOWED_ALGORITHMS = ("ES256", "RS256")
+# A caller token's default lifetime: the longest the coordinator accepts (06 §2: `exp - iat`
+# at most 3600 s), so a development token does not lapse five minutes into a session.
+CALLER_TOKEN_SECONDS = 3600
 
 
 @dataclass(frozen=True)
@@ -184,7 +194,7 @@ def mint_caller_token(issuer: Issuer, spec: Any) -> tuple[str, dict[str, Any]]:
       algorithm: ES256|RS256, scopeClaim, clientIdClaim, claims: {…}, header: {…}}`
 
     with defaults `demo-operator`, `ops-console`, `["coordinator:operate"]`, `coordinator`,
-    this issuer, 300 s, now. `claims` adds or replaces claims (null removes one) and `header`
+    this issuer, 3600 s (CALLER_TOKEN_SECONDS), now. `claims` adds or replaces claims (null removes one) and `header`
     overrides header members, so tests can build every malformed token they need.
     """
     if spec is None:
@@ -216,7 +226,7 @@ def mint_caller_token(issuer: Issuer, spec: Any) -> tuple[str, dict[str, Any]]:
         raise ValueError("`scopes` must be a list or a string")
     issued_at = integer("issuedAt", now)
     assert issued_at is not None
-    expires_in = integer("expiresIn", 300)
+    expires_in = integer("expiresIn", CALLER_TOKEN_SECONDS)
     assert expires_in is not None
     audience: Any = spec.get("audience", "coordinator")
     if not isinstance(audience, str | list):

@@ -39,6 +39,7 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("authoring commands (offline)", (
         "init", "check", "explain", "test", "package", "eval", "schema", "openapi",
     )),
+    ("local development", ("dev",)),
     ("deployment commands (--runtime-config)", (
         "migrate", "plan", "apply", "deployment-status", "audit",
     )),
@@ -54,12 +55,13 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # The global flags each command uses; the others are still accepted (before or after the
 # command, 09 §1) but not shown in its help, where they would mean nothing.
-_RUNTIME_CHECKED = frozenset({"check", "explain", "test", "package", "audit verify"})
+_RUNTIME_CHECKED = frozenset({"check", "explain", "test", "package", "audit verify", "dev"})
 _GLOBAL_HELP: Final = {
     "--format": "output mode: text (default), json (one CoordinatorCtlReport on stdout) or jsonl"
     " (one report per line: a run per line for list, a line per change for --wait/--watch)",
-    "--runtime-config": "absolute path of a runtime file (required by deployment commands;"
-    " checked with the project by check, explain and package)",
+    "--runtime-config": "path of a runtime file, relative to the working directory or absolute"
+    " (required by deployment commands; checked with the project by check, explain and"
+    " package)",
     "--url": "the service origin: https://host[:port], or http:// with a loopback host"
     " (else $COORDINATOR_URL)",
     "--token-file": "path of a file holding one access token, never printed"
@@ -68,12 +70,15 @@ _GLOBAL_HELP: Final = {
 
 
 _RUNTIME_HELP: Final = {
-    "check": "also check this runtime file (absolute path); alone: check only it",
-    "explain": "also check this runtime file (absolute path)",
-    "package": "also check this runtime file (absolute path)",
+    "check": "also check this runtime file; alone: check only it",
+    "explain": "also check this runtime file",
+    "package": "also check this runtime file",
     "test": "also check this runtime file, and hold scripted external-http replies to its"
-    " connections' responseSchema (absolute path)",
-    "audit verify": "compare the journal with the heads the store recorded (absolute path)",
+    " connections' responseSchema",
+    "audit verify": "compare the journal with the heads the store recorded",
+    "dev": "take this runtime file's connections, secrets and database as written and add a"
+    " dev deployment to a copy (the sandbox then listens on its default ports); the file is"
+    " never written",
 }
 
 
@@ -105,7 +110,7 @@ def _add_global_flags(parser: argparse.ArgumentParser, *, command: str | None) -
         visible = shown is None or flag in shown or flag == "--format"
         text = _GLOBAL_HELP[flag]
         if flag == "--runtime-config" and command is not None:
-            text = _RUNTIME_HELP.get(command, "absolute path of the runtime file (required)")
+            text = _RUNTIME_HELP.get(command, "path of the runtime file (required)")
         names = ("-o", flag) if flag == "--format" else (flag,)
         group.add_argument(*names, help=text if visible else argparse.SUPPRESS, **kwargs)
 
@@ -222,6 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--arguments", required=True, metavar="JSON_ARRAY", help="its arguments, as a JSON array"
     )
+
+    dev = command(
+        "dev",
+        "run the project live on this machine: sandbox products, the service, the console;"
+        " every saved change that checks clean is activated (Ctrl-C stops everything)",
+    )
+    dev.add_argument(
+        "--project", default=".", metavar="DIR", help="the project directory (default: .)"
+    )
+    dev.add_argument("--no-console", action="store_true", help="do not start the operator console")
 
     # 09 §3: the deployment commands (implemented in deploy.py, imported only when one runs).
     command("migrate", "create the store if absent and apply every pending migration")
@@ -340,17 +355,35 @@ def _run(options: argparse.Namespace) -> Outcome:
     from coordinatorctl import commands
 
     runtime = options.runtime_config
-    if runtime is not None and (
-        not runtime.startswith("/") or any(part in (".", "..") for part in runtime.split("/"))
-    ):
+    if runtime is not None and not runtime.startswith("/"):
+        # A relative path is the working directory's (resolved once, here, so that the file
+        # read is always named by an absolute path).
+        try:
+            runtime = options.runtime_config = os.path.realpath(os.path.join(os.getcwd(), runtime))
+        except OSError:
+            return Outcome(
+                options.command,
+                [
+                    Diagnostic(
+                        "coordinator.command.usage",
+                        path="",
+                        message="The relative --runtime-config cannot be resolved: the current"
+                        " directory cannot be read.",
+                        hint="Name the runtime file by its absolute path.",
+                    )
+                ],
+            )
+    if runtime is not None and any(part in (".", "..") for part in runtime.split("/")):
         return Outcome(
             options.command,
             [
                 Diagnostic(
                     "coordinator.command.usage",
                     path="",
-                    message="--runtime-config must be an absolute path without . or .. segments.",
-                    hint="Name the runtime file by its absolute path, e.g. /srv/coordinator/runtime.yaml.",
+                    message="An absolute --runtime-config must not have . or .. segments.",
+                    hint="Name the runtime file without . or .. segments, e.g."
+                    " /srv/coordinator/runtime.yaml, or by a path relative to the working"
+                    " directory.",
                 )
             ],
         )
@@ -447,6 +480,10 @@ def _run(options: argparse.Namespace) -> Outcome:
         from coordinatorctl import console
 
         return console.run(options)
+    if options.command == "dev":
+        from coordinatorctl import dev
+
+        return dev.run(options)
     if options.command == "completion":
         script = completion.script(options.shell)
         return Outcome(

@@ -266,7 +266,23 @@ def schema_operation(operation_id: str | None, completion: str | None) -> Outcom
     return outcome
 
 
-INIT_FILES = ("workflow.yaml", "functions.rhai", "runtime.yaml", "scenarios.yaml")
+INIT_FILES = (
+    "workflow.yaml",
+    "functions.rhai",
+    "runtime.yaml",
+    "scenarios.yaml",
+    "input.example.json",
+    "sandbox.json",
+)
+# Copied as they are: the project files, a sample run input and the sandbox data that input
+# needs (the BReg record it reads), which `coordinatorctl dev` loads (docs/running-locally.md).
+_COPIED = (
+    "workflow.yaml",
+    "functions.rhai",
+    "scenarios.yaml",
+    "input.example.json",
+    "sandbox.json",
+)
 
 
 def _json_string(text: str) -> str:
@@ -280,8 +296,10 @@ INIT_SECRETS = ("state-1.key", "admission.key", "audit.key")
 
 
 def init(directory: Path) -> Outcome:
-    """`init` (09 §2): the delayed-follow-up project with generated development keys, and its
-    `scenarios.yaml` (cases that pass and take every route), so `test` runs right away."""
+    """`init` (09 §2): the delayed-follow-up project with generated development keys, its
+    `scenarios.yaml` (cases that pass and take every route), so `test` runs right away, and
+    `input.example.json` with the `sandbox.json` it needs, so that `dev` and one `start` finish
+    a live run."""
     outcome = Outcome("init")
     if directory.exists() or directory.is_symlink():
         outcome.diagnostics.append(
@@ -300,7 +318,7 @@ def init(directory: Path) -> Outcome:
     try:
         root.mkdir(parents=True)
         created.append(root)
-        for name in ("workflow.yaml", "functions.rhai", "scenarios.yaml"):
+        for name in _COPIED:
             (root / name).write_bytes(template.joinpath(name).read_bytes())
         (root / "runtime.yaml").write_bytes(runtime.encode("utf-8"))
         secrets = root / ".coordinator" / "secrets"
@@ -324,8 +342,11 @@ def init(directory: Path) -> Outcome:
     )
     outcome.status = "initialized"
     outcome.result = {"directory": str(root), "files": created_files}
-    outcome.text = f"Initialized project delayed-follow-up in {root}\n" + "".join(
-        f"  {name}\n" for name in created_files
+    outcome.text = (
+        f"Initialized project delayed-follow-up in {root}\n"
+        + "".join(f"  {name}\n" for name in created_files)
+        + f"Next: `coordinatorctl dev --project {directory}` runs it live"
+        " (docs/running-locally.md).\n"
     )
     return outcome
 
@@ -516,8 +537,20 @@ def _run_test(
             raise OSError
         data = path.read_bytes()
     except OSError:
+        missing = scenarios_file is None and not path.exists() and not path.is_symlink()
         outcome.diagnostics.append(
-            Diagnostic("coordinator.command.input-unavailable", path="", file=display)
+            Diagnostic(
+                "coordinator.command.input-unavailable",
+                path="",
+                file=display,
+                message="The project has no scenarios.yaml: there is nothing to test."
+                if missing
+                else None,
+                hint="Write scenarios.yaml in the project (docs/scenarios.md; `coordinatorctl"
+                " init` writes one to start from), or name a scenarios file with --scenarios."
+                if missing
+                else None,
+            )
         )
         return outcome, None, suite, revision
     authored = read_authored_file(data, file=display, expected_kind=limits.KIND_SCENARIOS)

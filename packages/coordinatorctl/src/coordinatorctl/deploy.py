@@ -20,7 +20,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -36,6 +36,7 @@ from coordinator_core.shell.audit import (
     response,
 )
 from coordinator_core.shell.audit.writer import JournalPosition
+from coordinator_core.shell.clock import wall_clock
 from coordinator_core.shell.deployment import (
     Deployment,
     DeploymentRefused,
@@ -49,6 +50,7 @@ from coordinator_core.shell.deployment import (
 from coordinator_core.shell.execution.codec import DefinitionCache
 from coordinator_core.shell.package_files import LoadedPackage, load_package
 from coordinator_core.shell.sealing import Sealer
+from coordinator_core.shell.secrets import DatabaseRole
 from coordinator_core.shell.service.bindings import LiveBindings
 from coordinator_core.shell.store import (
     ActivationRequest,
@@ -65,7 +67,6 @@ __all__ = ["run"]
 
 MAX_REFERENCE_CHARS: Final = 256
 
-DatabaseRole = Literal["runtime", "migration"]
 _ROLE_OF: Final[Mapping[str, DatabaseRole]] = {
     "migrate": "migration",
     "apply": "migration",
@@ -120,7 +121,7 @@ def journal_heads(runtime_config: str) -> dict[str, JournalPosition] | Outcome:
             _store_url(context) as url,
             Store.open(url, context.identity(), namespace=context.namespace, pool_size=1) as store,
         ):
-            return store.journal_heads()
+            return store.reads.journal_heads()
     except DeploymentRefused as refused:
         return Outcome(command, list(refused.diagnostics))
     except CoordinatorError as error:
@@ -404,7 +405,7 @@ def _live_bindings(
     def stored(definition: str) -> tuple[uuid.UUID, bytes] | None:
         try:
             with Store.open(url, identity, namespace=context.namespace, pool_size=1) as store:
-                return store.definition_snapshot(definition)
+                return store.reads.definition_snapshot(definition)
         except CoordinatorError:
             return None
 
@@ -417,11 +418,17 @@ def _live_bindings(
 # -- deployment-status ----------------------------------------------------------------------------
 
 
+def _iso(instant: int) -> str:
+    """An instant as `datetime.isoformat` writes it, with `Z` for UTC."""
+    moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=instant)
+    return moment.isoformat().replace("+00:00", "Z")
+
+
 def _status(context: _Context, url: str) -> Outcome:
     loaded = _load_package(context)
     with Store.open(url, context.identity(), namespace=context.namespace, pool_size=1) as store:
         control = store.verify()
-        pairs = store.unsettled_bindings(datetime.now(UTC))
+        pairs = store.reads.unsettled_bindings(wall_clock())
     check = _live_bindings(context, url, loaded.definition)
     if not check(pairs):
         raise CoordinatorError(Diagnostic("coordinator.command.live-binding-conflict"))
@@ -431,7 +438,7 @@ def _status(context: _Context, url: str) -> Outcome:
         active = {
             "activationId": str(state.active.activation_id),
             "applyOrder": state.active.apply_order,
-            "appliedAt": state.active.applied_at.isoformat().replace("+00:00", "Z"),
+            "appliedAt": _iso(state.active.applied_at),
         }
     outcome = Outcome("deployment-status", status="checked")
     result: dict[str, Any] = {

@@ -31,15 +31,19 @@ anything is read, so the file that is read is always named by an absolute path.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
 import sys
+import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from coordinator_core.errors import Diagnostic
 from coordinatorctl.remote_exchange import Failure, RemoteAnswer, send
 from coordinatorctl.remote_inputs import parse_origin, read_token
 from coordinatorctl.remote_outcome import outcome_of
-from coordinatorctl.remote_request import ApiRequest, build_request
+from coordinatorctl.remote_request import ApiRequest, StartInputs, build_request, start_inputs
 from coordinatorctl.report import Outcome
 
 if TYPE_CHECKING:
@@ -135,23 +139,44 @@ def run(options: argparse.Namespace) -> Outcome:
     token = read_token(token_file)
     if isinstance(token, Diagnostic):
         local.append(token)
-    request = build_request(options)
-    if isinstance(request, list):
-        local.extend(request)
-    if local or isinstance(token, Diagnostic) or isinstance(request, list):
+    start: StartInputs | None = None
+    request: ApiRequest | list[Diagnostic] | None = None
+    if command == "start":
+        found = start_inputs(options)  # read once: standard input can be read only once
+        if isinstance(found, list):
+            local.extend(found)
+        else:
+            start = found
+    else:
+        request = build_request(options)
+        if isinstance(request, list):
+            local.extend(request)
+    if local or isinstance(token, Diagnostic):
         return Outcome(command, local)
+    if start is not None:
+        served: tuple[str, str] | None = None
+        if start.needs_workflow:
+            workflow = _served_workflow(origin, token)
+            if isinstance(workflow, Outcome):
+                return _with_key(workflow, start)
+            served = workflow
+        request = build_request(options, start=start, served=served)
+    if not isinstance(request, ApiRequest):
+        return Outcome(command, request or [])
     output_format: str = getattr(options, "format", "text")
     if watching:
         from coordinatorctl.remote_watch import watch
 
-        return watch(
+        watched = watch(
             command,
             origin,
             token,
             request,
             timeout=options.timeout,
             output_format=output_format,
+            announce=start.key if start is not None and start.generated else None,
         )
+        return _with_run(_with_key(watched, start), _run_id(options, watched))
     answer = exchange(origin, request, token)
     outcome = outcome_of(command, answer, stdout_is_terminal=sys.stdout.isatty())
     if graph is not None and isinstance(answer, RemoteAnswer) and outcome.exit_code == 0:
@@ -162,4 +187,76 @@ def run(options: argparse.Namespace) -> Outcome:
         from coordinatorctl.remote_outcome import list_lines
 
         outcome.raw = list_lines(outcome)
+    return _with_run(_with_key(outcome, start), _run_id(options, outcome))
+
+
+def _served_workflow(origin: str, token: str) -> tuple[str, str] | Outcome:
+    """The service's workflow id and active revision (`GET /v1/workflow`), which `start`
+    takes when --workflow or --revision is not given; the failed read's outcome else."""
+    outcome = outcome_of(
+        "workflow",
+        exchange(origin, ApiRequest("GET", "/v1/workflow"), token),
+        stdout_is_terminal=False,
+    )
+    outcome.command = "start"
+    if outcome.exit_code != 0 or outcome.result is None:
+        for index, diagnostic in enumerate(outcome.diagnostics):
+            if diagnostic.code == "coordinator.command.service-unavailable":
+                outcome.diagnostics[index] = replace(
+                    diagnostic,
+                    message=(diagnostic.message or "")
+                    + " (reading the service's workflow and active revision, which --workflow"
+                    " and --revision default to)",
+                )
+        return outcome
+    return str(outcome.result["workflowId"]), str(outcome.result["revision"])
+
+
+def _with_key(outcome: Outcome, start: StartInputs | None) -> Outcome:
+    """A generated Idempotency-Key is part of the report (`idempotencyKey`) and of every hint
+    that asks for a retry with the same key, so that a retry can reuse it."""
+    if start is None or not start.generated:
+        return outcome
+    outcome.result = {**(outcome.result or {}), "idempotencyKey": start.key}
+    hint = f"with `--key {start.key}`"
+    outcome.diagnostics = [
+        replace(d, hint=d.effective_hint.replace("with the same `--key-file`", hint))
+        for d in outcome.diagnostics
+    ]
+    if outcome.exit_code == 0 and outcome.text is not None:
+        outcome.text = (
+            f"Idempotency-Key: {start.key} (a retry with `--key` reuses it)\n" + outcome.text
+        )
+    return outcome
+
+
+_RUN_FLAG: Final = re.compile(r"--run`")
+
+
+def _run_id(options: argparse.Namespace, outcome: Outcome) -> str | None:
+    """The run a command is about: `--run`, or the run its answer (or watch) names."""
+    given = getattr(options, "run", None)
+    if isinstance(given, str):
+        from coordinatorctl.remote_inputs import parse_run_id
+
+        parsed = parse_run_id(given)
+        if isinstance(parsed, str):
+            return parsed
+    run = (outcome.result or {}).get("run")
+    if isinstance(run, dict) and isinstance(run.get("runId"), str):
+        with contextlib.suppress(ValueError):
+            return str(uuid.UUID(run["runId"]))
+    return None
+
+
+def _with_run(outcome: Outcome, run_id: str | None) -> Outcome:
+    """Every `next:` that names `--run` names the run too (`--run <id>`)."""
+    if run_id is None:
+        return outcome
+    outcome.diagnostics = [
+        replace(d, hint=_RUN_FLAG.sub(f"--run {run_id}`", d.effective_hint))
+        if "--run`" in d.effective_hint
+        else d
+        for d in outcome.diagnostics
+    ]
     return outcome

@@ -62,11 +62,28 @@ def add_remote_commands(command: Callable[[str, str], argparse.ArgumentParser]) 
     command("workflow", "show the active workflow (GET /v1/workflow)")
 
     start = command("start", "start a run of the active workflow (POST /v1/runs)")
-    start.add_argument("--workflow", required=True, metavar="ID", help="the workflow id")
-    start.add_argument("--revision", required=True, metavar="REV", help="its active revision")
-    start.add_argument("--input", required=True, metavar="FILE", help="the run input (JSON)")
     start.add_argument(
-        "--key-file", required=True, metavar="FILE", help="the Idempotency-Key of the admission"
+        "--workflow", metavar="ID", help="the workflow id (default: the service's workflow)"
+    )
+    start.add_argument(
+        "--revision",
+        metavar="REV",
+        help="the revision to start, or `active` (default: the service's active revision)",
+    )
+    start.add_argument(
+        "--input",
+        metavar="FILE|@FILE|-",
+        help="the run input: a JSON file (FILE or @FILE), or - for standard input",
+    )
+    start.add_argument("--input-json", metavar="JSON", help="the run input, inline")
+    start.add_argument(
+        "--key",
+        metavar="KEY",
+        help="the Idempotency-Key of the admission (default: a new one, printed so that a"
+        " retry can reuse it)",
+    )
+    start.add_argument(
+        "--key-file", metavar="FILE", help="a file holding the Idempotency-Key instead"
     )
     start.add_argument(
         "--wait",

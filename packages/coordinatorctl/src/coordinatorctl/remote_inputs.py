@@ -25,12 +25,15 @@ __all__ = [
     "check_date_time",
     "check_reason",
     "check_text_argument",
+    "generated_key",
     "parse_origin",
     "parse_run_id",
     "read_input",
     "read_key",
     "read_token",
     "refused_member",
+    "start_input",
+    "start_key",
 ]
 
 MAX_TOKEN_BYTES: Final = 16_384
@@ -250,21 +253,38 @@ _REFUSED_MEMBERS: Final = {
         "--workflow is not a workflow id: a lowercase letter, then up to 63 lowercase letters,"
         " digits, `_` or `-`."
     ),
-    "revision": "--revision is not a revision: `sha256:` followed by 64 lowercase hex digits.",
+    "revision": (
+        "--revision is not a revision: `sha256:` followed by 64 lowercase hex digits, or `active`."
+    ),
     "reason": _REASON_MESSAGE,
     "before": _BEFORE_MESSAGE,
+}
+_REFUSED_HINTS: Final = {
+    "workflow": (
+        "Pass the workflow id `coordinatorctl workflow` prints, or leave --workflow out to"
+        " start the service's workflow."
+    ),
+    "revision": (
+        "Pass the revision `coordinatorctl workflow` prints (the whole `sha256:…`), or leave"
+        " --revision out (or write `--revision active`) to start the active revision."
+    ),
 }
 
 
 def refused_member(member: str) -> Diagnostic:
     """The `input-invalid` diagnostic of a request member (by its wire name) that the request's
     model refuses; it names the flag that gave the value, never the value."""
-    return _input_invalid(
-        _REFUSED_MEMBERS.get(member, "A value of the command is not one the service API accepts.")
+    return Diagnostic(
+        "coordinator.command.input-invalid",
+        path="",
+        message=_REFUSED_MEMBERS.get(
+            member, "A value of the command is not one the service API accepts."
+        ),
+        hint=_REFUSED_HINTS.get(member),
     )
 
 
-def read_input(path: str) -> object | Diagnostic:
+def _parsed_input(data: bytes, source: str, file: str | None = None) -> object | Diagnostic:
     from coordinator_core.values import (
         JsonBoundsError,
         StrictJsonError,
@@ -273,25 +293,105 @@ def read_input(path: str) -> object | Diagnostic:
     )
 
     try:
-        data = _read_bounded(path, MAX_INPUT_BYTES)
-    except _FileProblem as problem:
-        if problem.kind == "too-large":
-            return _input_invalid("The --input file holds more than 65,536 bytes.", path)
-        return Diagnostic("coordinator.command.input-unavailable", path="", file=path)
-    try:
         value = parse_strict_json(data)
         check_json_value(value)
     except (StrictJsonError, JsonBoundsError, ValueError):
-        return _input_invalid(
-            "The --input file is not strict JSON within the JSON value bounds.", path
-        )
+        return _input_invalid(f"{source} is not strict JSON within the JSON value bounds.", file)
     return value
 
 
-def read_key(path: str) -> str | Diagnostic:
-    message = (
-        "The --key-file must hold 1–256 characters in 0x21–0x7E, optionally with one line feed."
+def _looks_like_path(text: str) -> bool:
+    """Whether an unreadable `--input` may be named in a diagnostic: a path, not data typed in
+    the wrong place (inline JSON, which belongs in `--input-json`)."""
+    return (
+        0 < len(text.encode("utf-8", "replace")) <= 4096
+        and not any(ch in text for ch in '{}[]"')
+        and not any(_is_control(ch) for ch in text)
     )
+
+
+def read_input(path: str) -> object | Diagnostic:
+    """The run input of a JSON file (at most 65,536 bytes)."""
+    try:
+        data = _read_bounded(path, MAX_INPUT_BYTES)
+    except _FileProblem as problem:
+        shown = path if _looks_like_path(path) else None
+        if problem.kind == "too-large":
+            return _input_invalid("The --input file holds more than 65,536 bytes.", shown)
+        if shown is None:
+            return Diagnostic(
+                "coordinator.command.input-unavailable",
+                path="",
+                message="--input does not name a readable file (the value is not shown: it is"
+                " not shaped like a path).",
+                hint="Give the input as a file (--input FILE or --input @FILE), as standard"
+                " input (--input -), or inline with --input-json.",
+            )
+        return Diagnostic("coordinator.command.input-unavailable", path="", file=path)
+    return _parsed_input(data, "The --input file", path)
+
+
+def start_input(source: str | None, inline: str | None) -> object | Diagnostic:
+    """`start`'s run input: `--input FILE`, `--input @FILE`, `--input -` (standard input) or
+    `--input-json JSON`, exactly one of them; never echoed."""
+    if (source is None) == (inline is None):
+        return Diagnostic(
+            "coordinator.command.usage",
+            path="",
+            message="`start` takes the run input once: --input or --input-json."
+            if source is not None
+            else "`start` needs the run input: --input or --input-json.",
+            hint="Give --input FILE (or @FILE, or - for standard input), or --input-json JSON;"
+            " input.example.json of a new project is one.",
+        )
+    if inline is not None:
+        data = inline.encode("utf-8", "surrogatepass")
+        if len(data) > MAX_INPUT_BYTES:
+            return _input_invalid("--input-json holds more than 65,536 bytes.")
+        return _parsed_input(data, "--input-json")
+    assert source is not None
+    if source == "-":
+        import sys
+
+        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        if len(data) > MAX_INPUT_BYTES:
+            return _input_invalid("Standard input holds more than 65,536 bytes.")
+        return _parsed_input(data, "Standard input")
+    return read_input(source[1:] if source.startswith("@") else source)
+
+
+_KEY_MESSAGE: Final = "must hold 1–256 characters in 0x21–0x7E"
+
+
+def start_key(key: str | None, key_file: str | None) -> tuple[str, bool] | Diagnostic:
+    """`start`'s Idempotency-Key: `--key`, the `--key-file`'s, or a new one; and whether it
+    was generated here (then it is printed, so that a retry can reuse it)."""
+    if key is not None and key_file is not None:
+        return Diagnostic(
+            "coordinator.command.usage",
+            path="",
+            message="`start` takes the Idempotency-Key once: --key or --key-file.",
+            hint="Drop one of them; without either a new key is generated and printed.",
+        )
+    if key_file is not None:
+        found = read_key(key_file)
+        return found if isinstance(found, Diagnostic) else (found, False)
+    if key is None:
+        return generated_key(), True
+    if not 1 <= len(key) <= MAX_KEY_BYTES or any(not 0x21 <= ord(ch) <= 0x7E for ch in key):
+        return _input_invalid(f"--key {_KEY_MESSAGE}.")
+    return key, False
+
+
+def generated_key() -> str:
+    """A fresh Idempotency-Key: `ctl-` and a random UUID."""
+    import uuid
+
+    return f"ctl-{uuid.uuid4()}"
+
+
+def read_key(path: str) -> str | Diagnostic:
+    message = f"The --key-file {_KEY_MESSAGE}, optionally with one line feed."
     try:
         data = _strip_one_line_feed(_read_bounded(path, MAX_KEY_BYTES + 1))
     except _FileProblem as problem:

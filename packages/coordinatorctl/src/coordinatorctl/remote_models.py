@@ -37,6 +37,7 @@ from coordinator_models.api import (
     RunList,
     RunStatus,
     StartRunRequest,
+    Violation,
     WaitUntil,
     WorkflowInfo,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "RunList",
     "RunStatus",
     "StartRunRequest",
+    "Violation",
     "WaitUntil",
     "WorkflowInfo",
     "answer_of",

@@ -30,6 +30,7 @@ from coordinatorctl.remote_models import (
     RunInspection,
     RunList,
     RunStatus,
+    Violation,
     WorkflowInfo,
     answer_of,
 )
@@ -191,6 +192,7 @@ class RemoteProblem:
     detail: str
     suggested_action: str | None
     reason: str | None
+    violations: tuple[Violation, ...] = ()
 
 
 def problem_of(answer: RemoteAnswer) -> RemoteProblem | None:
@@ -224,6 +226,7 @@ def problem_of(answer: RemoteAnswer) -> RemoteProblem | None:
         detail=passed_text(problem.detail),
         suggested_action=passed_text(action) if action is not None else None,
         reason=problem.reason.value if problem.reason is not None else None,
+        violations=tuple(problem.violations or ()),
     )
 
 
@@ -265,23 +268,51 @@ def _refusal(command: str, answer: RemoteAnswer) -> RemoteOutcome:
     message = message or "The service refused the request."
     if problem.reason is not None:
         message += f" Blocked by: {problem.reason}."
-    outcome = RemoteOutcome(
-        command,
-        [
+    diagnostics = [Diagnostic(problem.code, path="", message=message, hint=hint, severity="error")]
+    diagnostics += _violation_diagnostics(problem, hint)
+    outcome = RemoteOutcome(command, diagnostics, forced_exit=3 if server_failure else 1)
+    if problem.reason is not None:
+        # 06 §11.6: the first failing condition of retry-same / reconcile, a closed word.
+        outcome.result = {"blockedBy": problem.reason}
+    if problem.violations:
+        outcome.result = {
+            **(outcome.result or {}),
+            "violations": [
+                item.model_dump(mode="json", by_alias=True, exclude_none=True)
+                for item in problem.violations
+            ],
+        }
+    return outcome
+
+
+# What fails, by the code of a problem whose `violations` say where.
+_SUBJECTS: Final[Mapping[str, str]] = {"coordinator.definition.input": "The run input"}
+
+
+def _violation_diagnostics(problem: RemoteProblem, hint: str) -> list[Diagnostic]:
+    """One diagnostic per place a problem's `violations` name, at that place (its `path` is
+    the pointer into the input or the body): the keyword and member names, never a value."""
+    from coordinator_core.jsonschema.violations import Violation as Place
+
+    subject = _SUBJECTS.get(problem.code, "The request body")
+    found = []
+    for item in problem.violations:
+        place = Place(
+            passed_text(item.path),
+            passed_text(item.keyword),
+            tuple(passed_text(member.root) for member in item.members or ()),
+        )
+        message = place.sentence(subject)
+        found.append(
             Diagnostic(
                 problem.code,
-                path="",
+                path=place.path,
                 message=message,
                 hint=hint,
                 severity="error",
             )
-        ],
-        forced_exit=3 if server_failure else 1,
-    )
-    if problem.reason is not None:
-        # 06 §11.6: the first failing condition of retry-same / reconcile, a closed word.
-        outcome.result = {"blockedBy": problem.reason}
-    return outcome
+        )
+    return found
 
 
 def _catalogued() -> Mapping[str, Any]:

@@ -23,9 +23,9 @@ from coordinatorctl.remote_inputs import (
     check_reason,
     check_text_argument,
     parse_run_id,
-    read_input,
-    read_key,
     refused_member,
+    start_input,
+    start_key,
 )
 from coordinatorctl.remote_models import (
     ReasonRequest,
@@ -35,7 +35,11 @@ from coordinatorctl.remote_models import (
     request_body,
 )
 
-__all__ = ["ApiRequest", "build_request"]
+__all__ = ["ACTIVE", "ApiRequest", "StartInputs", "build_request", "start_inputs"]
+
+ACTIVE = "active"  # `--revision active`: the revision the service serves (its default)
+_ANY_WORKFLOW = "w"
+_ANY_REVISION = "sha256:" + "0" * 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +53,58 @@ class ApiRequest:
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
-def build_request(options: argparse.Namespace) -> ApiRequest | list[Diagnostic]:
-    """The API call of `options.command` (09 §4), or the diagnostics of its inputs."""
+@dataclass(frozen=True, slots=True)
+class StartInputs:
+    """`start`'s local inputs once they hold: the run input, the Idempotency-Key and whether
+    the key was generated here; and whether the workflow or revision is the service's."""
+
+    value: object = field(repr=False)
+    key: str = field(repr=False)
+    generated: bool
+    needs_workflow: bool
+
+
+def start_inputs(options: argparse.Namespace) -> StartInputs | list[Diagnostic]:
+    """Every local input of `start`, read once (standard input can be read only once) and
+    checked before anything is sent."""
+    problems: list[Diagnostic] = []
+    checked: set[str] = set()
+    for member, given in (("workflow", options.workflow), ("revision", options.revision)):
+        found = check_text_argument(f"--{member}", given)
+        if found is not None:
+            problems.append(found)
+            checked.add(member)
+    value = start_input(options.input, options.input_json)
+    key = start_key(options.key, options.key_file)
+    if isinstance(value, Diagnostic):
+        problems.append(value)
+    if isinstance(key, Diagnostic):
+        problems.append(key)
+    # A given id the request's model refuses is reported with the rest, before anything is
+    # sent (a default is the service's own, which the model is not asked about here).
+    refused = request_body(
+        StartRunRequest,
+        workflow=options.workflow if options.workflow is not None else _ANY_WORKFLOW,
+        revision=options.revision if options.revision not in (None, ACTIVE) else _ANY_REVISION,
+        input=None,
+    )
+    if isinstance(refused, frozenset):
+        problems.extend(refused_member(m) for m in sorted(refused - checked - {"input"}))
+    if problems or isinstance(value, Diagnostic) or isinstance(key, Diagnostic):
+        return problems
+    needs = options.workflow is None or options.revision in (None, ACTIVE)
+    return StartInputs(value, key[0], key[1], needs)
+
+
+def build_request(
+    options: argparse.Namespace,
+    *,
+    start: StartInputs | None = None,
+    served: tuple[str, str] | None = None,
+) -> ApiRequest | list[Diagnostic]:
+    """The API call of `options.command` (09 §4), or the diagnostics of its inputs. For
+    `start`, `start` are its inputs read already and `served` the service's workflow id and
+    active revision, which fill in a workflow or revision not given (or `active`)."""
     name = options.command
     problems: list[Diagnostic] = []
     checked: set[str] = set()  # the wire names of the members a local check already refused
@@ -83,26 +137,21 @@ def build_request(options: argparse.Namespace) -> ApiRequest | list[Diagnostic]:
     if name == "workflow":
         request = ApiRequest("GET", "/v1/workflow")
     elif name == "start":
-        note("workflow", check_text_argument("--workflow", options.workflow))
-        note("revision", check_text_argument("--revision", options.revision))
-        value = read_input(options.input)
-        key = read_key(options.key_file)
-        if isinstance(value, Diagnostic):
-            problems.append(value)
-        if isinstance(key, Diagnostic):
-            problems.append(key)
-        # Built even when the input or key failed, so that a refused id is reported with them.
-        start = body(
-            request_body(
-                StartRunRequest,
-                workflow=options.workflow,
-                revision=options.revision,
-                input=None if isinstance(value, Diagnostic) else value,
-            )
+        if start is None:
+            found = start_inputs(options)
+            if isinstance(found, list):
+                return found
+            start = found
+        workflow, revision = options.workflow, options.revision
+        if served is not None:
+            workflow = workflow if workflow is not None else served[0]
+            revision = served[1] if revision in (None, ACTIVE) else revision
+        built = body(
+            request_body(StartRunRequest, workflow=workflow, revision=revision, input=start.value)
         )
-        if start is not None and not isinstance(key, Diagnostic):
+        if built is not None:
             request = ApiRequest(
-                "POST", "/v1/runs", body=start, headers=(("Idempotency-Key", key),)
+                "POST", "/v1/runs", body=built, headers=(("Idempotency-Key", start.key),)
             )
     elif name == "status":
         request = ApiRequest("GET", run_path)

@@ -170,6 +170,11 @@ class _Display:
         """A read failed with exit 3 (`failures` in a row); it is tried again."""
         return None
 
+    def following(self, line: str) -> None:
+        """The run id (and a generated key) first, before any change: a watch that never
+        ends still named its run."""
+        return None
+
 
 @dataclass
 class _JsonLines(_Display):
@@ -184,6 +189,10 @@ class _JsonLines(_Display):
 @dataclass
 class _Lines(_Display):
     """One plain line on stderr per change."""
+
+    def following(self, line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
 
     def change(self, run: Mapping[str, Any], *, settled: bool) -> None:
         sys.stderr.write(change_line(run, time.monotonic() - self.started) + "\n")
@@ -237,6 +246,10 @@ class _LivePanel(_Display):
 
     def trouble(self, failures: int) -> None:
         self.failures = failures
+
+    def following(self, line: str) -> None:
+        if self.live is not None:
+            self.live.console.print(line, markup=False, highlight=False)
 
     def render(self) -> RenderableType:
         from rich.table import Table
@@ -361,8 +374,10 @@ def watch(
     *,
     timeout: int | None,
     output_format: str,
+    announce: str | None = None,
 ) -> Outcome:
-    """Send the command's own request, then follow its run until it settles (module docstring)."""
+    """Send the command's own request, then follow its run until it settles (module docstring).
+    `announce` is a generated Idempotency-Key, named with the run id first."""
     from coordinatorctl.remote import exchange
 
     started = time.monotonic()
@@ -380,6 +395,11 @@ def watch(
             assert outcome.result is not None
             run: Mapping[str, Any] = outcome.result["run"]
             run_id = str(uuid.UUID(run["runId"]))
+            what = f"{status_word.capitalize()} run" if command == "start" else "Run"
+            line = f"{what} {run_id}"
+            if announce is not None:
+                line += f" (Idempotency-Key {sanitize(announce)})"
+            display.following(line + "; following it until it settles (Ctrl-C stops watching)")
             poll = ApiRequest("GET", f"/v1/runs/{run_id}")
             if isinstance(display, _LivePanel):
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import Mapping
@@ -62,8 +63,8 @@ async def visible_run(
     context: RequestContext, caller: Caller, run_id: uuid.UUID, action: str
 ) -> RunStatus:
     """06 §1 item 6 step (3): the run, if the caller may see it and act on its workflow."""
-    run = await context.state.service.get_run(caller, run_id)
-    if run is None or not caller.may(action, run.workflow_id):
+    run = await asyncio.to_thread(context.state.service.get_run, caller, run_id)
+    if run is None or not caller.may(action, run.run.workflow_id):
         raise ApiProblem("coordinator.command.run-absent")
     return run
 

@@ -6,6 +6,7 @@ the body is stored or returned; the request id only selects the waits to observe
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.responses import Response
@@ -30,5 +31,5 @@ async def review_completed(token_info: dict[str, Any], coordinator: RequestConte
     entry = AuditRequest(action="review-completion", connection=connection, request_id=request_id)
     async with Audited(state.journal, entry) as audit:
         await audit.begin()
-        await state.service.complete_review(connection, request_id)
+        await asyncio.to_thread(state.service.complete_review, connection, request_id)
         return empty_reply(204)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.responses import Response
 
 from coordinator_api.audit import Audited
@@ -63,14 +65,15 @@ async def admit_event(workflow: str, trigger: str, coordinator: RequestContext) 
         if state.settings.recovery_only:  # step 8 (the holds are the service's to check)
             raise ApiProblem("coordinator.event.admissions-held")
         await audit.begin()
-        admitted = await state.service.admit_event(
+        admitted = await asyncio.to_thread(
+            state.service.admit_event,
             EventDelivery(
                 workflow=workflow,
                 trigger=trigger,
                 source_name=binding.source_name,
                 event_id=event_id,
                 body=value,
-            )
+            ),
         )
         audit.admitted(admitted.run_id)
         return json_reply(EventAdmitted(run_id=admitted.run_id), 201 if admitted.created else 200)

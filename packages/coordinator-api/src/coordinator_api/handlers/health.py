@@ -29,7 +29,7 @@ async def get_ready(coordinator: RequestContext) -> Response:
         code: str | None = "coordinator.command.recovery-only"
     else:
         try:
-            code = await coordinator.state.service.ready()
+            code = await asyncio.to_thread(coordinator.state.service.ready)
         except Exception:  # a failing check is a "not ready", never a 500
             logger.warning("readiness check failed")
             code = "coordinator.request.internal-error"

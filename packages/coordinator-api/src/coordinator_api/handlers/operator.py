@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.responses import Response
@@ -18,6 +19,7 @@ from coordinator_api.wire import (
     RetentionResult,
     doctor_body,
     hold_state_body,
+    instant_of,
 )
 from coordinator_core.shell.service import AuditRequest
 
@@ -35,7 +37,7 @@ async def get_doctor(token_info: dict[str, Any], coordinator: RequestContext) ->
     entry = AuditRequest(action="doctor", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
         await audit.begin()
-        return json_reply(doctor_body(await state.service.doctor()))
+        return json_reply(doctor_body(await asyncio.to_thread(state.service.doctor)))
 
 
 async def restore_hold(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
@@ -47,7 +49,9 @@ async def restore_hold(token_info: dict[str, Any], coordinator: RequestContext) 
         reason = reason_of(body.reason)
         audit.note(reason=reason)
         await audit.begin()
-        return json_reply(hold_state_body(await state.service.restore_hold(reason)))
+        return json_reply(
+            hold_state_body(await asyncio.to_thread(state.service.restore_hold, reason))
+        )
 
 
 async def release_restore_hold(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
@@ -59,7 +63,9 @@ async def release_restore_hold(token_info: dict[str, Any], coordinator: RequestC
         reason = reason_of(body.reason)
         audit.note(reason=reason)
         await audit.begin()
-        return json_reply(hold_state_body(await state.service.release_restore_hold(reason)))
+        return json_reply(
+            hold_state_body(await asyncio.to_thread(state.service.release_restore_hold, reason))
+        )
 
 
 async def release_admission_hold(
@@ -80,7 +86,9 @@ async def release_admission_hold(
         if not (body.admission_history_complete and body.prior_deployment_fenced):
             raise ApiProblem("coordinator.command.attestation-required")
         await audit.begin()
-        return json_reply(hold_state_body(await state.service.release_admission_hold(reason)))
+        return json_reply(
+            hold_state_body(await asyncio.to_thread(state.service.release_admission_hold, reason))
+        )
 
 
 async def retain(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
@@ -94,5 +102,5 @@ async def retain(token_info: dict[str, Any], coordinator: RequestContext) -> Res
         if body.before > state.settings.clock():
             raise ApiProblem("coordinator.command.retention-invalid")
         await audit.begin()
-        erased = await state.service.retain(body.before, body.limit)
+        erased = await asyncio.to_thread(state.service.retain, instant_of(body.before), body.limit)
         return json_reply(RetentionResult(erased=erased))

@@ -7,6 +7,7 @@ Each handler runs the checks of 06 §1 item 6 in order after Connexion's securit
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 from uuid import UUID
@@ -76,14 +77,15 @@ async def start_run(token_info: dict[str, Any], coordinator: RequestContext) -> 
         except JsonBoundsError:
             raise ApiProblem("coordinator.command.input-invalid") from None
         await audit.begin()
-        admitted = await state.service.admit(
+        admitted = await asyncio.to_thread(
+            state.service.admit,
             AdmissionRequest(
                 caller=caller,
                 workflow=workflow,
                 revision=revision,
                 input=run_input,
                 idempotency_key=key,
-            )
+            ),
         )
         if not admitted.created:
             return json_reply(run_status_body(admitted.run), 200)
@@ -105,7 +107,7 @@ async def list_runs(
     query = RunQuery(limit=limit, cursor=cursor, status=status, workflow=workflow)
     async with Audited(state.journal, AuditRequest(action="list", caller=caller)) as audit:
         await audit.begin()
-        page = await state.service.list_runs(caller, query)
+        page = await asyncio.to_thread(state.service.list_runs, caller, query)
         return json_reply(run_page_body(page))
 
 
@@ -131,8 +133,8 @@ async def inspect_run(
         run_id = parse_run_id(run)
         audit.note(run_id=run_id)
         await audit.begin()
-        inspection = await state.service.inspect_run(caller, run_id)
-        if inspection is None or not caller.may("inspect", inspection.run.workflow_id):
+        inspection = await asyncio.to_thread(state.service.inspect_run, caller, run_id)
+        if inspection is None or not caller.may("inspect", inspection.run.run.workflow_id):
             raise ApiProblem("coordinator.command.run-absent")
         return json_reply(inspection_body(inspection))
 
@@ -163,7 +165,7 @@ async def cancel_run(run: str, token_info: dict[str, Any], coordinator: RequestC
     service = coordinator.state.service
 
     async def call(caller: Caller, run_id: UUID, reason: str) -> Body:
-        return run_status_body(await service.cancel(caller, run_id, reason))
+        return run_status_body(await asyncio.to_thread(service.cancel, caller, run_id, reason))
 
     return await _run_command(run, token_info, coordinator, "cancel", call)
 
@@ -173,7 +175,7 @@ async def retry_same(run: str, token_info: dict[str, Any], coordinator: RequestC
     service = coordinator.state.service
 
     async def call(caller: Caller, run_id: UUID, reason: str) -> Body:
-        return run_status_body(await service.retry_same(caller, run_id, reason))
+        return run_status_body(await asyncio.to_thread(service.retry_same, caller, run_id, reason))
 
     return await _run_command(run, token_info, coordinator, "retry-same", call)
 
@@ -185,6 +187,6 @@ async def reconcile_run(
     service = coordinator.state.service
 
     async def call(caller: Caller, run_id: UUID, reason: str) -> Body:
-        return reconcile_body(await service.reconcile(caller, run_id, reason))
+        return reconcile_body(await asyncio.to_thread(service.reconcile, caller, run_id, reason))
 
     return await _run_command(run, token_info, coordinator, "reconcile", call)

@@ -42,6 +42,7 @@ __all__ = [
     "MappingNode",
     "MappingUse",
     "ProjectNode",
+    "RouteKind",
     "RouteNode",
     "SchemaNode",
     "StepNode",
@@ -57,7 +58,8 @@ __all__ = [
 
 WORKFLOW_FILE: Final = "workflow.yaml"
 ArgumentKind = Literal["input", "step", "literal", "event"]
-RouteMember = Literal["next", "case", "refusal", "timeout", "cancel"]
+RouteKind = Literal["next", "case", "refusal", "timeout", "cancel"]
+"""How a run leaves a step, in the API's route words (06 §11.3): the one home of the word."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +201,7 @@ class RouteNode:
     `onCancel`): its pointer, the API's route word, its label or code, and its target."""
 
     pointer: str
-    kind: RouteMember
+    kind: RouteKind
     label: str | None
     target: str
 

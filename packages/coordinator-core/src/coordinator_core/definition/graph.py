@@ -16,7 +16,7 @@ from typing import Any, Literal
 from coordinator_core.authoring.model import (
     WORKFLOW_FILE,
     CallNode,
-    RouteMember,
+    RouteKind,
     StepNode,
     WaitForNode,
     WaitUntilNode,
@@ -29,6 +29,7 @@ __all__ = [
     "Edge",
     "EdgeKind",
     "GraphFacts",
+    "RouteKind",
     "availability",
     "edges_of",
     "find_cycle",
@@ -48,7 +49,7 @@ class Edge:
     source: str
     target: str
     kind: EdgeKind
-    route: RouteMember
+    route: RouteKind
     pointer: str
     label: str | None = None
 

@@ -32,6 +32,7 @@ from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.errors import Diagnostic
 from coordinator_core.functions import compile_functions
 from coordinator_core.jsonschema.dialect import SchemaValidator, compile_validator
+from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.operations import CATALOG, Completion, OperationDescriptor
 from coordinator_core.values import pointer_token
 
@@ -406,6 +407,10 @@ class Definition:
     def input_valid(self, value: Any) -> bool:
         """Whether `value` is valid against the workflow's `input` schema."""
         return self._validator(None).is_valid(value)
+
+    def input_violations(self, value: Any) -> tuple[Violation, ...]:
+        """Where `value` fails the workflow's `input` schema, without its values."""
+        return self._validator(None).violations(value)
 
     def outcome_valid(self, outcome: str, value: Any) -> bool:
         """Whether `value` is valid against the schema of `outcome`."""

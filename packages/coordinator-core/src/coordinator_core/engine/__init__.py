@@ -88,13 +88,13 @@ from coordinator_core.engine.state import (
     EffectState,
     RouteKind,
     RunState,
-    RunStatus,
+    RunStatusValue,
     StepRecord,
     StepRoute,
     StepState,
     TimingPolicy,
 )
-from coordinator_core.engine.transition import Advance
+from coordinator_core.engine.transition import Advance, Persistence
 
 __all__ = [
     "ADAPTER_CODES",
@@ -145,6 +145,7 @@ __all__ = [
     "ObservationOutcome",
     "Observe",
     "ObtainCredential",
+    "Persistence",
     "PreparationDone",
     "Prepare",
     "ReadyToSend",
@@ -154,7 +155,7 @@ __all__ = [
     "RetrySame",
     "RouteKind",
     "RunState",
-    "RunStatus",
+    "RunStatusValue",
     "ScheduleDue",
     "ScheduleObservation",
     "StepDue",

@@ -97,7 +97,7 @@ class FreezePreparation(Tagged):
 
     kind: ClassVar[str] = "freeze-preparation"
     step: str
-    preparation: str = field(repr=False)
+    preparation: bytes = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +132,7 @@ class Dispatch(Tagged):
     connection: str
     command: str = field(repr=False)
     idempotency_key: str | None = field(repr=False)
-    preparation: str | None = field(repr=False)
+    preparation: bytes | None = field(repr=False)
     generation: int
     attempt: int
 

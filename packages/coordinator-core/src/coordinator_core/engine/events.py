@@ -86,11 +86,12 @@ class Work(Tagged):
 
 @dataclass(frozen=True, slots=True)
 class PreparationDone(Tagged):
-    """The operation's preparation succeeded; `preparation` is its base64 evidence."""
+    """The operation's preparation succeeded; `preparation` is its evidence, as the product
+    gave it."""
 
     kind: ClassVar[str] = "preparation-done"
     step: str
-    preparation: str = field(repr=False)
+    preparation: bytes = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,8 @@ was tampered with or written by another version fails loudly instead of being ha
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import types
 import typing
@@ -39,7 +41,7 @@ class Tagged:
 
 
 def encode(value: Any) -> Any:
-    """The JSON form of an engine value (dataclasses, tuples and JSON scalars)."""
+    """The JSON form of an engine value (dataclasses, tuples, JSON scalars, and bytes as base64 text)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out: dict[str, Any] = {}
         kind = getattr(type(value), "kind", None)
@@ -52,6 +54,8 @@ def encode(value: Any) -> Any:
         return [encode(item) for item in value]
     if value is None or isinstance(value, bool | int | str):
         return value
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
     raise FormatError("The value has no JSON form.")
 
 
@@ -127,6 +131,12 @@ def _decode_as(hint: Any, value: Any, member: str) -> Any:
     elif hint is str:
         if isinstance(value, str):
             return value
+    elif hint is bytes:
+        if isinstance(value, str):
+            try:
+                return base64.b64decode(value, validate=True)
+            except binascii.Error:
+                pass
     elif hint is type(None):
         if value is None:
             return None

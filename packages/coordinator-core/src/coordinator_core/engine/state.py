@@ -11,17 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from coordinator_core.definition.graph import RouteKind
 from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.serial import decode, encode
+from coordinator_core.operations import Effect
 
 __all__ = [
     "ACTIVE_STATUSES",
     "TERMINAL_STATUSES",
+    "AttemptEnding",
     "CancelMode",
     "EffectState",
     "RouteKind",
     "RunState",
-    "RunStatus",
+    "RunStatusValue",
     "SettledBy",
     "StepRecord",
     "StepRoute",
@@ -30,7 +33,7 @@ __all__ = [
     "TimingPolicy",
 ]
 
-RunStatus = Literal[
+RunStatusValue = Literal[
     "running",
     "attention",
     "cancel-requested",
@@ -46,10 +49,12 @@ StepState = Literal[
 StepType = Literal["call", "choose", "wait-until", "wait-for", "finish"]
 CancelMode = Literal["none", "stopping", "on-cancel-path"]
 EffectState = Literal["accepted", "unknown", "refused", "not-sent"]
-RouteKind = Literal["next", "case", "refusal", "timeout", "cancel"]
 SettledBy = Literal["response", "reconcile", "retry-same"]
 Awaiting = Literal["work", "preparation", "credential", "answer", "observation"]
-Effect = Literal["read", "mutation", "evaluation"]
+AttemptEnding = Literal[
+    "delivered", "retry", "dead-lettered", "unknown", "expired", "cancelled", "pending", "timed-out"
+]
+"""How an attempt of a record ended, in the words of the journal's worker entries (07 §11)."""
 
 TERMINAL_STATUSES: Final[frozenset[str]] = frozenset(
     {"finished", "cancelled", "cancelled-after-effect", "expired"}
@@ -97,6 +102,12 @@ class StepRecord:
 
     `claims` counts every claim of the record over its life (never reset); `attempt` counts
     call attempts in the current generation. `awaiting` names what a leased record waits for.
+
+    `command` (canonical JSON of the frozen request), `preparation` (the frozen preparation's
+    bytes) and `output` (canonical JSON) are the record's payload: the store keeps them sealed
+    and the shell opens them before `advance` runs, so a record read for a view has them None.
+    `command_prepared` says a command was frozen, whether or not its text is at hand (it stays
+    true after retention erased it).
     """
 
     step: str
@@ -118,7 +129,8 @@ class StepRecord:
     operation: str | None = None
     effect: Effect | None = None
     command: str | None = None
-    preparation: str | None = None
+    command_prepared: bool = False
+    preparation: bytes | None = None
     dispatched: bool = False
     sent: bool = False
     uncertain: bool = False
@@ -136,8 +148,21 @@ class StepRecord:
     completion_ref: str | None = None
 
     @property
-    def command_prepared(self) -> bool:
-        return self.command is not None
+    def ending(self) -> AttemptEnding:
+        """How the attempt that left the record as it is ended (07 §11 worker outcome):
+        delivered (or timed out through a route), put back pending (a retry of a call), failed,
+        unknown, expired or cancelled."""
+        state = self.state
+        if state == "delivered":
+            timed_out = self.route is not None and self.route.kind == "timeout"
+            return "timed-out" if timed_out else "delivered"
+        if state == "pending":
+            return "retry" if self.type == "call" else "pending"
+        if state == "dead-lettered":
+            return "timed-out" if self.failure_code == "wait-timed-out" else "dead-lettered"
+        if state in ("unknown", "expired", "cancelled"):
+            return state
+        return "pending"
 
     @property
     def dispatch_risk(self) -> bool:
@@ -152,7 +177,7 @@ class StepRecord:
         without a definite answer (including one in flight); refused when the command left the
         process and every answer was definite; not-sent when it never left.
         """
-        if not self.dispatch_risk or self.command is None:
+        if not self.dispatch_risk or not self.command_prepared:
             return None
         if self.settled_by is not None:
             return "accepted"
@@ -166,14 +191,15 @@ class RunState:
     """A run (07 §2, §14.1) with every step record it entered, in order of entry.
 
     `status` is what the transitions of 07 §5 wrote; `reported_status` applies the overriding
-    restore-review rule.
+    restore-review rule. `input` and `output` are canonical JSON text; `input` is None only
+    where the payload is not at hand (a run as the store keeps it, sealed).
     """
 
-    status: RunStatus
+    status: RunStatusValue
     current_step: str
     admitted_at: Instant
     deadline_at: Instant
-    input: str
+    input: str | None
     policy: TimingPolicy = field(default_factory=TimingPolicy)
     cancel_mode: CancelMode = "none"
     cancel_requested: bool = False
@@ -185,7 +211,7 @@ class RunState:
     records: tuple[StepRecord, ...] = ()
 
     @property
-    def reported_status(self) -> RunStatus:
+    def reported_status(self) -> RunStatusValue:
         if self.restore_review and self.status not in TERMINAL_STATUSES:
             return "attention"
         return self.status

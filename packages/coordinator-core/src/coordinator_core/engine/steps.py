@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from typing import Any
 
@@ -43,7 +41,7 @@ from coordinator_core.engine.events import (
 from coordinator_core.engine.keys import Keys
 from coordinator_core.engine.state import (
     RunState,
-    RunStatus,
+    RunStatusValue,
     StepRecord,
     StepRoute,
 )
@@ -310,7 +308,7 @@ def _finish(tx: _Tx, record: StepRecord, spec: FinishStep) -> None:
         _dead_letter(tx, record, "outcome-invalid", detail="coordinator.mapping.outcome")  # T15
         return
     tx.update(record, state="delivered", finished_at=tx.now, awaiting=None)  # T14
-    status: RunStatus = "cancelled" if tx.run.cancel_mode == "on-cancel-path" else "finished"
+    status: RunStatusValue = "cancelled" if tx.run.cancel_mode == "on-cancel-path" else "finished"
     _settle(tx, status, None, outcome=spec.outcome, output=text)
     tx.emit(Finish("cancelled" if status == "cancelled" else "finished", spec.outcome, text))
 
@@ -393,7 +391,7 @@ def _call_attempt(tx: _Tx, record: StepRecord, spec: CallStep) -> None:
         if operation.key_required:
             command["idempotencyKey"] = tx.keys.command_key(record.step)
         text = to_canonical(command)
-        record = tx.update(record, command=text)
+        record = tx.update(record, command=text, command_prepared=True)
         tx.emit(FreezeCommand(record.step, text))
     assert record.command is not None
     if operation.requires_preparation and record.preparation is None:  # step 3
@@ -436,12 +434,7 @@ def _preparation_done(tx: _Tx, event: PreparationDone) -> Advance:
     if found is None:
         return _unchanged(tx.run, NOT_APPLICABLE)
     record, spec = found
-    try:
-        size = len(base64.b64decode(event.preparation, validate=True))
-    except (binascii.Error, ValueError):
-        _dead_letter(tx, record, "preparation-invalid", stopping_cancels=True)
-        return tx.done()
-    if size > PREPARATION_MAX_BYTES:
+    if len(event.preparation) > PREPARATION_MAX_BYTES:
         _dead_letter(tx, record, "preparation-too-large", stopping_cancels=True)
         return tx.done()
     record = tx.update(record, preparation=event.preparation)

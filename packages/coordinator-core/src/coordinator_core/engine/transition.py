@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from coordinator_core.definition.ir import (
     MISSING,
@@ -17,12 +17,15 @@ from coordinator_core.engine.commands import (
     Cancelled,
     Command,
     Fail,
+    FreezeCommand,
+    FreezePreparation,
+    MarkMaySend,
 )
 from coordinator_core.engine.keys import Keys
 from coordinator_core.engine.state import (
     TERMINAL_STATUSES,
     RunState,
-    RunStatus,
+    RunStatusValue,
     StepRecord,
 )
 from coordinator_core.evolve import evolve
@@ -31,6 +34,11 @@ PREPARATION_MAX_BYTES: Final = 65_536
 
 # Why an event did not apply to the state it was given (the state is returned unchanged).
 NOT_APPLICABLE: Final = "not-applicable"
+
+
+Persistence = Literal["memory", "fence", "finish"]
+WRITE_AHEAD: Final = (FreezeCommand, FreezePreparation, MarkMaySend)
+"""The commands the shell commits before the I/O that follows them (07 §1 guarantees 4–5)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +56,20 @@ class Advance:
     commands: tuple[Command, ...] = ()
     refused: str | None = None
     answer: str | None = None
+
+    def persistence(self, step: str) -> Persistence:
+        """What the lease holder of `step` must make durable before it carries out the
+        commands (07 §7.2): `finish` when the record is left (delivered, failed, pending again,
+        or the run moved on) — the finish transaction; `fence` when the record stays leased
+        but a command is write-ahead (a frozen command or preparation, the `dispatched` mark)
+        — a mid-attempt fence; `memory` when nothing is (a read's credential obtained: its
+        pre-send checks were made with its claim, 07 §7.7 item 3)."""
+        record = self.state.record(step)
+        if record is None or record.state != "leased" or self.state.current_step != step:
+            return "finish"
+        if any(isinstance(command, WRITE_AHEAD) for command in self.commands):
+            return "fence"
+        return "memory"
 
 
 class _Tx:
@@ -136,13 +158,13 @@ def _unchanged(state: RunState, reason: str) -> Advance:
 # -- run status helpers -------------------------------------------------------------------------
 
 
-def _live_status(tx: _Tx) -> RunStatus:
+def _live_status(tx: _Tx) -> RunStatusValue:
     return "cancel-requested" if tx.run.cancel_requested else "running"
 
 
 def _settle(
     tx: _Tx,
-    status: RunStatus,
+    status: RunStatusValue,
     failure_code: str | None,
     *,
     outcome: str | None = None,

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any, Final
 from urllib.parse import unquote
 
+from coordinator_core.jsonschema.violations import Violation, violations_of
 from coordinator_core.limits import (
     JSON_MAX_CANONICAL_BYTES,
     JSON_MAX_DEPTH,
@@ -33,7 +34,6 @@ __all__ = [
     "KEYWORDS",
     "SCHEMA_ABI",
     "SCHEMA_URI",
-    "SchemaFailure",
     "SchemaFinding",
     "SchemaValidator",
     "accepts_null",
@@ -686,17 +686,6 @@ def format_matches(name: str, value: object) -> bool:
 # -- validation -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class SchemaFailure:
-    """Why an instance fails a schema, without its value: the instance location (a JSON
-    pointer), the keyword that failed and, for `required`, the member names the schema wanted
-    and the instance lacks (names from the schema, never from the instance)."""
-
-    pointer: str
-    keyword: str
-    missing: tuple[str, ...] = ()
-
-
 class SchemaValidator:
     """A compiled dialect schema. Instances should already obey the JSON value bounds."""
 
@@ -719,19 +708,9 @@ class SchemaValidator:
         }
         return sorted(pointers)
 
-    def first_failure(self, instance: object) -> SchemaFailure | None:
-        """The most relevant failure (jsonschema's `best_match`), or None when valid."""
-        best_match = importlib.import_module("jsonschema.exceptions").best_match
-        error = best_match(self._validator.iter_errors(instance))
-        if error is None:
-            return None
-        pointer = "".join("/" + pointer_token(str(token)) for token in error.absolute_path)
-        missing: tuple[str, ...] = ()
-        if error.validator == "required" and isinstance(error.instance, dict):
-            missing = tuple(
-                str(name) for name in error.validator_value if name not in error.instance
-            )
-        return SchemaFailure(pointer, str(error.validator), missing)
+    def violations(self, instance: object) -> tuple[Violation, ...]:
+        """Where `instance` fails the schema, without its values (violations.py)."""
+        return violations_of(self._validator.iter_errors(instance))
 
 
 def _strip_dollar_schema(schema: object) -> object:

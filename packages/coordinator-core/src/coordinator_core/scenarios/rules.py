@@ -19,9 +19,10 @@ from coordinator_core.definition.ir import CallStep, Definition, WaitForStep
 from coordinator_core.engine.clock import parse_instant
 from coordinator_core.engine.codes import REPLY_CODES
 from coordinator_core.errors import Diagnostic
-from coordinator_core.jsonschema.dialect import SchemaFailure, SchemaValidator, compile_validator
+from coordinator_core.jsonschema.dialect import SchemaValidator, compile_validator
+from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.operations import OperationDescriptor
-from coordinator_core.outputs import completion_output_failure, output_failure
+from coordinator_core.outputs import completion_output_failure, first_violation, output_failure
 from coordinator_core.values import JsonBoundsError, check_json_value, pointer_token
 
 __all__ = ["SCENARIOS_FILE", "DocumentFindings", "document_rules", "scenario_diagnostic"]
@@ -104,16 +105,17 @@ class _CaseRules:
             return False
         return True
 
-    def shape(self, failure: SchemaFailure | None, what: str, pointer: str) -> bool:
+    def shape(self, failure: Violation | None, what: str, pointer: str) -> bool:
         """C13: report `failure` (a value that is not `what`) at the value; True when none."""
         if failure is None:
             return True
-        where = f"at {failure.pointer}" if failure.pointer else "at the top of the value"
+        where = f"at {failure.path}" if failure.path else "at the top of the value"
         message = f"The value is not {what}: keyword `{failure.keyword}` fails {where}"
-        if len(failure.missing) == 1:
-            message += f" (member {failure.missing[0]} is missing)"
-        elif failure.missing:
-            message += f" (members {', '.join(failure.missing)} are missing)"
+        members = failure.members
+        if failure.keyword == "required" and members:
+            noun = "member" if len(members) == 1 else "members"
+            verb = "is" if len(members) == 1 else "are"
+            message += f" ({noun} {', '.join(members)} {verb} missing)"
         self.out.append(
             scenario_diagnostic(
                 self.scenarios, "coordinator.scenarios.reply-shape", pointer, message=message + "."
@@ -135,7 +137,7 @@ class _CaseRules:
             validator = self.response_schemas.get(spec.alias.connection)
             if validator is not None:
                 self.shape(
-                    validator.first_failure(value),
+                    first_violation(validator, value),
                     f"an answer the responseSchema of connection {spec.alias.connection} accepts",
                     pointer,
                 )

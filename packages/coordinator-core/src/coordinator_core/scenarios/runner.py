@@ -214,7 +214,7 @@ class _Case:
             elif isinstance(command, Prepare):
                 # Scenario replies are adapter outputs; the preparation has no script and
                 # always succeeds with empty evidence.
-                self.feed(PreparationDone(command.step, ""))
+                self.feed(PreparationDone(command.step, b""))
             elif isinstance(command, ObtainCredential):
                 self.feed(ReadyToSend(command.step))
             elif isinstance(command, Dispatch):

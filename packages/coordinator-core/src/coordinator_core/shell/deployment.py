@@ -71,6 +71,13 @@ from coordinator_core.config.model import (
 )
 from coordinator_core.config.read import RuntimeCheck, check_bindings, check_runtime_file
 from coordinator_core.errors import Diagnostic
+from coordinator_core.shell.adapters.base import (
+    ClientCredentials,
+    Connection,
+    EvaluationConnection,
+    ExternalConnection,
+    ProductConnection,
+)
 from coordinator_core.shell.adapters.registry import unserved_operations
 from coordinator_core.shell.secrets import DatabaseUrl, Secrets, resolve_secrets
 from coordinator_core.values import CanonicalJsonError, canonical_json, sha256_label
@@ -110,6 +117,7 @@ __all__ = [
     "SqliteDatabase",
     "WorkerSettings",
     "binding_digest",
+    "bound_connections",
     "connection_identity",
     "connection_names",
     "load_deployment",
@@ -579,3 +587,55 @@ def package_binding_problems(
             )
         )
     return problems
+
+
+def bound_connections(deployment: Deployment, secrets: Secrets) -> dict[str, Connection]:
+    """Every connection of the runtime file's three maps (05 §5), with its resolved secret:
+    the signing key of an `authorization`, or an evaluation connection's bearer token."""
+
+    def credentials(name: str, authorization: Any) -> ClientCredentials:
+        return ClientCredentials(
+            token_endpoint=authorization.token_endpoint,
+            client_id=authorization.client_id,
+            signing_key=secrets.client_signing_keys.get(name, ""),
+            resource=authorization.resource,
+            scopes=tuple(authorization.scopes),
+            client_assertion_audience=authorization.client_assertion_audience,
+        )
+
+    found: dict[str, Connection] = {}
+    for name, product in deployment.connections.items():
+        found[name] = ProductConnection(
+            name=name,
+            product=product.product,
+            base_url=product.base_url,
+            profile=product.profile,
+            authorization=credentials(name, product.authorization),
+        )
+    for name, external in deployment.external_http_connections.items():
+        found[name] = ExternalConnection(
+            name=name,
+            base_url=external.base_url,
+            paths=frozenset(external.paths),
+            query_parameters=frozenset(external.query_parameters),
+            response_schema=external.response_schema,
+            authorization=(
+                None
+                if external.authorization is None
+                else credentials(name, external.authorization)
+            ),
+            attempt_timeout_milliseconds=external.attempt_timeout_milliseconds,
+            maximum_response_bytes=external.maximum_response_bytes,
+        )
+    for name, evaluation in deployment.evaluation_connections.items():
+        found[name] = EvaluationConnection(
+            name=name,
+            base_url=evaluation.base_url,
+            model=evaluation.model,
+            bearer_token=secrets.evaluation_tokens.get(name),
+            protocol=evaluation.protocol,
+            attempt_timeout_milliseconds=evaluation.attempt_timeout_milliseconds,
+            maximum_request_bytes=evaluation.maximum_request_bytes,
+            maximum_response_bytes=evaluation.maximum_response_bytes,
+        )
+    return found

@@ -37,7 +37,7 @@ def check_journal(store: Store, directory: Path, references: AuditReferences) ->
     """The start-up comparison of 07 §12.1 item 2 (after the deployment check, normal mode):
     raises `coordinator.audit.journal-truncated` or `coordinator.deployment.store-behind-journal`
     naming the journal file and line, else returns."""
-    heads = store.journal_heads()
+    heads = store.reads.journal_heads()
     check_heads(directory, heads)
     dispatches = committed_dispatches(directory, heads)
     if not dispatches:
@@ -65,7 +65,7 @@ def first_unreflected(
     of the store, computed only when some entry follows the heads."""
     wanted = {dispatch.run_ref for dispatch in dispatches}
     found: dict[str, uuid.UUID] = {}
-    for run_id in store.run_ids():
+    for run_id in store.reads.run_ids():
         reference = references.run(str(run_id))
         if reference in wanted:
             found[reference] = run_id
@@ -75,7 +75,7 @@ def first_unreflected(
         if known is None:
             return dispatch
         if known not in snapshots:
-            snapshots[known] = store.get_run_snapshot(known)
+            snapshots[known] = store.reads.get_run_snapshot(known)
         snapshot = snapshots[known]
         if snapshot is None or not _reflected(snapshot, known, dispatch, references):
             return dispatch
@@ -88,13 +88,14 @@ def _reflected(
     dispatch: CommittedDispatch,
     references: AuditReferences,
 ) -> bool:
-    for row in snapshot.steps:
-        if references.step(str(run_id), row.step) != dispatch.step_ref:
+    for stored in snapshot.steps:
+        record = stored.record
+        if references.step(str(run_id), record.step) != dispatch.step_ref:
             continue
-        stored = (row.generation, row.attempt)
+        seen = (record.generation, record.attempt)
         entry = (dispatch.generation, dispatch.attempt)
-        if stored != entry:
-            return stored > entry
+        if seen != entry:
+            return seen > entry
         # The attempt of the entry: it was marked, so it is marked still or has ended since.
-        return row.dispatched or row.state != "leased"
+        return record.dispatched or record.state != "leased"
     return False

@@ -17,9 +17,11 @@ from typing import Any, Final
 from coordinator_core.errors import Diagnostic
 from coordinatorctl.report import Outcome
 
-__all__ = ["DEFAULT_PORT", "run"]
+__all__ = ["DEFAULT_PORT", "READY_PREFIX", "run"]
 
 DEFAULT_PORT: Final = 8470
+# The line the console prints once it listens, then its URL (`coordinatorctl dev` reads it).
+READY_PREFIX: Final = "The console is at "
 LOOPBACK: Final = "127.0.0.1"
 
 
@@ -134,7 +136,7 @@ def _serve(
         proxy_headers=False,
         lifespan="off",
     )
-    sys.stdout.write(f"The console is at {settings.origin}/ (Ctrl-C stops it)\n")
+    sys.stdout.write(f"{READY_PREFIX}{settings.origin}/ (Ctrl-C stops it)\n")
     sys.stdout.flush()
     uvicorn.Server(config).run(sockets=[listener])
     return Outcome(

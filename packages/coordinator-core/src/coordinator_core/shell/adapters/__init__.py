@@ -24,7 +24,6 @@ from coordinator_core.shell.adapters.http import HttpSettings
 from coordinator_core.shell.adapters.registry import (
     SERVED_OPERATIONS,
     Adapters,
-    bound_connections,
     product_adapters,
     unserved_operations,
 )
@@ -43,7 +42,6 @@ __all__ = [
     "HttpSettings",
     "PreparedCommand",
     "ProductConnection",
-    "bound_connections",
     "product_adapters",
     "unserved_operations",
 ]

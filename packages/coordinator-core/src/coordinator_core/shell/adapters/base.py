@@ -11,8 +11,6 @@ or a credential in a message, and `repr` hides every member that holds such data
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -226,10 +224,10 @@ class PreparedCommand:
         command: str | bytes,
         *,
         action: str | None = None,
-        preparation: str | bytes | None = None,
+        preparation: bytes | None = None,
     ) -> PreparedCommand:
-        """Read a sealed command text; `preparation` is the engine's base64 text (or raw
-        bytes). Raises CommandFormatError, whose message never quotes the command."""
+        """Read a sealed command text; `preparation` is the frozen preparation's bytes.
+        Raises CommandFormatError, whose message never quotes the command."""
         try:
             frozen = parse_strict_json(command)
             check_json_value(frozen)
@@ -255,15 +253,9 @@ class PreparedCommand:
         )
         return parsed.with_preparation(preparation)
 
-    def with_preparation(self, preparation: str | bytes | None) -> PreparedCommand:
-        """This command with the frozen preparation next to it (the engine's base64 text, or
-        raw bytes), so a `Dispatch` after its `Prepare` reuses the command parsed for it.
-        Raises CommandFormatError."""
-        if isinstance(preparation, str):
-            try:
-                preparation = base64.b64decode(preparation, validate=True)
-            except (binascii.Error, ValueError) as exc:
-                raise CommandFormatError("The frozen preparation is not base64.") from exc
+    def with_preparation(self, preparation: bytes | None) -> PreparedCommand:
+        """This command with the frozen preparation next to it, so a `Dispatch` after its
+        `Prepare` reuses the command parsed for it."""
         if preparation == self.preparation:
             return self
         return dataclasses.replace(self, preparation=preparation)

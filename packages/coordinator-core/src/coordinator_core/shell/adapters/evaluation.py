@@ -27,7 +27,7 @@ from coordinator_core.shell.adapters.base import (
     PreparedCommand,
 )
 from coordinator_core.shell.adapters.http import ProductAnswer, problem_of
-from coordinator_core.shell.adapters.product import Attempt, Effect, ProductAdapter, Stop
+from coordinator_core.shell.adapters.product import Attempt, AttemptEffect, ProductAdapter, Stop
 from coordinator_core.shell.adapters.transport import TransportFailure
 from coordinator_core.shell.adapters.validation import (
     ShapeError,
@@ -72,7 +72,7 @@ class EvaluationAdapter(ProductAdapter):
         return AccessToken(connection.bearer_token)
 
     def transport_outcome(
-        self, attempt: Attempt, failure: TransportFailure, effect: Effect
+        self, attempt: Attempt, failure: TransportFailure, effect: AttemptEffect
     ) -> CallOutcome:
         """Nothing sent yet (DNS, connect, a timeout before the first byte): retryable.
         Anything after sending began, the attempt budget included: uncertain."""

@@ -22,7 +22,7 @@ from coordinator_core.shell.adapters.base import (
     PreparedCommand,
 )
 from coordinator_core.shell.adapters.http import ProductAnswer, json_body
-from coordinator_core.shell.adapters.product import Attempt, Effect, ProductAdapter, Stop
+from coordinator_core.shell.adapters.product import Attempt, AttemptEffect, ProductAdapter, Stop
 from coordinator_core.shell.adapters.transport import TransportFailure
 from coordinator_core.shell.adapters.validation import (
     ShapeError,
@@ -61,7 +61,7 @@ class ExternalHttpAdapter(ProductAdapter):
         )
 
     def transport_outcome(
-        self, attempt: Attempt, failure: TransportFailure, effect: Effect
+        self, attempt: Attempt, failure: TransportFailure, effect: AttemptEffect
     ) -> CallOutcome:
         """A read: DNS, connect, timeout and send errors are all retryable (08 §7); the attempt
         budget running out is `attempt-timeout` as for any read (08 §9)."""

@@ -9,7 +9,6 @@ defaults of §9, classifying through their `Attempt` straight into the engine's 
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import json
 import re
@@ -50,9 +49,9 @@ from coordinator_core.shell.adapters.validation import ShapeError
 from coordinator_core.shell.observe import tracing
 from coordinator_core.values import canonical_json
 
-__all__ = ["Attempt", "Effect", "ProductAdapter", "Stop", "receipt_lookup"]
+__all__ = ["Attempt", "AttemptEffect", "ProductAdapter", "Stop", "receipt_lookup"]
 
-Effect = Literal["read", "mutation"]
+AttemptEffect = Literal["read", "mutation"]
 
 # 08 §5.1: the key is 1–128 characters of 0x21–0x7E (the command key is 64 hex digits).
 _IDEMPOTENCY_KEY: Final = re.compile(r"[\x21-\x7e]{1,128}")
@@ -78,7 +77,7 @@ class Attempt:
         connection: Connection,
         *,
         step: str,
-        budget_effect: Effect,
+        budget_effect: AttemptEffect,
         attempt_deadline: float,
         credential: AccessToken | None,
         traceparent: str | None,
@@ -125,13 +124,13 @@ class Attempt:
         """An observation found the awaited completion not yet available."""
         return ObservationOutcome(self.step, "pending")
 
-    def invalid_response(self, effect: Effect) -> CallOutcome:
+    def invalid_response(self, effect: AttemptEffect) -> CallOutcome:
         """A 2xx with an invalid or unreadable body (08 §9)."""
         if effect == "mutation":
             return self.uncertain("invalid-response")
         return self.refused("invalid-response")
 
-    def classify(self, answer: ProductAnswer, effect: Effect) -> CallOutcome:
+    def classify(self, answer: ProductAnswer, effect: AttemptEffect) -> CallOutcome:
         """The default rows of 08 §9 for an answer that is not the operation's expected success.
 
         Product-specific rows (declared refusals, Casework's 404/410 on results, Messaging's
@@ -187,7 +186,7 @@ class Attempt:
         method: str,
         path: str,
         *,
-        effect: Effect,
+        effect: AttemptEffect,
         body: bytes | None = None,
         key: str | None = None,
     ) -> ProductAnswer:
@@ -223,14 +222,14 @@ class Attempt:
         return answer
 
     def stop_unless(
-        self, answer: ProductAnswer, status: int | tuple[int, ...], effect: Effect
+        self, answer: ProductAnswer, status: int | tuple[int, ...], effect: AttemptEffect
     ) -> None:
         """Stop with the default classification unless the answer has an expected status."""
         expected = (status,) if isinstance(status, int) else status
         if answer.status not in expected:
             raise Stop(self.classify(answer, effect))
 
-    def body(self, answer: ProductAnswer, effect: Effect) -> Any:
+    def body(self, answer: ProductAnswer, effect: AttemptEffect) -> Any:
         """The strict, bounded JSON body of an expected 2xx, or stop `invalid-response`."""
         value = json_body(answer)
         if value is None:
@@ -290,7 +289,7 @@ class ProductAdapter:
         )
 
     def transport_outcome(
-        self, attempt: Attempt, failure: TransportFailure, effect: Effect
+        self, attempt: Attempt, failure: TransportFailure, effect: AttemptEffect
     ) -> CallOutcome:
         """08 §9: budget exhausted; failure after sending began; connection not established."""
         if failure.budget:
@@ -347,7 +346,7 @@ class ProductAdapter:
         self,
         connection: Connection,
         step: str,
-        effect: Effect,
+        effect: AttemptEffect,
         attempt_deadline: float,
         credential: AccessToken | None,
         traceparent: str | None,
@@ -385,7 +384,7 @@ class ProductAdapter:
         unbound = self._unbound(connection, step, operation)
         if unbound is not None:
             return unbound
-        effect: Effect = "mutation" if CATALOG[operation].effect != "read" else "read"
+        effect: AttemptEffect = "mutation" if CATALOG[operation].effect != "read" else "read"
         attempt = self._attempt(connection, step, effect, attempt_deadline, credential, traceparent)
         try:
             if CATALOG[operation].key_required and frozen.idempotency_key is None:
@@ -432,7 +431,7 @@ class ProductAdapter:
             return attempt.refused(self.invalid_command_code)
         except Exception:  # preparation sends nothing that mutates
             return attempt.retryable("remote-retryable")
-        return PreparationDone(step, base64.b64encode(preparation).decode("ascii"))
+        return PreparationDone(step, preparation)
 
     def observe(
         self,

@@ -14,7 +14,7 @@ With tracing on (`shell.observe.tracing`), each call a bound adapter makes is on
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from coordinator_core.engine.commands import (
     Dispatch,
@@ -33,12 +33,8 @@ from coordinator_core.operations import product_of
 from coordinator_core.shell.adapters.base import (
     AccessToken,
     Adapter,
-    ClientCredentials,
     Connection,
-    EvaluationConnection,
-    ExternalConnection,
     PreparedCommand,
-    ProductConnection,
 )
 from coordinator_core.shell.adapters.breg import BregAdapter
 from coordinator_core.shell.adapters.casework import CaseworkAdapter
@@ -50,13 +46,9 @@ from coordinator_core.shell.adapters.messaging import MessagingAdapter
 from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
 from coordinator_core.shell.observe import tracing
 
-if TYPE_CHECKING:
-    from coordinator_core.shell.deployment import Deployment, Secrets
-
 __all__ = [
     "SERVED_OPERATIONS",
     "Adapters",
-    "bound_connections",
     "product_adapters",
     "unserved_operations",
 ]
@@ -97,58 +89,6 @@ def unserved_operations(workflow: Mapping[str, Any]) -> list[tuple[str, str]]:
             continue
         if operation not in SERVED_OPERATIONS:
             found.append((str(alias), operation))
-    return found
-
-
-def bound_connections(deployment: Deployment, secrets: Secrets) -> dict[str, Connection]:
-    """Every connection of the runtime file's three maps (05 §5), with its resolved secret:
-    the signing key of an `authorization`, or an evaluation connection's bearer token."""
-
-    def credentials(name: str, authorization: Any) -> ClientCredentials:
-        return ClientCredentials(
-            token_endpoint=authorization.token_endpoint,
-            client_id=authorization.client_id,
-            signing_key=secrets.client_signing_keys.get(name, ""),
-            resource=authorization.resource,
-            scopes=tuple(authorization.scopes),
-            client_assertion_audience=authorization.client_assertion_audience,
-        )
-
-    found: dict[str, Connection] = {}
-    for name, product in deployment.connections.items():
-        found[name] = ProductConnection(
-            name=name,
-            product=product.product,
-            base_url=product.base_url,
-            profile=product.profile,
-            authorization=credentials(name, product.authorization),
-        )
-    for name, external in deployment.external_http_connections.items():
-        found[name] = ExternalConnection(
-            name=name,
-            base_url=external.base_url,
-            paths=frozenset(external.paths),
-            query_parameters=frozenset(external.query_parameters),
-            response_schema=external.response_schema,
-            authorization=(
-                None
-                if external.authorization is None
-                else credentials(name, external.authorization)
-            ),
-            attempt_timeout_milliseconds=external.attempt_timeout_milliseconds,
-            maximum_response_bytes=external.maximum_response_bytes,
-        )
-    for name, evaluation in deployment.evaluation_connections.items():
-        found[name] = EvaluationConnection(
-            name=name,
-            base_url=evaluation.base_url,
-            model=evaluation.model,
-            bearer_token=secrets.evaluation_tokens.get(name),
-            protocol=evaluation.protocol,
-            attempt_timeout_milliseconds=evaluation.attempt_timeout_milliseconds,
-            maximum_request_bytes=evaluation.maximum_request_bytes,
-            maximum_response_bytes=evaluation.maximum_response_bytes,
-        )
     return found
 
 

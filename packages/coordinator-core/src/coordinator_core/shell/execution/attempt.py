@@ -1,15 +1,23 @@
 """One tick's run, from its claim through the records it carries the run on to (`TickRun`),
-and the work of one leased record between its fences (`RecordAttempt`), with the journal
-entries they append (07 §7.2–§7.4, §7.7, §11). The worker loop (`shell.execution.worker`) makes them;
-they hold no state beyond the tick.
+and the work of one leased record between its fences (`RecordAttempt`), with the journal entries
+they append (07 §7.2–§7.4, §7.7, §11). Both are given their `Ports` — the store's run writes,
+the journal, the adapters, the clock, the keys and the definitions — and hold no state beyond
+the tick; the worker loop (`shell.execution.worker`) makes them.
+
+One decision per fence: an event whose result must be durable (the engine's
+`Advance.persistence`) is decided inside the fenced transaction, on the run as locked there;
+only a result that needs no write at all (a read's credential obtained) is taken in memory.
+The advance made to learn the persistence is the decision only when the fence finds the run
+exactly as this lease holder left it (`TickRun.decide`, one named optimisation).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
-from collections.abc import Callable
-from datetime import datetime
-from typing import TYPE_CHECKING, Final, Literal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 from coordinator_core.definition.ir import DefinitionError
 from coordinator_core.definition.snapshot import Snapshot
@@ -23,11 +31,11 @@ from coordinator_core.engine import (
     Definition,
     Dispatch,
     Event,
-    FreezeCommand,
-    FreezePreparation,
+    Instant,
     MarkMaySend,
     Observe,
     ObtainCredential,
+    Persistence,
     Prepare,
     ReadyToSend,
     RunState,
@@ -39,53 +47,69 @@ from coordinator_core.engine import (
 )
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.adapters import AccessToken, CommandFormatError, PreparedCommand
-from coordinator_core.shell.audit import WorkerOutcome
-from coordinator_core.shell.execution.codec import RunKeys, overlay, refreshed, state_of, write_of
+from coordinator_core.shell.adapters.registry import Adapters
+from coordinator_core.shell.audit import (
+    AuditReferences,
+    AuditWriter,
+    WorkerOutcome,
+    worker_correlation,
+    worker_record,
+)
+from coordinator_core.shell.clock import Clock
+from coordinator_core.shell.execution.codec import (
+    DefinitionCache,
+    RunKeys,
+    overlay,
+    refreshed,
+    state_of,
+    write_of,
+)
+from coordinator_core.shell.execution.wakeup import Wakeup
 from coordinator_core.shell.runtime import failpoints
+from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.store import (
     Claim,
-    Recovery,
-    RunRow,
+    ControlRow,
+    NextInstants,
     RunSnapshot,
     RunWrite,
+    RunWrites,
+    StepOutcome,
+    StoredRun,
+    SweepKind,
     Written,
-    to_epoch_ms,
 )
 
-if TYPE_CHECKING:
-    from coordinator_core.shell.execution.worker import Worker
+__all__ = [
+    "BindingCheck",
+    "Discard",
+    "Entry",
+    "Ports",
+    "RecordAttempt",
+    "TickRun",
+    "WorkerAudit",
+    "carried_entries",
+    "outcome_of",
+]
 
-_DURABLE: Final = (FreezeCommand, FreezePreparation, MarkMaySend)
-_Mode = Literal["memory", "progress", "finish"]
+logger = logging.getLogger("coordinator.worker")
+
+BindingCheck = Callable[[StoredRun, Snapshot], bool]
+"""Whether the binding digest recomputed for the run's snapshot equals the run's (07 §7.4
+step 4); False → `binding-conflict`."""
 
 
 class Discard(Exception):
     """The engine refused the event under the locks: nothing is written, the attempt ends."""
 
 
-def outcome_of(record: StepRecord | None, recovery: Recovery | None = None) -> WorkerOutcome:
-    """The worker outcome (07 §11) a finished transition leaves on its record."""
-    if recovery == "lease-lapsed":
-        return "lease-lapsed"
-    if record is None:
-        return "pending"
-    if record.state == "delivered":
-        return (
-            "timed-out"
-            if record.route is not None and record.route.kind == "timeout"
-            else "delivered"
-        )
-    if record.state == "pending":
-        return "retry" if record.type == "call" else "pending"
-    if record.state == "dead-lettered":
-        return "timed-out" if record.failure_code == "wait-timed-out" else "dead-lettered"
-    if record.state == "unknown":
-        return "unknown"
-    if record.state == "expired":
-        return "expired"
-    if record.state == "cancelled":
-        return "cancelled"
-    return "pending"
+@dataclass(frozen=True)
+class WorkerAudit:
+    """The journal the worker appends its `record` entries to (07 §11), and the keyed
+    references it writes instead of identifiers."""
+
+    writer: AuditWriter
+    references: AuditReferences
 
 
 Entry = tuple[
@@ -95,6 +119,85 @@ Entry = tuple[
     StepRecord,
     WorkerOutcome,
 ]
+"""One worker entry: (correlation, action, run, record, outcome)."""
+
+
+@dataclass(frozen=True)
+class Ports:
+    """What a tick works with, given explicitly: the store's run writes, its claim gate and
+    what an idle worker may sleep until,
+    the sealer, the adapters, the definitions and run keys, the clock, the wake-up of the
+    process (and the store's announcement to the others), the journal and the binding check.
+    The worker and the run service build them from one `Runtime`."""
+
+    writes: RunWrites
+    may_claim: Callable[[ControlRow], bool]
+    next_instants: Callable[[Instant], NextInstants]
+    note: Callable[[StepOutcome], None]
+    announce: Callable[[Instant], None]
+    sealer: Sealer
+    adapters: Adapters
+    definitions: DefinitionCache
+    keys_for: Callable[[str], RunKeys]
+    clock: Clock
+    wakeup: Wakeup
+    audit: WorkerAudit | None = None
+    binding_check: BindingCheck | None = None
+    lease_seconds: int = 15
+
+    def journal(self, entries: Sequence[Entry]) -> None:
+        """Append worker entries inside the calling transaction, all sharing one fsync (07 §7.7
+        item 5); a failure raises and rolls the transaction back. The outcomes among them are
+        noted with the store, which tells them once the transaction commits."""
+        for _, action, run_id, record, outcome in entries:
+            if action in ("transition", "observation"):
+                self.note(StepOutcome(run_id, record.step, record.type, outcome))
+        if self.audit is None or not entries:
+            return
+        references = self.audit.references
+        records = []
+        for correlation, action, run_id, record, outcome in entries:
+            step_ref = references.step(str(run_id), record.step)
+            records.append(
+                worker_record(
+                    worker_correlation(correlation, action, step_ref),
+                    action,
+                    references.run(str(run_id)),
+                    step_ref,
+                    record.generation,
+                    record.attempt,
+                    outcome,
+                )
+            )
+        self.audit.writer.append_all(records)
+
+    def after_write(self, snapshot: RunSnapshot, now: Instant) -> None:
+        """A committed write left the run's current record pending: due now, an idle loop is
+        rung for it; due later, the poller wakes then, and the other processes are told when
+        that is earlier than anything this one knew (07 §7.7 item 4)."""
+        current = snapshot.step(snapshot.run.state.current_step)
+        if current is None:
+            return
+        record = current.record
+        if record.state == "pending" and record.due_at is not None:
+            self.due_again(record.due_at, now)
+
+    def due_again(self, due_at: Instant, now: Instant) -> None:
+        if due_at <= now:
+            self.wakeup.ring()
+        elif self.wakeup.schedule(due_at):
+            try:
+                self.announce(due_at)
+            except Exception as error:  # the others find it by looking ahead in time
+                logger.warning("worker announce failed: %s", type(error).__name__)
+
+
+def outcome_of(record: StepRecord | None, sweep: SweepKind | None = None) -> WorkerOutcome:
+    """The worker outcome (07 §11) a finished transition leaves on its record: the engine's
+    `StepRecord.ending`, or `lease-lapsed` for a sweep's recovery of a lapsed lease."""
+    if sweep == "lease-lapsed":
+        return "lease-lapsed"
+    return "pending" if record is None else record.ending
 
 
 def _ending(record: StepRecord) -> Literal["observation", "transition"]:
@@ -102,18 +205,18 @@ def _ending(record: StepRecord) -> Literal["observation", "transition"]:
     return "observation" if record.type == "wait-for" else "transition"
 
 
-def _boundary(mode: _Mode, guess: Advance, held: Claim | None) -> str:
+def _boundary(persistence: Persistence, commands: tuple[Command, ...], held: Claim | None) -> str:
     """The failpoint a committed fence or finish passes (`shell.runtime.failpoints`)."""
-    if mode == "finish":
+    if persistence == "finish":
         return "mid-continuation" if held is not None else "after-finish"
-    if any(isinstance(command, MarkMaySend) for command in guess.commands):
+    if any(isinstance(command, MarkMaySend) for command in commands):
         return "after-pre-send"
     return "after-freeze"
 
 
 def _marked(snapshot: RunSnapshot) -> frozenset[str]:
     """The records of a locked snapshot already marked `dispatched`."""
-    return frozenset(row.step for row in snapshot.steps if row.dispatched)
+    return frozenset(stored.step for stored in snapshot.steps if stored.record.dispatched)
 
 
 def carried_entries(correlation: str, run_id: uuid.UUID, carried: Carried) -> list[Entry]:
@@ -131,20 +234,20 @@ def carried_entries(correlation: str, run_id: uuid.UUID, carried: Carried) -> li
 class TickRun:
     """The run one tick works on, kept in memory from its claim to the last record the tick
     carries it through: the definition and keys, the state as last committed (`stored`, with
-    the run row it was read or written as), the state including what only this lease holder
-    knows (`state`), and the commands of the last result (the I/O to do next)."""
+    the run it was read or written as, `known`), the state including what only this lease
+    holder knows (`state`), and the commands of the last result (the I/O to do next)."""
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.sealer = worker.sealer
+    def __init__(self, ports: Ports) -> None:
+        self.ports = ports
         self._correlation: str | None = None
         self.definition: Definition | None = None
         self.snapshot: Snapshot | None = None
         self.keys: RunKeys | None = None
         self.stored: RunState | None = None
         self.state: RunState | None = None
-        self.known: RunRow | None = None
+        self.known: StoredRun | None = None
         self.commands: tuple[Command, ...] = ()
+        self.decided: tuple[Command, ...] = ()  # the commands of the last decision itself
         self._pending: tuple[RunState, tuple[Command, ...]] | None = None
         self._marked: frozenset[str] = frozenset()  # records `dispatched` before the write
 
@@ -156,38 +259,36 @@ class TickRun:
             self._correlation = str(uuid.uuid4())
         return self._correlation
 
-    def claim(self, snapshot: RunSnapshot, now: datetime) -> RunWrite | None:
+    def claim(self, snapshot: RunSnapshot, now: Instant) -> RunWrite | None:
         """The claim transaction's decision (07 §7.2, §7.7 items 1–2): the engine leases the
         record and works it at once, carrying the run on where it may; or T34/T35 when the
         run's snapshot does not restore."""
-        state = state_of(self.sealer, snapshot)
-        now_ms = to_epoch_ms(now)
+        ports = self.ports
+        state = state_of(ports.sealer, snapshot)
         run_id = snapshot.run.run_id
         self._marked = _marked(snapshot)
-        self.keys = self.worker.keys_for(snapshot.run.start_identity)
+        self.keys = ports.keys_for(snapshot.run.start_identity)
         try:
-            self.snapshot, self.definition = self.worker.definitions.restore(snapshot.run)
+            self.snapshot, self.definition = ports.definitions.restore(snapshot.run)
         except (CoordinatorError, DefinitionError):
-            result = unrestorable(state, now_ms)  # T34/T35
+            result = unrestorable(state, now)  # T34/T35
             if result.refused is not None:
                 return None
             after = result.state.current
-            self.worker.journal(
-                [(self.correlation, "transition", run_id, after, outcome_of(after))]
-            )
+            ports.journal([(self.correlation, "transition", run_id, after, outcome_of(after))])
             self._pending = (result.state, result.commands)
-            return write_of(self.sealer, snapshot, state, result.state, now)
-        carried = claim_record(self.definition, state, state.current_step, now_ms, self.keys)
+            return write_of(ports.sealer, snapshot, state, result.state, now)
+        carried = claim_record(self.definition, state, state.current_step, now, self.keys)
         if carried.refused is not None:
             return None
-        claimed = snapshot.current
+        claimed = snapshot.current.record
         if claimed.type == "wait-until" and claimed.wait_until is not None:
-            self.worker.wakeup.fire_soon()  # a parked wait fell due: others may have too
-        self.worker.journal(carried_entries(self.correlation, run_id, carried))
+            ports.wakeup.fire_soon()  # a parked wait fell due: others may have too
+        ports.journal(carried_entries(self.correlation, run_id, carried))
         self._pending = (carried.state, carried.commands)
-        return write_of(self.sealer, snapshot, state, carried.state, now)
+        return write_of(ports.sealer, snapshot, state, carried.state, now)
 
-    def adopt(self, written: Written, now: datetime) -> None:
+    def adopt(self, written: Written, now: Instant) -> None:
         """The transaction whose decision is pending committed as `written` at `now`. A
         record it marked `dispatched` gets its proof of commit in the journal now, before
         anything is sent (07 §12.1 item 1)."""
@@ -197,39 +298,45 @@ class TickRun:
         self.known = written.snapshot.run
         self._pending = None
         proofs: list[Entry] = []
-        for row in written.snapshot.steps:
-            record = self.stored.record(row.step)
-            if row.dispatched and row.step not in self._marked and record is not None:
-                proofs.append((self.correlation, "dispatch", row.run_id, record, "committed"))
-        self.worker.journal(proofs)
-        self.worker.after_write(written.snapshot, now)
+        for stored in written.snapshot.steps:
+            record = self.stored.record(stored.step)
+            if stored.record.dispatched and stored.step not in self._marked and record is not None:
+                proofs.append((self.correlation, "dispatch", stored.run_id, record, "committed"))
+        self.ports.journal(proofs)
+        self.ports.after_write(written.snapshot, now)
 
     def decide(
         self,
         snapshot: RunSnapshot,
         own: StepRecord,
         event: Event,
-        now: datetime,
+        now: Instant,
         *,
         carry: bool,
-        guessed: tuple[RunState, Advance] | None = None,
+        probe: tuple[RunState, Advance] | None = None,
     ) -> RunWrite | None:
-        """A fence's or finish transaction's decision: `event` on the run as committed, with
-        the run columns others may have changed read fresh and the holder's own record; then,
-        in a finish transaction, the continuation (07 §7.7 item 1). `guessed` is the advance
-        made before the transaction and the state it was made from: when the run as committed
-        is that state, it is the decision (advance is a pure function of its inputs), so the
-        event is not advanced a second time."""
+        """A fence's or finish transaction's one decision: `event` on the run as committed,
+        with the run fields others may have changed read fresh and the holder's own record;
+        then, in a finish transaction, the continuation (07 §7.7 item 1).
+
+        One optimisation, `probe` (the advance the attempt made outside the lock to learn the
+        event's persistence, and the state it was made on): an uncontended fence — the run as
+        locked is the run this holder last read or wrote, so the holder's own view *is* the
+        run as committed — keeps that result when it was made on that very state, rather than
+        advancing the same pure function on the same inputs again."""
         assert self.definition is not None and self.keys is not None
-        assert self.stored is not None and self.known is not None
-        now_ms = to_epoch_ms(now)
+        assert self.stored is not None and self.known is not None and self.state is not None
+        ports = self.ports
         self._marked = _marked(snapshot)
-        previous = refreshed(self.sealer, self.stored, self.known, snapshot.run)
-        basis = overlay(previous, own)
-        if guessed is not None and guessed[0] == basis:
-            result = guessed[1]
+        if snapshot.run == self.known:
+            previous, basis = self.stored, self.state
         else:
-            result = advance(self.definition, basis, event, now_ms, self.keys)
+            previous = refreshed(ports.sealer, self.stored, self.known, snapshot.run)
+            basis = overlay(previous, own)
+        if probe is not None and probe[0] is basis:
+            result = probe[1]
+        else:
+            result = advance(self.definition, basis, event, now, self.keys)
         if result.refused is not None:
             raise Discard
         run_id = snapshot.run.run_id
@@ -237,38 +344,31 @@ class TickRun:
         if any(isinstance(command, MarkMaySend) for command in result.commands):
             entries.append((self.correlation, "dispatch", run_id, own, "intent"))
         after = result.state.record(own.step)
-        ended = after is None or after.state != "leased" or result.state.current_step != own.step
+        ended = result.persistence(own.step) == "finish"
         if ended:
             entries.append((self.correlation, _ending(own), run_id, own, outcome_of(after)))
         state, commands = result.state, result.commands
-        if ended and carry and self.worker.store.may_claim(snapshot.control):
-            carried = carry_on(self.definition, result, now_ms, self.keys)
+        self.decided = result.commands
+        if ended and carry and ports.may_claim(snapshot.control):
+            carried = carry_on(self.definition, result, now, self.keys)
             entries.extend(carried_entries(self.correlation, run_id, carried))
             state, commands = carried.state, carried.commands
-        self.worker.journal(entries)
+        ports.journal(entries)
         self._pending = (state, commands)
-        return write_of(self.sealer, snapshot, previous, state, now)
+        return write_of(ports.sealer, snapshot, previous, state, now)
 
 
 class RecordAttempt:
     """The work of one leased record, from the I/O its claim asked for to the transaction
     that ends it; answers the claim the loop goes on with (a continuation), or None."""
 
-    def __init__(
-        self,
-        worker: Worker,
-        claim: Claim,
-        chain: TickRun,
-        clock: Callable[[], datetime],
-        deadline: float,
-    ) -> None:
-        self.worker = worker
+    def __init__(self, run: TickRun, claim: Claim, deadline: float) -> None:
+        self.run = run
+        self.ports = run.ports
         self.claim = claim
-        self.chain = chain
-        self.clock = clock
         self.deadline = deadline
-        assert chain.state is not None
-        record = chain.state.record(claim.step)
+        assert run.state is not None
+        record = run.state.record(claim.step)
         assert record is not None
         self.record: StepRecord = record
         self.credential: AccessToken | None = None
@@ -276,8 +376,8 @@ class RecordAttempt:
 
     # -- driving the engine ---------------------------------------------------------------------
 
-    def run(self) -> Claim | None:
-        commands = self.chain.commands
+    def go(self) -> Claim | None:
+        commands = self.run.commands
         while True:
             event = self.answer(commands)
             if event is None:
@@ -287,62 +387,46 @@ class RecordAttempt:
                 return claim
 
     def feed(self, event: Event) -> tuple[bool, tuple[Command, ...], Claim | None]:
-        """Advance on the state known so far to learn what the event leads to; when the
-        result must be durable, take it again inside the matching fenced transaction.
-        Answers whether the attempt ended, the commands to carry out next, and (when it
-        ended) the claim of the record the run was carried on to."""
-        chain = self.chain
-        assert chain.definition is not None and chain.keys is not None
-        assert chain.state is not None
-        now = self.clock()
-        basis = chain.state
-        guess = advance(chain.definition, basis, event, to_epoch_ms(now), chain.keys)
-        if guess.refused is not None:
+        """What the event leads to: taken in memory when the engine says nothing of it needs
+        to be durable, otherwise decided once inside the matching fenced transaction (the
+        finish, or a mid-attempt fence). Answers whether the attempt ended, the commands to
+        carry out next, and (when it ended) the claim of the record the run was carried on
+        to."""
+        run = self.run
+        assert run.definition is not None and run.keys is not None and run.state is not None
+        now = self.ports.clock()
+        step = self.claim.step
+        basis = run.state
+        outcome = advance(run.definition, basis, event, now, run.keys)
+        if outcome.refused is not None:
             raise Discard
-        mode = self.mode(guess)
-        if mode == "memory":
-            chain.state = guess.state
-            self.adopt_record(guess.state)
-            return False, guess.commands, None
-        store = self.worker.store
-        own = self.record
+        persistence = outcome.persistence(step)
+        if persistence == "memory":
+            run.state = outcome.state
+            self._adopt_record(outcome.state)
+            return False, outcome.commands, None
+        writes, own = self.ports.writes, self.record
 
         def decide(snapshot: RunSnapshot) -> RunWrite | None:
-            return chain.decide(
-                snapshot, own, event, now, carry=mode == "finish", guessed=(basis, guess)
+            return run.decide(
+                snapshot, own, event, now, carry=persistence == "finish", probe=(basis, outcome)
             )
 
-        if mode == "finish":
-            written = store.complete_step(self.claim, now, decide, self.worker.lease_seconds)
+        if persistence == "finish":
+            written = writes.complete_step(self.claim, now, decide, self.ports.lease_seconds)
         else:
-            written = store.record_step_progress(self.claim, now, decide)
-        chain.adopt(written, now)
+            written = writes.record_step_progress(self.claim, now, decide)
+        run.adopt(written, now)
         held = written.claim
-        failpoints.reach(_boundary(mode, guess, held))
-        if (
-            held is not None
-            and held.step == self.claim.step
-            and (held.lease_token == self.claim.lease_token)
-        ):
+        failpoints.reach(_boundary(persistence, run.decided, held))
+        if held is not None and held.step == step and held.lease == self.claim.lease:
             self.claim = held
-            assert chain.state is not None
-            self.adopt_record(chain.state)
-            return False, chain.commands, None
-        return True, chain.commands, held
+            assert run.state is not None
+            self._adopt_record(run.state)
+            return False, run.commands, None
+        return True, run.commands, held
 
-    def mode(self, result: Advance) -> _Mode:
-        record = result.state.record(self.claim.step)
-        if (
-            record is None
-            or record.state != "leased"
-            or result.state.current_step != self.claim.step
-        ):
-            return "finish"
-        if any(isinstance(command, _DURABLE) for command in result.commands):
-            return "progress"
-        return "memory"  # a read's pre-send checks were made with its claim (07 §7.7 item 3)
-
-    def adopt_record(self, state: RunState) -> None:
+    def _adopt_record(self, state: RunState) -> None:
         record = state.record(self.claim.step)
         if record is not None:
             self.record = record
@@ -362,12 +446,12 @@ class RecordAttempt:
                 return self.observe(command)
         return None
 
-    def frozen(self, command: str, preparation: str | None) -> PreparedCommand:
+    def frozen(self, command: str, preparation: bytes | None) -> PreparedCommand:
         """The frozen command, parsed once per attempt: the `Prepare` and the `Dispatch` that
         follows it in the same attempt send the same sealed text (it is never replaced), and
         the dispatch only adds the frozen preparation. Raises CommandFormatError."""
         if self._frozen is None or self._frozen[0] != command:
-            definition = self.chain.definition
+            definition = self.run.definition
             assert definition is not None
             spec = definition.steps.get(self.claim.step)
             action = spec.alias.action if isinstance(spec, CallStep) else None
@@ -377,11 +461,11 @@ class RecordAttempt:
     def obtain_credential(self, command: ObtainCredential) -> Event:
         # 07 §7.4 step 4: the frozen command names this step's operation and connection (the
         # engine checked) and the binding recomputed for the snapshot is the run's.
-        check = self.worker.binding_check
-        assert self.chain.snapshot is not None
-        if check is not None and not check(self.claim.snapshot.run, self.chain.snapshot):
+        check = self.ports.binding_check
+        assert self.run.snapshot is not None
+        if check is not None and not check(self.claim.snapshot.run, self.run.snapshot):
             return AttemptRefused(command.step, "binding-conflict")
-        obtained = self.worker.adapters.obtain_credential(command, attempt_deadline=self.deadline)
+        obtained = self.ports.adapters.obtain_credential(command, attempt_deadline=self.deadline)
         if isinstance(obtained, CallOutcome):
             self.credential = None
             return obtained
@@ -393,7 +477,7 @@ class RecordAttempt:
             frozen = self.frozen(command.command, None)
         except CommandFormatError:
             return AttemptRefused(command.step, "protected-state-invalid")
-        return self.worker.adapters.prepare(command, frozen, attempt_deadline=self.deadline)
+        return self.ports.adapters.prepare(command, frozen, attempt_deadline=self.deadline)
 
     def dispatch(self, command: Dispatch) -> Event:
         """Send the frozen command. Reached only after the pre-send fence committed; from here
@@ -406,9 +490,9 @@ class RecordAttempt:
             # can tell; leave it to the lapsed lease (T28) rather than guess.
             raise Discard from None
         credential, self.credential = self.credential, None  # never reused across attempts
-        return self.worker.adapters.dispatch(
+        return self.ports.adapters.dispatch(
             command, frozen, attempt_deadline=self.deadline, credential=credential
         )
 
     def observe(self, command: Observe) -> Event:
-        return self.worker.adapters.observe(command, attempt_deadline=self.deadline)
+        return self.ports.adapters.observe(command, attempt_deadline=self.deadline)

@@ -1,10 +1,12 @@
-"""The bridge between store rows and engine state: open, convert, seal (07 §10, §14.1).
+"""The one boundary between the store's values and the engine's: open and seal (07 §10, §14.1).
 
-The store keeps sealed bytes and datetimes; the engine keeps canonical JSON text and integer
-milliseconds. `state_of` opens a locked `RunSnapshot` into the engine's `RunState`; `write_of`
-turns the state an `advance` produced back into the `RunWrite` the store checks and commits.
-A value is sealed again only when its plaintext changed: sealing draws a fresh nonce, and the
-store refuses to see a frozen command "replaced" by another envelope of the same bytes.
+A stored run and its stored steps compose the engine's `RunState` and `StepRecord`; all the
+store keeps beside them is sealed bytes and the lease. `state_of` opens a locked `RunSnapshot`
+into the engine's `RunState`; `write_of` turns the state an `advance` produced back into the
+`RunWrite` the store checks and commits, sealing only what changed (sealing draws a fresh
+nonce, and the store refuses to see a frozen command "replaced" by another envelope of the
+same bytes). Instants need no conversion: the engine and the rows both keep epoch
+milliseconds.
 
 Also here, because the worker and the service both need them: `DefinitionCache` (restored
 snapshots by definition digest, 07 §7.2 RECOMMENDED) and `RunKeys` (the engine's `Keys` over the
@@ -13,58 +15,41 @@ deployment's admission key, 07 §3).
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from coordinator_core.definition.restore import restore_definition
 from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import (
     Definition,
+    Instant,
     RunState,
     StepRecord,
-    StepRoute,
-    TimingPolicy,
     to_canonical,
 )
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.evolve import evolve
 from coordinator_core.shell.sealing import AdmissionKey, Purpose, Sealer
-from coordinator_core.shell.store import (
-    RunRow,
-    RunSnapshot,
-    RunWrite,
-    StepRow,
-    from_epoch_ms,
-    to_epoch_ms,
-)
+from coordinator_core.shell.store import RunSnapshot, RunWrite, StoredRun, StoredStep
 from coordinator_core.values import canonical_json
 
 __all__ = [
     "DefinitionCache",
     "RunKeys",
+    "opened",
     "overlay",
-    "record_of",
     "refreshed",
-    "row_of",
     "seal_value",
     "sealed_snapshot",
     "state_of",
+    "stored_run",
+    "stored_step",
     "write_of",
 ]
-
-
-def _ms(value: datetime | None) -> int | None:
-    return None if value is None else to_epoch_ms(value)
-
-
-def _dt(value: int | None) -> datetime | None:
-    return None if value is None else from_epoch_ms(value)
 
 
 def _protected_state_invalid() -> CoordinatorError:
@@ -101,52 +86,23 @@ def sealed_snapshot(sealer: Sealer, snapshot: Snapshot, run_id: uuid.UUID) -> by
     return seal_value(sealer, json.loads(snapshot.canonical), run_id, "snapshot")
 
 
-# -- rows → engine ------------------------------------------------------------------------------
+# -- store → engine -------------------------------------------------------------------------------
 
 
-def record_of(sealer: Sealer, row: StepRow) -> StepRecord:
-    """The engine's view of one step record (sealed parts opened)."""
+def opened(sealer: Sealer, stored: StoredStep) -> StepRecord:
+    """The engine's record of a stored step, its sealed payload opened."""
+    record = stored.record
+    if stored.command is None and stored.output is None:
+        return record
     command: str | None = None
-    preparation: str | None = None
-    if row.command is not None:
-        parts = sealer.open_command(json.loads(row.command), run_id=str(row.run_id), step=row.step)
-        command = to_canonical(parts.request)
-        if parts.preparation is not None:
-            preparation = base64.b64encode(parts.preparation).decode("ascii")
-    return StepRecord(
-        step=row.step,
-        type=row.type,
-        state=row.state,
-        entered_at=to_epoch_ms(row.entered_at),
-        pure=row.pure,
-        generation=row.generation,
-        attempt=row.attempt,
-        claims=row.claims,
-        due_at=_ms(row.due_at),
-        attempt_started_at=_ms(row.attempt_started_at),
-        finished_at=_ms(row.finished_at),
-        awaiting=cast(Any, row.awaiting),
-        route=None if row.route_kind is None else StepRoute(row.route_kind, row.route_label),
-        failure_code=row.failure_code,
-        detail=row.detail,
-        operation=row.operation,
-        effect=row.effect_kind,
-        command=command,
-        preparation=preparation,
-        dispatched=row.dispatched,
-        sent=row.sent,
-        uncertain=row.uncertain,
-        receipt_expired=row.receipt_expired,
-        settled_by=row.settled_by,
-        output=_open_text(sealer, row.output, row.run_id, "output", row.step),
-        wait_until=_ms(row.wait_until),
-        wait_started_at=_ms(row.wait_started_at),
-        timeout_at=_ms(row.timeout_at),
-        interval_seconds=row.interval_seconds,
-        observations=row.observations,
-        last_observed_at=_ms(row.last_observed_at),
-        completion_ref=row.completion_ref,
-    )
+    preparation: bytes | None = None
+    if stored.command is not None:
+        parts = sealer.open_command(
+            json.loads(stored.command), run_id=str(stored.run_id), step=record.step
+        )
+        command, preparation = to_canonical(parts.request), parts.preparation
+    output = _open_text(sealer, stored.output, stored.run_id, "output", record.step)
+    return evolve(record, command=command, preparation=preparation, output=output)
 
 
 def state_of(sealer: Sealer, snapshot: RunSnapshot) -> RunState:
@@ -154,27 +110,17 @@ def state_of(sealer: Sealer, snapshot: RunSnapshot) -> RunState:
     `null` (nothing evaluates on an erased run: it is settled and never claimable)."""
     run = snapshot.run
     run_input = _open_text(sealer, run.input, run.run_id, "input")
-    return RunState(
-        status=run.status,
-        current_step=run.current_step,
-        admitted_at=to_epoch_ms(run.admitted_at),
-        deadline_at=to_epoch_ms(run.deadline_at),
+    return evolve(
+        run.state,
         input=run_input if run_input is not None else "null",
-        policy=TimingPolicy.from_json(run.policy),
-        cancel_mode=run.cancel_mode,
-        cancel_requested=run.cancel_requested,
-        restore_review=run.restore_review,
-        completed_at=_ms(run.completed_at),
-        outcome=run.outcome,
         output=_open_text(sealer, run.terminal_output, run.run_id, "terminal"),
-        failure_code=run.failure_code,
-        records=tuple(record_of(sealer, row) for row in snapshot.steps),
+        records=tuple(opened(sealer, stored) for stored in snapshot.steps),
     )
 
 
-def refreshed(sealer: Sealer, state: RunState, known: RunRow, fresh: RunRow) -> RunState:
+def refreshed(sealer: Sealer, state: RunState, known: StoredRun, fresh: StoredRun) -> RunState:
     """`state` — the run as the lease holder knows it, read when `known` was — with the run
-    columns another transaction may have changed since (a cancel, a restore review) taken
+    fields another transaction may have changed since (a cancel, a restore review) taken
     from `fresh`, read under the fence's locks. Records are the holder's: while a record is
     leased nobody else changes the run's records (a restore hold takes the lease over, which
     the fence detects)."""
@@ -183,18 +129,7 @@ def refreshed(sealer: Sealer, state: RunState, known: RunRow, fresh: RunRow) -> 
     output = state.output
     if fresh.terminal_output != known.terminal_output:
         output = _open_text(sealer, fresh.terminal_output, fresh.run_id, "terminal")
-    return evolve(
-        state,
-        status=fresh.status,
-        current_step=fresh.current_step,
-        cancel_mode=fresh.cancel_mode,
-        cancel_requested=fresh.cancel_requested,
-        restore_review=fresh.restore_review,
-        completed_at=_ms(fresh.completed_at),
-        outcome=fresh.outcome,
-        output=output,
-        failure_code=fresh.failure_code,
-    )
+    return evolve(fresh.state, input=state.input, output=output, records=state.records)
 
 
 def overlay(fresh: RunState, record: StepRecord) -> RunState:
@@ -207,84 +142,63 @@ def overlay(fresh: RunState, record: StepRecord) -> RunState:
     return evolve(fresh, records=records)
 
 
-# -- engine → rows ------------------------------------------------------------------------------
+# -- engine → store -------------------------------------------------------------------------------
 
 
-def row_of(
+def stored_step(
     sealer: Sealer,
     run_id: uuid.UUID,
     record: StepRecord,
-    old_row: StepRow | None,
+    old: StoredStep | None,
     old_record: StepRecord | None,
-    now: datetime,
-) -> StepRow:
-    """The row of `record`, keeping the stored envelopes of unchanged sealed parts."""
+    now: Instant,
+) -> StoredStep:
+    """The stored step of `record`, keeping the stored envelopes of unchanged sealed parts."""
     if (
-        old_row is not None
+        old is not None
         and old_record is not None
         and (old_record.command == record.command and old_record.preparation == record.preparation)
     ):
-        command = old_row.command
+        command, frozen = old.command, old.preparation_frozen
     elif record.command is None:
-        command = None
+        command, frozen = None, False
     else:
-        preparation = None if record.preparation is None else base64.b64decode(record.preparation)
         command = canonical_json(
             sealer.seal_command(
-                json.loads(record.command), preparation, run_id=str(run_id), step=record.step
+                json.loads(record.command),
+                record.preparation,
+                run_id=str(run_id),
+                step=record.step,
             )
         )
-    if old_row is not None and old_record is not None and old_record.output == record.output:
-        output = old_row.output
+        frozen = record.preparation is not None
+    if old is not None and old_record is not None and old_record.output == record.output:
+        output = old.output
     elif record.output is None:
         output = None
     else:
         output = seal_value(sealer, json.loads(record.output), run_id, "output", record.step)
-    base = old_row or StepRow.new(
-        run_id, record.step, record.type, entered_at=from_epoch_ms(record.entered_at),
-        due_at=from_epoch_ms(record.entered_at),
-    )  # fmt: skip
-    return evolve(
-        base,
-        type=record.type,
-        pure=record.pure,
-        generation=record.generation,
-        state=record.state,
-        attempt=record.attempt,
-        claims=record.claims,
-        awaiting=record.awaiting,
-        due_at=_dt(record.due_at),
-        attempt_started_at=_dt(record.attempt_started_at),
-        entered_at=from_epoch_ms(record.entered_at),
-        finished_at=_dt(record.finished_at),
-        operation=record.operation,
-        effect_kind=record.effect,
+    return StoredStep(
+        run_id=run_id,
+        record=evolve(record, command=None, preparation=None, output=None),
         command=command,
-        command_prepared=record.command is not None,
-        preparation_frozen=record.preparation is not None,
-        dispatched=record.dispatched,
-        sent=record.sent,
-        uncertain=record.uncertain,
-        receipt_expired=record.receipt_expired,
-        settled_by=record.settled_by,
+        preparation_frozen=frozen,
         output=output,
-        route_kind=None if record.route is None else record.route.kind,
-        route_label=None if record.route is None else record.route.label,
-        failure_code=record.failure_code,
-        detail=record.detail,
-        wait_until=_dt(record.wait_until),
-        wait_started_at=_dt(record.wait_started_at),
-        timeout_at=_dt(record.timeout_at),
-        interval_seconds=record.interval_seconds,
-        observations=record.observations,
-        last_observed_at=_dt(record.last_observed_at),
-        completion_ref=record.completion_ref,
+        lease=None if old is None else old.lease,
         updated_at=now,
     )
 
 
+def stored_run(run: StoredRun, state: RunState, terminal_output: bytes | None) -> StoredRun:
+    """`run` with the engine's `state` (its payload left out) and its sealed terminal output."""
+    bare = evolve(state, input=None, output=None, records=())
+    if bare == run.state and terminal_output == run.terminal_output:
+        return run
+    return evolve(run, state=bare, terminal_output=terminal_output)
+
+
 def write_of(
-    sealer: Sealer, before: RunSnapshot, previous: RunState, state: RunState, now: datetime
+    sealer: Sealer, before: RunSnapshot, previous: RunState, state: RunState, now: Instant
 ) -> RunWrite | None:
     """The write that takes the stored run `before` (read as `previous`) to `state`; None when
     nothing changed. Only changed records are written."""
@@ -295,27 +209,18 @@ def write_of(
         terminal = None
     else:
         terminal = seal_value(sealer, json.loads(state.output), run.run_id, "terminal")
-    new_run: RunRow = evolve(
-        run,
-        current_step=state.current_step,
-        status=state.status,
-        cancel_mode=state.cancel_mode,
-        cancel_requested=state.cancel_requested,
-        restore_review=state.restore_review,
-        outcome=state.outcome,
-        terminal_output=terminal,
-        failure_code=state.failure_code,
-        completed_at=_dt(state.completed_at),
-    )
-    rows: list[StepRow] = []
+    new_run = stored_run(run, state, terminal)
+    steps: list[StoredStep] = []
     for record in state.records:
         old_record = previous.record(record.step)
         if old_record == record:
             continue
-        rows.append(row_of(sealer, run.run_id, record, before.step(record.step), old_record, now))
-    if not rows and new_run == run:
+        steps.append(
+            stored_step(sealer, run.run_id, record, before.step(record.step), old_record, now)
+        )
+    if not steps and new_run is run:
         return None
-    return RunWrite(new_run, tuple(rows))
+    return RunWrite(new_run, tuple(steps))
 
 
 # -- definitions and keys -----------------------------------------------------------------------
@@ -354,7 +259,7 @@ class DefinitionCache:
         with self._lock:
             return self._known.get(definition_digest)
 
-    def restore(self, run: RunRow) -> tuple[Snapshot, Definition]:
+    def restore(self, run: StoredRun) -> tuple[Snapshot, Definition]:
         found = self.known(run.definition_digest)
         if found is not None:
             return found

@@ -1,6 +1,6 @@
 """A run's life in the metrics and the service log (06 §14): admissions, outcomes, statuses.
 
-`RunEvents` is made once per run service (`build_service`) and told what was *committed*:
+`RunEvents` is made once per deployment (`Runtime.build`) and told what was *committed*:
 an admission the service decided, and (as `Store.observe`'s observer) the step outcomes the
 worker noted in a transaction and the run status changes it wrote, once it committed. Each
 becomes a metric update (`shell.observe.metrics`) and one JSON line in the service log whose only
@@ -134,7 +134,7 @@ class RunEvents:
     def _status_change(self, change: StatusChange) -> None:
         metrics.status_changed(change.workflow_id, change.after)
         if change.after in TERMINAL_STATUSES:
-            seconds = (change.at - change.admitted_at).total_seconds()
+            seconds = (change.at - change.admitted_at) / 1000
             metrics.run_finished(change.workflow_id, change.after, seconds)
         self._line(
             STATUS_CHANGED,

@@ -6,29 +6,25 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Final
 
+from coordinator_core.engine.clock import Instant
+from coordinator_core.shell.clock import Clock, wall_clock
 from coordinator_core.shell.store import NextInstants
 
 __all__ = ["IDLE_CAP_SECONDS", "SWEEP_FALLBACK", "SWEEP_INTERVAL", "Wakeup"]
 
-SWEEP_INTERVAL: Final = timedelta(seconds=1)
-"""The least time (in store time) between two sweeps of one process."""
+SWEEP_INTERVAL: Final = 1000
+"""The least time (in store time, milliseconds) between two sweeps of one process."""
 IDLE_CAP_SECONDS: Final = 30.0
 """The longest an idle loop waits without looking at the store: the fallback of 07 §7.7
 item 4 for what no process announced."""
-SWEEP_FALLBACK: Final = timedelta(seconds=2 * IDLE_CAP_SECONDS)
+SWEEP_FALLBACK: Final = int(2 * IDLE_CAP_SECONDS * 1000)
 """A process that has not looked ahead (it stayed busy) nor swept for this long sweeps anyway:
 a peer that stopped may have left a lease to lapse."""
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _earliest(*instants: datetime | None) -> datetime | None:
+def _earliest(*instants: Instant | None) -> Instant | None:
     known = [instant for instant in instants if instant is not None]
     return min(known) if known else None
 
@@ -60,19 +56,17 @@ class Wakeup:
       other due waits to be fired in batches (`fire_soon`, `take_fire`).
     """
 
-    def __init__(
-        self, *, clock: Callable[[], datetime] | None = None, cap: float = IDLE_CAP_SECONDS
-    ) -> None:
+    def __init__(self, *, clock: Clock | None = None, cap: float = IDLE_CAP_SECONDS) -> None:
         self._condition = threading.Condition()
-        self._clock = clock or _utc_now
+        self._clock = clock or wall_clock
         self._cap = cap
         self._generation = 0
         self._polling = False
         self._known = False
-        self._due: datetime | None = None
-        self._sweep_at: datetime | None = None
-        self._swept_at: datetime | None = None
-        self._looked_at: datetime | None = None
+        self._due: Instant | None = None
+        self._sweep_at: Instant | None = None
+        self._swept_at: Instant | None = None
+        self._looked_at: Instant | None = None
         self._scheduled = 0
         self._fire = False
         self._waiting = 0  # loops inside `idle`
@@ -127,7 +121,7 @@ class Wakeup:
 
     # -- what the store can next have ------------------------------------------------------
 
-    def learn(self, instants: NextInstants, since: int, now: datetime) -> None:
+    def learn(self, instants: NextInstants, since: int, now: Instant) -> None:
         """What `Store.next_instants` answered at `now`, for a look that began when
         `scheduled` was `since`: it replaces what was known, except instants scheduled
         meanwhile, which it may not have seen."""
@@ -144,7 +138,7 @@ class Wakeup:
             if after is not None and (before is None or after < before):
                 self._condition.notify_all()  # a waiting poller wakes earlier
 
-    def looks_ahead(self, now: datetime) -> bool:
+    def looks_ahead(self, now: Instant) -> bool:
         """Whether a tick that found nothing at `now` looks at the store: nothing is known yet,
         the earliest known instant has come, or the last look is `cap` old (what no process
         announced is found at least that often). Otherwise what is known still holds: this
@@ -157,14 +151,14 @@ class Wakeup:
             if instant is not None and instant <= now:
                 return True
             looked = self._looked_at
-            return not looked <= now < looked + timedelta(seconds=self._cap)
+            return not looked <= now < looked + self._cap * 1000
 
     def forget(self) -> None:
         """The store could not be read: poll every `poll` until a look succeeds."""
         with self._condition:
             self._known = False
 
-    def schedule(self, instant: datetime) -> bool:
+    def schedule(self, instant: Instant) -> bool:
         """A record falls due at `instant` (written by this process, or announced by another):
         the poller wakes then. True when that is earlier than anything known (so that the
         other processes are told too)."""
@@ -177,7 +171,7 @@ class Wakeup:
                 self._condition.notify_all()
             return True
 
-    def lapses(self, instant: datetime) -> None:
+    def lapses(self, instant: Instant) -> None:
         """A lease or a deadline this process knows of passes at `instant`: sweep then."""
         with self._condition:
             self._scheduled += 1
@@ -185,7 +179,7 @@ class Wakeup:
                 self._sweep_at = instant
                 self._condition.notify_all()
 
-    def _next(self) -> datetime | None:
+    def _next(self) -> Instant | None:
         return _earliest(self._due, self._sweep_at)
 
     def poll_seconds(self, poll: float) -> float:
@@ -204,7 +198,7 @@ class Wakeup:
         instant = self._next()
         if instant is None:
             return cap
-        at = time.monotonic() + (instant - self._clock()).total_seconds()
+        at = time.monotonic() + (instant - self._clock()) / 1000
         return max(began + poll, min(cap, at))
 
     def idle(self, seen: int, poll: float) -> bool:
@@ -243,7 +237,7 @@ class Wakeup:
 
     # -- sweeps and batches ----------------------------------------------------------------
 
-    def sweep_due(self, now: datetime) -> bool:
+    def sweep_due(self, now: Instant) -> bool:
         """Whether this process sweeps now: at its first tick, once a lease or deadline it
         knows of has come, or after `SWEEP_FALLBACK` without looking; never twice within
         `SWEEP_INTERVAL` of store time (a clock that went back sweeps at once)."""

@@ -2,23 +2,26 @@
 
 The worker drives the same `engine.advance` the scenario runner drives; only the answers to the
 engine's I/O commands differ (real adapters, the store's clock). Every durable decision is taken
-inside a store transaction by re-running `advance` on the run as it is locked there, overlaid
-with the lease holder's own record (`codec.overlay`), so a cancel that arrived mid-attempt
-is seen by the very transaction that would otherwise send or finish:
+inside a store transaction by `advance` on the run as it is locked there, overlaid with the
+lease holder's own record (`codec.overlay`), so a cancel that arrived mid-attempt is seen by the
+very transaction that would otherwise send or finish:
 
-* the **claim** transaction (store) leases one record and journals the attempt intent; the same
-  transaction recovers one lapsed lease (T28/T29) and expires one overdue record (T26/T27);
-* the **freeze** fence commits the sealed command (and later its preparation) before anything
-  is sent (guarantee 4);
+* the **claim** transaction leases one record and journals the attempt intent, and works it at
+  once as far as 07 §7.7 allows (the call's request frozen with the claim, pure records
+  applied);
+* the **freeze** fence commits the sealed command's preparation before anything is sent
+  (guarantee 4);
 * the **pre-send** fence runs `ReadyToSend` under the locks: a stopping run, a passed deadline or
   a review refuses to send; otherwise a mutation or evaluation is marked `dispatched`/`sent` and
   the dispatch intent journaled, and only after that commit does the request leave (guarantee 5);
 * the **finish** transaction, fenced by (run, step, generation, attempt, lease token), records
-  the outcome, the run status and the next record.
+  the outcome, the run status and the next record, and may carry the run on.
 
 Nothing is guessed: an exception after the pre-send commit leaves the record `leased` and
-`dispatched`; when its lease lapses the next claim makes it `unknown` (T28) and the run waits
-for an operator. A fence that finds the lease gone (`StaleLease`) discards the attempt.
+`dispatched`; when its lease lapses a sweep makes it `unknown` (T28) and the run waits for an
+operator. A fence that finds the lease gone (`StaleLease`) discards the attempt. The attempt of
+one leased record is `shell.execution.attempt`'s; this module is the loop around it: the tick,
+the batches of due waits and the sweeps.
 """
 
 from __future__ import annotations
@@ -27,130 +30,81 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import replace
 from typing import Final
 
 from coordinator_core.definition.ir import DefinitionError, EngineInvariantError
-from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import (
     DeadlinePassed,
     Event,
+    Instant,
     LeaseLapsed,
     advance,
     claim_record,
     unrestorable,
 )
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell.adapters.registry import Adapters
-from coordinator_core.shell.audit import (
-    AuditReferences,
-    AuditWriter,
-    worker_correlation,
-    worker_record,
-)
 from coordinator_core.shell.execution.attempt import (
     Discard,
     Entry,
+    Ports,
     RecordAttempt,
     TickRun,
     carried_entries,
     outcome_of,
 )
-from coordinator_core.shell.execution.codec import DefinitionCache, RunKeys, state_of, write_of
+from coordinator_core.shell.execution.codec import state_of, write_of
 from coordinator_core.shell.execution.run_log import RunEvents
 from coordinator_core.shell.execution.wakeup import Wakeup
 from coordinator_core.shell.observe import metrics, tracing
 from coordinator_core.shell.runtime import failpoints
-from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.store import (
     FIRE_BATCH,
-    LEASE_SECONDS,
     Claim,
-    Recovery,
-    RunRow,
     RunSnapshot,
     RunWrite,
     StaleLease,
-    StepOutcome,
-    Store,
-    from_epoch_ms,
-    to_epoch_ms,
-    truncate_ms,
+    SweepKind,
 )
 
-__all__ = [
-    "ATTEMPT_BUDGET_SECONDS",
-    "BindingCheck",
-    "Worker",
-    "WorkerAudit",
-]
+__all__ = ["ATTEMPT_BUDGET_SECONDS", "Worker"]
 
 logger = logging.getLogger("coordinator.worker")
 
 ATTEMPT_BUDGET_SECONDS: Final = 10.0
 """07 §16: claim → result."""
 
-BindingCheck = Callable[[RunRow, Snapshot], bool]
-"""Whether the binding digest recomputed for the run's snapshot equals the run's (07 §7.4
-step 4); False → `binding-conflict`."""
-
-
-@dataclass(frozen=True)
-class WorkerAudit:
-    """The journal the worker appends its `record` entries to (07 §11), and the keyed
-    references it writes instead of identifiers."""
-
-    writer: AuditWriter
-    references: AuditReferences
-
-
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
 
 class Worker:
-    """One worker loop's state: its id, the store, the sealer, the adapters and the caches.
+    """One worker loop's state: its id and its ports.
 
     `tick()` processes exactly one step record (or recovers/expires one and claims nothing);
-    `shell.runtime.process.worker_loop` repeats it until the process stops. A `Worker` is used by one thread at a time; several
-    workers may share the store (PostgreSQL) and the `DefinitionCache`.
+    `shell.runtime.process.worker_loop` repeats it until the process stops. A `Worker` is used
+    by one thread at a time; the workers of a process share their ports (the store, the
+    definitions, the wake-up).
     """
 
     def __init__(
         self,
         worker_id: str,
-        store: Store,
-        sealer: Sealer,
-        adapters: Adapters,
-        definitions: DefinitionCache,
-        keys_for: Callable[[str], RunKeys],
+        ports: Ports,
         *,
-        binding_check: BindingCheck | None = None,
-        audit: WorkerAudit | None = None,
-        clock: Callable[[], datetime] | None = None,
-        lease_seconds: int = LEASE_SECONDS,
         attempt_budget_seconds: float = ATTEMPT_BUDGET_SECONDS,
-        wakeup: Wakeup | None = None,
         events: RunEvents | None = None,
     ) -> None:
         self.worker_id = worker_id
-        self.store = store
-        self.sealer = sealer
-        self.adapters = adapters
-        self.definitions = definitions
-        self.keys_for = keys_for
-        self.binding_check = binding_check
-        self._audit = audit
-        self._clock = clock or _utc_now
-        self.lease_seconds = lease_seconds
+        self.ports = ports
         self._budget = attempt_budget_seconds
-        self.wakeup = wakeup or Wakeup()
         self.events = events
+
+    @property
+    def wakeup(self) -> Wakeup:
+        """What the loops of the process share (the ports')."""
+        return self.ports.wakeup
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def tick(self, now: datetime | None = None) -> bool:
+    def tick(self, now: Instant | None = None) -> bool:
         """Process one claimed step record — and, where 07 §7.7 lets the run go on at once,
         the records that follow it; False when nothing was claimable (idle).
 
@@ -161,67 +115,59 @@ class Worker:
         that finds nothing looks ahead when what the process knows may be out of date
         (`Wakeup.looks_ahead`): the poller then sleeps until the store can next have work
         (`Wakeup.learn`)."""
-        fixed = None if now is None else truncate_ms(now)
-
-        def clock() -> datetime:
-            return fixed if fixed is not None else truncate_ms(self._clock())
-
+        ports = self.ports
+        clock: Callable[[], Instant] = ports.clock if now is None else (lambda: now)
+        wakeup = self.wakeup
         try:
             claim_now = clock()
             self._sweep(claim_now)
-            fired = self.fire_due_waits(claim_now) if self.wakeup.take_fire() else 0
+            fired = self.fire_due_waits(claim_now) if wakeup.take_fire() else 0
             if fired >= FIRE_BATCH:
                 return True  # more waits may be due: they go first, the claims after them
-            since = self.wakeup.scheduled
+            since = wakeup.scheduled
             started = time.monotonic()
             traced = tracing.enabled()
             began_ns = tracing.now_ns() if traced else 0
-            chain = TickRun(self)
-            written = self.store.claim_due_step(
+            run = TickRun(ports if now is None else _fixed(ports, clock))
+            written = ports.writes.claim_due_step(
                 self.worker_id,
                 claim_now,
-                self.lease_seconds,
-                decide=lambda snapshot: chain.claim(snapshot, claim_now),
+                ports.lease_seconds,
+                decide=lambda snapshot: run.claim(snapshot, claim_now),
             )
             if written is None:
-                if self.wakeup.looks_ahead(claim_now):
-                    self.wakeup.learn(self.store.next_instants(claim_now), since, claim_now)
+                if wakeup.looks_ahead(claim_now):
+                    wakeup.learn(ports.next_instants(claim_now), since, claim_now)
                 return fired > 0
             claimed_ns = tracing.now_ns() if traced else 0
-            chain.adopt(written, claim_now)
+            run.adopt(written, claim_now)
             failpoints.reach("after-claim")
         except BaseException:
-            self.wakeup.forget()
+            wakeup.forget()
             raise
         if not traced:
-            self._carry(chain, written.claim, clock, started)
+            self._carry(run, written.claim, started)
             return True
-        run, current = written.snapshot.run, written.snapshot.current
+        stored, current = written.snapshot.run, written.snapshot.current.record
         with tracing.tick(
             began_ns,
-            (began_ns, claimed_ns, self.store.kind),
+            (began_ns, claimed_ns, ports.writes.kind),
             {
-                "coordinator.run.id": str(run.run_id),
-                "coordinator.workflow": run.workflow_id,
+                "coordinator.run.id": str(stored.run_id),
+                "coordinator.workflow": stored.workflow_id,
                 "coordinator.step.id": current.step,
                 "coordinator.step.type": current.type,
             },
         ):
-            records = self._carry(chain, written.claim, clock, started)
-            known = chain.known
+            records = self._carry(run, written.claim, started)
+            known = run.known
             tracing.annotate(
                 {"coordinator.tick.records": records}
-                | ({} if known is None else {"coordinator.run.status": known.status})
+                | ({} if known is None else {"coordinator.run.status": known.state.status})
             )
         return True
 
-    def _carry(
-        self,
-        chain: TickRun,
-        claim: Claim | None,
-        clock: Callable[[], datetime],
-        started: float,
-    ) -> int:
+    def _carry(self, run: TickRun, claim: Claim | None, started: float) -> int:
         """The attempts of one tick from its claim: each leased record in turn, while the run
         is carried on (07 §7.7); answers how many records were attempted."""
         records = 0
@@ -229,15 +175,15 @@ class Worker:
             while claim is not None:
                 held = claim
                 records += 1
-                attempt = RecordAttempt(self, held, chain, clock, started + self._budget)
+                attempt = RecordAttempt(run, held, started + self._budget)
                 try:
-                    claim = attempt.run()
+                    claim = attempt.go()
                 except StaleLease:
                     logger.info("worker attempt discarded: lease-stale")
                     claim = None
                 except Discard:
                     logger.info("worker attempt discarded: not-applicable")
-                    self.wakeup.lapses(held.lease_expires_at)  # left to its lease
+                    self.wakeup.lapses(held.lease.expires_at)  # left to its lease
                     claim = None
                 else:
                     if self.events is not None:
@@ -247,58 +193,55 @@ class Worker:
                 started = time.monotonic()
         except BaseException:
             if claim is not None:
-                self.wakeup.lapses(claim.lease_expires_at)
+                self.wakeup.lapses(claim.lease.expires_at)
             self.wakeup.forget()
             raise
         return records
 
-    # -- waits due in batches (issue 9) ----------------------------------------------------------
+    # -- waits due in batches ------------------------------------------------------------------
 
-    def fire_due_waits(self, now: datetime | None = None) -> int:
+    def fire_due_waits(self, now: Instant | None = None) -> int:
         """One batch of the waits due at `now` (at most `FIRE_BATCH`, one transaction): each
         through the engine's claim of pure work only (T18 and the records after it that need
         no I/O, each with its `attempt` intent and `transition` entries), leaving the record
         that needs I/O pending and due, so idle loops are rung to claim it as usual. A full
         batch asks for another (`Wakeup.fire_soon`). Answers how many waits were fired."""
-        moment = truncate_ms(now if now is not None else self._clock())
-        now_ms = to_epoch_ms(moment)
+        ports = self.ports
+        moment = ports.clock() if now is None else now
 
         def decide(snapshots: Sequence[RunSnapshot]) -> list[RunWrite | None]:
             writes: list[RunWrite | None] = []
             entries: list[Entry] = []
             for snapshot in snapshots:
-                fired = self._fire(snapshot, moment, now_ms)
+                fired = self._fire(snapshot, moment)
                 writes.append(None if fired is None else fired[0])
                 if fired is not None:
                     entries.extend(fired[1])
-            self.journal(entries)
+            ports.journal(entries)
             return writes
 
-        taken, written = self.store.fire_due_waits(moment, decide)
+        taken, written = ports.writes.fire_due_waits(moment, decide)
         if taken >= FIRE_BATCH and written:
             self.wakeup.fire_soon()
         for snapshot in written:
-            self.after_write(snapshot, moment)
+            ports.after_write(snapshot, moment)
         return len(written)
 
-    def _fire(
-        self, snapshot: RunSnapshot, now: datetime, now_ms: int
-    ) -> tuple[RunWrite, list[Entry]] | None:
+    def _fire(self, snapshot: RunSnapshot, now: Instant) -> tuple[RunWrite, list[Entry]] | None:
         """One due wait of a batch through the engine; None leaves it to an ordinary claim (a
         snapshot that does not restore, T34/T35, or anything the engine refuses here)."""
+        ports = self.ports
         try:
-            state = state_of(self.sealer, snapshot)
+            state = state_of(ports.sealer, snapshot)
             try:
-                _, definition = self.definitions.restore(snapshot.run)
+                _, definition = ports.definitions.restore(snapshot.run)
             except (CoordinatorError, DefinitionError):
                 return None
-            keys = self.keys_for(snapshot.run.start_identity)
-            carried = claim_record(
-                definition, state, state.current_step, now_ms, keys, pure_only=True
-            )
+            keys = ports.keys_for(snapshot.run.start_identity)
+            carried = claim_record(definition, state, state.current_step, now, keys, pure_only=True)
             if carried.refused is not None or carried.holding is not None:
                 return None
-            write = write_of(self.sealer, snapshot, state, carried.state, now)
+            write = write_of(ports.sealer, snapshot, state, carried.state, now)
             if write is None:
                 return None
             correlation = str(uuid.uuid4())
@@ -307,78 +250,58 @@ class Worker:
             logger.warning("worker fire skipped: %s", type(error).__name__)
             return None
 
-    # -- what a write leaves for later (07 §7.7 item 4) -----------------------------------------
-
-    def after_write(self, snapshot: RunSnapshot, now: datetime) -> None:
-        """A committed write left the run's current record pending: due now, an idle loop is
-        rung for it; due later, the poller wakes then, and the other processes are told when
-        that is earlier than anything this one knew."""
-        record = snapshot.step(snapshot.run.current_step)
-        if record is None or record.state != "pending" or record.due_at is None:
-            return
-        self._due_again(record.due_at, now)
-
-    def _due_again(self, due_at: datetime, now: datetime) -> None:
-        if due_at <= now:
-            self.wakeup.ring()
-        elif self.wakeup.schedule(due_at):
-            try:
-                self.store.announce(due_at)
-            except Exception as error:  # the others find it by looking ahead in time
-                logger.warning("worker announce failed: %s", type(error).__name__)
-
     # -- sweeps (07 §7.2 steps 2–3), off the claim path -----------------------------------------
 
-    def _sweep(self, now: datetime) -> None:
+    def _sweep(self, now: Instant) -> None:
         if not self.wakeup.sweep_due(now):
             return
         correlation = str(uuid.uuid4())  # one per sweep that may journal
-        due: list[datetime] = []
-        handled = self.store.sweep(
+        due: list[Instant] = []
+        handled = self.ports.writes.sweep(
             self.worker_id,
             now,
             lambda snapshot, kind: self._recover(snapshot, kind, now, correlation, due),
-            self.lease_seconds,
+            self.ports.lease_seconds,
         )
         if handled:
             self.wakeup.lapses(now)  # there may be more: sweep again as soon as allowed
         for due_at in due:
-            self._due_again(due_at, now)
+            self.ports.due_again(due_at, now)
 
     def _recover(
         self,
         snapshot: RunSnapshot,
-        kind: Recovery,
-        now: datetime,
+        kind: SweepKind,
+        now: Instant,
         correlation: str,
-        due: list[datetime],
+        due: list[Instant],
     ) -> RunWrite | None:
         """07 §7.2 steps 2–3 through the engine (`LeaseLapsed` → T28/T29, `DeadlinePassed` →
         T26/T27). Never raises: a run whose data cannot be read is left for its next turn."""
+        ports = self.ports
         try:
-            previous = state_of(self.sealer, snapshot)
+            previous = state_of(ports.sealer, snapshot)
             record = previous.current
-            now_ms = to_epoch_ms(now)
             try:
-                _, definition = self.definitions.restore(snapshot.run)
+                _, definition = ports.definitions.restore(snapshot.run)
             except (CoordinatorError, DefinitionError):
                 if kind == "lease-lapsed" and (record.dispatched or record.uncertain):
                     return None  # T28 needs no definition, but T35 keeps the code: leave it
-                result = unrestorable(previous, now_ms)
+                result = unrestorable(previous, now)
             else:
-                keys = self.keys_for(snapshot.run.start_identity)
+                keys = ports.keys_for(snapshot.run.start_identity)
                 event: Event = (
                     LeaseLapsed(record.step) if kind == "lease-lapsed" else DeadlinePassed()
                 )
-                result = advance(definition, previous, event, now_ms, keys)
+                result = advance(definition, previous, event, now, keys)
             if result.refused is not None:
                 return None
-            write = write_of(self.sealer, snapshot, previous, result.state, now)
+            write = write_of(ports.sealer, snapshot, previous, result.state, now)
             after = result.state.record(record.step)
             current = result.state.record(result.state.current_step)
             if current is not None and current.state == "pending" and current.due_at is not None:
-                due.append(from_epoch_ms(current.due_at))  # announced once committed
-            self.journal(
+                due.append(current.due_at)  # announced once committed
+            ports.journal(
                 [
                     (
                         correlation, "transition", snapshot.run.run_id, record,
@@ -391,31 +314,7 @@ class Worker:
             logger.warning("worker recovery skipped: %s", type(error).__name__)
             return None
 
-    # -- audit ----------------------------------------------------------------------------------
 
-    def journal(self, entries: Sequence[Entry]) -> None:
-        """Append worker entries inside the calling transaction, all sharing one fsync (07 §7.7
-        item 5); a failure raises and rolls the transaction back. The outcomes among them are
-        noted with the store (`Store.note`), which tells them once the transaction commits."""
-        note = self.store.note
-        for _, action, run_id, record, outcome in entries:
-            if action in ("transition", "observation"):
-                note(StepOutcome(run_id, record.step, record.type, outcome))
-        if self._audit is None or not entries:
-            return
-        references = self._audit.references
-        records = []
-        for correlation, action, run_id, record, outcome in entries:
-            step_ref = references.step(str(run_id), record.step)
-            records.append(
-                worker_record(
-                    worker_correlation(correlation, action, step_ref),
-                    action,
-                    references.run(str(run_id)),
-                    step_ref,
-                    record.generation,
-                    record.attempt,
-                    outcome,
-                )
-            )
-        self._audit.writer.append_all(records)
+def _fixed(ports: Ports, clock: Callable[[], Instant]) -> Ports:
+    """`ports` with every transaction of a tick at one fixed instant (`tick(now)`)."""
+    return replace(ports, clock=clock)

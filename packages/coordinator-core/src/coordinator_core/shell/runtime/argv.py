@@ -4,11 +4,13 @@ argparse's own messages quote what was typed (`invalid choice: 'my secret'`), so
 is ever shown. A mistake is instead described from the parser's structure, by the names of
 the commands and options involved (rule 4 of the architecture: never a submitted value):
 
-* an unknown command or option is named only when it is a near miss of a real one (difflib,
-  which is then offered: `chek` → `check`, `--projekt` → `--project` of that command) and is
-  shaped like a name (lower-case words joined by `-`, at most 40 characters); anything else may
-  be data typed in the wrong place (`coordinatorctl hunter2`) and is left out. A value written
-  as `--name=value` is never shown, nor is a left-over argument;
+* an unknown option is named whenever it is shaped like an option name (`-` or `--` and
+  lower-case words joined by `-`, at most 40 characters: a name, not user data), with the near
+  miss of a real one offered when there is one (difflib: `--projekt` → `--project` of that
+  command); an unknown command is named only when it is such a near miss (`chek` → `check`),
+  since a bare word may be data typed in the wrong place (`coordinatorctl hunter2`). Anything
+  not shaped like a name is left out; a value written as `--name=value` is never shown, nor is
+  a left-over argument;
 * a bad choice lists the allowed choices, never the value given;
 * a missing required option or argument is named with its metavar;
 * an option without its value, or a flag given a value, is named.
@@ -263,9 +265,11 @@ class ArgumentParser(argparse.ArgumentParser):
                 guess = _closest(name, self._option_strings())
                 shown = _shown(name, _OPTION)
                 where = _quote(self.command)
-                if guess is None:
-                    message = f"Unknown option for {where} (not shown: it is not a near miss of"
-                    message += " one of its options)."
+                if guess is None and shown is not None:
+                    message = f"Unknown option {_quote(shown)} for {where}."
+                elif guess is None:
+                    message = f"Unknown option for {where} (not shown: it is not shaped like"
+                    message += " an option name)."
                 elif shown is None:
                     message = f"Unknown option for {where} (not shown); did you mean"
                     message += f" {_quote(guess)}?"

@@ -48,13 +48,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any, Final, Protocol
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.audit import AuditWriter
+from coordinator_core.shell.clock import wall_clock
 from coordinator_core.shell.deployment import (
     Deployment,
     DeploymentRefused,
@@ -66,7 +66,6 @@ from coordinator_core.shell.deployment import (
     resolve_secrets,
 )
 from coordinator_core.shell.execution.wakeup import Wakeup
-from coordinator_core.shell.execution.worker import Worker
 from coordinator_core.shell.observe import metrics, tracing
 from coordinator_core.shell.package_files import LoadedPackage, load_package
 from coordinator_core.shell.restore_detection import check_journal
@@ -81,14 +80,33 @@ from coordinator_core.shell.runtime.argv import (
 from coordinator_core.shell.runtime.outage import Backoff, StoreOutage
 from coordinator_core.shell.runtime.service_log import ServiceLog, install
 from coordinator_core.shell.runtime.streams import guard_output
-from coordinator_core.shell.service import StoreRunService, build_service
+from coordinator_core.shell.service import Runtime, StoreRunService
 from coordinator_core.shell.store import Store
 
 __all__ = [
-    "EXIT_OK", "EXIT_REFUSED", "EXIT_UNAVAILABLE", "EXIT_USAGE", "GRACE_SECONDS", "ArgumentParser",
-    "Command", "Refused", "Shutdown", "Started", "add_process_arguments", "add_worker_command",
-    "build_parser", "install_signals", "join", "main", "recheck_loop", "refusal", "run_command",
-    "run_worker", "start", "start_workers", "worker_loop"
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "GRACE_SECONDS",
+    "ArgumentParser",
+    "Refused",
+    "Shutdown",
+    "Started",
+    "Subcommand",
+    "add_process_arguments",
+    "add_worker_command",
+    "build_parser",
+    "install_signals",
+    "join",
+    "main",
+    "recheck_loop",
+    "refusal",
+    "run_command",
+    "run_worker",
+    "start",
+    "start_workers",
+    "worker_loop"
 ]  # fmt: skip
 
 EXIT_OK: Final = 0
@@ -107,7 +125,7 @@ _WORKER_UNAVAILABLE: Final = "coordinator.command.worker-unavailable"
 
 
 class Ticking(Protocol):
-    """What a worker loop drives: `Worker` (`build_service`'s factory), one per thread."""
+    """What a worker loop drives: `Worker` (`Runtime.worker`), one per thread."""
 
     wakeup: Wakeup
 
@@ -252,12 +270,12 @@ def install_signals(shutdown: Shutdown) -> None:
 
 # -- the command --------------------------------------------------------------------------------
 
-Command = Callable[[argparse.Namespace, ServiceLog, contextlib.ExitStack], int]
+Subcommand = Callable[[argparse.Namespace, ServiceLog, contextlib.ExitStack], int]
 
 
 def run_command(
     parser: argparse.ArgumentParser,
-    commands: Mapping[str, Command],
+    commands: Mapping[str, Subcommand],
     argv: Sequence[str] | None = None,
 ) -> int:
     """Parse, run the chosen command with the service log installed, exit with its class.
@@ -276,7 +294,7 @@ def run_command(
 def _run_command(
     log: ServiceLog,
     parser: argparse.ArgumentParser,
-    commands: Mapping[str, Command],
+    commands: Mapping[str, Subcommand],
     argv: Sequence[str] | None,
 ) -> int:
     try:
@@ -319,8 +337,8 @@ class Started:
     package: LoadedPackage
     writer: AuditWriter
     store: Store
+    runtime: Runtime
     service: StoreRunService
-    worker_for: Callable[[str], Worker]
     concurrency: int
     poll_ms: int
     shutdown: Shutdown
@@ -392,7 +410,7 @@ def start(
             pool_size=concurrency + (8 if serving else 2),
         )
     started.callback(store.close)
-    metrics.watch_store(lambda: store.gauges(datetime.now(UTC)))
+    metrics.watch_store(lambda: store.reads.gauges(wall_clock()))
     started.callback(metrics.watch_store, None)
     # 07 §12.1: a store older than the journal (a restore) is never worked ordinarily.
     if not recovery_only:
@@ -401,8 +419,9 @@ def start(
     store.follow_journal(lambda: writer.position)
     started.callback(_save_head, store, log)
     with _step():
-        service, worker_for = build_service(deployment, secrets, store, package, audit=writer)
-    service.events.write_to(log)
+        runtime = Runtime.build(deployment, secrets, store, package, audit=writer)
+    service = StoreRunService(runtime)
+    runtime.events.write_to(log)
     # Spans only when the environment names an exporter (shell.observe.tracing); flushed at stop.
     stop_tracing = tracing.configure(environment, process="serve" if serving else "worker")
     if stop_tracing is not None:
@@ -410,7 +429,7 @@ def start(
         log.emit("info", "coordinator.service.tracing", "Exporting spans over OTLP/HTTP.")
     if not recovery_only:
         with _step("coordinator.command.store-unavailable"):
-            bindings_ok = service.bindings.unsettled_match(service.now())
+            bindings_ok = runtime.bindings.unsettled_match(runtime.now())
         if not bindings_ok:
             raise refusal("coordinator.command.live-binding-conflict")
     return Started(
@@ -420,8 +439,8 @@ def start(
         package=package,
         writer=writer,
         store=store,
+        runtime=runtime,
         service=service,
-        worker_for=worker_for,
         concurrency=concurrency,
         poll_ms=options.poll_ms or settings.worker.poll_milliseconds,
         shutdown=shutdown,
@@ -432,7 +451,7 @@ def start(
 def _save_head(store: Store, log: ServiceLog) -> None:
     """At a stop: the journal's last line becomes this process's head in the store."""
     try:
-        store.save_journal_head(datetime.now(UTC))
+        store.save_journal_head(wall_clock())
     except Exception:  # the next start reads a little more of the journal
         log.emit(
             "warning",
@@ -583,10 +602,10 @@ def start_workers(process: Started) -> list[threading.Thread]:
     listener reports a lost connection and its return to the process's `outage`."""
     threads: list[threading.Thread] = []
     for index in range(process.concurrency):
-        worker = process.worker_for(f"{socket.gethostname()}:{os.getpid()}:{index + 1}")
+        worker = process.runtime.worker(f"{socket.gethostname()}:{os.getpid()}:{index + 1}")
         if index == 0:
             wakeup = worker.wakeup
-            process.store.listen(
+            process.store.channel.listen(
                 wakeup.ring,
                 process.shutdown.stop,
                 schedule=wakeup.schedule,

@@ -1,6 +1,6 @@
 """The run service (06 §4–§9, 07 §6–§13): admission, the status, list and inspection views,
 cancel, retry-same and reconcile, holds, retention, doctor, event admission and review
-completions, and the worker factory sharing its state. Plain code over the store and the
+completions, over the `Runtime` it shares with the worker loops. Plain code over the store and the
 engine: the HTTP API (coordinator-api) parses, calls it and renders.
 """
 
@@ -21,7 +21,6 @@ from coordinator_core.shell.service.model import (
     Action,
     AdmissionRequest,
     BlockReason,
-    CallDetails,
     Caller,
     Doctor,
     DoctorState,
@@ -41,10 +40,10 @@ from coordinator_core.shell.service.model import (
     ServiceRefusal,
     StepRoute,
     StepStatus,
-    WaitFor,
-    WaitUntil,
+    WaitResult,
 )
-from coordinator_core.shell.service.service import StoreRunService, build_service
+from coordinator_core.shell.service.runtime import Runtime
+from coordinator_core.shell.service.service import StoreRunService
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -58,7 +57,6 @@ __all__ = [
     "AuditResponse",
     "AuditUnavailable",
     "BlockReason",
-    "CallDetails",
     "Caller",
     "Doctor",
     "DoctorState",
@@ -75,12 +73,11 @@ __all__ = [
     "RunService",
     "RunStatus",
     "RunStatusValue",
+    "Runtime",
     "ServiceRefusal",
     "StepRoute",
     "StepStatus",
     "StoreRunService",
-    "WaitFor",
-    "WaitUntil",
+    "WaitResult",
     "WriterJournal",
-    "build_service",
 ]

@@ -4,20 +4,20 @@ handed to the store's one admission transaction, which also runs the live-bindin
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from dataclasses import replace
 from typing import Any
 
-from coordinator_core.engine import Admitted, advance
-from coordinator_core.shell.execution.codec import row_of, seal_value, sealed_snapshot
+from coordinator_core.engine import Admitted, Instant, advance
+from coordinator_core.shell.execution.codec import seal_value, sealed_snapshot, stored_step
 from coordinator_core.shell.service.model import AdmissionRequest, RunAdmitted, ServiceRefusal
-from coordinator_core.shell.service.runtime import ServiceContext
-from coordinator_core.shell.store import AdmissionResult, NewRun, RunSnapshot, to_epoch_ms
+from coordinator_core.shell.service.runtime import Runtime
+from coordinator_core.shell.store import AdmissionResult, NewRun, RunSnapshot, StoredRun
 
 __all__ = ["admit", "insert_run", "store_admission"]
 
 
 def store_admission(
-    context: ServiceContext,
+    context: Runtime,
     *,
     run_input: Any,
     owner: str,
@@ -27,7 +27,7 @@ def store_admission(
     trigger: str | None,
     expected_revision: str | None,
     input_problem: Exception | None,
-    now: datetime,
+    now: Instant,
 ) -> NewRun:
     """The store's admission of a run of the served definition (API or event origin)."""
     snapshot = context.package.snapshot
@@ -35,11 +35,8 @@ def store_admission(
     sealer = context.sealer
     run_id = uuid.uuid4()
     keys = context.keys_for(start_identity)
-    admitted = advance(
-        definition, None, Admitted.of(run_input, context.policy), to_epoch_ms(now), keys
-    )
-    first = admitted.state.current
-    return NewRun(
+    admitted = advance(definition, None, Admitted.of(run_input, context.policy), now, keys)
+    run = StoredRun(
         run_id=run_id,
         start_identity=start_identity,
         input_digest=input_digest,
@@ -51,32 +48,35 @@ def store_admission(
         revision=definition.revision,
         definition_digest=definition.definition_digest,
         binding_digest=context.binding,
+        state=replace(admitted.state, input=None, records=()),
         snapshot=(
             None
             if definition.definition_digest in context.stored_definitions
             else sealed_snapshot(sealer, snapshot, run_id)
         ),
         input=seal_value(sealer, run_input, run_id, "input"),
-        policy=context.policy.to_json(),
-        deadline_seconds=definition.deadline_seconds,
-        first_step=row_of(sealer, run_id, first, None, None, now),
+        updated_at=now,
+    )
+    return NewRun(
+        run=run,
+        first_step=stored_step(sealer, run_id, admitted.state.current, None, None, now),
         bindings_ok=context.bindings.all_match,
         expected_revision=expected_revision,
         input_problem=input_problem,
     )
 
 
-def insert_run(context: ServiceContext, prepared: NewRun, now: datetime) -> AdmissionResult:
+def insert_run(context: Runtime, prepared: NewRun, now: Instant) -> AdmissionResult:
     """The store's admission transaction for a prepared run (API or event origin). An idle
     loop of this process takes the new run at once, so the other processes are told only when
     none is free (07 §7.7 item 4); once created, its definition's snapshot is known stored."""
-    result = context.store.admit(prepared, now, announce=not context.wakeup.take_idle_loop())
+    result = context.store.writes.admit(prepared, now, announce=not context.wakeup.take_idle_loop())
     if result.created:  # its definition's snapshot is stored (inserted or already there)
-        context.stored_definitions.add(prepared.definition_digest)
+        context.stored_definitions.add(prepared.run.definition_digest)
     return result
 
 
-def admit(context: ServiceContext, admission: AdmissionRequest) -> RunAdmitted:
+def admit(context: Runtime, admission: AdmissionRequest) -> RunAdmitted:
     """06 §5.1 steps 8–10: identity, one admission transaction, the new or replayed run."""
     caller = admission.caller
     key, database_id = context.key, context.database_id
@@ -86,7 +86,10 @@ def admit(context: ServiceContext, admission: AdmissionRequest) -> RunAdmitted:
     problem = (
         None
         if context.definition.input_valid(admission.input)
-        else ServiceRefusal("coordinator.definition.input")
+        else ServiceRefusal(
+            "coordinator.definition.input",
+            violations=context.definition.input_violations(admission.input),
+        )
     )
     now = context.now()
     prepared = store_admission(
@@ -105,7 +108,7 @@ def admit(context: ServiceContext, admission: AdmissionRequest) -> RunAdmitted:
     if result.created and result.control is not None:  # the run as inserted: no read back
         snapshot = RunSnapshot(result.control, result.run, result.steps)
     else:
-        found = context.store.get_run_snapshot(result.run.run_id)
+        found = context.store.reads.get_run_snapshot(result.run.run_id)
         assert found is not None
         snapshot = found
     return RunAdmitted(context.status(snapshot), result.created)

@@ -10,15 +10,14 @@ for its digest, through the process's `DefinitionCache` (the one way to open a s
 from __future__ import annotations
 
 import threading
-from datetime import datetime
 from typing import Final
 
 from coordinator_core.definition.snapshot import Snapshot
-from coordinator_core.engine import DefinitionError
+from coordinator_core.engine import DefinitionError, Instant
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.deployment import Deployment, DeploymentRefused, binding_digest
 from coordinator_core.shell.execution.codec import DefinitionCache
-from coordinator_core.shell.store import RunRow, Store
+from coordinator_core.shell.store import Store, StoredRun
 
 __all__ = ["UNBOUND", "LiveBindings"]
 
@@ -56,7 +55,7 @@ class LiveBindings:
             self._digests[digest] = computed
         return computed
 
-    def matches(self, run: RunRow, snapshot: Snapshot) -> bool:
+    def matches(self, run: StoredRun, snapshot: Snapshot) -> bool:
         """The run's recorded binding digest is the one its snapshot gets now."""
         return self.of(snapshot) == run.binding_digest
 
@@ -65,10 +64,10 @@ class LiveBindings:
         that cannot be found or restored counts as a conflict."""
         return all(self._of_digest(definition) == recorded for definition, recorded in pairs)
 
-    def unsettled_match(self, now: datetime) -> bool:
+    def unsettled_match(self, now: Instant) -> bool:
         """The check over every unsettled run of the store (raises the store's refusals)."""
         assert self._store is not None, "a check over the store's runs needs the store"
-        return self.all_match(self._store.unsettled_bindings(now))
+        return self.all_match(self._store.reads.unsettled_bindings(now))
 
     def _of_digest(self, definition_digest: str) -> str:
         try:

@@ -10,7 +10,7 @@ from coordinator_core.errors import CoordinatorError
 from coordinator_core.functions.errors import FunctionError
 from coordinator_core.shell.service.admission import insert_run, store_admission
 from coordinator_core.shell.service.model import EventAdmitted, EventDelivery, ServiceRefusal
-from coordinator_core.shell.service.runtime import ServiceContext
+from coordinator_core.shell.service.runtime import Runtime
 from coordinator_core.values import JsonBoundsError, check_json_value
 
 __all__ = ["admit_event", "complete_review"]
@@ -21,17 +21,17 @@ _HOLD_CODES: Final = frozenset(
 )
 
 
-def admit_event(context: ServiceContext, delivery: EventDelivery) -> EventAdmitted:
+def admit_event(context: Runtime, delivery: EventDelivery) -> EventAdmitted:
     """Holds, identity, mapping, then the admission transaction; a replay answers its run."""
-    store = context.store
-    holds = store.hold_state()
+    reads = context.store.reads
+    holds = reads.hold_state()
     if holds.restore_hold or holds.admissions_hold:
         raise ServiceRefusal(_HELD)
     key, database_id = context.key, context.database_id
     owner = key.owner_event(database_id, delivery.source_name, delivery.trigger)
     start = key.start_identity(database_id, owner, delivery.workflow, delivery.event_id)
     digest = key.input_digest_event(start, delivery.body)
-    existing = store.find_run(start)
+    existing = reads.find_run(start)
     if existing is not None:
         if existing.input_digest != digest:
             raise ServiceRefusal("idempotency.key-reused")
@@ -80,9 +80,9 @@ def admit_event(context: ServiceContext, delivery: EventDelivery) -> EventAdmitt
     return EventAdmitted(result.run.run_id, result.created)
 
 
-def complete_review(context: ServiceContext, connection: str, request_id: uuid.UUID) -> None:
+def complete_review(context: Runtime, connection: str, request_id: uuid.UUID) -> None:
     """Move the next observation of the waits on this review forward; idempotent."""
     reference = context.key.completion_reference(context.database_id, connection, str(request_id))
-    context.store.advance_completion_waits(
+    context.store.writes.advance_completion_waits(
         reference, context.now(), context.policy.observation_floor_seconds
     )

@@ -6,17 +6,16 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from datetime import datetime
 from typing import Final
 
-from coordinator_core.engine import EngineInvariantError, RestoreHold
+from coordinator_core.engine import EngineInvariantError, Instant, RestoreHold
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.audit import ZERO_HASH
 from coordinator_core.shell.audit.heads import journal_ends
 from coordinator_core.shell.execution.codec import state_of, write_of
 from coordinator_core.shell.service.model import RUN_STATUSES, Doctor, DoctorState, ServiceRefusal
-from coordinator_core.shell.service.runtime import Decide, ServiceContext
-from coordinator_core.shell.store import HoldState, RunSnapshot, RunWrite
+from coordinator_core.shell.service.runtime import Runtime
+from coordinator_core.shell.store import Decide, HoldState, RunSnapshot, RunWrite
 
 __all__ = [
     "READY_CACHE_SECONDS",
@@ -40,7 +39,7 @@ class Readiness:
     of what is not: `coordinator.command.store-unavailable` while the store is away (09 §5
     step 7), the store check's refusal, a hold, the journal, or the live-binding check."""
 
-    def __init__(self, context: ServiceContext) -> None:
+    def __init__(self, context: Runtime) -> None:
         self._context = context
         self._until = 0.0
         self._bindings: str | None = LIVE_BINDING_CONFLICT
@@ -74,9 +73,9 @@ class Readiness:
 LIVE_BINDING_CONFLICT: Final = "coordinator.command.live-binding-conflict"
 
 
-def doctor(context: ServiceContext) -> Doctor:
+def doctor(context: Runtime) -> Doctor:
     """06 §7.1 from one store read transaction and the process's journal."""
-    summary = context.store.summary(context.now())
+    summary = context.store.reads.summary(context.now())
     audit = context.audit
     state = DoctorState(
         database_id=summary.database_id,
@@ -100,7 +99,7 @@ def doctor(context: ServiceContext) -> Doctor:
     return Doctor(activation_ready=ready, state=state)
 
 
-def _review(context: ServiceContext, now: datetime) -> Decide:
+def _review(context: Runtime, now: Instant) -> Decide:
     inner = context.decide(now, lambda _s, _p: RestoreHold())
 
     def review(snapshot: RunSnapshot) -> RunWrite | None:
@@ -115,29 +114,29 @@ def _review(context: ServiceContext, now: datetime) -> Decide:
     return review
 
 
-def restore_hold(context: ServiceContext) -> HoldState:
+def restore_hold(context: Runtime, reason: str) -> HoldState:
     """06 §7.2 / 07 §12 step 3; idempotent. The journal as it is now becomes the store's
     journal heads (07 §12.1): the reviewed store goes on from it, so the ordinary service
     starts on it again once the holds are released."""
     now = context.now()
     heads = journal_ends(context.audit.directory) if context.audit is not None else None
-    return context.store.set_restore_hold(now, _review(context, now), heads)
+    return context.store.operator.set_restore_hold(now, _review(context, now), heads)
 
 
-def release_restore_hold(context: ServiceContext, reason: str) -> HoldState:
+def release_restore_hold(context: Runtime, reason: str) -> HoldState:
     """06 §7.3; idempotent."""
     evidence = context.secrets.audit_references.restore_evidence(reason)
-    return context.store.release_restore_hold(evidence)
+    return context.store.operator.release_restore_hold(evidence)
 
 
-def release_admission_hold(context: ServiceContext, reason: str) -> HoldState:
+def release_admission_hold(context: Runtime, reason: str) -> HoldState:
     """06 §7.4, after the API checked both attestations."""
     evidence = context.secrets.audit_references.admission_recovery(reason)
-    return context.store.release_admission_hold(
+    return context.store.operator.release_admission_hold(
         evidence, admission_history_complete=True, prior_deployment_fenced=True
     )
 
 
-def retain(context: ServiceContext, before: datetime, limit: int) -> int:
+def retain(context: Runtime, before: Instant, limit: int) -> int:
     """06 §7.5 / 07 §13: erase up to `limit` eligible payloads; the number erased."""
-    return context.store.erase_settled_before(before, limit, context.now())
+    return context.store.operator.erase_settled_before(before, limit, context.now())

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Final, Literal, Protocol, get_args, runtime_checkable
 from uuid import UUID
 
+from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.detail import FailureDetail
-from coordinator_core.engine.state import StepRoute
+from coordinator_core.engine.state import RunStatusValue, StepRecord, StepRoute
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.operations import OperationDescriptor
-from coordinator_core.shell.store.rows import HoldState
+from coordinator_core.shell.store.records import HoldState, StoredRun
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -33,7 +34,6 @@ __all__ = [
     "Action",
     "AdmissionRequest",
     "BlockReason",
-    "CallDetails",
     "Caller",
     "Doctor",
     "DoctorState",
@@ -53,8 +53,7 @@ __all__ = [
     "ServiceRefusal",
     "StepRoute",
     "StepStatus",
-    "WaitFor",
-    "WaitUntil",
+    "WaitResult",
 ]
 
 INTERNAL_ERROR: Final = "coordinator.request.internal-error"
@@ -65,16 +64,6 @@ records it for any code the catalogue does not hold)."""
 JsonValue = object
 """Any JSON value as `json.loads` returns it (dict, list, str, int, float, bool or None)."""
 
-RunStatusValue = Literal[
-    "running",
-    "attention",
-    "cancel-requested",
-    "finished",
-    "failed",
-    "cancelled",
-    "cancelled-after-effect",
-    "expired",
-]
 RUN_STATUSES: tuple[RunStatusValue, ...] = get_args(RunStatusValue)
 BlockReason = Literal[
     "terminal",
@@ -109,6 +98,9 @@ Action = Literal[
 # The caller
 
 
+_MAPPING_FAILURES: Final = frozenset({"mapping-invalid", "choice-invalid", "outcome-invalid"})
+
+
 @dataclass(frozen=True, slots=True)
 class Caller:
     """A verified bearer caller and the one policy that applies to it (06 §2).
@@ -137,81 +129,68 @@ class Caller:
 
 @dataclass(frozen=True, slots=True)
 class RunStatus:
-    """06 §11.1. Datetimes are timezone-aware; `output` is the finish step's declared output."""
+    """06 §11.1 of one stored run: the run itself (its engine state and admission facts), the
+    due instant of its current record when pending, whether some effect is unknown, and the
+    finish step's declared output (opened; None while there is none or it was erased)."""
 
-    run_id: UUID
-    workflow_id: str
-    workflow_version: str
-    revision: str
-    definition_digest: str
-    binding_digest: str
-    origin: Literal["api", "event"]
-    trigger: str | None
-    status: RunStatusValue
-    step: str
-    admitted_at: datetime
-    deadline_at: datetime
-    completed_at: datetime | None
-    next_due_at: datetime | None
-    cancel_requested: bool
-    restore_review: bool
-    uncertain: bool
-    outcome: str | None
-    output: JsonValue
-    failure_code: str | None
-    payload_erased: bool
+    run: StoredRun
+    next_due_at: Instant | None = None
+    uncertain: bool = False
+    output: JsonValue = None
+
+    @property
+    def run_id(self) -> UUID:
+        return self.run.run_id
+
+    @property
+    def status(self) -> RunStatusValue:
+        """The reported status (a non-terminal run under restore review reads `attention`)."""
+        return self.run.state.reported_status
 
 
-@dataclass(frozen=True, slots=True)
-class WaitUntil:
-    until: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class WaitFor:
-    call: str
-    completion: str
-    started_at: datetime
-    timeout_at: datetime
-    interval_seconds: int
-    observations: int
-    last_observed_at: datetime | None
-    next_observation_at: datetime | None
-    result: Literal["waiting", "completed", "timed-out", "cancelled", "failed", "expired"]
-
-
-@dataclass(frozen=True, slots=True)
-class CallDetails:
-    """The members of a `StepStatus` that only call steps have."""
-
-    operation: str
-    effect: Literal["read", "mutation", "evaluation"]
-    command_prepared: bool
-    uncertain: bool
-    receipt_expired: bool
+WaitResult = Literal["waiting", "completed", "timed-out", "cancelled", "failed", "expired"]
 
 
 @dataclass(frozen=True, slots=True)
 class StepStatus:
-    """06 §11.3: `call` is set for call steps only, `wait` for wait steps only."""
+    """06 §11.3 of one stored step: the engine's record, when its lease expires (leased
+    records only) and, for a `wait-for` step, the (waited call, completion name) it awaits."""
 
-    step: str
-    type: Literal["call", "choose", "wait-until", "wait-for", "finish"]
-    state: Literal[
-        "pending", "leased", "delivered", "dead-lettered", "expired", "unknown", "cancelled"
-    ]
-    generation: int
-    attempt: int
-    entered_at: datetime
-    finished_at: datetime | None
-    next_due_at: datetime | None
-    lease_expires_at: datetime | None
-    failure_code: str | None
-    route: StepRoute | None
-    call: CallDetails | None = None
-    wait: WaitUntil | WaitFor | None = None
-    mapping_failure: FailureDetail | None = None
-    """Why a mapping stopped this step (04 §4.1): cause, function, position, labels."""
+    record: StepRecord
+    lease_expires_at: Instant | None = None
+    awaits: tuple[str, str] | None = None
+
+    @property
+    def next_due_at(self) -> Instant | None:
+        return self.record.due_at if self.record.state == "pending" else None
+
+    @property
+    def mapping_failure(self) -> FailureDetail | None:
+        """Why a mapping stopped this step (04 §4.1): the detailed code and its cause,
+        function and position, or a choose's labels; None for any other step."""
+        record = self.record
+        if record.detail is None or record.failure_code not in _MAPPING_FAILURES:
+            return None
+        return FailureDetail.parse(record.detail)
+
+    @property
+    def wait_result(self) -> WaitResult:
+        """A wait's result word: waiting while pending or leased, else how it ended."""
+        record = self.record
+        if record.state in ("pending", "leased"):
+            return "waiting"
+        if record.state == "delivered":
+            kind = None if record.route is None else record.route.kind
+            if kind == "timeout":
+                return "timed-out"
+            if kind == "cancel":
+                return "cancelled"
+            return "completed"
+        if record.state == "dead-lettered":
+            return "timed-out" if record.failure_code == "wait-timed-out" else "failed"
+        if record.state in ("cancelled", "expired"):
+            return "cancelled" if record.state == "cancelled" else "expired"
+        return "failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,9 +299,9 @@ class DoctorState:
     statuses: Mapping[RunStatusValue, int]
     unknown_effects: int
     waits: int
-    oldest_due_at: datetime | None
+    oldest_due_at: Instant | None
     terminal_payloads: int
-    oldest_terminal_payload_at: datetime | None
+    oldest_terminal_payload_at: Instant | None
     audit_head: str
 
 
@@ -336,9 +315,17 @@ class ServiceRefusal(CoordinatorError):
     """A domain refusal with a code of 06 §3.1 (`reason` only for retry/reconcile refusals): the
     one error type, its diagnostic the bare code (no position: a request has no file)."""
 
-    def __init__(self, code: str, reason: BlockReason | None = None) -> None:
+    def __init__(
+        self,
+        code: str,
+        reason: BlockReason | None = None,
+        *,
+        violations: tuple[Violation, ...] = (),
+    ) -> None:
         super().__init__(Diagnostic(code))
         self.reason = reason
+        # `coordinator.definition.input`: where the input fails its schema, never a value.
+        self.violations = violations
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,7 +334,9 @@ class ServiceRefusal(CoordinatorError):
 
 @runtime_checkable
 class RunService(Protocol):
-    """Store and engine operations behind the HTTP API; one method per action of 06 §4.
+    """Store and engine operations behind the HTTP API; one method per action of 06 §4. The
+    methods are synchronous (store transactions and product calls): the HTTP edge runs them
+    in a thread.
 
     Every method may raise `ServiceRefusal`. Codes by method (besides
     `coordinator.command.store-unavailable`, which any method may raise):
@@ -369,64 +358,64 @@ class RunService(Protocol):
       `coordinator.command.activation-changed`, `coordinator.command.live-binding-conflict`.
     """
 
-    async def ready(self) -> str | None:
+    def ready(self) -> str | None:
         """06 §10 readiness, except recovery-only mode (which the API knows): None when ready,
         else the code of what is not (`coordinator.command.store-unavailable` while the store
         is away, 09 §5 step 7)."""
         ...
 
-    async def admit(self, admission: AdmissionRequest) -> RunAdmitted:
+    def admit(self, admission: AdmissionRequest) -> RunAdmitted:
         """06 §5.1 steps 8–10: identity, one admission transaction, the new or replayed run."""
         ...
 
-    async def get_run(self, caller: Caller, run_id: UUID) -> RunStatus | None:
+    def get_run(self, caller: Caller, run_id: UUID) -> RunStatus | None:
         """06 §5.3; None when absent or not visible to `caller`."""
         ...
 
-    async def list_runs(self, caller: Caller, query: RunQuery) -> RunList:
+    def list_runs(self, caller: Caller, query: RunQuery) -> RunList:
         """06 §5.2: runs visible to `caller`, newest first, keyset-paginated."""
         ...
 
-    async def inspect_run(self, caller: Caller, run_id: UUID) -> RunInspection | None:
+    def inspect_run(self, caller: Caller, run_id: UUID) -> RunInspection | None:
         """06 §5.4, in one consistent store snapshot; None when absent or not visible."""
         ...
 
-    async def cancel(self, caller: Caller, run_id: UUID, reason: str) -> RunStatus:
+    def cancel(self, caller: Caller, run_id: UUID, reason: str) -> RunStatus:
         """06 §5.5 / 07 §8; idempotent on runs already settled or with `cancelRequested`."""
         ...
 
-    async def retry_same(self, caller: Caller, run_id: UUID, reason: str) -> RunStatus:
+    def retry_same(self, caller: Caller, run_id: UUID, reason: str) -> RunStatus:
         """06 §5.6 / 07 §9.1."""
         ...
 
-    async def reconcile(self, caller: Caller, run_id: UUID, reason: str) -> ReconcileResult:
+    def reconcile(self, caller: Caller, run_id: UUID, reason: str) -> ReconcileResult:
         """06 §5.7 / 07 §9.2."""
         ...
 
-    async def doctor(self) -> Doctor:
+    def doctor(self) -> Doctor:
         """06 §7.1."""
         ...
 
-    async def restore_hold(self, reason: str) -> HoldState:
+    def restore_hold(self, reason: str) -> HoldState:
         """06 §7.2 / 07 §12 step 3; idempotent."""
         ...
 
-    async def release_restore_hold(self, reason: str) -> HoldState:
+    def release_restore_hold(self, reason: str) -> HoldState:
         """06 §7.3; idempotent."""
         ...
 
-    async def release_admission_hold(self, reason: str) -> HoldState:
+    def release_admission_hold(self, reason: str) -> HoldState:
         """06 §7.4, after the API checked both attestations."""
         ...
 
-    async def retain(self, before: datetime, limit: int) -> int:
+    def retain(self, before: Instant, limit: int) -> int:
         """06 §7.5 / 07 §13: erase up to `limit` eligible payloads; the number erased."""
         ...
 
-    async def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
+    def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
         """06 §8 steps 8–11 (holds, identity, mapping, admission transaction)."""
         ...
 
-    async def complete_review(self, connection: str, request_id: UUID) -> None:
+    def complete_review(self, connection: str, request_id: UUID) -> None:
         """06 §9: move the next observation of matching waits forward; idempotent."""
         ...

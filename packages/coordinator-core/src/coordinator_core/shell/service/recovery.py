@@ -26,9 +26,9 @@ from coordinator_core.shell.service.model import (
     RunStatus,
     ServiceRefusal,
 )
-from coordinator_core.shell.service.runtime import ServiceContext
+from coordinator_core.shell.service.runtime import Runtime
 from coordinator_core.shell.service.views import inspection
-from coordinator_core.shell.store import RunSnapshot, to_epoch_ms
+from coordinator_core.shell.store import RunSnapshot
 
 __all__ = ["RECONCILE_BUDGET_SECONDS", "cancel", "reconcile", "retry_same"]
 
@@ -37,11 +37,11 @@ _ABSENT: Final = "coordinator.command.run-absent"
 _RACED: Final = "coordinator.command.reconcile-raced"
 
 
-def cancel(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> RunStatus:
+def cancel(context: Runtime, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
     """Idempotent on runs already settled or with `cancelRequested`."""
     context.require(caller, run_id)
     now = context.now()
-    snapshot = context.store.request_cancel(
+    snapshot = context.store.writes.request_cancel(
         run_id, now, context.decide(now, lambda _s, _p: CancelRequested())
     )
     if snapshot is None:
@@ -49,7 +49,7 @@ def cancel(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> RunSta
     return context.status(snapshot)
 
 
-def retry_same(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> RunStatus:
+def retry_same(context: Runtime, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
     now = context.now()
 
     def event_of(snapshot: RunSnapshot, _previous: RunState) -> Event:
@@ -66,7 +66,7 @@ def retry_same(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> Ru
         return ServiceRefusal("coordinator.command.retry-refused", cast(BlockReason, reason))
 
     context.require(caller, run_id)
-    snapshot = context.store.update_run(
+    snapshot = context.store.writes.update_run(
         run_id, now, context.decide(now, event_of, refused), admission_lock=True
     )
     if snapshot is None:
@@ -74,7 +74,7 @@ def retry_same(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> Ru
     return context.status(snapshot)
 
 
-def reconcile(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> ReconcileResult:
+def reconcile(context: Runtime, caller: Caller, run_id: uuid.UUID, reason: str) -> ReconcileResult:
     """Ask the product for the receipt of the uncertain command, then apply the answer if the
     run has not moved meanwhile."""
     snapshot = context.require(caller, run_id)
@@ -90,9 +90,7 @@ def reconcile(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> Rec
         payload_erased=run.payload_erased,
         lease_active=context.lease_active(snapshot, now),
     )
-    asked = advance(
-        definition, previous, request, to_epoch_ms(now), context.keys_for(run.start_identity)
-    )
+    asked = advance(definition, previous, request, now, context.keys_for(run.start_identity))
     if asked.refused is not None:
         if asked.refused == "no-receipt":
             raise ServiceRefusal("coordinator.command.reconciliation-unavailable")
@@ -128,7 +126,7 @@ def reconcile(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> Rec
     def refused(_reason: str) -> ServiceRefusal:
         return ServiceRefusal(_RACED)
 
-    after = context.store.update_run(
+    after = context.store.writes.update_run(
         run_id, later, context.decide(later, event_of, refused, answers)
     )
     if after is None:

@@ -1,105 +1,176 @@
-"""What every action of the run service shares: the deployment's keys, sealer, definitions,
-live bindings, adapters and clock, run visibility, and the one way a service action applies an
-engine event inside the store's transaction (`decide`).
+"""`Runtime`: the deployment-wide dependencies of one process — the store, the sealer, the
+definitions, the keys, the adapters, the clock, the wake-up, the run events and the journal —
+one value shared by the run service and the worker loops, and what every action of the run
+service needs besides: run visibility, the live bindings, and the one way a service action
+applies an engine event inside the store's transaction (`decide`).
 
 The service computes every transition with `engine.advance` inside the store's transaction
 (the store's `Decide` callbacks), exactly as the worker does, so the API and the worker never
-hold two implementations of a rule. Store calls are synchronous; `call` and `changing` run
-them in a thread for the async `RunService` methods.
+hold two implementations of a rule.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import json
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import (
+    CallStep,
     Definition,
     DefinitionError,
     Event,
+    Instant,
     RunState,
     TimingPolicy,
     advance,
 )
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell.adapters.registry import Adapters, bound_connections
+from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.audit import AuditWriter
-from coordinator_core.shell.deployment import Deployment, Secrets
+from coordinator_core.shell.clock import Clock, wall_clock
+from coordinator_core.shell.deployment import Deployment, Secrets, bound_connections
+from coordinator_core.shell.execution.attempt import Ports, WorkerAudit
 from coordinator_core.shell.execution.codec import DefinitionCache, RunKeys, state_of, write_of
+from coordinator_core.shell.execution.run_log import RunEvents
 from coordinator_core.shell.execution.wakeup import Wakeup
+from coordinator_core.shell.execution.worker import Worker
+from coordinator_core.shell.observe import metrics
 from coordinator_core.shell.package_files import LoadedPackage
-from coordinator_core.shell.sealing import Sealer
+from coordinator_core.shell.sealing import AdmissionKey, Sealer
 from coordinator_core.shell.service.bindings import LiveBindings
 from coordinator_core.shell.service.model import Caller, RunStatus, ServiceRefusal
 from coordinator_core.shell.service.shapes import run_status_of
-from coordinator_core.shell.store import (
-    RunRow,
-    RunSnapshot,
-    RunWrite,
-    Store,
-    to_epoch_ms,
-    truncate_ms,
-)
+from coordinator_core.shell.store import Decide, RunSnapshot, RunWrite, Store, StoredRun
 
-__all__ = ["Decide", "ServiceContext"]
-
-Decide = Callable[[RunSnapshot], RunWrite | None]
+__all__ = ["Runtime"]
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
+@dataclass
+class Runtime:
+    """The dependencies of one deployment's process (see the module documentation). Build it
+    with `Runtime.build`."""
 
+    deployment: Deployment
+    secrets: Secrets
+    store: Store
+    package: LoadedPackage
+    clock: Clock
+    audit: AuditWriter | None
+    database_id: str
+    key: AdmissionKey
+    sealer: Sealer
+    definitions: DefinitionCache
+    definition: Definition
+    adapters: Adapters
+    policy: TimingPolicy
+    bindings: LiveBindings
+    binding: str
+    """The binding digest of the served definition under this runtime file."""
+    wakeup: Wakeup
+    events: RunEvents
+    stored_definitions: set[str] = field(default_factory=set)
+    """Definition digests whose sealed snapshot this process saw committed (07 §7.7: stored
+    once per digest; later admissions send none)."""
 
-class ServiceContext:
-    """The shared pieces of one deployment's run service and its workers."""
-
-    def __init__(
-        self,
+    @classmethod
+    def build(
+        cls,
         deployment: Deployment,
         secrets: Secrets,
         store: Store,
         package: LoadedPackage,
         *,
-        clock: Callable[[], datetime] | None = None,
+        clock: Clock | None = None,
         audit: AuditWriter | None = None,
         adapters: Adapters | None = None,
-    ) -> None:
+    ) -> Runtime:
+        """The runtime of `deployment` over `store`, serving `package`.
+
+        `clock` (default: the wall clock) is the instant every transaction uses; `audit` is
+        the process's journal (worker `record` entries, `doctor.auditHead`, readiness),
+        reporting its appends and fsyncs to the process's metrics (06 §14); `adapters`
+        replaces the HTTP adapters built from the runtime file (tests). The store's observer
+        is the run events (the metrics and log lines of every committed change)."""
         settings = deployment.deployment
         if settings is None:
             raise ValueError("The runtime file has no deployment block.")
-        self.deployment = deployment
-        self.secrets = secrets
-        self.store = store
-        self.package = package
-        self.clock = clock or _utc_now
-        self.audit = audit
-        self.database_id = settings.database_id
-        self.key = secrets.admission_key
-        self.sealer = Sealer(secrets.state_keys, self.database_id)
-        self.definitions = DefinitionCache(self.sealer, store.definition_snapshot)
-        self.stored_definitions: set[str] = set()
-        """Definition digests whose sealed snapshot this process saw committed (07 §7.7:
-        stored once per digest; later admissions send none)."""
-        self.definition = package.definition  # restored and compiled once, at load
-        self.definitions.add(package.snapshot, self.definition)
-        self.adapters = adapters or Adapters(bound_connections(deployment, secrets))
-        self.policy = TimingPolicy(
-            observation_floor_seconds=deployment.observation_minimum_interval_seconds
+        if audit is not None:
+            audit.observe(metrics.JournalMetrics())
+        sealer = Sealer(secrets.state_keys, settings.database_id)
+        definitions = DefinitionCache(sealer, store.reads.definition_snapshot)
+        definition = package.definition  # restored and compiled once, at load
+        definitions.add(package.snapshot, definition)
+        bindings = LiveBindings(deployment, definitions, store)
+        events = RunEvents(
+            secrets.audit_references,
+            definition.workflow_id,
+            {
+                step: spec.alias.operation.id
+                for step, spec in definition.steps.items()
+                if isinstance(spec, CallStep)
+            },
         )
-        self.bindings = LiveBindings(deployment, self.definitions, store)
-        self.binding = self.bindings.of(package.snapshot)
-        self.wakeup = Wakeup()
+        store.observe(events.committed)
+        return cls(
+            deployment=deployment,
+            secrets=secrets,
+            store=store,
+            package=package,
+            clock=clock or wall_clock,
+            audit=audit,
+            database_id=settings.database_id,
+            key=secrets.admission_key,
+            sealer=sealer,
+            definitions=definitions,
+            definition=definition,
+            adapters=adapters or Adapters(bound_connections(deployment, secrets)),
+            policy=TimingPolicy(
+                observation_floor_seconds=deployment.observation_minimum_interval_seconds
+            ),
+            bindings=bindings,
+            binding=bindings.of(package.snapshot),
+            wakeup=Wakeup(),
+            events=events,
+        )
+
+    # -- the worker -----------------------------------------------------------------------------
+
+    def ports(self) -> Ports:
+        """What the worker loops (and their attempts) work with."""
+        store = self.store
+        return Ports(
+            writes=store.writes,
+            may_claim=store.may_claim,
+            next_instants=store.reads.next_instants,
+            note=store.note,
+            announce=store.channel.announce,
+            sealer=self.sealer,
+            adapters=self.adapters,
+            definitions=self.definitions,
+            keys_for=self.keys_for,
+            clock=self.clock,
+            wakeup=self.wakeup,
+            audit=(
+                None
+                if self.audit is None
+                else WorkerAudit(self.audit, self.secrets.audit_references)
+            ),
+            binding_check=self.bindings.matches,
+        )
+
+    def worker(self, worker_id: str) -> Worker:
+        """A worker loop sharing this runtime."""
+        return Worker(worker_id, self.ports(), events=self.events)
 
     # -- time, keys, owners -----------------------------------------------------------------------
 
-    def now(self) -> datetime:
-        return truncate_ms(self.clock())
+    def now(self) -> Instant:
+        return self.clock()
 
     def keys_for(self, start_identity: str) -> RunKeys:
         return RunKeys(self.key, self.database_id, start_identity)
@@ -109,7 +180,7 @@ class ServiceContext:
 
     # -- runs ---------------------------------------------------------------------------------------
 
-    def definition_of(self, run: RunRow) -> tuple[Snapshot, Definition] | None:
+    def definition_of(self, run: StoredRun) -> tuple[Snapshot, Definition] | None:
         """The definition `run` is pinned to, or None when its snapshot does not restore."""
         try:
             return self.definitions.restore(run)
@@ -129,14 +200,14 @@ class ServiceContext:
     def status(self, snapshot: RunSnapshot) -> RunStatus:
         return run_status_of(snapshot, self._terminal_output)
 
-    def visible(self, caller: Caller, run: RunRow) -> bool:
+    def visible(self, caller: Caller, run: StoredRun) -> bool:
         """06 §2: runs of the caller's workflows, owned by the caller unless it is an operator."""
         if run.workflow_id not in caller.workflows:
             return False
         return caller.operator or hmac.compare_digest(run.owner, self.owner_of(caller))
 
     def visible_snapshot(self, caller: Caller, run_id: uuid.UUID) -> RunSnapshot | None:
-        snapshot = self.store.get_run_snapshot(run_id)
+        snapshot = self.store.reads.get_run_snapshot(run_id)
         if snapshot is None or not self.visible(caller, snapshot.run):
             return None
         return snapshot
@@ -148,19 +219,19 @@ class ServiceContext:
         return snapshot
 
     @staticmethod
-    def lease_active(snapshot: RunSnapshot, now: datetime) -> bool:
+    def lease_active(snapshot: RunSnapshot, now: Instant) -> bool:
         current = snapshot.current
         return (
-            current.state == "leased"
-            and current.lease_expires_at is not None
-            and current.lease_expires_at > now
+            current.record.state == "leased"
+            and current.lease is not None
+            and current.lease.expires_at > now
         )
 
     # -- transitions through the engine -------------------------------------------------------------
 
     def decide(
         self,
-        now: datetime,
+        now: Instant,
         event_of: Callable[[RunSnapshot, RunState], Event],
         refused: Callable[[str], ServiceRefusal | None] | None = None,
         answers: list[str | None] | None = None,
@@ -175,7 +246,7 @@ class ServiceContext:
             previous = state_of(self.sealer, snapshot)
             event = event_of(snapshot, previous)
             keys = self.keys_for(snapshot.run.start_identity)
-            result = advance(definition, previous, event, to_epoch_ms(now), keys)
+            result = advance(definition, previous, event, now, keys)
             if answers is not None:
                 answers.clear()
                 answers.append(result.answer)
@@ -187,23 +258,3 @@ class ServiceContext:
             return write_of(self.sealer, snapshot, previous, result.state, now)
 
         return decide
-
-    # -- running store work off the event loop ------------------------------------------------------
-
-    @staticmethod
-    async def call(work: Callable[[], Any]) -> Any:
-        """Run `work` in a thread; a core refusal becomes the `ServiceRefusal` of its code."""
-        try:
-            return await asyncio.to_thread(work)
-        except ServiceRefusal:
-            raise  # already one, with its reason
-        except CoordinatorError as error:
-            raise ServiceRefusal(error.code) from None
-
-    async def changing(self, work: Callable[[], Any]) -> Any:
-        """`call` for an action that may make a record claimable now: the idle worker loops of
-        this process are woken when it returns (07 §7.7 item 4), refused or not."""
-        try:
-            return await self.call(work)
-        finally:
-            self.wakeup.ring()

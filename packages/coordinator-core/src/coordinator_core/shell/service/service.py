@@ -1,31 +1,22 @@
-"""The store-backed `RunService` and the worker factory of one deployment (06 §5–§9, 07 §6–§13).
+"""`StoreRunService`: the `RunService` of one deployment over its `Runtime` (06 §5–§9, 07 §6–§13).
 
-`build_service(deployment, secrets, store, package)` wires everything the service and its
-workers share (`ServiceContext`: the sealer, the admission key, the restored definitions, the
-live bindings, the adapters, the wake-up). Each `RunService` method runs the function of its
-concern (admission, views, recovery, holds, events) in a thread.
+A plain class with real methods: each runs the function of its concern (admission, views,
+recovery, holds, events) on the runtime and returns the 06 §11 shape. The methods are
+synchronous (they run store transactions); the HTTP edge calls them from a thread
+(`coordinator_api`). A core refusal leaves a method as the `ServiceRefusal` of its code, and an
+action that may make a record claimable now wakes the idle worker loops of this process when it
+returns (07 §7.7 item 4), refused or not.
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import uuid
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Iterator
 
-from coordinator_core.engine import CallStep
+from coordinator_core.engine import Instant
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell.adapters.registry import Adapters
-from coordinator_core.shell.audit import AuditWriter
-from coordinator_core.shell.deployment import Deployment, Secrets
-from coordinator_core.shell.execution.codec import DefinitionCache
-from coordinator_core.shell.execution.run_log import RunEvents
-from coordinator_core.shell.execution.worker import Worker, WorkerAudit
-from coordinator_core.shell.observe import metrics
-from coordinator_core.shell.package_files import LoadedPackage
-from coordinator_core.shell.sealing import Sealer
 from coordinator_core.shell.service import admission, events, holds, recovery, views
-from coordinator_core.shell.service.bindings import LiveBindings
 from coordinator_core.shell.service.model import (
     AdmissionRequest,
     Caller,
@@ -39,214 +30,119 @@ from coordinator_core.shell.service.model import (
     RunList,
     RunQuery,
     RunStatus,
+    ServiceRefusal,
 )
-from coordinator_core.shell.service.runtime import ServiceContext
-from coordinator_core.shell.store import Store
+from coordinator_core.shell.service.runtime import Runtime
 
-__all__ = ["StoreRunService", "build_service"]
+__all__ = ["StoreRunService"]
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """A core refusal becomes the `ServiceRefusal` of its code."""
+    try:
+        yield
+    except ServiceRefusal:
+        raise  # already one, with its reason
+    except CoordinatorError as error:
+        raise ServiceRefusal(error.code) from None
 
 
 class StoreRunService:
-    """`RunService` over one `Store` (see the module documentation)."""
+    """`RunService` over one `Runtime` (see the module documentation)."""
 
-    def __init__(
-        self,
-        deployment: Deployment,
-        secrets: Secrets,
-        store: Store,
-        package: LoadedPackage,
-        *,
-        clock: Callable[[], datetime] | None = None,
-        audit: AuditWriter | None = None,
-        adapters: Adapters | None = None,
-    ) -> None:
-        self._context = ServiceContext(
-            deployment, secrets, store, package, clock=clock, audit=audit, adapters=adapters
-        )
-        self._readiness = holds.Readiness(self._context)
-        definition = self._context.definition
-        self.events = RunEvents(
-            secrets.audit_references,
-            definition.workflow_id,
-            {
-                step: spec.alias.operation.id
-                for step, spec in definition.steps.items()
-                if isinstance(spec, CallStep)
-            },
-        )
-        store.observe(self.events.committed)
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._readiness = holds.Readiness(runtime)
 
-    # -- shared pieces ----------------------------------------------------------------------------
-
-    @property
-    def sealer(self) -> Sealer:
-        return self._context.sealer
-
-    @property
-    def definitions(self) -> DefinitionCache:
-        return self._context.definitions
-
-    @property
-    def adapters(self) -> Adapters:
-        return self._context.adapters
-
-    @property
-    def bindings(self) -> LiveBindings:
-        return self._context.bindings
-
-    def now(self) -> datetime:
-        return self._context.now()
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[None]:
+        """An action that may make a record claimable now: the loops are rung after it."""
+        try:
+            with _refusals():
+                yield
+        finally:
+            self.runtime.wakeup.ring()
 
     # -- readiness and doctor ---------------------------------------------------------------------
 
-    async def ready(self) -> str | None:
-        result: str | None = await asyncio.to_thread(self._readiness)
-        return result
+    def ready(self) -> str | None:
+        return self._readiness()
 
-    async def doctor(self) -> Doctor:
-        result: Doctor = await self._context.call(lambda: holds.doctor(self._context))
-        return result
+    def doctor(self) -> Doctor:
+        with _refusals():
+            return holds.doctor(self.runtime)
 
     # -- admission --------------------------------------------------------------------------------
 
-    async def admit(self, request: AdmissionRequest) -> RunAdmitted:
-        def work() -> RunAdmitted:
+    def admit(self, request: AdmissionRequest) -> RunAdmitted:
+        run_events = self.runtime.events
+        with self._changing():
             try:
-                admitted = admission.admit(self._context, request)
+                admitted = admission.admit(self.runtime, request)
             except CoordinatorError as error:
-                self.events.refused("api", error.code)
+                run_events.refused("api", error.code)
                 raise
-            self.events.admitted("api", admitted.run.run_id, created=admitted.created)
+            run_events.admitted("api", admitted.run.run_id, created=admitted.created)
             return admitted
 
-        result: RunAdmitted = await self._context.changing(work)
-        return result
-
-    async def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
-        def work() -> EventAdmitted:
+    def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
+        run_events = self.runtime.events
+        with self._changing():
             try:
-                admitted = events.admit_event(self._context, delivery)
+                admitted = events.admit_event(self.runtime, delivery)
             except CoordinatorError as error:
-                self.events.refused("event", error.code)
+                run_events.refused("event", error.code)
                 raise
-            self.events.admitted("event", admitted.run_id, created=admitted.created)
+            run_events.admitted("event", admitted.run_id, created=admitted.created)
             return admitted
-
-        result: EventAdmitted = await self._context.changing(work)
-        return result
 
     # -- reads ------------------------------------------------------------------------------------
 
-    async def get_run(self, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
-        result: RunStatus | None = await self._context.call(
-            lambda: views.get_run(self._context, caller, run_id)
-        )
-        return result
+    def get_run(self, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
+        with _refusals():
+            return views.get_run(self.runtime, caller, run_id)
 
-    async def list_runs(self, caller: Caller, query: RunQuery) -> RunList:
-        result: RunList = await self._context.call(
-            lambda: views.list_runs(self._context, caller, query)
-        )
-        return result
+    def list_runs(self, caller: Caller, query: RunQuery) -> RunList:
+        with _refusals():
+            return views.list_runs(self.runtime, caller, query)
 
-    async def inspect_run(self, caller: Caller, run_id: uuid.UUID) -> RunInspection | None:
-        result: RunInspection | None = await self._context.call(
-            lambda: views.inspect_run(self._context, caller, run_id)
-        )
-        return result
+    def inspect_run(self, caller: Caller, run_id: uuid.UUID) -> RunInspection | None:
+        with _refusals():
+            return views.inspect_run(self.runtime, caller, run_id)
 
     # -- run commands -----------------------------------------------------------------------------
 
-    async def cancel(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
-        result: RunStatus = await self._context.changing(
-            lambda: recovery.cancel(self._context, caller, run_id)
-        )
-        return result
+    def cancel(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
+        with self._changing():
+            return recovery.cancel(self.runtime, caller, run_id, reason)
 
-    async def retry_same(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
-        result: RunStatus = await self._context.changing(
-            lambda: recovery.retry_same(self._context, caller, run_id)
-        )
-        return result
+    def retry_same(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
+        with self._changing():
+            return recovery.retry_same(self.runtime, caller, run_id, reason)
 
-    async def reconcile(self, caller: Caller, run_id: uuid.UUID, reason: str) -> ReconcileResult:
-        result: ReconcileResult = await self._context.changing(
-            lambda: recovery.reconcile(self._context, caller, run_id)
-        )
-        return result
+    def reconcile(self, caller: Caller, run_id: uuid.UUID, reason: str) -> ReconcileResult:
+        with self._changing():
+            return recovery.reconcile(self.runtime, caller, run_id, reason)
 
     # -- holds, retention, completions ------------------------------------------------------------
 
-    async def restore_hold(self, reason: str) -> HoldState:
-        result: HoldState = await self._context.call(lambda: holds.restore_hold(self._context))
-        return result
+    def restore_hold(self, reason: str) -> HoldState:
+        with _refusals():
+            return holds.restore_hold(self.runtime, reason)
 
-    async def release_restore_hold(self, reason: str) -> HoldState:
-        result: HoldState = await self._context.changing(
-            lambda: holds.release_restore_hold(self._context, reason)
-        )
-        return result
+    def release_restore_hold(self, reason: str) -> HoldState:
+        with self._changing():
+            return holds.release_restore_hold(self.runtime, reason)
 
-    async def release_admission_hold(self, reason: str) -> HoldState:
-        result: HoldState = await self._context.changing(
-            lambda: holds.release_admission_hold(self._context, reason)
-        )
-        return result
+    def release_admission_hold(self, reason: str) -> HoldState:
+        with self._changing():
+            return holds.release_admission_hold(self.runtime, reason)
 
-    async def retain(self, before: datetime, limit: int) -> int:
-        result: int = await self._context.call(lambda: holds.retain(self._context, before, limit))
-        return result
+    def retain(self, before: Instant, limit: int) -> int:
+        with _refusals():
+            return holds.retain(self.runtime, before, limit)
 
-    async def complete_review(self, connection: str, request_id: uuid.UUID) -> None:
-        await self._context.changing(
-            lambda: events.complete_review(self._context, connection, request_id)
-        )
-
-    # -- workers ----------------------------------------------------------------------------------
-
-    def worker(self, worker_id: str) -> Worker:
-        """A worker sharing this service's store, sealer, adapters, definitions, live bindings
-        and wake-up."""
-        context = self._context
-        audit = (
-            None
-            if context.audit is None
-            else WorkerAudit(context.audit, context.secrets.audit_references)
-        )
-        return Worker(
-            worker_id,
-            context.store,
-            context.sealer,
-            context.adapters,
-            context.definitions,
-            context.keys_for,
-            binding_check=context.bindings.matches,
-            audit=audit,
-            clock=context.clock,
-            wakeup=context.wakeup,
-            events=self.events,
-        )
-
-
-def build_service(
-    deployment: Deployment,
-    secrets: Secrets,
-    store: Store,
-    package: LoadedPackage,
-    *,
-    clock: Callable[[], datetime] | None = None,
-    audit: AuditWriter | None = None,
-    adapters: Adapters | None = None,
-) -> tuple[StoreRunService, Callable[[str], Worker]]:
-    """The `RunService` of this deployment over `store`, and `worker_for(worker_id)`.
-
-    `clock` (default: the UTC wall clock) is the instant every transaction uses; `audit` is the
-    process's journal (worker `record` entries, `doctor.auditHead`, readiness); `adapters`
-    replaces the HTTP adapters built from the runtime file (tests). The journal reports its
-    appends and fsyncs to the process's metrics (06 §14)."""
-    if audit is not None:
-        audit.observe(metrics.JournalMetrics())
-    service = StoreRunService(
-        deployment, secrets, store, package, clock=clock, audit=audit, adapters=adapters
-    )
-    return service, service.worker
+    def complete_review(self, connection: str, request_id: uuid.UUID) -> None:
+        with self._changing():
+            events.complete_review(self.runtime, connection, request_id)

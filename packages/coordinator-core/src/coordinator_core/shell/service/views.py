@@ -8,11 +8,11 @@ import binascii
 import hmac
 import json
 import uuid
-from datetime import datetime
 from typing import cast
 
 from coordinator_core.engine import (
     CallStep,
+    Instant,
     ReconcileRequested,
     RetrySame,
     WaitForStep,
@@ -32,14 +32,14 @@ from coordinator_core.shell.service.model import (
     RunStatus,
     ServiceRefusal,
 )
-from coordinator_core.shell.service.runtime import ServiceContext
+from coordinator_core.shell.service.runtime import Runtime
 from coordinator_core.shell.service.shapes import effects_of, step_status_of
-from coordinator_core.shell.store import RunPosition, RunSnapshot, from_epoch_ms, to_epoch_ms
+from coordinator_core.shell.store import RunPosition, RunSnapshot
 
 __all__ = ["get_run", "inspect_run", "inspection", "list_runs"]
 
 
-def get_run(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
+def get_run(context: Runtime, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
     snapshot = context.visible_snapshot(caller, run_id)
     return None if snapshot is None else context.status(snapshot)
 
@@ -47,18 +47,16 @@ def get_run(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> RunSt
 # -- the list and its cursor ----------------------------------------------------------------------
 
 
-def _cursor_mac(context: ServiceContext, payload: str, caller: Caller) -> str:
+def _cursor_mac(context: Runtime, payload: str, caller: Caller) -> str:
     parts = [context.database_id, payload, context.owner_of(caller)]
     return context.key.commitment("cursor", parts)[:32]
 
 
-def _encode_cursor(
-    context: ServiceContext, position: RunPosition, query: RunQuery, caller: Caller
-) -> str:
+def _encode_cursor(context: Runtime, position: RunPosition, query: RunQuery, caller: Caller) -> str:
     payload = to_canonical(
         {
             "v": 1,
-            "a": to_epoch_ms(position.admitted_at),
+            "a": position.admitted_at,
             "r": str(position.run_id),
             "s": query.status,
             "w": query.workflow,
@@ -68,9 +66,7 @@ def _encode_cursor(
     return f"{text}.{_cursor_mac(context, payload, caller)}"
 
 
-def _decode_cursor(
-    context: ServiceContext, cursor: str, query: RunQuery, caller: Caller
-) -> RunPosition:
+def _decode_cursor(context: Runtime, cursor: str, query: RunQuery, caller: Caller) -> RunPosition:
     """The position a cursor names; refused unless it verifies for this caller and query."""
     invalid = ServiceRefusal("coordinator.request.cursor-invalid")
     text, _, mac = cursor.partition(".")
@@ -86,16 +82,16 @@ def _decode_cursor(
     if data.get("s") != query.status or data.get("w") != query.workflow:
         raise invalid
     try:
-        return RunPosition(from_epoch_ms(int(data["a"])), uuid.UUID(str(data["r"])))
+        return RunPosition(int(data["a"]), uuid.UUID(str(data["r"])))
     except (KeyError, TypeError, ValueError):
         raise invalid from None
 
 
-def list_runs(context: ServiceContext, caller: Caller, query: RunQuery) -> RunList:
+def list_runs(context: Runtime, caller: Caller, query: RunQuery) -> RunList:
     """Runs visible to `caller`, newest first, keyset-paginated."""
     after = None if query.cursor is None else _decode_cursor(context, query.cursor, query, caller)
-    store = context.store
-    page = store.list_runs(
+    reads = context.store.reads
+    page = reads.list_runs(
         owner=None if caller.operator else context.owner_of(caller),
         workflows=caller.workflows,
         status=query.status,
@@ -105,7 +101,7 @@ def list_runs(context: ServiceContext, caller: Caller, query: RunQuery) -> RunLi
     )
     statuses: list[RunStatus] = []
     for run in page.runs:
-        snapshot = store.get_run_snapshot(run.run_id)
+        snapshot = reads.get_run_snapshot(run.run_id)
         if snapshot is not None:
             statuses.append(context.status(snapshot))
     cursor = None if page.next is None else _encode_cursor(context, page.next, query, caller)
@@ -115,15 +111,16 @@ def list_runs(context: ServiceContext, caller: Caller, query: RunQuery) -> RunLi
 # -- the inspection -------------------------------------------------------------------------------
 
 
-def _recovery(context: ServiceContext, snapshot: RunSnapshot, now: datetime) -> Recovery:
+def _recovery(context: Runtime, snapshot: RunSnapshot, now: Instant) -> Recovery:
     run = snapshot.run
+    status = run.state.status
     found = context.definition_of(run)
     if found is None:
         reason: BlockReason = (
             "cancelled"
-            if run.status in ("cancelled", "cancelled-after-effect")
+            if status in ("cancelled", "cancelled-after-effect")
             else "terminal"
-            if run.status in ("finished", "expired")
+            if status in ("finished", "expired")
             else "snapshot-incompatible"
         )
         return Recovery(False, reason, False, reason)
@@ -138,7 +135,7 @@ def _recovery(context: ServiceContext, snapshot: RunSnapshot, now: datetime) -> 
         definition,
         state,
         RetrySame(binding_unchanged=binding, payload_erased=run.payload_erased, lease_active=lease),
-        to_epoch_ms(now),
+        now,
     )
     reconcile = reconcile_blocked_by(
         definition,
@@ -147,7 +144,7 @@ def _recovery(context: ServiceContext, snapshot: RunSnapshot, now: datetime) -> 
             binding_unchanged=binding, payload_erased=run.payload_erased, lease_active=lease
         ),
     )
-    spec = definition.steps.get(run.current_step)
+    spec = definition.steps.get(run.state.current_step)
     operation = spec.alias.operation if isinstance(spec, CallStep) else None
     return Recovery(
         retry_allowed=retry is None,
@@ -158,7 +155,7 @@ def _recovery(context: ServiceContext, snapshot: RunSnapshot, now: datetime) -> 
     )
 
 
-def inspection(context: ServiceContext, snapshot: RunSnapshot) -> RunInspection:
+def inspection(context: Runtime, snapshot: RunSnapshot) -> RunInspection:
     """06 §11.2 of one locked or read snapshot."""
     found = context.definition_of(snapshot.run)
     waits: dict[str, tuple[str, str]] = {}
@@ -177,6 +174,6 @@ def inspection(context: ServiceContext, snapshot: RunSnapshot) -> RunInspection:
     )
 
 
-def inspect_run(context: ServiceContext, caller: Caller, run_id: uuid.UUID) -> RunInspection | None:
+def inspect_run(context: Runtime, caller: Caller, run_id: uuid.UUID) -> RunInspection | None:
     snapshot = context.visible_snapshot(caller, run_id)
     return None if snapshot is None else inspection(context, snapshot)

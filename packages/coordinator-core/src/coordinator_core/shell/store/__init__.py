@@ -1,11 +1,18 @@
 """The store: one implementation over SQLModel for PostgreSQL (many processes) and SQLite (one
 process), its migrations and its deployment commands (file 07 §14; ARCHITECTURE rule 5).
 
+`Store` composes a `Transactor` (connections, retries, observers) with the interfaces its
+consumers use: `writes` (`RunWrites`), `reads` (`RunReads`), `operator` (`OperatorActions`)
+and `channel` (`Channel`). Its values (`records`) compose the engine's own: a `StoredStep` is a
+`StepRecord` plus the sealed payload and the lease, a `StoredRun` a `RunState` plus the
+admission facts. Instants are epoch milliseconds throughout.
+
 This is shell: nothing in the pure core may import it.
 """
 
 from __future__ import annotations
 
+from coordinator_core.shell.store.channel import Channel, ConnectionWatch
 from coordinator_core.shell.store.deploy import (
     DeploymentState,
     MigrationResult,
@@ -17,13 +24,13 @@ from coordinator_core.shell.store.dialect import (
     NAMESPACE_MARKER,
     StoreKind,
     StoreLocation,
-    from_epoch_ms,
     locate,
-    to_epoch_ms,
-    truncate_ms,
 )
 from coordinator_core.shell.store.guards import ProcessLock, supported_version
-from coordinator_core.shell.store.rows import (
+from coordinator_core.shell.store.invariants import StaleLease, StoreInvariantError
+from coordinator_core.shell.store.operator import OperatorActions
+from coordinator_core.shell.store.reads import RunReads
+from coordinator_core.shell.store.records import (
     ActivationRequest,
     ActivationRow,
     AdmissionResult,
@@ -33,28 +40,26 @@ from coordinator_core.shell.store.rows import (
     DecideEach,
     DeploymentIdentity,
     HoldState,
+    Lease,
     NewRun,
     NextInstants,
+    Origin,
     Recover,
-    Recovery,
     RunPage,
     RunPosition,
-    RunRow,
     RunSnapshot,
     RunWrite,
     StatusChange,
     StepOutcome,
-    StepRow,
+    StoredRun,
+    StoredStep,
     StoreSummary,
+    SweepKind,
     Written,
 )
-from coordinator_core.shell.store.store import (
-    FIRE_BATCH,
-    LEASE_SECONDS,
-    StaleLease,
-    Store,
-    StoreInvariantError,
-)
+from coordinator_core.shell.store.store import Store
+from coordinator_core.shell.store.transactor import Committed, Transactor
+from coordinator_core.shell.store.writes import FIRE_BATCH, LEASE_SECONDS, RunWrites
 
 __all__ = [
     "FIRE_BATCH",
@@ -63,40 +68,46 @@ __all__ = [
     "ActivationRequest",
     "ActivationRow",
     "AdmissionResult",
+    "Channel",
     "Claim",
+    "Committed",
+    "ConnectionWatch",
     "ControlRow",
     "Decide",
     "DecideEach",
     "DeploymentIdentity",
     "DeploymentState",
     "HoldState",
+    "Lease",
     "MigrationResult",
     "NewRun",
     "NextInstants",
+    "OperatorActions",
+    "Origin",
     "ProcessLock",
     "Recover",
-    "Recovery",
     "RunPage",
     "RunPosition",
-    "RunRow",
+    "RunReads",
     "RunSnapshot",
     "RunWrite",
+    "RunWrites",
     "StaleLease",
     "StatusChange",
     "StepOutcome",
-    "StepRow",
     "Store",
     "StoreInvariantError",
     "StoreKind",
     "StoreLocation",
     "StoreSummary",
+    "StoredRun",
+    "StoredStep",
+    "SweepKind",
+    "Transactor",
     "Written",
     "apply_activation",
-    "from_epoch_ms",
     "inspect_deployment",
     "locate",
     "migrate",
     "supported_version",
-    "to_epoch_ms",
-    "truncate_ms",
 ]

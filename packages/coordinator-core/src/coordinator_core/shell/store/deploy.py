@@ -9,12 +9,13 @@ import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine
 
+from coordinator_core.engine.clock import Instant
+from coordinator_core.shell.clock import wall_clock
 from coordinator_core.shell.store.dialect import (
     NAMESPACE_MARKER,
     StoreKind,
@@ -23,7 +24,6 @@ from coordinator_core.shell.store.dialect import (
     locate,
     lock_rows,
     quote_namespace,
-    truncate_ms,
     unavailable_as_refusal,
 )
 from coordinator_core.shell.store.guards import (
@@ -46,13 +46,13 @@ from coordinator_core.shell.store.guards import (
 )
 from coordinator_core.shell.store.migrations import alembic_config, supported_migrations
 from coordinator_core.shell.store.queries import settled
-from coordinator_core.shell.store.rows import (
+from coordinator_core.shell.store.records import (
     ActivationRequest,
     ActivationRow,
     ControlRow,
     DeploymentIdentity,
 )
-from coordinator_core.shell.store.tables import ACTIVATIONS, ADMISSION_LOCK, CONTROL, LEDGER, RUNS
+from coordinator_core.shell.store.schema import ACTIVATIONS, ADMISSION_LOCK, CONTROL, LEDGER, RUNS
 
 __all__ = [
     "DeploymentState",
@@ -121,7 +121,7 @@ def migrate(
     identity: DeploymentIdentity,
     *,
     namespace: str | None = None,
-    now: datetime | None = None,
+    now: Instant | None = None,
 ) -> MigrationResult:
     """Create the store if absent and apply every pending migration, each in its own
     transaction (07 §14.4; 09 §3 `migrate`).
@@ -145,10 +145,10 @@ def _migrate(
     url: str,
     identity: DeploymentIdentity,
     namespace: str | None,
-    now: datetime | None,
+    now: Instant | None,
 ) -> MigrationResult:
     location = locate(url, namespace=namespace)
-    moment = truncate_ms(now or datetime.now(UTC))
+    moment = wall_clock() if now is None else now
     lock = _process_lock(location)
     engine: Engine | None = None
     try:
@@ -213,7 +213,7 @@ def _check_existing(control: ControlRow, identity: DeploymentIdentity) -> None:
 
 
 def _finish_txn(
-    conn: Connection, location: StoreLocation, identity: DeploymentIdentity, moment: datetime
+    conn: Connection, location: StoreLocation, identity: DeploymentIdentity, moment: Instant
 ) -> None:
     """Write or update the control row, the admission-lock row and the runtime grants."""
     _serialise(conn, location)
@@ -317,7 +317,7 @@ def apply_activation(
     *,
     bindings_ok: Callable[[frozenset[tuple[str, str]]], bool],
     namespace: str | None = None,
-    now: datetime | None = None,
+    now: Instant | None = None,
 ) -> ActivationRow:
     """09 §3 `apply`, in one transaction under the admission lock: the store must be at the
     supported schema (`schema-pending` otherwise) and belong to this databaseId and keys; the
@@ -334,10 +334,10 @@ def _apply_activation(
     activation: ActivationRequest,
     bindings_ok: Callable[[frozenset[tuple[str, str]]], bool],
     namespace: str | None,
-    now: datetime | None,
+    now: Instant | None,
 ) -> ActivationRow:
     location = locate(url, namespace=namespace)
-    moment = truncate_ms(now or datetime.now(UTC))
+    moment = wall_clock() if now is None else now
     if location.kind == "sqlite" and not (location.path and location.path.exists()):
         raise refuse("coordinator.deployment.schema-pending")
     lock = _process_lock(location)

@@ -1,8 +1,8 @@
 """Every difference between the PostgreSQL and SQLite stores, in one place (ARCHITECTURE rule 5).
 
 Owned here: locating a store from its URL, engine set-up (PostgreSQL `search_path`, SQLite
-pragmas and `BEGIN IMMEDIATE`), the UTC time type (timestamptz on PostgreSQL, integer
-milliseconds on SQLite, file 07 §14.3), the JSON type, row locking for claims, the namespace
+pragmas and `BEGIN IMMEDIATE`), the instant type (epoch milliseconds, as timestamptz on
+PostgreSQL and as the integer on SQLite, file 07 §14.3), the JSON type, row locking for claims, the namespace
 marker, and which driver errors are transient. Nothing outside this module looks at a dialect
 name.
 """
@@ -45,7 +45,6 @@ __all__ = [
     "StoreLocation",
     "UTCDateTime",
     "create_store_engine",
-    "from_epoch_ms",
     "is_transient",
     "is_unavailable",
     "locate",
@@ -55,8 +54,6 @@ __all__ = [
     "quote_namespace",
     "read_engine",
     "store_unavailable",
-    "to_epoch_ms",
-    "truncate_ms",
     "unavailable_as_refusal",
 ]
 
@@ -94,31 +91,13 @@ def _refuse(code: str, message: str | None = None) -> CoordinatorError:
 # -- time ---------------------------------------------------------------------------------------
 
 
-def truncate_ms(value: datetime) -> datetime:
-    """`value` in UTC, truncated to whole milliseconds (the resolution both backends keep)."""
-    if value.tzinfo is None:
-        raise ValueError("The store accepts only timezone-aware datetimes.")
-    if value.tzinfo is not UTC:
-        value = value.astimezone(UTC)
-    excess = value.microsecond % 1000
-    return value.replace(microsecond=value.microsecond - excess) if excess else value
+class UTCDateTime(TypeDecorator[int]):
+    """An instant, exchanged as the engine keeps it — integer milliseconds since the Unix epoch
+    — and stored as `timestamptz` on PostgreSQL, as the integer itself on SQLite (07 §14.3).
 
-
-def to_epoch_ms(value: datetime) -> int:
-    """Milliseconds since the Unix epoch (the engine's `Instant`) of an aware datetime."""
-    return (truncate_ms(value) - _EPOCH) // _MILLISECOND
-
-
-def from_epoch_ms(value: int) -> datetime:
-    """The aware UTC datetime of an engine `Instant`."""
-    return _EPOCH + value * _MILLISECOND
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """An instant: `timestamptz` on PostgreSQL, integer milliseconds on SQLite (07 §14.3).
-
-    Binds only timezone-aware values, stores them in UTC truncated to milliseconds, and reads
-    back aware UTC datetimes on both backends, so both return identical values.
+    The one place where an instant becomes a datetime and back (PostgreSQL's driver speaks
+    datetimes): both backends therefore read back exactly the milliseconds they were given.
+    (The name is the one the released migration scripts import.)
     """
 
     impl = DateTime(timezone=True)
@@ -129,20 +108,23 @@ class UTCDateTime(TypeDecorator[datetime]):
             return dialect.type_descriptor(BigInteger())
         return dialect.type_descriptor(DateTime(timezone=True))
 
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+    def process_bind_param(self, value: int | None, dialect: Dialect) -> Any:
         if value is None:
             return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError("An instant column takes integer milliseconds since the epoch.")
         if dialect.name == "sqlite":
-            return to_epoch_ms(value)
-        return truncate_ms(value)
+            return value
+        return _EPOCH + value * _MILLISECOND
 
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+    def process_result_value(self, value: Any, dialect: Dialect) -> int | None:
         if value is None:
             return None
         if isinstance(value, int):
-            return from_epoch_ms(value)
+            return value
         if isinstance(value, datetime):
-            return truncate_ms(value if value.tzinfo else value.replace(tzinfo=UTC))
+            aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+            return (aware - _EPOCH) // _MILLISECOND
         raise TypeError("An instant column returned a value that is not an instant.")
 
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from sqlalchemy import inspect, select, text
 from sqlalchemy.engine import Connection
@@ -22,8 +22,8 @@ from sqlalchemy.engine import Connection
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.store.dialect import NAMESPACE_MARKER, StoreLocation
 from coordinator_core.shell.store.migrations import supported_migrations
-from coordinator_core.shell.store.rows import ControlRow, DeploymentIdentity
-from coordinator_core.shell.store.tables import CONTROL, LEDGER
+from coordinator_core.shell.store.records import ControlRow, DeploymentIdentity
+from coordinator_core.shell.store.schema import CONTROL, LEDGER, control_of
 
 __all__ = [
     "ProcessLock",
@@ -32,7 +32,6 @@ __all__ = [
     "check_known",
     "check_ledger",
     "check_runtime_role",
-    "control_from",
     "namespace_state",
     "read_control",
     "read_ledger",
@@ -188,29 +187,12 @@ def check_ledger(applied: Mapping[int, str] | None, *, pending_code: str) -> Non
 # -- the control row ----------------------------------------------------------------------------
 
 
-def control_from(row: Mapping[Any, Any]) -> ControlRow:
-    markers: Any = row["state_key_commitments"] or {}
-    return ControlRow(
-        database_id=row["database_id"],
-        schema_version=row["schema_version"],
-        restore_hold=bool(row["restore_hold"]),
-        admissions_hold=bool(row["admissions_hold"]),
-        restore_evidence_ref=row["restore_evidence_ref"],
-        admission_recovery_ref=row["admission_recovery_ref"],
-        active_package_digest=row["active_package_digest"],
-        active_revision=row["active_revision"],
-        admission_key_commitment=row["admission_key_commitment"],
-        state_key_commitments={int(version): str(marker) for version, marker in markers.items()},
-        created_at=row["created_at"],
-    )
-
-
 def read_control(conn: Connection, location: StoreLocation) -> ControlRow | None:
     """The control row, or None when the store has none (never migrated, or interrupted)."""
     if not _has_table(conn, location, "control"):
         return None
     row = conn.execute(select(CONTROL)).mappings().first()
-    return None if row is None else control_from(row)
+    return None if row is None else control_of(row)
 
 
 def _same(left: str, right: str) -> bool:

@@ -7,16 +7,25 @@ both forms over the same states.
 
 from __future__ import annotations
 
-from datetime import datetime
+from typing import Any, Final
 
-from sqlalchemy import and_, case, exists, not_, or_, select
+from sqlalchemy import and_, case, exists, literal_column, not_, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import FromClause
 
+from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.codes import NON_RECOVERABLE_CODES
-from coordinator_core.shell.store.tables import RUNS, STEPS, TERMINAL_STATUSES
+from coordinator_core.shell.store.schema import RUNS, STEPS, TERMINAL_STATUSES
 
-__all__ = ["has_unknown_effect", "reported_status", "settled", "unknown_effect"]
+__all__ = [
+    "among",
+    "claimable",
+    "fixed",
+    "has_unknown_effect",
+    "reported_status",
+    "settled",
+    "unknown_effect",
+]
 
 _RISKY = ("mutation", "evaluation")
 
@@ -38,7 +47,7 @@ def has_unknown_effect() -> ColumnElement[bool]:
     )
 
 
-def settled(now: datetime) -> ColumnElement[bool]:
+def settled(now: Instant) -> ColumnElement[bool]:
     """07 §13: terminal, or `failed` with `retry-same` no longer possible (non-recoverable code
     or, for a non-pure current record, the deadline passed) — with no unknown effect and no
     restore review. `now` is the instant the deadline is compared with."""
@@ -68,4 +77,35 @@ def reported_status() -> ColumnElement[str]:
     return case(
         (and_(RUNS.c.restore_review, RUNS.c.status.not_in(TERMINAL_STATUSES)), "attention"),
         else_=RUNS.c.status,
+    )
+
+
+# -- the claim's selection (07 §7.2 step 4) -------------------------------------------------------
+
+_CLAIMABLE_STATUSES: Final = ("running", "cancel-requested")
+
+
+def fixed(text_value: str) -> Any:
+    """A constant rendered into the statement text (never a parameter), so that the planner
+    matches the partial indexes (`state = 'pending'`, …) even under a generic plan of a
+    prepared statement."""
+    return literal_column("'" + text_value.replace("'", "''") + "'")
+
+
+def among(column: Any, values: tuple[str, ...]) -> Any:
+    return column.in_([fixed(value) for value in values])
+
+
+def claimable(now: Any, *, due: bool = True) -> tuple[Any, ...]:
+    """07 §7.2 step 4 (and step 5: an overdue non-pure record is expired, never leased);
+    without `due`, whatever its due instant (what may become claimable later)."""
+    return (
+        STEPS.c.state == fixed("pending"),
+        *((STEPS.c.due_at <= now,) if due else ()),
+        RUNS.c.current_step == STEPS.c.step,
+        among(RUNS.c.status, _CLAIMABLE_STATUSES),
+        not_(RUNS.c.restore_review),
+        RUNS.c.payload_erased_at.is_(None),
+        or_(RUNS.c.cancel_mode != "stopping", and_(STEPS.c.type == "call", STEPS.c.uncertain)),
+        or_(STEPS.c.pure, RUNS.c.deadline_at > now),
     )

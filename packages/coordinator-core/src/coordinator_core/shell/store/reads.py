@@ -1,79 +1,95 @@
-"""The store's reads: the deployment check, runs and their records, pages, holds and the
-doctor's summary."""
+"""`RunReads`: what the service's views, the metrics and an idle worker read — a run and its
+records, pages of runs, the holds, the doctor's summary, the gauges, the journal heads and the
+instants an idle worker may sleep until. Each method is one read-only transaction (one
+consistent snapshot: repeatable read on PostgreSQL, a deferred read transaction on SQLite).
+"""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Collection
-from datetime import datetime
+from typing import Final
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, bindparam, func, not_, or_, select
 from sqlalchemy.engine import Connection
 
+from coordinator_core.engine.clock import Instant
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.observe.metrics import StoreGauges
-from coordinator_core.shell.store.base import StoreBase
-from coordinator_core.shell.store.dialect import truncate_ms
-from coordinator_core.shell.store.guards import control_from, refuse
-from coordinator_core.shell.store.queries import reported_status, settled, unknown_effect
-from coordinator_core.shell.store.rows import (
+from coordinator_core.shell.store.dialect import Prepared, UTCDateTime
+from coordinator_core.shell.store.guards import refuse
+from coordinator_core.shell.store.queries import (
+    among,
+    claimable,
+    fixed,
+    reported_status,
+    settled,
+    unknown_effect,
+)
+from coordinator_core.shell.store.records import (
     ControlRow,
     HoldState,
+    NextInstants,
     RunPage,
     RunPosition,
-    RunRow,
     RunSnapshot,
+    StoredRun,
     StoreSummary,
 )
-from coordinator_core.shell.store.statements import DEFINITION, run_from, unsettled_txn
-from coordinator_core.shell.store.tables import CONTROL, JOURNAL_HEADS, RUN_STATUSES, RUNS, STEPS
+from coordinator_core.shell.store.schema import (
+    CONTROL,
+    DEFINITIONS,
+    JOURNAL_HEADS,
+    LIVE_BINDINGS,
+    RUN_STATUSES,
+    RUNS,
+    STEPS,
+    control_of,
+    run_of,
+    step_of,
+)
+from coordinator_core.shell.store.transactor import Transactor
+
+__all__ = ["RunReads", "hold_state_txn", "snapshot_txn", "unsettled_txn"]
+
+_SWEEPABLE: Final = ("running", "attention", "cancel-requested")
 
 
-class StoreReads(StoreBase):
+class RunReads:
+    """The store's reads (see the module documentation)."""
+
+    def __init__(self, transactor: Transactor) -> None:
+        self._tx = transactor
+
     def control(self) -> ControlRow:
         """The control row as it is now (no identity check)."""
+        return self._tx.transact("control", _control_txn, read_only=True)
 
-        def work(conn: Connection) -> ControlRow:
-            row = conn.execute(select(CONTROL)).mappings().first()
-            if row is None:
-                raise refuse("coordinator.deployment.schema-mismatch")
-            return control_from(row)
+    def get_run(self, run_id: uuid.UUID) -> StoredRun | None:
+        """The run (tombstones included), or None."""
 
-        return self._transact("control", work, read_only=True)
-
-    def get_run(self, run_id: uuid.UUID) -> RunRow | None:
-        """The run row (tombstones included), or None."""
-
-        def work(conn: Connection) -> RunRow | None:
+        def work(conn: Connection) -> StoredRun | None:
             row = conn.execute(select(RUNS).where(RUNS.c.run_id == run_id)).mappings().first()
-            return None if row is None else run_from(row)
+            return None if row is None else run_of(row)
 
-        return self._transact("get-run", work, read_only=True)
+        return self._tx.transact("get-run", work, read_only=True)
 
-    def find_run(self, start_identity: str) -> RunRow | None:
+    def find_run(self, start_identity: str) -> StoredRun | None:
         """The run admitted under a start identity (the event path's lookup-first, 06 §8)."""
 
-        def work(conn: Connection) -> RunRow | None:
-            row = (
-                conn.execute(select(RUNS).where(RUNS.c.start_identity == start_identity))
-                .mappings()
-                .first()
-            )
-            return None if row is None else run_from(row)
+        def work(conn: Connection) -> StoredRun | None:
+            row = _RUN_BY_START.first(conn, {"start_identity": start_identity})
+            return None if row is None else run_of(row)
 
-        return self._transact("find-run", work, read_only=True)
+        return self._tx.transact("find-run", work, read_only=True)
 
     def get_run_snapshot(self, run_id: uuid.UUID) -> RunSnapshot | None:
-        """The run, all its records and the control row from one consistent read (06 §5.4:
-        repeatable-read read-only on PostgreSQL, one read transaction on SQLite)."""
+        """The run, all its records and the control row from one consistent read (06 §5.4)."""
 
         def work(conn: Connection) -> RunSnapshot | None:
-            row = conn.execute(select(CONTROL)).mappings().first()
-            if row is None:
-                raise refuse("coordinator.deployment.schema-mismatch")
-            return self._snapshot_txn(conn, control_from(row), run_id, lock_run=False)
+            return snapshot_txn(conn, _control_txn(conn), run_id, lock_run=False)
 
-        return self._transact("get-run-snapshot", work, read_only=True)
+        return self._tx.transact("get-run-snapshot", work, read_only=True)
 
     def list_runs(
         self,
@@ -114,25 +130,24 @@ class StoreReads(StoreBase):
                     )
                 )
             statement = statement.order_by(RUNS.c.admitted_at.desc(), RUNS.c.run_id.desc())
-            rows = [run_from(row) for row in conn.execute(statement.limit(limit + 1)).mappings()]
+            rows = [run_of(row) for row in conn.execute(statement.limit(limit + 1)).mappings()]
             page = tuple(rows[:limit])
-            more = len(rows) > limit
             last = page[-1] if page else None
-            position = RunPosition(last.admitted_at, last.run_id) if more and last else None
+            more = len(rows) > limit
+            position = RunPosition(last.state.admitted_at, last.run_id) if more and last else None
             return RunPage(page, position)
 
-        return self._transact("list-runs", work, read_only=True)
+        return self._tx.transact("list-runs", work, read_only=True)
 
     def hold_state(self) -> HoldState:
         """06 §11.8: the holds and the number of runs under restore review."""
-        return self._transact("hold-state", self._hold_state_txn, read_only=True)
+        return self._tx.transact("hold-state", hold_state_txn, read_only=True)
 
-    def unsettled_bindings(self, now: datetime) -> frozenset[tuple[str, str]]:
+    def unsettled_bindings(self, now: Instant) -> frozenset[tuple[str, str]]:
         """Every distinct (definition digest, binding digest) of the runs not settled at `now`
         (07 §13): the input of the live-binding check (05 §10)."""
-        moment = truncate_ms(now)
-        return self._transact(
-            "unsettled-bindings", lambda conn: unsettled_txn(conn, moment), read_only=True
+        return self._tx.transact(
+            "unsettled-bindings", lambda conn: unsettled_txn(conn, now), read_only=True
         )
 
     def definition_snapshot(self, definition_digest: str) -> tuple[uuid.UUID, bytes] | None:
@@ -141,7 +156,7 @@ class StoreReads(StoreBase):
         2) some run's own copy whose payload is not erased; None when there is none."""
 
         def work(conn: Connection) -> tuple[uuid.UUID, bytes] | None:
-            found = DEFINITION.first(conn, {"digest": definition_digest})
+            found = _DEFINITION.first(conn, {"digest": definition_digest})
             row = None if found is None else (found["run_id"], found["snapshot"])
             if row is None:
                 row = conn.execute(
@@ -154,34 +169,29 @@ class StoreReads(StoreBase):
                 ).first()
             return None if row is None else (row[0], row[1])
 
-        return self._transact("definition-snapshot", work, read_only=True)
+        return self._tx.transact("definition-snapshot", work, read_only=True)
 
-    def summary(self, now: datetime) -> StoreSummary:
+    def summary(self, now: Instant) -> StoreSummary:
         """The store part of `GET /v1/doctor` (06 §7.1), from one read transaction."""
-        moment = truncate_ms(now)
 
         def work(conn: Connection) -> StoreSummary:
-            row = conn.execute(select(CONTROL)).mappings().first()
-            if row is None:
-                raise refuse("coordinator.deployment.schema-mismatch")
-            control = control_from(row)
+            control = _control_txn(conn)
             counts = _status_counts_txn(conn)
-            holds = self._hold_state_txn(conn)
+            holds = hold_state_txn(conn)
             unknown = conn.execute(
                 select(func.count()).select_from(STEPS).where(unknown_effect(STEPS))
             ).scalar()
-            waits = _waits_txn(conn)
             oldest_due = conn.execute(
                 select(func.min(STEPS.c.due_at)).where(STEPS.c.state == "pending")
             ).scalar()
             payloads = conn.execute(
                 select(func.count(), func.min(RUNS.c.completed_at)).where(
-                    settled(moment), RUNS.c.payload_erased_at.is_(None)
+                    settled(now), RUNS.c.payload_erased_at.is_(None)
                 )
             ).first()
             assert payloads is not None
             return StoreSummary(
-                store=self.kind,
+                store=self._tx.location.kind,
                 database_id=control.database_id,
                 schema_version=control.schema_version,
                 active_package_digest=control.active_package_digest,
@@ -191,36 +201,33 @@ class StoreReads(StoreBase):
                 restore_review=holds.restore_review,
                 statuses=counts,
                 unknown_effects=int(unknown or 0),
-                waits=waits,
+                waits=_waits_txn(conn),
                 oldest_due_at=oldest_due,
                 terminal_payloads=int(payloads[0] or 0),
                 oldest_terminal_payload_at=payloads[1],
             )
 
-        return self._transact("summary", work, read_only=True)
+        return self._tx.transact("summary", work, read_only=True)
 
-    def gauges(self, now: datetime) -> StoreGauges:
+    def gauges(self, now: Instant) -> StoreGauges:
         """The store gauges of `GET /metrics` (06 §14), from one read transaction: runs by
         reported status, records pending and due at `now` with the age of the oldest, parked
         waits and the holds."""
-        moment = truncate_ms(now)
 
         def work(conn: Connection) -> StoreGauges:
             counts = _status_counts_txn(conn)
             due = conn.execute(
                 select(func.count(), func.min(STEPS.c.due_at)).where(
-                    STEPS.c.state == "pending", STEPS.c.due_at <= moment
+                    STEPS.c.state == "pending", STEPS.c.due_at <= now
                 )
             ).first()
-            waits = _waits_txn(conn)
-            holds = self._hold_state_txn(conn)
+            holds = hold_state_txn(conn)
             oldest = None if due is None else due[1]
-            lag = 0.0 if oldest is None else max(0.0, (moment - oldest).total_seconds())
             return StoreGauges(
                 statuses=counts,
                 due=int(due[0] or 0) if due is not None else 0,
-                oldest_due_lag_seconds=lag,
-                parked_waits=waits,
+                oldest_due_lag_seconds=0.0 if oldest is None else max(0.0, (now - oldest) / 1000),
+                parked_waits=_waits_txn(conn),
                 holds={
                     "restore": int(holds.restore_hold),
                     "admissions": int(holds.admissions_hold),
@@ -228,7 +235,7 @@ class StoreReads(StoreBase):
                 },
             )
 
-        return self._transact("gauges", work, read_only=True)
+        return self._tx.transact("gauges", work, read_only=True)
 
     def journal_heads(self) -> dict[str, JournalPosition]:
         """The journal head the store holds for each file group (07 §12.1)."""
@@ -246,16 +253,97 @@ class StoreReads(StoreBase):
                 for row in rows
             }
 
-        return self._transact("journal-heads", work, read_only=True)
+        return self._tx.transact("journal-heads", work, read_only=True)
 
     def run_ids(self) -> list[uuid.UUID]:
         """Every run's id (tombstones included): what keyed journal references are matched
         against."""
-        return self._transact(
+        return self._tx.transact(
             "run-ids",
             lambda conn: list(conn.execute(select(RUNS.c.run_id)).scalars()),
             read_only=True,
         )
+
+    def next_instants(self, now: Instant) -> NextInstants:
+        """07 §7.7 item 4: when an idle worker must look again, from one read (three index
+        probes: `ix_steps_due`, `ix_steps_lease`, `ix_runs_deadline_live`); nothing while the
+        active package is not this process's or a restore hold is set (a hold's release, like
+        every change that makes a record claimable now, rings)."""
+
+        def work(conn: Connection) -> NextInstants:
+            row = _NEXT.first(conn, {"now": now})
+            control = self._tx.verified(row, prefix="c_")
+            if row is None or not self._tx.may_claim(control):
+                return NextInstants()
+            return NextInstants(row["due_at"], row["lapses_at"], row["overdue_at"])
+
+        return self._tx.transact("next-instants", work, read_only=True)
+
+
+# -- the transactions' parts, shared with the writes ----------------------------------------------
+
+_RUN_SELECT: Final = select(RUNS).where(RUNS.c.run_id == bindparam("run_id"))
+_RUN_READ: Final = Prepared(_RUN_SELECT)
+_RUN_LOCKED: Final = Prepared(_RUN_SELECT.with_for_update())
+STEPS_OF: Final = Prepared(
+    select(STEPS)
+    .where(STEPS.c.run_id == bindparam("run_id"))
+    .order_by(STEPS.c.entered_at, STEPS.c.step)
+)
+"""A run's records in order of entry (by `entered_at`, then step id)."""
+_RUN_BY_START: Final = Prepared(
+    select(RUNS).where(RUNS.c.start_identity == bindparam("start_identity"))
+)
+_DEFINITION: Final = Prepared(
+    select(DEFINITIONS.c.run_id, DEFINITIONS.c.snapshot).where(
+        DEFINITIONS.c.definition_digest == bindparam("digest")
+    )
+)
+_CONTROL_ROW: Final = Prepared(select(CONTROL))
+
+
+def snapshot_txn(
+    conn: Connection, control: ControlRow, run_id: uuid.UUID, *, lock_run: bool
+) -> RunSnapshot | None:
+    """The run `run_id` (locked `FOR UPDATE` with `lock_run`) and its records, read in the
+    calling transaction; None when there is no such run."""
+    run = (_RUN_LOCKED if lock_run else _RUN_READ).first(conn, {"run_id": run_id})
+    if run is None:
+        return None
+    steps = STEPS_OF.rows(conn, {"run_id": run_id})
+    return RunSnapshot(control, run_of(run), tuple(step_of(step) for step in steps))
+
+
+def hold_state_txn(conn: Connection) -> HoldState:
+    row = conn.execute(select(CONTROL.c.restore_hold, CONTROL.c.admissions_hold)).first()
+    if row is None:
+        raise refuse("coordinator.deployment.schema-mismatch")
+    review = conn.execute(
+        select(func.count()).select_from(RUNS).where(RUNS.c.restore_review)
+    ).scalar()
+    return HoldState(bool(row[0]), bool(row[1]), int(review or 0))
+
+
+def unsettled_txn(conn: Connection, now: Instant) -> frozenset[tuple[str, str]]:
+    """The (definition digest, binding digest) pairs some run not settled at `now` still has:
+    the recorded pairs (a handful), each kept when one such run exists (an index probe)."""
+    pairs = select(LIVE_BINDINGS.c.definition_digest, LIVE_BINDINGS.c.binding_digest).where(
+        select(RUNS.c.run_id)
+        .where(
+            RUNS.c.definition_digest == LIVE_BINDINGS.c.definition_digest,
+            RUNS.c.binding_digest == LIVE_BINDINGS.c.binding_digest,
+            not_(settled(now)),
+        )
+        .exists()
+    )
+    return frozenset((str(row[0]), str(row[1])) for row in conn.execute(pairs))
+
+
+def _control_txn(conn: Connection) -> ControlRow:
+    row = _CONTROL_ROW.first(conn)
+    if row is None:
+        raise refuse("coordinator.deployment.schema-mismatch")
+    return control_of(row)
 
 
 def _status_counts_txn(conn: Connection) -> dict[str, int]:
@@ -280,3 +368,43 @@ def _waits_txn(conn: Connection) -> int:
         )
     ).scalar()
     return int(found or 0)
+
+
+_NOW: Final = bindparam("now", type_=UTCDateTime())
+_NEXT: Final = Prepared(
+    select(
+        select(STEPS.c.due_at)
+        .select_from(STEPS.join(RUNS, RUNS.c.run_id == STEPS.c.run_id))
+        .where(*claimable(_NOW, due=False))
+        .order_by(STEPS.c.due_at, STEPS.c.run_id, STEPS.c.step)
+        .limit(1)
+        .scalar_subquery()
+        .label("due_at"),
+        select(STEPS.c.lease_expires_at)
+        .where(STEPS.c.state == fixed("leased"))
+        .order_by(STEPS.c.lease_expires_at, STEPS.c.run_id, STEPS.c.step)
+        .limit(1)
+        .scalar_subquery()
+        .label("lapses_at"),
+        select(RUNS.c.deadline_at)
+        .select_from(
+            STEPS.join(
+                RUNS, and_(RUNS.c.run_id == STEPS.c.run_id, RUNS.c.current_step == STEPS.c.step)
+            )
+        )
+        .where(
+            STEPS.c.state == fixed("pending"),
+            not_(STEPS.c.pure),
+            among(RUNS.c.status, _SWEEPABLE),
+        )
+        .order_by(RUNS.c.deadline_at, STEPS.c.run_id, STEPS.c.step)
+        .limit(1)
+        .scalar_subquery()
+        .label("overdue_at"),
+        *(column.label(f"c_{column.name}") for column in CONTROL.c),
+    ).select_from(CONTROL),
+    planned_each_time=True,
+)
+"""`next_instants`: the claim's, the lapsed-lease sweep's and the overdue sweep's first
+candidates, whatever their instant (each the first entry of its ordered index), with the
+control row."""

@@ -1,5 +1,6 @@
-"""Wake-ups across processes (07 §7.7 item 4): PostgreSQL notifications announced and
-listened for, and the instants an idle worker must look again."""
+"""`Channel`: wake-ups across processes (07 §7.7 item 4) — PostgreSQL notifications announced
+and listened for on the store's channel (named by its namespace). Nothing on SQLite, where one
+process holds the store."""
 
 from __future__ import annotations
 
@@ -7,15 +8,12 @@ import select as select_module
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, Final, Protocol
 
-from sqlalchemy.engine import Connection
+from coordinator_core.engine.clock import Instant
+from coordinator_core.shell.store.transactor import Transactor
 
-from coordinator_core.shell.store.base import StoreBase
-from coordinator_core.shell.store.dialect import from_epoch_ms, to_epoch_ms, truncate_ms
-from coordinator_core.shell.store.rows import NextInstants
-from coordinator_core.shell.store.statements import NEXT, NOTIFY_AT
+__all__ = ["Channel", "ConnectionWatch", "announced"]
 
 _LISTEN_TIMEOUT: Final = 60.0
 """How often the listener looks at its stop flag when nothing arrives (it is a daemon thread:
@@ -32,24 +30,27 @@ class ConnectionWatch(Protocol):
     def answered(self, began: float) -> None: ...
 
 
-class StoreWakeUps(StoreBase):
-    def announce(self, instant: datetime) -> None:
+class Channel:
+    """The store's notification channel (see the module documentation)."""
+
+    def __init__(self, transactor: Transactor) -> None:
+        self._tx = transactor
+
+    def announce(self, instant: Instant) -> None:
         """PostgreSQL: tell the other processes that a record this one wrote falls due at
         `instant`, so that their idle loops wake then rather than at the instant they knew
         (07 §7.7 item 4). One short transaction, sent only for an instant earlier than the one
         this process knew (`Wakeup.schedule`): never on the path of a parked run. Nothing on
         SQLite."""
-        channel = self.wake_channel
-        if channel is None:
+        if self._tx.wake_channel is None:
             return
-        payload = {"channel": channel, "payload": str(to_epoch_ms(instant))}
-        self._transact("announce", lambda conn: NOTIFY_AT.run(conn, payload))
+        self._tx.transact("announce", lambda conn: self._tx.notify_txn(conn, str(instant)))
 
     def listen(
         self,
         ring: Callable[[], None],
         stop: threading.Event,
-        schedule: Callable[[datetime], object] | None = None,
+        schedule: Callable[[Instant], object] | None = None,
         watch: ConnectionWatch | None = None,
     ) -> threading.Thread | None:
         """PostgreSQL: a daemon thread that `LISTEN`s on the store's channel on a connection of
@@ -60,7 +61,7 @@ class StoreWakeUps(StoreBase):
         `_LISTEN_TIMEOUT` after `stop` is set. `watch` hears of every failure (a connection
         that broke, or could not be made) and of every `LISTEN` that succeeded. None on
         SQLite."""
-        channel = self.wake_channel
+        channel = self._tx.wake_channel
         if channel is None:
             return None
         thread = threading.Thread(
@@ -76,16 +77,16 @@ class StoreWakeUps(StoreBase):
         self,
         channel: str,
         ring: Callable[[], None],
-        schedule: Callable[[datetime], object] | None,
+        schedule: Callable[[Instant], object] | None,
         stop: threading.Event,
         watch: ConnectionWatch | None = None,
     ) -> None:
-        own = self._sender.encode()
+        own = self._tx.sender.encode()
         while not stop.is_set():
             began = time.monotonic()
             listening = False
             try:
-                pooled = self._engine.raw_connection()
+                pooled = self._tx.engine.raw_connection()
                 driver: Any = pooled.driver_connection
                 pooled.detach()  # this connection is the listener's own from now on
                 try:
@@ -119,27 +120,11 @@ class StoreWakeUps(StoreBase):
                     watch.lost(time.monotonic() if listening else began)
                 stop.wait(_LISTEN_RETRY_SECONDS)
 
-    def next_instants(self, now: datetime) -> NextInstants:
-        """07 §7.7 item 4: when an idle worker must look again, from one read (three index
-        probes: `ix_steps_due`, `ix_steps_lease`, `ix_runs_deadline_live`); nothing while the
-        active package is not this process's or a restore hold is set (a hold's release, like
-        every change that makes a record claimable now, rings)."""
-        moment = truncate_ms(now)
-
-        def work(conn: Connection) -> NextInstants:
-            row = NEXT.first(conn, {"now": moment})
-            control = self._verified(row, prefix="c_")
-            if row is None or not self.may_claim(control):
-                return NextInstants()
-            return NextInstants(row["due_at"], row["lapses_at"], row["overdue_at"])
-
-        return self._transact("next-instants", work, read_only=True)
-
 
 def announced(payload: bytes, ring: Callable[[], None], schedule: Any) -> None:
     """Another process's notification on the store's channel: an instant (`Store.announce`)
     is scheduled; anything else (an admission, a re-arm, a hold released…) rings."""
     if schedule is not None and payload.isdigit():
-        schedule(from_epoch_ms(int(payload)))
+        schedule(int(payload))
     else:
         ring()

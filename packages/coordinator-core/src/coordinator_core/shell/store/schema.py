@@ -1,16 +1,25 @@
-"""The store's tables (file 07 §2, §14.1) declared once with SQLModel for both backends.
+"""The store's tables (file 07 §2, §14.1), declared once with SQLModel for both backends, and
+the one mapping between their rows and the store's values (`records`).
 
 Names are snake_case forms of the logical names of 07 §14.1. Sealed values (†) are opaque bytes
 (`SealedBytes`: the envelope is what is kept), set to NULL by retention. Commitments and
-digests use `HexKey` (their 32 bytes on PostgreSQL). Instants use `UTCDateTime`. The migrations
-(`migrations/versions/`) create exactly this schema; a conformance test compares the two on
-both backends.
+digests use `HexKey` (their 32 bytes on PostgreSQL). Instants use `UTCDateTime` (epoch
+milliseconds in and out, as the engine keeps them). The migrations (`migrations/versions/`)
+create exactly this schema; a conformance test compares the two on both backends.
+
+The declarations here are the one field specification of a run and a step record: a column of
+`runs` or `steps` holds the field of the same name of the engine's `RunState` or `StepRecord`
+(`run_of`, `step_of`, `run_values`, `step_values`), except the few the store keeps beside the
+engine's value (the admission facts, the sealed payload, the lease, `updated_at`) and three
+spelled differently (`effect_kind` is `effect`, `route_kind`/`route_label` are `route`, the
+run's `policy` document is its `TimingPolicy`). A test holds every column and every field to
+this partition.
 """
 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from collections.abc import Mapping
 from typing import Any, Final
 
 from sqlalchemy import (
@@ -30,6 +39,7 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
+from coordinator_core.engine.state import RunState, StepRecord, StepRoute, TimingPolicy
 from coordinator_core.limits import RUN_STATUSES
 from coordinator_core.shell.store.dialect import (
     CompactJson,
@@ -38,6 +48,7 @@ from coordinator_core.shell.store.dialect import (
     SealedBytes,
     UTCDateTime,
 )
+from coordinator_core.shell.store.records import ControlRow, Lease, StoredRun, StoredStep
 
 __all__ = [
     "ACTIVATIONS",
@@ -61,6 +72,11 @@ __all__ = [
     "LiveBindingTable",
     "RunTable",
     "StepTable",
+    "control_of",
+    "run_of",
+    "run_values",
+    "step_of",
+    "step_values",
 ]
 
 TERMINAL_STATUSES: Final = ("finished", "cancelled", "cancelled-after-effect", "expired")
@@ -117,7 +133,7 @@ class ControlTable(SQLModel, table=True):
     state_key_commitments: dict[str, str] = Field(
         sa_column=Column("state_key_commitments", JsonDocument, nullable=False)
     )
-    created_at: datetime = Field(sa_column=Column("created_at", UTCDateTime, nullable=False))
+    created_at: int = Field(sa_column=Column("created_at", UTCDateTime, nullable=False))
 
 
 class ActivationTable(SQLModel, table=True):
@@ -139,7 +155,7 @@ class ActivationTable(SQLModel, table=True):
         sa_column=Column("predecessor_package_digest", String(_DIGEST), nullable=True),
     )
     database_id: str = Field(sa_column=Column("database_id", String(_ID), nullable=False))
-    applied_at: datetime = Field(sa_column=Column("applied_at", UTCDateTime, nullable=False))
+    applied_at: int = Field(sa_column=Column("applied_at", UTCDateTime, nullable=False))
     runtime_role: str | None = Field(
         default=None, sa_column=Column("runtime_role", String(_CODE), nullable=True)
     )
@@ -154,7 +170,7 @@ class LedgerTable(SQLModel, table=True):
     version: int = Field(
         sa_column=Column("version", Integer, primary_key=True, autoincrement=False)
     )
-    applied_at: datetime = Field(sa_column=Column("applied_at", UTCDateTime, nullable=False))
+    applied_at: int = Field(sa_column=Column("applied_at", UTCDateTime, nullable=False))
     checksum: str = Field(sa_column=Column("checksum", String(_DIGEST), nullable=False))
 
 
@@ -211,15 +227,13 @@ class RunTable(SQLModel, table=True):
         default=None, sa_column=Column("terminal_output", SealedBytes)
     )
     failure_code: str | None = Field(default=None, sa_column=Column("failure_code", String(_CODE)))
-    admitted_at: datetime = Field(sa_column=Column("admitted_at", UTCDateTime, nullable=False))
-    deadline_at: datetime = Field(sa_column=Column("deadline_at", UTCDateTime, nullable=False))
-    completed_at: datetime | None = Field(
-        default=None, sa_column=Column("completed_at", UTCDateTime)
-    )
-    payload_erased_at: datetime | None = Field(
+    admitted_at: int = Field(sa_column=Column("admitted_at", UTCDateTime, nullable=False))
+    deadline_at: int = Field(sa_column=Column("deadline_at", UTCDateTime, nullable=False))
+    completed_at: int | None = Field(default=None, sa_column=Column("completed_at", UTCDateTime))
+    payload_erased_at: int | None = Field(
         default=None, sa_column=Column("payload_erased_at", UTCDateTime)
     )
-    updated_at: datetime = Field(sa_column=Column("updated_at", UTCDateTime, nullable=False))
+    updated_at: int = Field(sa_column=Column("updated_at", UTCDateTime, nullable=False))
 
 
 class StepTable(SQLModel, table=True):
@@ -270,17 +284,17 @@ class StepTable(SQLModel, table=True):
     attempt: int = Field(sa_column=Column("attempt", Integer, nullable=False))
     claims: int = Field(sa_column=Column("claims", Integer, nullable=False))
     awaiting: str | None = Field(default=None, sa_column=Column("awaiting", String(16)))
-    due_at: datetime | None = Field(default=None, sa_column=Column("due_at", UTCDateTime))
-    attempt_started_at: datetime | None = Field(
+    due_at: int | None = Field(default=None, sa_column=Column("due_at", UTCDateTime))
+    attempt_started_at: int | None = Field(
         default=None, sa_column=Column("attempt_started_at", UTCDateTime)
     )
     lease_owner: str | None = Field(default=None, sa_column=Column("lease_owner", String(_ID)))
     lease_token: str | None = Field(default=None, sa_column=Column("lease_token", String(32)))
-    lease_expires_at: datetime | None = Field(
+    lease_expires_at: int | None = Field(
         default=None, sa_column=Column("lease_expires_at", UTCDateTime)
     )
-    entered_at: datetime = Field(sa_column=Column("entered_at", UTCDateTime, nullable=False))
-    finished_at: datetime | None = Field(default=None, sa_column=Column("finished_at", UTCDateTime))
+    entered_at: int = Field(sa_column=Column("entered_at", UTCDateTime, nullable=False))
+    finished_at: int | None = Field(default=None, sa_column=Column("finished_at", UTCDateTime))
     operation: str | None = Field(default=None, sa_column=Column("operation", String(_ID)))
     effect_kind: str | None = Field(default=None, sa_column=Column("effect_kind", String(16)))
     command: bytes | None = Field(default=None, sa_column=Column("command", SealedBytes))
@@ -298,20 +312,20 @@ class StepTable(SQLModel, table=True):
     route_label: str | None = Field(default=None, sa_column=Column("route_label", String(_ID)))
     failure_code: str | None = Field(default=None, sa_column=Column("failure_code", String(_CODE)))
     detail: str | None = Field(default=None, sa_column=Column("detail", String(_TEXT)))
-    wait_until: datetime | None = Field(default=None, sa_column=Column("wait_until", UTCDateTime))
-    wait_started_at: datetime | None = Field(
+    wait_until: int | None = Field(default=None, sa_column=Column("wait_until", UTCDateTime))
+    wait_started_at: int | None = Field(
         default=None, sa_column=Column("wait_started_at", UTCDateTime)
     )
-    timeout_at: datetime | None = Field(default=None, sa_column=Column("timeout_at", UTCDateTime))
+    timeout_at: int | None = Field(default=None, sa_column=Column("timeout_at", UTCDateTime))
     interval_seconds: int | None = Field(
         default=None, sa_column=Column("interval_seconds", Integer)
     )
     observations: int = Field(sa_column=Column("observations", Integer, nullable=False))
-    last_observed_at: datetime | None = Field(
+    last_observed_at: int | None = Field(
         default=None, sa_column=Column("last_observed_at", UTCDateTime)
     )
     completion_ref: str | None = Field(default=None, sa_column=Column("completion_ref", HexKey()))
-    updated_at: datetime = Field(sa_column=Column("updated_at", UTCDateTime, nullable=False))
+    updated_at: int = Field(sa_column=Column("updated_at", UTCDateTime, nullable=False))
 
 
 class DefinitionTable(SQLModel, table=True):
@@ -325,7 +339,7 @@ class DefinitionTable(SQLModel, table=True):
     )
     run_id: uuid.UUID = Field(sa_column=Column("run_id", Uuid, nullable=False))
     snapshot: bytes = Field(sa_column=Column("snapshot", SealedBytes, nullable=False))
-    stored_at: datetime = Field(sa_column=Column("stored_at", UTCDateTime, nullable=False))
+    stored_at: int = Field(sa_column=Column("stored_at", UTCDateTime, nullable=False))
 
 
 class LiveBindingTable(SQLModel, table=True):
@@ -340,7 +354,7 @@ class LiveBindingTable(SQLModel, table=True):
     binding_digest: str = Field(
         sa_column=Column("binding_digest", HexKey(_SHA256), primary_key=True)
     )
-    first_admitted_at: datetime = Field(
+    first_admitted_at: int = Field(
         sa_column=Column("first_admitted_at", UTCDateTime, nullable=False)
     )
 
@@ -357,7 +371,7 @@ class JournalHeadTable(SQLModel, table=True):
     line_hash: str = Field(sa_column=Column("line_hash", String(71), nullable=False))
     file_number: int = Field(sa_column=Column("file_number", Integer, nullable=False))
     line_offset: int = Field(sa_column=Column("line_offset", BigInteger, nullable=False))
-    updated_at: datetime = Field(sa_column=Column("updated_at", UTCDateTime, nullable=False))
+    updated_at: int = Field(sa_column=Column("updated_at", UTCDateTime, nullable=False))
 
 
 METADATA: Final[MetaData] = SQLModel.metadata
@@ -414,3 +428,129 @@ Index(
     postgresql_where=text("status IN ('running', 'attention', 'cancel-requested')"),
     sqlite_where=text("status IN ('running', 'attention', 'cancel-requested')"),
 )
+
+
+# -- rows <-> records -----------------------------------------------------------------------------
+
+RUN_OWN: Final = (
+    "run_id",
+    "start_identity",
+    "input_digest",
+    "owner",
+    "origin",
+    "trigger",
+    "workflow_id",
+    "workflow_version",
+    "revision",
+    "definition_digest",
+    "binding_digest",
+    "snapshot",
+    "input",
+    "terminal_output",
+    "payload_erased_at",
+    "updated_at",
+)
+"""The `runs` columns that are the store's own fields of `StoredRun`, not the engine's."""
+RUN_STATE_COLUMNS: Final = tuple(
+    column.name for column in RUNS.c if column.name not in RUN_OWN and column.name != "policy"
+)
+"""The `runs` columns that hold the `RunState` field of the same name."""
+STEP_OWN: Final = ("run_id", "command", "preparation_frozen", "output", "updated_at")
+"""The `steps` columns that are the store's own fields of `StoredStep` (the sealed payload)."""
+STEP_LEASE: Final = ("lease_owner", "lease_token", "lease_expires_at")
+STEP_RECORD_COLUMNS: Final = tuple(
+    column.name
+    for column in STEPS.c
+    if column.name not in STEP_OWN + STEP_LEASE + ("effect_kind", "route_kind", "route_label")
+)
+"""The `steps` columns that hold the `StepRecord` field of the same name."""
+RUN_IMMUTABLE: Final = (
+    *RUN_OWN[:13],
+    "policy",
+    "admitted_at",
+    "deadline_at",
+    "payload_erased_at",
+)
+"""The run columns no transition changes (admission fixed them; retention alone erases the
+sealed ones)."""
+STEP_IMMUTABLE: Final = ("run_id", "step", "type", "pure", "entered_at", "operation", "effect_kind")
+
+
+def run_of(row: Mapping[Any, Any]) -> StoredRun:
+    """The stored run of a `runs` row (its payload sealed, its state without records)."""
+    state = RunState(
+        **{name: row[name] for name in RUN_STATE_COLUMNS},
+        input=None,
+        policy=TimingPolicy.from_json(row["policy"] or {}),
+    )
+    return StoredRun(**{name: row[name] for name in RUN_OWN}, state=state)
+
+
+def run_values(run: StoredRun) -> dict[str, Any]:
+    """The `runs` columns of a stored run."""
+    state = run.state
+    values = {name: getattr(run, name) for name in RUN_OWN}
+    values.update((name, getattr(state, name)) for name in RUN_STATE_COLUMNS)
+    values["policy"] = state.policy.to_json()
+    return values
+
+
+def step_of(row: Mapping[Any, Any]) -> StoredStep:
+    """The stored step of a `steps` row (its payload sealed)."""
+    route_kind = row["route_kind"]
+    token = row["lease_token"]
+    record = StepRecord(
+        **{name: row[name] for name in STEP_RECORD_COLUMNS},
+        effect=row["effect_kind"],
+        route=None if route_kind is None else StepRoute(route_kind, row["route_label"]),
+    )
+    return StoredStep(
+        run_id=row["run_id"],
+        record=record,
+        command=row["command"],
+        preparation_frozen=row["preparation_frozen"],
+        output=row["output"],
+        lease=None if token is None else Lease(row["lease_owner"], token, row["lease_expires_at"]),
+        updated_at=row["updated_at"],
+    )
+
+
+def step_values(stored: StoredStep) -> dict[str, Any]:
+    """The `steps` columns of a stored step."""
+    record, lease, route = stored.record, stored.lease, stored.record.route
+    values = {name: getattr(record, name) for name in STEP_RECORD_COLUMNS}
+    values.update(
+        run_id=stored.run_id,
+        command=stored.command,
+        preparation_frozen=stored.preparation_frozen,
+        output=stored.output,
+        updated_at=stored.updated_at,
+        effect_kind=record.effect,
+        route_kind=None if route is None else route.kind,
+        route_label=None if route is None else route.label,
+        lease_owner=None if lease is None else lease.owner,
+        lease_token=None if lease is None else lease.token,
+        lease_expires_at=None if lease is None else lease.expires_at,
+    )
+    return values
+
+
+CONTROL_COLUMNS: Final = tuple(column.name for column in CONTROL.c)
+
+
+def control_of(row: Mapping[Any, Any]) -> ControlRow:
+    """The control row of a `control` row."""
+    markers: Any = row["state_key_commitments"] or {}
+    return ControlRow(
+        database_id=row["database_id"],
+        schema_version=row["schema_version"],
+        restore_hold=bool(row["restore_hold"]),
+        admissions_hold=bool(row["admissions_hold"]),
+        restore_evidence_ref=row["restore_evidence_ref"],
+        admission_recovery_ref=row["admission_recovery_ref"],
+        active_package_digest=row["active_package_digest"],
+        active_revision=row["active_revision"],
+        admission_key_commitment=row["admission_key_commitment"],
+        state_key_commitments={int(version): str(marker) for version, marker in markers.items()},
+        created_at=row["created_at"],
+    )

@@ -1,0 +1,105 @@
+"""Where a value fails its schema, said without the value: the `violations` of a refusal.
+
+A refused request body or run input names at most `MAX_VIOLATIONS` places, each the failing
+instance location (a JSON pointer), the keyword that failed and, for `required`,
+`additionalProperties` and `unevaluatedProperties`, the member names concerned (a missing
+member's name comes from the schema; an unknown member's name is the caller's own key, which is
+a name and not a value, and is shown only when printable and at most `MAX_NAME_CHARS` long;
+a pointer stops at the parent of a member name that is not). Nothing here reads a value.
+
+The errors are those of a `jsonschema` validator's `iter_errors` (the dialect's, or the API's
+validator of request bodies); this module only reads their structure, so it imports nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from coordinator_core.values import pointer_token
+
+__all__ = ["MAX_NAME_CHARS", "MAX_VIOLATIONS", "Violation", "violations_of"]
+
+MAX_VIOLATIONS: Final = 10
+MAX_MEMBERS: Final = 10
+MAX_NAME_CHARS: Final = 128
+_KEYWORD: Final = re.compile(r"[$A-Za-z][A-Za-z0-9]{0,63}")
+_MEMBER_KEYWORDS: Final = frozenset({"additionalProperties", "unevaluatedProperties"})
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Violation:
+    """One failing place: instance pointer, keyword, member names (never a value)."""
+
+    path: str
+    keyword: str
+    members: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "keyword": self.keyword}
+        if self.members:
+            out["members"] = list(self.members)
+        return out
+
+    def sentence(self, subject: str) -> str:
+        """A fixed sentence about this place, for a diagnostic: `subject` is what failed
+        (`The run input`, `The request body`); the place itself is the diagnostic's path."""
+        names = ", ".join(f"`{name}`" for name in self.members)
+        noun = "member" if len(self.members) == 1 else "members"
+        if self.keyword == "required" and names:
+            return f"{subject} lacks the required {noun} {names} here."
+        if self.keyword in _MEMBER_KEYWORDS and names:
+            return f"{subject} has the {noun} {names} here, which its schema does not allow."
+        return f"{subject} fails the schema keyword `{self.keyword}` here."
+
+
+def _shown(name: str) -> bool:
+    return 0 < len(name) <= MAX_NAME_CHARS and name.isprintable()
+
+
+def _pointer(tokens: Iterable[Any]) -> str:
+    """The JSON pointer of an instance location, cut before a member name not shown."""
+    path = ""
+    for token in tokens:
+        if isinstance(token, int) and not isinstance(token, bool):
+            path += f"/{token}"
+        elif isinstance(token, str) and _shown(token):
+            path += "/" + pointer_token(token)
+        else:
+            break
+    return path
+
+
+def _members(error: Any) -> tuple[str, ...]:
+    keyword, instance, schema = error.validator, error.instance, error.schema
+    names: list[str] = []
+    if keyword == "required" and isinstance(instance, dict) and isinstance(schema, Mapping):
+        names = [n for n in schema.get("required", ()) if isinstance(n, str) and n not in instance]
+    elif keyword in _MEMBER_KEYWORDS and isinstance(instance, dict) and isinstance(schema, Mapping):
+        declared = schema.get("properties") or {}
+        patterns = [p for p in (schema.get("patternProperties") or {}) if isinstance(p, str)]
+        for name in instance:
+            if name in declared or any(_search(p, name) for p in patterns):
+                continue
+            names.append(name)
+    return tuple(sorted(n for n in names if _shown(n))[:MAX_MEMBERS])
+
+
+def _search(pattern: str, name: str) -> bool:
+    try:
+        return re.search(pattern, name) is not None
+    except re.error:
+        return False
+
+
+def violations_of(errors: Iterable[Any]) -> tuple[Violation, ...]:
+    """At most `MAX_VIOLATIONS` distinct violations of `jsonschema` errors, in pointer order."""
+    found: set[Violation] = set()
+    for error in errors:
+        keyword = error.validator
+        if not isinstance(keyword, str) or _KEYWORD.fullmatch(keyword) is None:
+            continue
+        found.add(Violation(_pointer(error.absolute_path), keyword, _members(error)))
+    return tuple(sorted(found)[:MAX_VIOLATIONS])

@@ -1,0 +1,280 @@
+"""`Transactor`: what every part of the store stands on — the connections, the deployment the
+store must belong to, one transaction with its bounded retries, the observers told after a
+commit, and the journal head a write transaction saves.
+
+Only transient driver errors (dialect.is_transient) are retried; a lost connection is
+`coordinator.command.store-unavailable`. Sync, not async: transactions are short and bounded,
+the decide callbacks are plain functions that must run while the locks are held, and a sync
+pool serves the worker's loops from threads; the HTTP layer calls the store from a thread pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import select, text
+from sqlalchemy.engine import Connection, Engine
+
+from coordinator_core.engine.clock import Instant
+from coordinator_core.shell.audit.writer import JournalPosition
+from coordinator_core.shell.observe import metrics, tracing
+from coordinator_core.shell.store.dialect import (
+    Prepared,
+    StoreLocation,
+    is_transient,
+    is_unavailable,
+    read_engine,
+    store_unavailable,
+    upsert_advancing,
+)
+from coordinator_core.shell.store.guards import ProcessLock, check_identity
+from coordinator_core.shell.store.records import (
+    ControlRow,
+    DeploymentIdentity,
+    StatusChange,
+    StepOutcome,
+)
+from coordinator_core.shell.store.schema import CONTROL, CONTROL_COLUMNS, JOURNAL_HEADS, control_of
+
+__all__ = ["Committed", "Transactor"]
+
+T = TypeVar("T")
+
+logger = logging.getLogger("coordinator.store")
+
+_ATTEMPTS: Final = 4
+_BACKOFF_SECONDS: Final = (0.01, 0.05, 0.2)
+_HEAD_SECONDS: Final = 1.0
+"""How often a write transaction saves the journal head at most."""
+_OBSERVER_FAILED: Final = "coordinator.service.event"
+
+Committed = StatusChange | StepOutcome
+"""What the observer is told after a commit."""
+
+_HEAD_COLUMNS: Final = (
+    "group_name",
+    "sequence",
+    "line_hash",
+    "file_number",
+    "line_offset",
+    "updated_at",
+)
+_SAVE_HEAD: Final = {
+    kind: Prepared(
+        upsert_advancing(JOURNAL_HEADS, kind, ("group_name",), "sequence", _HEAD_COLUMNS[1:]),
+        column_keys=_HEAD_COLUMNS,
+    )
+    for kind in ("postgresql", "sqlite")
+}
+"""A journal group's head, moved forward only (07 §12.1)."""
+_CONTROL_READ: Final = Prepared(select(CONTROL))
+_NOTIFY: Final = Prepared(text("SELECT pg_notify(:channel, :payload)"))
+
+
+class Transactor:
+    """The connections of one store and the transaction every store method runs in."""
+
+    def __init__(
+        self,
+        location: StoreLocation,
+        engine: Engine,
+        identity: DeploymentIdentity,
+        lock: ProcessLock | None,
+    ) -> None:
+        self.location = location
+        self.engine = engine
+        self.identity = identity
+        self._reader = read_engine(engine)
+        self._lock = lock
+        self._seen_control: tuple[tuple[Any, ...], ControlRow] | None = None
+        self.sender = "from:" + secrets.token_hex(8)  # this store's own notifications
+        self._journal: Callable[[], JournalPosition | None] | None = None
+        self._head_due = 0.0  # monotonic instant from which a write saves the journal head
+        self._observer: Callable[[Sequence[Committed]], None] | None = None
+        self._notes = threading.local()  # `.items`: what this thread's transaction will tell
+
+    def close(self) -> None:
+        """Release the connections and, if held, the SQLite process lock."""
+        self.engine.dispose()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    # -- the transaction ------------------------------------------------------------------------
+
+    def transact(
+        self, purpose: str, work: Callable[[Connection], T], *, read_only: bool = False
+    ) -> T:
+        """Run `work` in one transaction; retry only what is safe to retry, a bounded number of
+        times: a transient driver error (the server rolled back), and a connection found dead
+        before the commit was sent (nothing of the transaction can have committed; this is
+        what replaces a pre-ping per transaction). A connection lost during the commit leaves
+        its outcome unknown: `store-unavailable`, never a retry. `purpose` is the fixed name
+        of the transaction in its span (`shell.observe.tracing`; none while tracing is off)."""
+        if not tracing.enabled():
+            return self._retrying(work, read_only)
+        with tracing.store_transaction(self.location.kind, purpose, read_only=read_only):
+            return self._retrying(work, read_only)
+
+    def _retrying(self, work: Callable[[Connection], T], read_only: bool) -> T:
+        engine = self._reader if read_only else self.engine
+        attempt = 0
+        while True:
+            attempt += 1
+            committing = False
+            try:
+                with engine.connect() as conn:
+                    began = time.perf_counter()
+                    outer = getattr(self._notes, "items", None)
+                    items: list[Committed] | None = None
+                    if self._observer is not None and not read_only:
+                        items = self._notes.items = []
+                    transaction = conn.begin()
+                    try:
+                        result = work(conn)
+                    except BaseException:
+                        transaction.rollback()
+                        raise
+                    finally:
+                        self._notes.items = outer
+                    committing = True
+                    transaction.commit()
+                    metrics.store_transaction(time.perf_counter() - began, read_only=read_only)
+                    if items:
+                        self._tell(items)
+                    return result
+            except sa_exc.DBAPIError as error:
+                if attempt < _ATTEMPTS and (
+                    is_transient(error) or (error.connection_invalidated and not committing)
+                ):
+                    if not error.connection_invalidated:
+                        time.sleep(_BACKOFF_SECONDS[attempt - 1])
+                    continue
+                if is_unavailable(error):
+                    raise store_unavailable() from error
+                raise
+
+    # -- observers ------------------------------------------------------------------------------
+
+    def observe(self, observer: Callable[[Sequence[Committed]], None] | None) -> None:
+        """Tell `observer`, after each commit, the run status changes the transaction wrote and
+        the step outcomes noted in it (`note`), in order (06 §14: the metrics and log lines of
+        a run's life); never what a rolled-back or retried attempt wrote or noted. It runs on
+        the committing thread; what it raises is logged, never the caller's."""
+        self._observer = observer
+
+    def note(self, item: Committed) -> None:
+        """Inside a transaction: tell the observer `item` if the transaction commits."""
+        items: list[Committed] | None = getattr(self._notes, "items", None)
+        if items is not None:
+            items.append(item)
+
+    def _tell(self, items: Sequence[Committed]) -> None:
+        """The observer after a commit: what it fails at never undoes or fails the commit."""
+        assert self._observer is not None
+        try:
+            self._observer(items)
+        except Exception:
+            logger.warning("status change not observed", extra={"code": _OBSERVER_FAILED})
+
+    # -- the deployment check of every verifying transaction ------------------------------------
+
+    def verify_txn(self, conn: Connection) -> ControlRow:
+        """07 §6.1 step 1 / §7.1: databaseId, schema version and key custody, checked in every
+        verifying transaction (the PostgreSQL database name is checked on every connection,
+        see dialect.create_store_engine)."""
+        return self.verified(_CONTROL_READ.first(conn))
+
+    def verified(self, row: Mapping[str, Any] | None, *, prefix: str = "") -> ControlRow:
+        """The control row of `row` (its columns named `prefix` + name), checked to belong to
+        this deployment (`check_identity`). Every transaction reads it; the last one checked
+        is kept with the values it was built from, so an unchanged row is not checked again."""
+        if row is None:
+            return check_identity(None, self.identity)
+        values = tuple(row[prefix + name] for name in CONTROL_COLUMNS)
+        seen = self._seen_control
+        if seen is not None and seen[0] == values:
+            return seen[1]
+        control = check_identity(
+            control_of(dict(zip(CONTROL_COLUMNS, values, strict=True))), self.identity
+        )
+        self._seen_control = (values, control)
+        return control
+
+    def may_claim(self, control: ControlRow) -> bool:
+        """Whether a worker may lease records now: the active package is the one this process
+        serves and no restore hold is set (a claim, and a continuation, check it)."""
+        return self.serves_active_package(control) and not control.restore_hold
+
+    def serves_active_package(self, control: ControlRow) -> bool:
+        expected = self.identity.package_digest
+        return expected is None or control.active_package_digest == expected
+
+    # -- the journal head (07 §12.1) --------------------------------------------------------------
+
+    def follow_journal(self, position: Callable[[], JournalPosition | None]) -> None:
+        """Keep this process's journal head in the store: `position` answers the last line of
+        the process's journal on stable storage; a write transaction saves it at most once a
+        second (`save_head_txn`), and `save_journal_head` at once."""
+        self._journal = position
+
+    def save_journal_head(self, now: Instant) -> None:
+        """Save the journal head now (at a clean stop: the last line the process wrote)."""
+        if self._journal is not None and (position := self._journal()) is not None:
+            self.transact(
+                "save-journal-head", lambda conn: self.write_head_txn(conn, position, now)
+            )
+
+    def save_head_txn(self, conn: Connection, now: Instant) -> None:
+        """Inside a write transaction: the journal's current durable line becomes the group's
+        head when it commits, at most once per `_HEAD_SECONDS` (every line is on stable storage
+        before the transaction that journaled it commits, so any durable line is a head the
+        store may hold; the start-up check reads what follows it)."""
+        if self._journal is None:
+            return
+        moment = time.monotonic()
+        if moment < self._head_due:
+            return
+        position = self._journal()
+        if position is not None:
+            self._head_due = moment + _HEAD_SECONDS
+            self.write_head_txn(conn, position, now)
+
+    def write_head_txn(self, conn: Connection, position: JournalPosition, now: Instant) -> None:
+        _SAVE_HEAD[self.location.kind].run(
+            conn,
+            {
+                "group_name": position.group,
+                "sequence": position.sequence,
+                "line_hash": position.line_hash,
+                "file_number": position.file_number,
+                "line_offset": position.line_offset,
+                "updated_at": now,
+            },
+        )
+
+    # -- notifications across processes (07 §7.7 item 4) ---------------------------------------
+
+    @property
+    def wake_channel(self) -> str | None:
+        """The PostgreSQL notification channel of this store (named by its namespace), or None
+        on SQLite, where one process holds the store."""
+        namespace = self.location.namespace
+        if self.location.kind != "postgresql" or namespace is None:
+            return None
+        return "coordinator_due_" + hashlib.sha256(namespace.encode()).hexdigest()[:24]
+
+    def notify_txn(self, conn: Connection, payload: str | None = None) -> None:
+        """`NOTIFY` the store's channel; delivered when (and only if) the transaction commits,
+        to the other processes (this store's own listener ignores its `sender` payload: every
+        change made here also rings this process's loops)."""
+        channel = self.wake_channel
+        if channel is not None:
+            _NOTIFY.run(conn, {"channel": channel, "payload": payload or self.sender})
