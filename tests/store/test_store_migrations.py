@@ -28,7 +28,7 @@ from store_support import ACTIVATION, IDENTITY, SECOND, T0, Backend, admit, chan
 from store_support import admission as store_admission
 
 from coordinator_core.engine.state import TERMINAL_STATUSES as ENGINE_TERMINAL
-from coordinator_core.engine.state import RunStatus, StepState, StepType
+from coordinator_core.engine.state import RunStatusValue, StepState, StepType
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.store import (
     NAMESPACE_MARKER,
@@ -114,7 +114,7 @@ def test_the_migration_creates_exactly_the_declared_schema(backend: Backend) -> 
 
 
 def test_the_schema_vocabulary_is_the_engine_vocabulary() -> None:
-    assert set(RUN_STATUSES) == set(get_args(RunStatus))
+    assert set(RUN_STATUSES) == set(get_args(RunStatusValue))
     assert set(STEP_STATES) == set(get_args(StepState))
     assert set(STEP_TYPES) == set(get_args(StepType))
     assert set(TERMINAL_STATUSES) == set(ENGINE_TERMINAL)
