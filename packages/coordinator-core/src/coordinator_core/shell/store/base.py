@@ -51,6 +51,7 @@ from coordinator_core.shell.store.guards import (
     read_ledger,
     refuse,
 )
+from coordinator_core.shell.store.identity import DatabaseWatch, StoreIdentity, read_identity
 from coordinator_core.shell.store.invariants import Lease, check_write, claim_of, new_token
 from coordinator_core.shell.store.rows import (
     Claim,
@@ -119,6 +120,7 @@ class StoreBase:
         self._seen_control: tuple[tuple[Any, ...], ControlRow] | None = None
         self._sender = "from:" + secrets.token_hex(8)  # this store's own notifications
         self._journal: Callable[[], JournalPosition | None] | None = None
+        self._database: DatabaseWatch | None = None  # set by `open` (07 §12.1 item 5)
         self._head_due = 0.0  # monotonic instant from which a write saves the journal head
         self._observer: Callable[[Sequence[Committed]], None] | None = None
         self._notes = threading.local()  # `.items`: the notes of this thread's transaction
@@ -164,6 +166,10 @@ class StoreBase:
         store = cls(location, engine, identity, lock)
         try:
             store.verify()
+            found = store._transact(
+                "identity", lambda c: read_identity(c, location), read_only=True
+            )
+            store._database = DatabaseWatch(engine, location, found)
         except BaseException:
             store.close()
             raise
@@ -256,8 +262,15 @@ class StoreBase:
                 "file_number": position.file_number,
                 "line_offset": position.line_offset,
                 "updated_at": now,
+                "store_identity": self.store_identity.text,
             },
         )
+
+    @property
+    def store_identity(self) -> StoreIdentity:
+        """The identity of the database this store was opened in (07 §12.1 item 5)."""
+        assert self._database is not None
+        return self._database.identity
 
     @property
     def kind(self) -> StoreKind:

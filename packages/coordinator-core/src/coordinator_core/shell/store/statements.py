@@ -381,6 +381,7 @@ HEAD_COLUMNS: Final = (
     "file_number",
     "line_offset",
     "updated_at",
+    "store_identity",
 )
 SAVE_HEAD: Final = {
     kind: Prepared(
