@@ -87,6 +87,11 @@ PRODUCT_CODES = (
     "coordinator.command.run-not-finished",
     "coordinator.command.watch-timeout",
     "coordinator.command.watch-interrupted",
+    # `audit verify` (07 §12.1 item 6, docs/operations.md §8): the contract says a torn tail is
+    # reported as `torn-tail`, not as tampering, and that a verify without the runtime file
+    # says plainly that it cannot check the tail against the store; both are warnings.
+    "coordinator.audit.torn-tail",
+    "coordinator.audit.heads-unchecked",
 )
 
 EXIT_3 = {
@@ -116,6 +121,8 @@ WARNINGS = {
     "coordinator.definition.unused-operation",
     "coordinator.runtime.completion-events-unconfigured",
     "coordinator.deployment.version-reused",
+    "coordinator.audit.torn-tail",  # of this implementation (PRODUCT_CODES)
+    "coordinator.audit.heads-unchecked",  # of this implementation (PRODUCT_CODES)
 }
 # Contract 06 §3.1.
 HTTP_STATUS = {
