@@ -1118,6 +1118,13 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
         "error",
         404,
     ),
+    "coordinator.request.peer-connections-exhausted": (
+        "This client's address already holds its share of the service's connections, or of those still sending a request head.",
+        "Retry after the `Retry-After` delay and reuse connections; behind a reverse proxy, name the proxy in `deployment.listener.trustedProxies` and let it limit each client.",
+        3,
+        "error",
+        503,
+    ),
     "coordinator.request.too-large": (
         "The request body is larger than 65,536 bytes.",
         "Send a body of at most 65,536 bytes.",

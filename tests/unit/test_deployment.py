@@ -1045,8 +1045,7 @@ def test_a_primary_and_its_standbys_are_one_multi_host_url_that_only_writes_to_t
     [
         "postgresql://u:CANARY-7f3e@127.0.0.1,db2.example.org/app?target_session_attrs=read-write"
         "&sslmode=disable",
-        "postgresql://u:CANARY-7f3e@db1.example.org,db2.example.org/app"
-        "?target_session_attrs=any",
+        "postgresql://u:CANARY-7f3e@db1.example.org,db2.example.org/app?target_session_attrs=any",
         "postgresql://u:CANARY-7f3e@db1.example.org,,db2.example.org/app"
         "?target_session_attrs=read-write",
     ],

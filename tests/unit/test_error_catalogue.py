@@ -73,6 +73,7 @@ PRODUCT_CODES = (
     # contract bounds bodies and tokens but not request heads or open connections.
     "coordinator.request.headers-too-large",
     "coordinator.request.connections-exhausted",
+    "coordinator.request.peer-connections-exhausted",
     # A deployment command of a `coordinatorctl` installed without its `deploy` extra (the
     # offline commands install without a store driver, docs/installing.md).
     "coordinator.command.extra-required",
@@ -113,6 +114,7 @@ EXIT_3 = {
     "coordinator.command.audit-response-unavailable",
     "coordinator.event.admissions-held",
     "coordinator.request.connections-exhausted",  # a 503 of this implementation
+    "coordinator.request.peer-connections-exhausted",  # a 503 of this implementation
 }
 # Contract 02 §10, 05 §3, 09 §7: the warnings.
 WARNINGS = {
@@ -181,6 +183,7 @@ HTTP_STATUS = {
         "coordinator.command.audit-response-unavailable",
         "coordinator.event.admissions-held",
         "coordinator.request.connections-exhausted",  # of this implementation (PRODUCT_CODES)
+        "coordinator.request.peer-connections-exhausted",  # of this implementation
     ],
 }
 # Contract 08 §10: the closed failure codes.

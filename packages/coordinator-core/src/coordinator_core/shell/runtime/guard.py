@@ -1,81 +1,125 @@
-"""The connection guard of `coordinator serve`: what a client may hold before the app sees it.
+"""The connection guard of an HTTP listener: what a client may hold before the app sees it.
+`coordinator serve` (coordinator_api.connection, with problem+json refusals) and
+`coordinatorctl console` (plain-text refusals) run their uvicorn servers with it.
 
-uvicorn's httptools protocol, subclassed (`guarded_protocol`), with the bounds of `limits`:
+uvicorn's httptools protocol, subclassed (`guarded_protocol`), with the bounds of
+`ConnectionLimits`:
 
-* At most `MAX_CONNECTIONS` open connections; one more is answered
-  `503 coordinator.request.connections-exhausted` as soon as it is accepted, before any of its
-  bytes is parsed.
-* A request head (request line and headers) of at most `HEAD_MAX_BYTES`: the parser is never fed
-  more, so nothing of a longer head is buffered; it is answered
-  `431 coordinator.request.headers-too-large` before any routing, authentication or body read.
-* A head must be complete `HEAD_TIMEOUT_SECONDS` after it began (a silent new connection
-  included), a body `BODY_TIMEOUT_SECONDS` after its head; otherwise the connection is cut. An
-  idle kept-alive connection is closed after `KEEP_ALIVE_SECONDS` (uvicorn's own timer).
+* At most `max_connections` open connections in all; one more is refused as soon as it is
+  accepted, before any of its bytes is parsed (`connections-exhausted`).
+* Fair share (docs/operations.md §10): at most `connections_per_peer` open connections and
+  `heads_per_peer` connections still sending their first request head per peer, where a peer
+  is an IPv4 address or an IPv6 /64 (an IPv4-mapped address is its IPv4 address); one more is
+  refused the same way (`peer-connections-exhausted`). One address holding its share cannot
+  hold the listener. Peers in `trusted_proxies` (reverse proxies that enforce per-client
+  limits themselves) count only against the global cap; no forwarded header is ever read.
+* A request head (request line and headers) of at most `head_max_bytes`: the parser is never
+  fed more, so nothing of a longer head is buffered; it is refused (`headers-too-large`)
+  before any routing, authentication or body read.
+* A head must be complete `head_timeout_seconds` after it began (a silent new connection
+  included), a body `body_timeout_seconds` after its head; otherwise the connection is cut. An
+  idle kept-alive connection is closed by uvicorn's own timer.
 
-A refusal is a fixed problem+json answer (06 §3) sent with `Connection: close`; then the service
-stops writing and drops what the client still sends for at most `CLOSE_LINGER_SECONDS`, so that
-the client reads the answer instead of a reset. Nothing the client sent is logged or echoed.
+A refusal is a fixed answer (`Refusals`: the status and the header and body bytes) sent with
+`Connection: close`; then the listener stops writing and drops what the client still sends for
+at most `close_linger_seconds`, so that the client reads the answer instead of a reset. Nothing
+the client sent is logged or echoed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Literal
 
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from coordinator_api import limits
-from coordinator_api.edge import SECURITY_HEADERS
-from coordinator_api.problems import problem_body, problem_headers
-from coordinator_api.wire import encode
-
-__all__ = ["CONNECTIONS_EXHAUSTED", "HEADERS_TOO_LARGE", "ConnectionLimits", "guarded_protocol"]
+__all__ = [
+    "CONNECTIONS_EXHAUSTED",
+    "HEADERS_TOO_LARGE",
+    "PEER_CONNECTIONS_EXHAUSTED",
+    "ConnectionLimits",
+    "Refusal",
+    "guarded_protocol",
+    "peer_of",
+]
 
 HEADERS_TOO_LARGE: Final = "coordinator.request.headers-too-large"
 CONNECTIONS_EXHAUSTED: Final = "coordinator.request.connections-exhausted"
-_RETRY_AFTER_SECONDS: Final = 1
+PEER_CONNECTIONS_EXHAUSTED: Final = "coordinator.request.peer-connections-exhausted"
+Refusal = Literal[
+    "coordinator.request.headers-too-large",
+    "coordinator.request.connections-exhausted",
+    "coordinator.request.peer-connections-exhausted",
+]
+Refusals = Mapping[str, tuple[int, bytes]]
+"""Each refusal's status and the bytes after its status line and the server's default
+headers: its own headers (`Connection: close` among them), the empty line and the body."""
+
+_IPV6_PEER_PREFIX: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
-    """The bounds one server applies; the defaults are the service's (`limits`)."""
+    """The bounds one listener applies (the defaults are the service's, docs/operations.md
+    §10; `coordinator_api.limits` names them)."""
 
-    head_max_bytes: int = limits.HEAD_MAX_BYTES
-    head_timeout_seconds: float = limits.HEAD_TIMEOUT_SECONDS
-    body_timeout_seconds: float = limits.BODY_TIMEOUT_SECONDS
-    max_connections: int = limits.MAX_CONNECTIONS
-    close_linger_seconds: float = limits.CLOSE_LINGER_SECONDS
+    head_max_bytes: int = 32_768
+    head_timeout_seconds: float = 10.0
+    body_timeout_seconds: float = 10.0
+    max_connections: int = 256
+    close_linger_seconds: float = 2.0
+    connections_per_peer: int = 32
+    heads_per_peer: int = 8
+    trusted_proxies: tuple[str, ...] = ()
+    """IP addresses or networks whose connections are exempt from the per-peer caps."""
 
 
-def _fixed_answer(code: str) -> tuple[int, bytes]:
-    """The status and the header-and-body bytes (after the status line and the server's
-    default headers) of the refusal `code`: the same bytes every time."""
-    problem = problem_body(code)
-    body, status = encode(problem), problem.status
-    headers = [
-        (name.lower().encode("latin-1"), value.encode("latin-1"))
-        for name, value in problem_headers(code).items()
-    ]
-    if code == CONNECTIONS_EXHAUSTED:
-        headers.append((b"retry-after", str(_RETRY_AFTER_SECONDS).encode("ascii")))
-    headers += [
-        *SECURITY_HEADERS,
-        (b"content-length", str(len(body)).encode("ascii")),
-        (b"connection", b"close"),
-    ]
-    lines = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
-    return status, lines + b"\r\n" + body
+def peer_of(address: object) -> str | None:
+    """The peer a socket address belongs to for the per-peer caps: an IPv4 address, or the
+    /64 of an IPv6 address (an IPv4-mapped one is its IPv4 address); None for anything else
+    (a Unix socket), which the per-peer caps do not count."""
+    host = address[0] if isinstance(address, tuple) and address else None
+    if not isinstance(host, str):
+        return None
+    try:
+        parsed = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        return None
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.IPv6Network((parsed, _IPV6_PEER_PREFIX), strict=False))
+    return str(parsed)
+
+
+def _trusted(
+    peer: str, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+) -> bool:
+    try:
+        address = ipaddress.ip_network(peer, strict=False)
+    except ValueError:
+        return False
+    return any(
+        address.version == network.version and address.subnet_of(network)  # type: ignore[arg-type]
+        for network in networks
+    )
 
 
 class _GuardedProtocol(HttpToolsProtocol):
     """One client connection under `ConnectionLimits` (see the module docstring)."""
 
     limits: ClassVar[ConnectionLimits]
+    refusals: ClassVar[Refusals]
+    proxies: ClassVar[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]]
     refusing: ClassVar[set[_GuardedProtocol]]
-    """Connections refused beyond the cap that still linger (bounded by the cap itself)."""
+    """Connections refused beyond a cap that still linger (bounded by the global cap)."""
+    open_by_peer: ClassVar[dict[str, int]]
+    heads_by_peer: ClassVar[dict[str, int]]
 
     def __init__(
         self,
@@ -93,21 +137,47 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._closing = False
         self._deferred = False  # a 431 waits for the answers before it
         self._refused = False
+        self._peer: str | None = None  # counted against the per-peer caps while set
+        self._first_head = False  # counted in `heads_by_peer` while set
 
     # -- asyncio.Protocol -----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if len(self.connections) >= self.limits.max_connections:
+        refusal = self._admit(transport)
+        if refusal is not None:
             self._refused = True
             self.transport = transport
             if len(self.refusing) >= self.limits.max_connections:
                 transport.abort()  # a flood of refusals: not even a lingering answer
                 return
             self.refusing.add(self)
-            self._answer_and_close(CONNECTIONS_EXHAUSTED)
+            self._answer_and_close(refusal)
             return
         super().connection_made(transport)
         self._arm(self.limits.head_timeout_seconds)
+
+    def _admit(self, transport: asyncio.Transport) -> str | None:
+        """The refusal of a new connection, or None (then it is counted for its peer)."""
+        if len(self.connections) >= self.limits.max_connections:
+            return CONNECTIONS_EXHAUSTED
+        peer = peer_of(transport.get_extra_info("peername"))
+        if peer is None or (self.proxies and _trusted(peer, self.proxies)):
+            return None
+        if (
+            self.open_by_peer.get(peer, 0) >= self.limits.connections_per_peer
+            or self.heads_by_peer.get(peer, 0) >= self.limits.heads_per_peer
+        ):
+            return PEER_CONNECTIONS_EXHAUSTED
+        self._peer, self._first_head = peer, True
+        self.open_by_peer[peer] = self.open_by_peer.get(peer, 0) + 1
+        self.heads_by_peer[peer] = self.heads_by_peer.get(peer, 0) + 1
+        return None
+
+    def _head_done(self) -> None:
+        """The first request head is complete: the connection no longer counts as sending it."""
+        if self._first_head and self._peer is not None:
+            self._first_head = False
+            _decrement(self.heads_by_peer, self._peer)
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -140,6 +210,10 @@ class _GuardedProtocol(HttpToolsProtocol):
         if self._refused:
             self.refusing.discard(self)
             return
+        self._head_done()
+        if self._peer is not None:
+            _decrement(self.open_by_peer, self._peer)
+            self._peer = None
         super().connection_lost(exc)
 
     def shutdown(self) -> None:
@@ -165,6 +239,7 @@ class _GuardedProtocol(HttpToolsProtocol):
             self._refuse_head()
             return
         self._in_head = False
+        self._head_done()
         self._arm(self.limits.body_timeout_seconds)
         super().on_headers_complete()
 
@@ -231,7 +306,7 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._closing = True
         self._disarm()
         self._unset_keepalive_if_required()
-        status, rest = _ANSWERS[code]
+        status, rest = self.refusals[code]
         default = b"".join(
             name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers
         )
@@ -240,19 +315,34 @@ class _GuardedProtocol(HttpToolsProtocol):
         if transport.can_write_eof():
             transport.write_eof()
             self._deadline = self.loop.call_later(self.limits.close_linger_seconds, transport.close)
-        else:  # pragma: no cover - every transport of the service can half-close
+        else:  # pragma: no cover - every transport of the listeners can half-close
             transport.close()
 
 
-_ANSWERS: Final = {code: _fixed_answer(code) for code in (HEADERS_TOO_LARGE, CONNECTIONS_EXHAUSTED)}
+def _decrement(counts: dict[str, int], peer: str) -> None:
+    left = counts.get(peer, 0) - 1
+    if left > 0:
+        counts[peer] = left
+    else:
+        counts.pop(peer, None)
 
 
-def guarded_protocol(bounds: ConnectionLimits | None = None) -> type[asyncio.Protocol]:
-    """A protocol class for `uvicorn.Config(http=...)` applying `bounds` (the service's own by
-    default); each call has its own count of lingering refusals."""
+def guarded_protocol(bounds: ConnectionLimits, refusals: Refusals) -> type[asyncio.Protocol]:
+    """A protocol class for `uvicorn.Config(http=...)` applying `bounds`, answering each
+    refusal with `refusals[code]` (every `Refusal` code); each call has its own counts of
+    lingering refusals and of connections per peer (one listener, one event loop)."""
+    missing = {HEADERS_TOO_LARGE, CONNECTIONS_EXHAUSTED, PEER_CONNECTIONS_EXHAUSTED} - set(refusals)
+    if missing:
+        raise ValueError("Every refusal of the guard needs its answer.")
+    networks = tuple(ipaddress.ip_network(item, strict=False) for item in bounds.trusted_proxies)
+    answers = dict(refusals)
 
     class GuardedProtocol(_GuardedProtocol):
-        limits = bounds or ConnectionLimits()
+        limits = bounds
+        refusals: ClassVar[Refusals] = answers
+        proxies = networks
         refusing: ClassVar[set[_GuardedProtocol]] = set()
+        open_by_peer: ClassVar[dict[str, int]] = {}
+        heads_by_peer: ClassVar[dict[str, int]] = {}
 
     return GuardedProtocol
