@@ -374,26 +374,42 @@ def test_heads_beyond_the_share_of_one_address_are_refused_and_others_are_served
 
 
 def test_open_connections_beyond_the_share_of_one_address_are_refused(fair: Served) -> None:
-    held: list[socket.socket] = []
+    busy: list[socket.socket] = []
     try:
-        for _ in range(3):
-            held.append(_from(fair, "127.0.0.5"))
-            assert _answered(held[-1]) == 200  # kept alive, no head pending: still open
-        with _from(fair, "127.0.0.5") as extra:
-            status, _, problem = _problem(_read_all(extra))
+        for _ in range(3):  # each answered once, then half its next request: open, not idle
+            busy.append(_from(fair, "127.0.0.5"))
+            assert _answered(busy[-1]) == 200
+            busy[-1].sendall(_request(1, body=b"0123456789")[:-5])
+        for _ in range(200):  # the service has seen every head: a bound, not a duration
+            with _from(fair, "127.0.0.5") as extra:
+                status, _, problem = _problem(_read_all(extra))
+            if problem["code"] == "coordinator.request.peer-connections-exhausted":
+                break
+            threading.Event().wait(0.05)
         assert status == 503
         assert problem["code"] == "coordinator.request.peer-connections-exhausted"
+        for client in busy:
+            client.sendall(b"56789")
+            assert _read_answer(client).startswith(b"HTTP/1.1 200 ")
     finally:
-        for client in held:
+        for client in busy:
             client.close()
-    answered = None
-    for _ in range(200):  # the service sees the closes; a bound, not an expected duration
-        with _from(fair, "127.0.0.5") as client:
-            answered = _answered(client)
-        if answered == 200:
-            break
-        threading.Event().wait(0.05)
-    assert answered == 200
+
+
+def test_an_idle_kept_alive_connection_gives_way_to_a_new_one_of_its_peer(fair: Served) -> None:
+    """A client whose pool leaves connections idle is not refused for them: at its share, its
+    oldest idle connection is closed for the new one."""
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(3):
+            idle.append(_from(fair, "127.0.0.6"))
+            assert _answered(idle[-1]) == 200  # kept alive, idle
+        with _from(fair, "127.0.0.6") as fourth:
+            assert _answered(fourth) == 200
+        assert idle[0].recv(65_536) == b""  # the oldest idle one was closed for it
+    finally:
+        for client in idle:
+            client.close()
 
 
 def test_a_trusted_proxy_counts_only_against_the_global_cap(fair: Served) -> None:

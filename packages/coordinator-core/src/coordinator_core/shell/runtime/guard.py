@@ -9,9 +9,11 @@ uvicorn's httptools protocol, subclassed (`guarded_protocol`), with the bounds o
   accepted, before any of its bytes is parsed (`connections-exhausted`).
 * Fair share (docs/operations.md §10): at most `connections_per_peer` open connections and
   `heads_per_peer` connections still sending their first request head per peer, where a peer
-  is an IPv4 address or an IPv6 /64 (an IPv4-mapped address is its IPv4 address); one more is
-  refused the same way (`peer-connections-exhausted`). One address holding its share cannot
-  hold the listener. Peers in `trusted_proxies` (reverse proxies that enforce per-client
+  is an IPv4 address or an IPv6 /64 (an IPv4-mapped address is its IPv4 address). A peer at
+  its open-connection share that opens another has its oldest idle kept-alive connection
+  closed for it (a client whose pool leaves connections idle is not refused for them); with
+  none idle, or at its share of pending heads, the new one is refused the same way
+  (`peer-connections-exhausted`). One address holding its share cannot hold the listener. Peers in `trusted_proxies` (reverse proxies that enforce per-client
   limits themselves) count only against the global cap; no forwarded header is ever read.
 * A request head (request line and headers) of at most `head_max_bytes`: the parser is never
   fed more, so nothing of a longer head is buffered; it is refused (`headers-too-large`)
@@ -118,7 +120,8 @@ class _GuardedProtocol(HttpToolsProtocol):
     proxies: ClassVar[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]]
     refusing: ClassVar[set[_GuardedProtocol]]
     """Connections refused beyond a cap that still linger (bounded by the global cap)."""
-    open_by_peer: ClassVar[dict[str, int]]
+    open_by_peer: ClassVar[dict[str, dict[_GuardedProtocol, None]]]
+    """Each peer's open connections, oldest first (an ordered set)."""
     heads_by_peer: ClassVar[dict[str, int]]
 
     def __init__(
@@ -137,7 +140,8 @@ class _GuardedProtocol(HttpToolsProtocol):
         self._closing = False
         self._deferred = False  # a 431 waits for the answers before it
         self._refused = False
-        self._peer: str | None = None  # counted against the per-peer caps while set
+        self._peer: str | None = None  # counted in `open_by_peer` while set
+        self._head_peer = ""  # the peer whose pending heads count this one
         self._first_head = False  # counted in `heads_by_peer` while set
 
     # -- asyncio.Protocol -----------------------------------------------------------------
@@ -163,21 +167,43 @@ class _GuardedProtocol(HttpToolsProtocol):
         peer = peer_of(transport.get_extra_info("peername"))
         if peer is None or (self.proxies and _trusted(peer, self.proxies)):
             return None
-        if (
-            self.open_by_peer.get(peer, 0) >= self.limits.connections_per_peer
-            or self.heads_by_peer.get(peer, 0) >= self.limits.heads_per_peer
-        ):
+        if self.heads_by_peer.get(peer, 0) >= self.limits.heads_per_peer:
             return PEER_CONNECTIONS_EXHAUSTED
-        self._peer, self._first_head = peer, True
-        self.open_by_peer[peer] = self.open_by_peer.get(peer, 0) + 1
+        opened = self.open_by_peer.setdefault(peer, {})
+        if len(opened) >= self.limits.connections_per_peer:
+            idle = next((other for other in opened if other._idle()), None)
+            if idle is None:
+                return PEER_CONNECTIONS_EXHAUSTED
+            idle._evict()
+        self._peer, self._head_peer, self._first_head = peer, peer, True
+        opened[self] = None
         self.heads_by_peer[peer] = self.heads_by_peer.get(peer, 0) + 1
         return None
 
+    def _idle(self) -> bool:
+        """Kept alive after an answer, waiting for its next request (uvicorn's timer runs)."""
+        return self.timeout_keep_alive_task is not None and not self.transport.is_closing()
+
+    def _evict(self) -> None:
+        """Close this idle connection for a new one of its peer; it stops counting at once."""
+        self._forget_peer()
+        self.transport.close()
+
+    def _forget_peer(self) -> None:
+        peer, self._peer = self._peer, None
+        if peer is None:
+            return
+        opened = self.open_by_peer.get(peer)
+        if opened is not None:
+            opened.pop(self, None)
+            if not opened:
+                del self.open_by_peer[peer]
+
     def _head_done(self) -> None:
         """The first request head is complete: the connection no longer counts as sending it."""
-        if self._first_head and self._peer is not None:
+        if self._first_head:
             self._first_head = False
-            _decrement(self.heads_by_peer, self._peer)
+            _decrement(self.heads_by_peer, self._head_peer)
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -211,9 +237,7 @@ class _GuardedProtocol(HttpToolsProtocol):
             self.refusing.discard(self)
             return
         self._head_done()
-        if self._peer is not None:
-            _decrement(self.open_by_peer, self._peer)
-            self._peer = None
+        self._forget_peer()
         super().connection_lost(exc)
 
     def shutdown(self) -> None:
@@ -342,7 +366,7 @@ def guarded_protocol(bounds: ConnectionLimits, refusals: Refusals) -> type[async
         refusals: ClassVar[Refusals] = answers
         proxies = networks
         refusing: ClassVar[set[_GuardedProtocol]] = set()
-        open_by_peer: ClassVar[dict[str, int]] = {}
+        open_by_peer: ClassVar[dict[str, dict[_GuardedProtocol, None]]] = {}
         heads_by_peer: ClassVar[dict[str, int]] = {}
 
     return GuardedProtocol
