@@ -94,6 +94,7 @@ MAX_FORM_BYTES: Final = 4096
 Form = dict[str, str]
 FAILURE_TEXT: Final = {
     "unreachable": "The service cannot be reached.",
+    "tls": "The service's TLS certificate is not trusted on this machine (see SSL_CERT_FILE).",
     "timeout": "The service did not answer in time.",
     "oversize": "The service's answer was too large.",
     "invalid": "The service's answer was not a valid answer.",
