@@ -290,7 +290,7 @@ async def test_a_body_cut_short_by_a_disconnect_is_never_handled(
     assert len(service.runs) == 1
 
 
-# -- fair share per peer (docs/operations.md §10) ----------------------------------------------
+# -- fair share per peer (docs/operations.md, "HTTP edge limits") ----------------------------------------------
 
 FAIR = ConnectionLimits(
     head_max_bytes=2_048,

@@ -134,7 +134,7 @@ def test_connections_beyond_the_cap_are_refused_and_service_resumes(
 ) -> None:
     project, _ = served
     # The global cap is the last guard: reaching it takes many peers, each within its share
-    # (8 connections still sending their head; docs/operations.md §10).
+    # (8 connections still sending their head; docs/operations.md, "HTTP edge limits").
     sources = _sources(MAX_CONNECTIONS // HEADS_PER_PEER)
     held = [_from(project, source) for source in sources for _ in range(HEADS_PER_PEER)]
     try:

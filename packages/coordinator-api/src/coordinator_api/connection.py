@@ -1,4 +1,4 @@
-"""The connection guard of `coordinator serve` (docs/operations.md §10): the shared guard
+"""The connection guard of `coordinator serve` (docs/operations.md, "HTTP edge limits"): the shared guard
 (`coordinator_core.shell.runtime.guard`) with the service's bounds (`limits`, the listener's
 per-peer caps from the runtime file) and its refusals as the fixed problem+json answers of
 06 §3, with the security headers of every answer and, for the two 503s, `Retry-After: 1`."""

@@ -7,7 +7,7 @@ uvicorn's httptools protocol, subclassed (`guarded_protocol`), with the bounds o
 
 * At most `max_connections` open connections in all; one more is refused as soon as it is
   accepted, before any of its bytes is parsed (`connections-exhausted`).
-* Fair share (docs/operations.md §10): at most `connections_per_peer` open connections and
+* Fair share (docs/operations.md, "HTTP edge limits"): at most `connections_per_peer` open connections and
   `heads_per_peer` connections still sending their first request head per peer, where a peer
   is an IPv4 address or an IPv6 /64 (an IPv4-mapped address is its IPv4 address). A peer at
   its open-connection share that opens another has its oldest idle kept-alive connection
@@ -67,8 +67,8 @@ _IPV6_PEER_PREFIX: Final = 64
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
-    """The bounds one listener applies (the defaults are the service's, docs/operations.md
-    §10; `coordinator_api.limits` names them)."""
+    """The bounds one listener applies (the defaults are the service's: docs/operations.md,
+    "HTTP edge limits"; `coordinator_api.limits` names them)."""
 
     head_max_bytes: int = 32_768
     head_timeout_seconds: float = 10.0
