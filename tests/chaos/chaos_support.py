@@ -415,7 +415,8 @@ class Campaign:
         if process.returncode == -signal.SIGKILL:
             self.tally.kills += 1
         elif process.poll() is None:
-            self.tally.notes.append(f"failpoint {boundary} not reached")
+            where = " (test_freeze_failpoint reaches it)" if boundary == "after-freeze" else ""
+            self.tally.notes.append(f"failpoint {boundary} not reached by this workflow{where}")
             process.terminate()
             process.wait(40)
         self.start(name)
