@@ -8,7 +8,9 @@ policy allows every action. It then runs
 
     schemathesis --config-file ci/schemathesis.toml run generated/openapi.bundled.yaml
 
-(fixed seed, bounded examples and time, every check, the stateful phase, warnings fail) and
+(fixed seed, bounded examples and time, every check, the stateful phase, warnings fail) with
+the hooks of ci/contract_hooks.py (half of the generated admissions are made admissible, so the
+stateful phase follows the links admission → status → inspection → cancel on live runs), and
 finally stops every process and drops the database and the role. The exit code is
 schemathesis's (or 1 if the set-up fails); extra arguments are passed to `schemathesis run`.
 
@@ -80,10 +82,19 @@ def run_contract(directory: Path, processes: Processes, database_url: str, role:
         print(f"the operator token is refused: {probe.status_code} {probe.text}", file=sys.stderr)
         return 1
 
+    application = str(uuid.uuid4())
+    sandbox.seed_application(application)
     env = dict(
         os.environ,
         COORD_URL=project.origin,
         COORD_TOKEN=token,
+        # ci/contract_hooks.py: what an admissible admission names (the stateful phase follows
+        # the links of the runs it admits).
+        COORD_WORKFLOW=project.workflow,
+        COORD_REVISION=project.revision,
+        COORD_APPLICATION=application,
+        SCHEMATHESIS_HOOKS="contract_hooks",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "ci"), os.environ.get("PYTHONPATH")])),
     )
     command = [
         str(Path(sys.executable).with_name("schemathesis")),

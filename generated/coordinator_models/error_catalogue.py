@@ -201,11 +201,32 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
         "error",
         None,
     ),
+    "coordinator.audit.heads-unchecked": (
+        "Without the runtime file the journal's tail is not compared with the store's journal heads, so a deleted last line or file cannot be seen.",
+        "Run `coordinatorctl --runtime-config FILE audit verify --directory DIR` to compare every group with the heads the store recorded.",
+        0,
+        "warning",
+        None,
+    ),
+    "coordinator.audit.journal-altered": (
+        "A line of the audit journal after the store's journal heads does not parse or does not continue its chain.",
+        "Treat the journal as altered: compare the reported file and line with a separately stored chain head (`coordinatorctl audit verify`), restore the journal that belongs with this store, or start `coordinator serve --recovery-only` and follow the restore runbook.",
+        1,
+        "error",
+        None,
+    ),
     "coordinator.audit.journal-truncated": (
         "An audit journal file group is shorter than the store recorded, missing, or its line at the recorded position differs.",
         "Restore the journal directory that belongs with this store (the store and the journal are backed up and restored together); if the journal was lost, start `coordinator serve --recovery-only` and set the restore hold, which records the journal as it is now.",
         1,
         "error",
+        None,
+    ),
+    "coordinator.audit.torn-tail": (
+        "The last line of a journal file was torn by a failed write or a process killed while writing, and nothing follows it; it is not taken for an alteration.",
+        "Nothing to repair: at its next start the service moves the torn bytes to a file of the same name ending in `.torn` and journals that it did (`journal.torn-tail`). Free the disk space if a full disk caused it.",
+        0,
+        "warning",
         None,
     ),
     "coordinator.audit.unreadable": (
@@ -761,6 +782,13 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
         "error",
         None,
     ),
+    "coordinator.deployment.store-restored": (
+        "The store is not in the database its journal heads, its audit journal or its restore witness name, as after a restore from a backup or a standby's promotion.",
+        "Do not work this store with the ordinary service: start `coordinator serve --recovery-only` and follow the restore runbook (docs/operations.md): restore hold, review, release. Setting the restore hold records this database and the journal as reviewed.",
+        1,
+        "error",
+        None,
+    ),
     "coordinator.deployment.version-reused": (
         "The package reuses the active `project.version` with a different revision.",
         "Raise `project.version` so that operators can tell the two revisions apart.",
@@ -1131,6 +1159,13 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
         1,
         "error",
         404,
+    ),
+    "coordinator.request.peer-connections-exhausted": (
+        "This client's address already holds its share of the service's connections, or of those still sending a request head.",
+        "Retry after the `Retry-After` delay and reuse connections; behind a reverse proxy, name the proxy in `deployment.listener.trustedProxies` and let it limit each client.",
+        3,
+        "error",
+        503,
     ),
     "coordinator.request.too-large": (
         "The request body is larger than 65,536 bytes.",

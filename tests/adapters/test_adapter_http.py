@@ -3,6 +3,7 @@ path segments, body limits), over real loopback sockets."""
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from typing import Any
 
@@ -11,7 +12,11 @@ from adapter_support import Reply, call, command, command_key, deadline, refused
 
 from coordinator_core.shell.adapters import HttpSettings
 from coordinator_core.shell.adapters.breg import BregAdapter
-from coordinator_core.shell.adapters.destinations import DestinationRefused
+from coordinator_core.shell.adapters.destinations import (
+    METADATA_ADDRESSES,
+    DestinationRefused,
+    embedded_ipv4,
+)
 from coordinator_core.shell.adapters.http import exchange, path_segment, user_agent
 from coordinator_core.shell.adapters.messaging import MessagingAdapter
 from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
@@ -138,6 +143,74 @@ def test_refused_destinations_send_nothing(fake, connect, base_url):
     outcome = read_record(connect("breg", base_url, profile="reader"))
     assert outcome == refused("product-refused")
     assert not fake.requests()  # the product request never reached anything
+
+
+def _rfc6052(prefix: str, length: int, ipv4: str) -> str:
+    """RFC 6052 §2.2: `ipv4` embedded in the IPv6 prefix `prefix`/`length` (the `u` octet,
+    bits 64-71, stays zero)."""
+    value = int(ipaddress.IPv6Address(prefix))
+    v4 = int(ipaddress.IPv4Address(ipv4))
+    layouts = {
+        32: ((32, 64),),
+        40: ((40, 64), (72, 80)),
+        48: ((48, 64), (72, 88)),
+        56: ((56, 64), (72, 96)),
+        64: ((72, 104),),
+        96: ((96, 128),),
+    }
+    remaining = 32
+    for start, end in layouts[length]:
+        width = end - start
+        remaining -= width
+        value |= ((v4 >> remaining) & ((1 << width) - 1)) << (128 - end)
+    return str(ipaddress.IPv6Address(value))
+
+
+def _embeddings(ipv4: str) -> list[str]:
+    """Every IPv6 spelling of `ipv4` for a translator or tunnel (RFC 4291, 6052, 3056, 4380)."""
+    v4 = int(ipaddress.IPv4Address(ipv4))
+    spellings = [
+        f"::ffff:{ipv4}",  # IPv4-mapped
+        f"::{ipv4}",  # IPv4-compatible (deprecated, RFC 4291 §2.5.5.1)
+        str(ipaddress.IPv6Address((0x2002 << 112) | (v4 << 80))),  # 6to4
+        # Teredo: the client address obfuscated in the last 32 bits, and the server's
+        str(ipaddress.IPv6Address((0x20010000 << 96) | (v4 ^ 0xFFFFFFFF))),
+        str(ipaddress.IPv6Address((0x20010000 << 96) | (v4 << 64))),
+    ]
+    for prefix, lengths in (
+        ("64:ff9b::", (96,)),  # the well-known prefix
+        ("64:ff9b:1::", (48, 56, 64, 96)),  # the local-use prefix of RFC 8215
+        ("2001:db8::", (32, 40, 48, 56, 64, 96)),  # a network-specific prefix
+    ):
+        spellings += [_rfc6052(prefix, length, ipv4) for length in lengths]
+    return spellings
+
+
+REFUSED_IPV4 = ("169.254.169.254", "100.100.100.200")
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [spelling for address in REFUSED_IPV4 for spelling in _embeddings(address)],
+)
+def test_every_ipv6_spelling_of_a_metadata_address_is_refused(fake, connect, spelling):
+    """Issue 23: `[::a9fe:a9fe]` and `[64:ff9b::a9fe:a9fe]` reached 169.254.169.254."""
+    assert embedded_ipv4(ipaddress.IPv6Address(spelling)) & METADATA_ADDRESSES
+    outcome = read_record(connect("breg", f"https://[{spelling}]", profile="reader"))
+    assert outcome == refused("product-refused")
+
+    def resolver(host: str, port: int) -> list[str]:
+        return [spelling]
+
+    settings = HttpSettings(resolver=resolver)
+    named = read_record(connect("breg", "https://registry.example", profile="r"), settings=settings)
+    assert named == refused("product-refused")
+    assert not fake.requests()
+
+
+@pytest.mark.parametrize("address", ["2606:4700:4700::1111", "2001:db8:1::10", "64:ff9b::808:808"])
+def test_ipv6_addresses_that_embed_no_metadata_address_are_not_refused(address):
+    assert not embedded_ipv4(ipaddress.IPv6Address(address)) & METADATA_ADDRESSES
 
 
 def test_plain_http_to_any_numeric_loopback_is_allowed(fake, connect, live):

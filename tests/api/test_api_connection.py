@@ -21,6 +21,7 @@ from api_fakes import REVISION, WORKFLOW, FakeRunService, SigningKeys, bearer
 
 from coordinator_api.connection import ConnectionLimits, guarded_protocol
 from coordinator_api.serve import _bind
+from coordinator_core.shell.runtime.guard import peer_of
 
 LIMITS = ConnectionLimits(
     head_max_bytes=2_048,
@@ -287,3 +288,134 @@ async def test_a_body_cut_short_by_a_disconnect_is_never_handled(
     answered = await _post_start(app, keys, complete=True)
     assert answered[0]["status"] == 201
     assert len(service.runs) == 1
+
+
+# -- fair share per peer (docs/operations.md, "HTTP edge limits") ----------------------------------------------
+
+FAIR = ConnectionLimits(
+    head_max_bytes=2_048,
+    head_timeout_seconds=5.0,
+    body_timeout_seconds=5.0,
+    max_connections=32,
+    close_linger_seconds=0.5,
+    connections_per_peer=3,
+    heads_per_peer=2,
+    trusted_proxies=("127.0.0.3/32",),
+)
+
+
+@pytest.fixture(scope="module")
+def fair() -> Iterator[Served]:
+    sock = _bind("127.0.0.1", 0)
+    config = uvicorn.Config(
+        _app, http=guarded_protocol(FAIR), ws="none", lifespan="off", log_config=None
+    )
+    instance = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=lambda: asyncio.run(instance.serve(sockets=[sock])), daemon=True
+    )
+    thread.start()
+    try:
+        for _ in range(300):
+            if instance.started:
+                break
+            threading.Event().wait(0.05)
+        yield Served(sock.getsockname()[1], [])
+    finally:
+        instance.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def _from(served: Served, source: str) -> socket.socket:
+    return socket.create_connection(
+        ("127.0.0.1", served.port), timeout=WAIT, source_address=(source, 0)
+    )
+
+
+def _answered(client: socket.socket) -> int:
+    client.sendall(_request(1))
+    return int(_read_answer(client).split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize(
+    ("address", "peer"),
+    [
+        (("192.0.2.7", 5000), "192.0.2.7"),
+        (("2001:db8:1:2:aaaa::1", 5000, 0, 0), "2001:db8:1:2::/64"),
+        (("2001:db8:1:2:bbbb::9", 6000, 0, 0), "2001:db8:1:2::/64"),
+        (("::ffff:192.0.2.7", 5000, 0, 0), "192.0.2.7"),
+        (("fe80::1%eth0", 5000, 0, 2), "fe80::/64"),
+        ("/run/coordinator.sock", None),
+        (None, None),
+    ],
+)
+def test_a_peer_is_an_ipv4_address_or_an_ipv6_slash_64(address: object, peer: str | None) -> None:
+    assert peer_of(address) == peer
+
+
+def test_heads_beyond_the_share_of_one_address_are_refused_and_others_are_served(
+    fair: Served,
+) -> None:
+    pending = [_from(fair, "127.0.0.2") for _ in range(2)]  # its share of pending heads
+    try:
+        with _from(fair, "127.0.0.2") as extra:
+            status, headers, problem = _problem(_read_all(extra))
+        assert (status, headers["retry-after"]) == (503, "1")
+        assert problem["code"] == "coordinator.request.peer-connections-exhausted"
+        with _from(fair, "127.0.0.4") as other:
+            assert _answered(other) == 200
+        assert _answered(pending[0]) == 200  # its head done: one more head may come
+        with _from(fair, "127.0.0.2") as again:
+            assert _answered(again) == 200
+    finally:
+        for client in pending:
+            client.close()
+
+
+def test_open_connections_beyond_the_share_of_one_address_are_refused(fair: Served) -> None:
+    busy: list[socket.socket] = []
+    try:
+        for _ in range(3):  # each answered once, then half its next request: open, not idle
+            busy.append(_from(fair, "127.0.0.5"))
+            assert _answered(busy[-1]) == 200
+            busy[-1].sendall(_request(1, body=b"0123456789")[:-5])
+        for _ in range(200):  # the service has seen every head: a bound, not a duration
+            with _from(fair, "127.0.0.5") as extra:
+                status, _, problem = _problem(_read_all(extra))
+            if problem["code"] == "coordinator.request.peer-connections-exhausted":
+                break
+            threading.Event().wait(0.05)
+        assert status == 503
+        assert problem["code"] == "coordinator.request.peer-connections-exhausted"
+        for client in busy:
+            client.sendall(b"56789")
+            assert _read_answer(client).startswith(b"HTTP/1.1 200 ")
+    finally:
+        for client in busy:
+            client.close()
+
+
+def test_an_idle_kept_alive_connection_gives_way_to_a_new_one_of_its_peer(fair: Served) -> None:
+    """A client whose pool leaves connections idle is not refused for them: at its share, its
+    oldest idle connection is closed for the new one."""
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(3):
+            idle.append(_from(fair, "127.0.0.6"))
+            assert _answered(idle[-1]) == 200  # kept alive, idle
+        with _from(fair, "127.0.0.6") as fourth:
+            assert _answered(fourth) == 200
+        assert idle[0].recv(65_536) == b""  # the oldest idle one was closed for it
+    finally:
+        for client in idle:
+            client.close()
+
+
+def test_a_trusted_proxy_counts_only_against_the_global_cap(fair: Served) -> None:
+    held = [_from(fair, "127.0.0.3") for _ in range(10)]  # far beyond 2 heads and 3 open
+    try:
+        assert _answered(held[-1]) == 200
+    finally:
+        for client in held:
+            client.close()

@@ -45,7 +45,12 @@ from e2e_support import Project, Sandbox, wait_for
 
 MESSAGING = "messaging.submit-message/v1"
 TERMINAL = {"finished", "failed", "cancelled", "cancelled-after-effect", "expired"}
-DETECTIONS = ("coordinator.deployment.store-behind-journal", "coordinator.audit.journal-truncated")
+DETECTIONS = (
+    "coordinator.deployment.store-behind-journal",
+    "coordinator.deployment.store-restored",
+    "coordinator.audit.journal-truncated",
+    "coordinator.audit.journal-altered",
+)
 BOUNDARIES = ("after-claim", "after-freeze", "after-pre-send", "after-finish", "mid-continuation")
 START_TIMEOUT = 60.0
 SETTLE_TIMEOUT = 180.0
@@ -410,7 +415,8 @@ class Campaign:
         if process.returncode == -signal.SIGKILL:
             self.tally.kills += 1
         elif process.poll() is None:
-            self.tally.notes.append(f"failpoint {boundary} not reached")
+            where = " (test_freeze_failpoint reaches it)" if boundary == "after-freeze" else ""
+            self.tally.notes.append(f"failpoint {boundary} not reached by this workflow{where}")
             process.terminate()
             process.wait(40)
         self.start(name)

@@ -28,6 +28,7 @@ import pytest
 
 from coordinator_core.checking.checker import check_project
 from coordinator_core.shell.audit import AuditWriter
+from coordinator_core.shell.audit.witness import RestoreWitness
 from coordinator_core.shell.deployment import Deployment, Secrets, load_deployment, resolve_secrets
 from coordinator_core.shell.execution.worker import Worker
 from coordinator_core.shell.package_files import LoadedPackage, load_package, write_package
@@ -348,6 +349,7 @@ class Deployed:
     runtime_url: str
     namespace: str | None
     identity: DeploymentIdentity
+    witness: RestoreWitness | None = None
     _workers: dict[str, Worker] = field(default_factory=dict)
 
     @property
@@ -511,11 +513,12 @@ def deploy(
     )
     runtime_url = url if postgres_url is None else _with_user(postgres_url, runtime_role or "")
     store = Store.open(runtime_url, identity, namespace=namespace, pool_size=pool_size)
-    audit = AuditWriter.open(root / "audit", "worker")
+    witness = RestoreWitness(root / "restore-witness")  # as `store.restoreWitness` names it
+    audit = AuditWriter.open(root / "audit", "worker", proofs=witness.append)
     runtime = Runtime.build(deployment, resolved, store, package, audit=audit)
     return Deployed(
         deployment, resolved, store, package, runtime, StoreRunService(runtime), audit, products,
-        url, runtime_url, namespace, identity,
+        url, runtime_url, namespace, identity, witness=witness,
     )  # fmt: skip
 
 

@@ -48,7 +48,7 @@ def test_a_run_leaves_its_spans_with_fixed_words_only(
     _, exporter = provider
     key = f"key-{uuid.uuid4()}"
     # The API's request span (tests/api/test_api_tracing.py opens it from the edge).
-    with tracing.request("startRun", "POST", "/v1/runs", None, None) as request:
+    with tracing.request("startRun", "POST", "/v1/runs", None) as request:
         admitted = deployed.admit(run_input(), key=key)
     run_id = admitted.run.run_id
     status, _ = deployed.drive(run_id)

@@ -105,6 +105,7 @@ INTERFACES = {
         "note",
         "follow_journal",
         "save_journal_head",
+        "store_identity",
     },
     "RunWrites": {
         "kind",
@@ -130,6 +131,7 @@ INTERFACES = {
         "summary",
         "gauges",
         "journal_heads",
+        "head_identities",
         "run_ids",
         "next_instants",
     },

@@ -8,6 +8,9 @@ the chaos suite): never the shared server at 127.0.0.1:5432, which nobody may st
         cluster.restart_fast()                      # `pg_ctl restart -m fast`
         cluster.kill_postmaster()                   # SIGKILL the postmaster (its children die
         cluster.start()                             #   of it), then start: crash recovery
+        with cluster.standby() as standby:          # an asynchronous streaming standby
+            standby.detach()                        #   that stops receiving (a partition)
+            standby.promote()                       #   and becomes a primary (new timeline)
     # stopped (immediate) and its directory removed
 
 `initdb` into a fresh directory under the system temporary directory, owned by the `postgres`
@@ -272,6 +275,60 @@ class PrivatePostgres:
             return self.logfile.read_text(errors="replace")
         except OSError:
             return ""
+
+    # -- a standby ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def standby(self) -> Iterator[PrivatePostgres]:
+        """An asynchronous streaming standby of this running cluster, started on its own port:
+        `pg_basebackup -R -X stream` into a new directory (`synchronous_standby_names` stays
+        empty, so the primary never waits for it). Stopped and removed after the block."""
+        directory = Path(tempfile.mkdtemp(prefix="coordinator-pg-standby-"))
+        standby = PrivatePostgres(directory, _free_port(), self.binaries, self.as_user)
+        try:
+            if self.as_user is not None:
+                account = pwd.getpwnam(self.as_user)
+                os.chown(directory, account.pw_uid, account.pw_gid)
+            standby._run(
+                "pg_basebackup",
+                "-D", str(standby.data),
+                "-h", "127.0.0.1",
+                "-p", str(self.port),
+                "-U", SUPERUSER,
+                "-R",
+                "-X", "stream",
+                "-c", "fast",
+            )  # fmt: skip
+            config = standby.data / "postgresql.conf"
+            standby._run(
+                "sh", "-c", f"cat >> '{config}'", stdin=f"port = {standby.port}\n", tool=False
+            )
+            standby.start()
+            yield standby
+        finally:
+            standby.cleanup()
+
+    def is_standby(self) -> bool:
+        with psycopg.connect(self.url(), connect_timeout=2) as connection:
+            row = connection.execute("SELECT pg_is_in_recovery()").fetchone()
+        return bool(row and row[0])
+
+    def replayed(self) -> str:
+        """The last WAL position this standby replayed (`pg_last_wal_replay_lsn`)."""
+        with psycopg.connect(self.url(), connect_timeout=2) as connection:
+            row = connection.execute("SELECT pg_last_wal_replay_lsn()::text").fetchone()
+        return str(row[0]) if row else ""
+
+    def detach(self) -> None:
+        """Stop receiving WAL from the primary (an empty `primary_conninfo`, reloaded): as a
+        standby cut off by a partition, it keeps what it has and falls behind."""
+        auto = self.data / "postgresql.auto.conf"
+        self._run("sh", "-c", f"cat >> '{auto}'", stdin="primary_conninfo = ''\n", tool=False)
+        self._run("pg_ctl", "-D", str(self.data), "reload")
+
+    def promote(self) -> None:
+        """`pg_ctl promote -w`: the standby ends recovery on a new timeline and accepts writes."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "promote")
 
     # -- running the tools ----------------------------------------------------------------------
 

@@ -961,7 +961,7 @@ def test_text_secret_must_be_utf8(development: Layout) -> None:
         "empty-database",
         "path-after-database",
         "port-out-of-range",
-        "several-hosts",
+        "several-hosts-without-target-session-attrs",
         "fragment",
         "repeated-parameter",
         "no-host",
@@ -1016,6 +1016,51 @@ def test_loopback_and_unix_socket_database_urls_may_be_plaintext(
     assert database_url is not None
     assert database_url.transport == transport
     assert database_url.url == url  # nothing added for loopback or a socket
+
+
+@pytest.mark.parametrize(
+    ("url", "transport"),
+    [
+        (
+            "postgresql://u:pw@127.0.0.1:5432,127.0.0.1:5433/app?target_session_attrs=read-write",
+            "loopback",
+        ),
+        (
+            "postgresql://u:pw@db1.example.org,db2.example.org:6432/app"
+            "?target_session_attrs=primary&sslmode=verify-full",
+            "tls",
+        ),
+    ],
+)
+def test_a_primary_and_its_standbys_are_one_multi_host_url_that_only_writes_to_the_primary(
+    production: Layout, url: str, transport: str
+) -> None:
+    production.environment["COORDINATOR_RUNTIME_DATABASE_URL"] = url
+    database_url = production.resolve().database_url
+    assert database_url is not None and database_url.transport == transport
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:CANARY-7f3e@127.0.0.1,db2.example.org/app?target_session_attrs=read-write"
+        "&sslmode=disable",
+        "postgresql://u:CANARY-7f3e@db1.example.org,db2.example.org/app?target_session_attrs=any",
+        "postgresql://u:CANARY-7f3e@db1.example.org,,db2.example.org/app"
+        "?target_session_attrs=read-write",
+    ],
+    ids=["a-remote-standby-in-plaintext", "any-server", "an-empty-host"],
+)
+def test_a_multi_host_url_that_could_write_elsewhere_or_in_plaintext_is_refused(
+    production: Layout, url: str
+) -> None:
+    production.environment["COORDINATOR_RUNTIME_DATABASE_URL"] = url
+    error = secret_refusal(production)
+    assert error.diagnostics[0].code in (
+        "coordinator.secret.invalid",
+        "coordinator.command.database-tls-required",
+    )
+    assert "CANARY" not in str([d.to_json() for d in error.diagnostics])
 
 
 def test_remote_database_url_without_roots_uses_verified_tls_and_the_system_roots(

@@ -74,6 +74,7 @@ PRODUCT_CODES = (
     # contract bounds bodies and tokens but not request heads or open connections.
     "coordinator.request.headers-too-large",
     "coordinator.request.connections-exhausted",
+    "coordinator.request.peer-connections-exhausted",
     # A deployment command of a `coordinatorctl` installed without its `deploy` extra (the
     # offline commands install without a store driver, docs/installing.md).
     "coordinator.command.extra-required",
@@ -101,6 +102,11 @@ PRODUCT_CODES = (
     "coordinator.dev.already-running",
     "coordinator.dev.component-unavailable",
     "coordinator.dev.extra-required",
+    # `audit verify` (07 §12.1 item 6, docs/operations.md §8): the contract says a torn tail is
+    # reported as `torn-tail`, not as tampering, and that a verify without the runtime file
+    # says plainly that it cannot check the tail against the store; both are warnings.
+    "coordinator.audit.torn-tail",
+    "coordinator.audit.heads-unchecked",
 )
 
 EXIT_3 = {
@@ -123,6 +129,7 @@ EXIT_3 = {
     "coordinator.command.audit-response-unavailable",
     "coordinator.event.admissions-held",
     "coordinator.request.connections-exhausted",  # a 503 of this implementation
+    "coordinator.request.peer-connections-exhausted",  # a 503 of this implementation
 }
 # Contract 02 §10, 05 §3, 09 §7: the warnings.
 WARNINGS = {
@@ -133,6 +140,8 @@ WARNINGS = {
     "coordinator.deployment.version-reused",
     "coordinator.definition.open-mutation",  # of this implementation (PRODUCT_CODES)
     "coordinator.function.unknown-call",  # of this implementation (PRODUCT_CODES)
+    "coordinator.audit.torn-tail",  # of this implementation (PRODUCT_CODES)
+    "coordinator.audit.heads-unchecked",  # of this implementation (PRODUCT_CODES)
 }
 # Contract 06 §3.1.
 HTTP_STATUS = {
@@ -191,6 +200,7 @@ HTTP_STATUS = {
         "coordinator.command.audit-response-unavailable",
         "coordinator.event.admissions-held",
         "coordinator.request.connections-exhausted",  # of this implementation (PRODUCT_CODES)
+        "coordinator.request.peer-connections-exhausted",  # of this implementation
     ],
 }
 # Contract 08 §10: the closed failure codes.

@@ -101,7 +101,7 @@ def test_while_off_every_helper_is_a_no_op() -> None:
         assert span is None
     with tracing.product_call("dispatch", "messaging.submit-message/v1", "notify") as call:
         assert call is None
-    with tracing.request("startRun", "POST", "/v1/runs", None, None) as span:
+    with tracing.request("startRun", "POST", "/v1/runs", None) as span:
         assert span is None
     tracing.annotate({"not.an.allowed.name": "x"})  # not even checked while off
     assert tracing.traceparent_of_current() is None
@@ -115,13 +115,13 @@ def test_a_failing_span_names_the_error_type_and_never_its_message() -> None:
     try:
         with (
             pytest.raises(ValueError, match="canary"),
-            tracing.request("startRun", "POST", "/v1/runs", None, None),
+            tracing.request("startRun", "POST", "/v1/runs", None),
             tracing.store_transaction("sqlite", "admit", read_only=False),
         ):
             raise ValueError("canary-secret-value")
         with pytest.raises(ValueError, match="outside the allowed set"):
             tracing.annotate({"coordinator.input": "x"})  # no current span: not even reached
-            with tracing.request("getRun", "GET", "/v1/runs/{run}", None, None):
+            with tracing.request("getRun", "GET", "/v1/runs/{run}", None):
                 tracing.annotate({"coordinator.input": "x"})
     finally:
         tracing.uninstall()

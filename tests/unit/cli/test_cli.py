@@ -406,6 +406,35 @@ def test_audit_verify_reports_every_group_and_its_head(
     assert document["groups"][0]["head"].startswith("sha256:")
 
 
+def test_audit_verify_without_the_runtime_file_says_it_cannot_check_the_tail(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    directory = tmp_path / "audit"
+    _journal(directory, 2)
+    code, document = report(capsys, "audit", "verify", "--directory", str(directory))
+    assert code == 0 and document["headsChecked"] is False
+    assert [d["code"] for d in document["diagnostics"]] == ["coordinator.audit.heads-unchecked"]
+    assert main(["audit", "verify", "--directory", str(directory)]) == 0
+    printed = capsys.readouterr()
+    assert "Verified 4 entries" in printed.out
+    assert "not compared with the store's journal heads" in printed.out
+
+
+def test_audit_verify_reports_a_torn_tail_not_a_broken_chain(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    directory = tmp_path / "audit"
+    _journal(directory, 3)
+    journal = next(directory.glob("*.jsonl"))
+    journal.write_bytes(journal.read_bytes()[:-40])  # the last write failed (a full disk)
+    code, document = report(capsys, "audit", "verify", "--directory", str(directory))
+    assert code == 0 and document["status"] == "verified"
+    torn = [d for d in document["diagnostics"] if d["code"] == "coordinator.audit.torn-tail"]
+    assert [(d["source"]["file"], d["source"]["line"]) for d in torn] == [(journal.name, 6)]
+    assert document["tornTails"] == [{"file": journal.name, "line": 6, "movedAside": False}]
+    assert document["entries"] == 5
+
+
 def test_audit_verify_names_the_broken_line(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -1660,3 +1660,97 @@ def test_refused_ids_are_reported_with_the_other_local_problems_once_each(
     assert messages[1].startswith("The --input file")
     assert messages[2].startswith("--workflow is not a workflow id")
     assert service.seen == []
+
+
+# --------------------------------------------------------------------------------------------
+# A TLS certificate this machine does not trust (issue 23): said so, with the trust setting.
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for the IP address 127.0.0.1 and its key, as PEM files."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "coordinator test")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "service.pem", directory / "service-key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture
+def tls_service(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    fake = FakeService()
+    fake.canned = Canned(body=json.dumps(RUN_STATUS).encode())
+    app = Starlette(routes=[Route("/{path:path}", fake.endpoint, methods=["GET"])])
+    cert, key = _self_signed(tmp_path)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(
+        app,
+        log_level="critical",
+        lifespan="off",
+        access_log=False,
+        ssl_certfile=str(cert),
+        ssl_keyfile=str(key),
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "the TLS service did not start"
+        time.sleep(0.01)
+    yield f"https://127.0.0.1:{listener.getsockname()[1]}", cert
+    server.should_exit = True
+    thread.join(timeout=10)
+    listener.close()
+
+
+def test_an_untrusted_certificate_is_said_so_with_the_trust_setting(
+    capsys: pytest.CaptureFixture[str],
+    tls_service: tuple[str, Path],
+    token_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, certificate = tls_service
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    arguments = ("--url", url, "--token-file", str(token_file), "status", "--run", RUN_ID)
+    code, document = report(capsys, *arguments)
+    assert code == 3
+    (diagnostic,) = document["diagnostics"]
+    assert diagnostic["code"] == "coordinator.command.service-unavailable"
+    assert "TLS certificate could not be verified" in diagnostic["message"]
+    assert "SSL_CERT_FILE" in diagnostic["suggestedAction"]
+    assert "could not be reached" not in diagnostic["message"]
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate))  # the setting the hint names
+    code, document = report(capsys, *arguments)
+    assert code == 0, document

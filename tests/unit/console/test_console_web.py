@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -145,9 +145,20 @@ def client(service: FakeService, settings: ConsoleSettings) -> TestClient:
 
 
 def csrf_of(page: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    found = re.search(r'action="[^"?]+\?csrf=([^"&]+)"', page)
     assert found is not None
     return found.group(1)
+
+
+def post(
+    client: TestClient, path: str, data: dict[str, str], headers: dict[str, str] | None = None
+) -> Any:
+    """A form of the console posted as a browser posts it: its CSRF token in the action's
+    query (checked before the body is read), the rest in the body."""
+    form = dict(data)
+    token = form.pop("csrf", None)
+    params = {"csrf": token} if token is not None else None
+    return client.post(path, params=params, data=form, headers=headers or {})
 
 
 def test_every_answer_carries_the_security_headers(client: TestClient) -> None:
@@ -244,10 +255,10 @@ def test_a_post_needs_the_csrf_token_and_the_console_origin(
         (form, {"origin": "null"}),
         (form, {"origin": "null", "sec-fetch-site": "cross-site"}),
     ):
-        answer = client.post(f"/runs/{RUN}/cancel", data=data, headers=headers)
+        answer = post(client, f"/runs/{RUN}/cancel", data, headers)
         assert answer.status_code == 403
     assert not [request for request in service.sent if request.method == "POST"]
-    answer = client.post(f"/runs/{RUN}/cancel", data=form, headers=origin)
+    answer = post(client, f"/runs/{RUN}/cancel", form, origin)
     assert answer.status_code == 200
     posted = [request for request in service.sent if request.method == "POST"]
     assert [(request.path, request.body) for request in posted] == [
@@ -256,17 +267,38 @@ def test_a_post_needs_the_csrf_token_and_the_console_origin(
     assert 'id="action-status">cancelled<' in answer.text
     # What a browser sends under `Referrer-Policy: no-referrer`: the page's own form.
     same_page = {"origin": "null", "sec-fetch-site": "same-origin"}
-    assert client.post(f"/runs/{RUN}/cancel", data=form, headers=same_page).status_code == 200
+    assert post(client, f"/runs/{RUN}/cancel", form, same_page).status_code == 200
+
+
+def test_a_form_is_judged_before_its_body_is_read(client: TestClient, service: FakeService) -> None:
+    """Origin, CSRF token (in the form's action), media type and declared length come first:
+    a form over 4,096 bytes, or one without a declared length, is refused unread."""
+    token = csrf_of(client.get(f"/runs/{RUN}").text)
+    origin = {"origin": BASE}
+    big = {"csrf": token, "reason": "case-1", "confirm": "yes", "padding": "p" * 5000}
+    assert post(client, f"/runs/{RUN}/cancel", big, origin).status_code == 403
+
+    def chunks() -> Iterator[bytes]:
+        yield b"reason=case-1&confirm=yes"
+
+    chunked = client.post(
+        f"/runs/{RUN}/cancel",
+        params={"csrf": token},
+        content=chunks(),
+        headers={**origin, "content-type": "application/x-www-form-urlencoded"},
+    )
+    assert chunked.status_code == 403
+    assert chunked.headers["connection"] == "close"
+    assert not [request for request in service.sent if request.method == "POST"]
 
 
 def test_a_post_without_confirmation_asks_again_and_sends_nothing(
     client: TestClient, service: FakeService
 ) -> None:
     token = csrf_of(client.get(f"/runs/{RUN}").text)
-    answer = client.post(
-        f"/runs/{RUN}/cancel", data={"csrf": token, "reason": "case-1"},
-        headers={"origin": BASE},
-    )  # fmt: skip
+    answer = post(
+        client, f"/runs/{RUN}/cancel", {"csrf": token, "reason": "case-1"}, {"origin": BASE}
+    )
     assert answer.status_code == 400
     assert "I confirm" in answer.text
     assert 'id="confirm-problem"' in answer.text
@@ -277,10 +309,12 @@ def test_a_refusal_shows_the_problem_title_and_hint(
     client: TestClient, service: FakeService
 ) -> None:
     token = csrf_of(client.get(f"/runs/{RUN}").text)
-    answer = client.post(
-        f"/runs/{RUN}/reconcile", data={"csrf": token, "reason": "case-2", "confirm": "yes"},
-        headers={"origin": BASE},
-    )  # fmt: skip
+    answer = post(
+        client,
+        f"/runs/{RUN}/reconcile",
+        {"csrf": token, "reason": "case-2", "confirm": "yes"},
+        {"origin": BASE},
+    )
     assert "Reconcile refused" in answer.text
     assert "coordinator.command.reconcile-refused" in answer.text
     assert "Ask for an operator token." in answer.text
@@ -315,20 +349,23 @@ def test_the_holds_page_sends_the_attestations_and_retention_as_typed(
     assert 'id="form-retention"' in page
     token = csrf_of(page)
     origin = {"origin": BASE}
-    client.post(
+    post(
+        client,
         "/holds/release-admission-hold",
-        data={"csrf": token, "reason": "EV-1", "confirm": "yes", "priorDeploymentFenced": "yes"},
-        headers=origin,
+        {"csrf": token, "reason": "EV-1", "confirm": "yes", "priorDeploymentFenced": "yes"},
+        origin,
     )
-    client.post(
+    post(
+        client,
         "/holds/retention",
-        data={"csrf": token, "before": "2026-11-01T00:00:00.5Z", "limit": "7", "confirm": "yes"},
-        headers=origin,
+        {"csrf": token, "before": "2026-11-01T00:00:00.5Z", "limit": "7", "confirm": "yes"},
+        origin,
     )
-    refused = client.post(
+    refused = post(
+        client,
         "/holds/retention",
-        data={"csrf": token, "before": "yesterday", "limit": "7", "confirm": "yes"},
-        headers=origin,
+        {"csrf": token, "before": "yesterday", "limit": "7", "confirm": "yes"},
+        origin,
     )
     assert refused.status_code == 400
     posted = [(r.path, r.body) for r in service.sent if r.method == "POST"]

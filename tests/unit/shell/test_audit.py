@@ -34,6 +34,7 @@ from coordinator_core.shell.audit import (
     AuditReferences,
     AuditWriter,
     GroupResult,
+    TornTail,
     VerifyResult,
     api_request,
     apply_request,
@@ -468,6 +469,7 @@ def test_chain_verifies_and_reports_the_group_head(journal_dir: Path) -> None:
         "files": 1,
         "entries": 10,
         "groups": [{"prefix": writer.prefix, "files": 1, "entries": 10, "head": writer.head}],
+        "tornTails": [],
     }
 
 
@@ -549,18 +551,42 @@ def test_reordered_lines_are_detected(journal_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("cut", [1, 10, 100])
-def test_truncated_last_line_is_detected(journal_dir: Path, cut: int) -> None:
+def test_a_torn_last_line_is_reported_as_a_torn_tail_not_as_tampering(
+    journal_dir: Path, cut: int
+) -> None:
+    """07 §12.1 item 6: a write that failed (a full disk) leaves the last line without its line
+    feed; `audit verify` reports it as a torn tail and verifies everything before it."""
     writer = write_journal(journal_dir, 4)
+    start = sum(len(line) + 1 for line in lines_of(writer.path)[:3])
     data = writer.path.read_bytes()
     writer.path.write_bytes(data[:-cut])
-    assert where(broken(journal_dir)) == ("coordinator.audit.chain-broken", writer.path.name, 4)
+    result = verify_directory(journal_dir)
+    assert result.torn == (TornTail(writer.path.name, 4, start),)
+    assert result.groups[0].entries == 3
 
 
-def test_blank_or_appended_garbage_line_is_detected(journal_dir: Path) -> None:
+def test_an_appended_line_that_is_not_json_is_a_torn_tail(journal_dir: Path) -> None:
     writer = write_journal(journal_dir, 2)
     with writer.path.open("ab") as handle:
         handle.write(b"\n")
+    assert [(torn.file, torn.line) for torn in verify_directory(journal_dir).torn] == [
+        (writer.path.name, 3)
+    ]
+
+
+def test_an_appended_json_line_that_does_not_chain_is_detected(journal_dir: Path) -> None:
+    writer = write_journal(journal_dir, 2)
+    with writer.path.open("ab") as handle:
+        handle.write(b'{"sequence":3}\n')
     assert where(broken(journal_dir)) == ("coordinator.audit.chain-broken", writer.path.name, 3)
+
+
+def test_a_line_that_is_not_json_before_the_last_is_detected(journal_dir: Path) -> None:
+    writer = write_journal(journal_dir, 3)
+    lines = lines_of(writer.path)
+    lines[1] = b'{"torn'
+    write_lines(writer.path, lines)
+    assert where(broken(journal_dir)) == ("coordinator.audit.chain-broken", writer.path.name, 2)
 
 
 def test_tampering_in_a_later_file_names_that_file(journal_dir: Path) -> None:
@@ -760,6 +786,7 @@ def test_public_surface_is_pinned() -> None:
         "ReferenceClass",
         "ResponseOutcome",
         "Role",
+        "TornTail",
         "VerifyResult",
         "WorkerAction",
         "WorkerOutcome",

@@ -19,10 +19,13 @@ from coordinator_core.shell.audit import (
     worker_record,
 )
 from coordinator_core.shell.audit.heads import (
+    CommittedDispatch,
     check_heads,
-    committed_dispatches,
     journal_ends,
     line_number,
+    read_after_heads,
+    set_aside,
+    torn_tails,
 )
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.values import sha256_label
@@ -82,6 +85,12 @@ def test_positions_follow_rotation_into_the_next_file(directory: Path) -> None:
     check_heads(directory, {position.group: position})  # the head is found where it says
 
 
+def committed_dispatches(
+    directory: Path, heads: dict[str, JournalPosition]
+) -> tuple[CommittedDispatch, ...]:
+    return read_after_heads(directory, heads).dispatches
+
+
 def write(directory: Path, entries: list[AuditEntry]) -> tuple[AuditWriter, JournalPosition]:
     writer = AuditWriter.open(directory, "serve")
     writer.append_all(entries)
@@ -94,7 +103,7 @@ def write(directory: Path, entries: list[AuditEntry]) -> tuple[AuditWriter, Jour
 def test_a_journal_that_holds_its_heads_passes(directory: Path) -> None:
     _, head = write(directory, [record("attempt", "intent")] * 3)
     check_heads(directory, {head.group: head})
-    assert committed_dispatches(directory, {head.group: head}) == []
+    assert committed_dispatches(directory, {head.group: head}) == ()
 
 
 def test_a_deleted_tail_line_is_reported_with_its_file_and_line(directory: Path) -> None:
@@ -161,7 +170,7 @@ def test_an_incomplete_last_line_is_not_there_yet(directory: Path) -> None:
     writer, _ = write(directory, [record("dispatch", "committed")])
     path = directory / f"{writer.prefix}.jsonl"
     path.write_bytes(path.read_bytes()[:-1])  # a crash mid-write leaves no line feed
-    assert committed_dispatches(directory, {}) == []
+    assert committed_dispatches(directory, {}) == ()
     assert journal_ends(directory) == []
 
 
@@ -172,3 +181,119 @@ def test_the_ends_are_the_last_complete_line_of_every_group(directory: Path) -> 
     path.write_bytes(path.read_bytes() + b'{"torn":')
     ends = {end.group: end for end in journal_ends(directory)}
     assert ends == {first.prefix: first_head, second.prefix: second_head}
+
+
+# --- every line after a head is accounted for (07 §12.1 item 6) --------------------------------
+
+
+def altered(
+    directory: Path, heads: dict[str, JournalPosition]
+) -> tuple[str, str | None, int | None]:
+    with pytest.raises(CoordinatorError) as caught:
+        read_after_heads(directory, heads)
+    diagnostic = caught.value.diagnostic
+    return diagnostic.code, diagnostic.file, diagnostic.line
+
+
+def headed_journal(directory: Path) -> tuple[Path, JournalPosition]:
+    """A dead group of five lines whose store head is line 2."""
+    writer = AuditWriter.open(directory, "worker")
+    writer.append_all([record("attempt", "intent"), record("dispatch", "intent")])
+    head = writer.position
+    writer.append_all(
+        [
+            record("dispatch", "committed"),
+            record("transition", "delivered"),
+            record("attempt", "intent"),
+        ]
+    )
+    writer.close()
+    assert head is not None
+    return writer.path, head
+
+
+def test_a_changed_byte_after_the_head_is_an_altered_journal(directory: Path) -> None:
+    path, head = headed_journal(directory)
+    content = lines(path)
+    content[2] = content[2].replace(b'"committed"', b'"c0mmitted"')
+    path.write_bytes(b"".join(content))
+    assert altered(directory, {head.group: head}) == (
+        "coordinator.audit.journal-altered",
+        path.name,
+        3,
+    )
+
+
+def test_a_line_that_does_not_parse_after_the_head_is_an_altered_journal(directory: Path) -> None:
+    path, head = headed_journal(directory)
+    content = lines(path)
+    content[3] = b"not a journal line\n"
+    path.write_bytes(b"".join(content))
+    assert altered(directory, {head.group: head}) == (
+        "coordinator.audit.journal-altered",
+        path.name,
+        4,
+    )
+
+
+def test_a_removed_line_after_the_head_is_an_altered_journal(directory: Path) -> None:
+    path, head = headed_journal(directory)
+    content = lines(path)
+    del content[2]  # the proof of commit goes; the next line no longer chains
+    path.write_bytes(b"".join(content))
+    assert altered(directory, {head.group: head}) == (
+        "coordinator.audit.journal-altered",
+        path.name,
+        3,
+    )
+
+
+def test_a_group_without_a_head_is_verified_from_its_first_line(directory: Path) -> None:
+    path, _ = headed_journal(directory)
+    content = lines(path)
+    content[0] = content[0].replace(b'"attempt":1', b'"attempt":7')
+    path.write_bytes(b"".join(content))
+    assert altered(directory, {}) == ("coordinator.audit.journal-altered", path.name, 2)
+
+
+def test_a_torn_tail_of_a_dead_group_is_set_aside(directory: Path) -> None:
+    path, head = headed_journal(directory)
+    whole = path.read_bytes()
+    kept = b"".join(lines(path)[:4])
+    path.write_bytes(whole[: len(kept) + 17])  # the last write failed 17 bytes in
+    [torn] = torn_tails(directory)
+    assert (torn.file, torn.line, torn.offset) == (path.name, 5, len(kept))
+    assert set_aside(directory, torn) == 17
+    assert path.read_bytes() == kept
+    assert (directory / (path.name + ".torn")).read_bytes() == whole[len(kept) : len(kept) + 17]
+    assert torn_tails(directory) == []
+    assert len(read_after_heads(directory, {head.group: head}).dispatches) == 1
+
+
+def test_a_last_line_that_is_not_json_is_a_torn_tail(directory: Path) -> None:
+    path, _ = headed_journal(directory)
+    with path.open("ab") as handle:
+        handle.write(b"\x00\x00\x00\n")
+    [torn] = torn_tails(directory)
+    assert (torn.file, torn.line) == (path.name, 6)
+
+
+def test_the_tail_a_live_writer_is_writing_is_never_touched(directory: Path) -> None:
+    writer = AuditWriter.open(directory, "serve")
+    writer.append(record("attempt", "intent"))
+    with writer.path.open("ab") as handle:
+        handle.write(b'{"half":')  # as another process sees a write in progress
+    assert torn_tails(directory) == []
+    assert read_after_heads(directory, {}).ends[writer.prefix].sequence == 1
+    writer.close()
+    assert [torn.file for torn in torn_tails(directory)] == [writer.path.name]
+
+
+def test_a_complete_line_that_does_not_chain_at_the_end_is_altered_not_torn(
+    directory: Path,
+) -> None:
+    path, _ = headed_journal(directory)
+    with path.open("ab") as handle:
+        handle.write(b'{"sequence":6}\n')
+    assert torn_tails(directory) == []
+    assert altered(directory, {}) == ("coordinator.audit.journal-altered", path.name, 6)

@@ -11,7 +11,7 @@
 * Every response gets `Cache-Control: no-store` and the recommended security headers.
 * A well-formed W3C `traceparent` is accepted and kept on the request context; with tracing
   on (`coordinator_core.shell.observe.tracing`), the request's span, named by its operationId, is its
-  child (with the caller's `tracestate`).
+  child (the caller's `tracestate` is not taken).
 """
 
 from __future__ import annotations
@@ -178,13 +178,11 @@ class EdgeMiddleware:
         if not tracing.enabled():
             await self.app(downstream, _replay(data, receive), send)
             return
-        tracestate = _header(scope, b"tracestate")
         with tracing.request(
             route.operation_ids[scope["method"]],
             scope["method"],
             route.template,
             context.traceparent,
-            None if tracestate is None else tracestate.decode("latin-1"),
         ) as span:
             await self.app(downstream, _replay(data, receive), _observed(send, span))
 

@@ -67,7 +67,8 @@ KEEP_ALIVE_SECONDS: Final = 5
 
 MAX_CONNECTIONS: Final = 256
 """Open client connections at once; a connection beyond them is answered 503 at once and
-closed, before any of its bytes is parsed."""
+closed, before any of its bytes is parsed. The last guard: each peer has a smaller share
+(`deployment.listener.connectionsPerPeer`, default 32, and `headsPerPeer`, default 8)."""
 
 CLOSE_LINGER_SECONDS: Final = 2.0
 """After a refusal the service sends its answer, stops writing and reads (and drops) what the

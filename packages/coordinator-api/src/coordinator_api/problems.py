@@ -52,6 +52,7 @@ _TITLES: Final[Mapping[str, str]] = {
     "coordinator.request.method-not-allowed": "Method not allowed",
     "coordinator.request.headers-too-large": "Request headers too large",
     "coordinator.request.connections-exhausted": "Too many connections",
+    "coordinator.request.peer-connections-exhausted": "Too many connections from this client",
     "coordinator.access.unauthenticated": "Unauthenticated",
     "coordinator.access.denied": "Access denied",
     "coordinator.access.unavailable": "Access verification unavailable",

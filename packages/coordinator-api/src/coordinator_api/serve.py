@@ -125,15 +125,16 @@ def run_loop(main: Coroutine[Any, Any, T]) -> T:
 def _serve(app: Any, sock: socket.socket, begun: process.Started) -> int:
     import uvicorn
 
-    from coordinator_api.connection import guarded_protocol
+    from coordinator_api.connection import guarded_protocol, service_limits
     from coordinator_api.limits import KEEP_ALIVE_SECONDS
 
     shutdown, log = begun.shutdown, begun.log
     config = uvicorn.Config(
         app,
-        # The connection guard: bounded heads, head/body/idle timeouts, a connection cap
-        # (coordinator_api.connection). No WebSocket upgrade: the API has no such route.
-        http=guarded_protocol(),
+        # The connection guard: bounded heads, head/body/idle timeouts, a connection cap and
+        # a fair share per peer (coordinator_api.connection). No WebSocket upgrade: the API
+        # has no such route.
+        http=guarded_protocol(service_limits(begun.settings.listener)),
         ws="none",
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         lifespan="on",

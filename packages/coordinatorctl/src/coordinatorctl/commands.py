@@ -583,18 +583,53 @@ def _run_test(
 def audit_verify(directory: Path, heads: Mapping[str, JournalPosition] | None = None) -> Outcome:
     """`audit verify` (09 §2, 07 §11): every journal file group of a directory, chain by chain;
     with `heads` (`--runtime-config`: the store's journal heads, 07 §12.1 item 4), also that
-    every group the store recorded is there and reaches its head (`journal-truncated`)."""
+    every group the store recorded is there and reaches its head (`journal-truncated`).
+
+    A torn last line (a failed write, 07 §12.1 item 6) is a warning `coordinator.audit.torn-tail`
+    naming the file and line, never a break of the chain; without `heads` the warning
+    `coordinator.audit.heads-unchecked` says that a deleted last line or file cannot be seen."""
     from coordinator_core.shell.audit import verify_directory
     from coordinator_core.shell.audit.heads import check_heads
 
-    outcome = Outcome("audit verify")
     verified = verify_directory(directory)  # raises chain-broken (exit 1) or unreadable (exit 3)
     if heads is not None:
         check_heads(directory, heads)  # raises journal-truncated (exit 1)
+    warnings = [
+        Diagnostic(
+            "coordinator.audit.torn-tail",
+            file=torn.file,
+            line=torn.line,
+            message=(
+                "A torn last line was set aside to the file's `.torn` copy at a start."
+                if torn.moved_aside
+                else "The file's last line is torn (a failed write): it is set aside at the"
+                " next start."
+            ),
+        )
+        for torn in verified.torn
+    ]
+    if heads is None:
+        warnings.append(Diagnostic("coordinator.audit.heads-unchecked"))
+    outcome = Outcome("audit verify", warnings)
     outcome.status = "verified"
-    outcome.result = verified.to_json()
-    outcome.text = f"Verified {verified.entries} entries in {verified.files} files\n" + "".join(
-        f"  {group.prefix}: {group.entries} entries, head {group.head}\n"
-        for group in verified.groups
+    outcome.result = verified.to_json() | {"headsChecked": heads is not None}
+    unchecked = (
+        ""
+        if heads is not None
+        else "The tail of each group was not compared with the store's journal heads (no"
+        " --runtime-config): a deleted last line or file cannot be seen.\n"
+    )
+    outcome.text = (
+        f"Verified {verified.entries} entries in {verified.files} files\n"
+        + "".join(
+            f"  {group.prefix}: {group.entries} entries, head {group.head}\n"
+            for group in verified.groups
+        )
+        + "".join(
+            f"  torn tail: {torn.file} line {torn.line}"
+            f"{' (set aside)' if torn.moved_aside else ''}\n"
+            for torn in verified.torn
+        )
+        + unchecked
     )
     return outcome

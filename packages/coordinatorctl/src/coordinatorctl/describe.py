@@ -16,6 +16,7 @@ __all__ = ["SHIPPED_DOCUMENT", "openapi"]
 SHIPPED_DOCUMENT: Final = "openapi.json"
 _FAILURES: Final = {
     "unreachable": "The service could not be reached.",
+    "tls": "The service's TLS certificate could not be verified (see SSL_CERT_FILE, SSL_CERT_DIR).",
     "timeout": "The service did not answer within the time limit.",
     "oversize": "The service's answer is larger than 1,048,576 bytes.",
     "invalid": "The service's answer is not a valid HTTP answer.",

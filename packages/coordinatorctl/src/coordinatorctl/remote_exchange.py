@@ -30,7 +30,7 @@ TOTAL_TIMEOUT_SECONDS: float = 30.0
 CONNECT_TIMEOUT_SECONDS: float = 5.0
 MAX_RESPONSE_BYTES: Final = 1_048_576
 
-Failure = Literal["unreachable", "timeout", "oversize", "invalid", "redirect"]
+Failure = Literal["unreachable", "tls", "timeout", "oversize", "invalid", "redirect"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +64,21 @@ def _ssl_context() -> ssl.SSLContext:
     except (ImportError, OSError):  # pragma: no cover - certifi ships with httpx
         pass
     return context
+
+
+def _certificate_refused(error: BaseException) -> bool:
+    """Whether a connection failed because the service's TLS certificate was not trusted (or
+    does not name the host): an `ssl.SSLCertVerificationError` in the error's chain."""
+    import ssl
+
+    seen: BaseException | None = error
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _media_type(value: str | None) -> str:
@@ -128,7 +143,9 @@ async def _exchange(origin: str, request: ApiRequest, token: str | None) -> Remo
             )
     except (TimeoutError, httpx.TimeoutException):
         return "timeout"
-    except (httpx.ConnectError, httpx.UnsupportedProtocol):
+    except httpx.ConnectError as error:
+        return "tls" if _certificate_refused(error) else "unreachable"
+    except httpx.UnsupportedProtocol:
         return "unreachable"
     except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError, OSError, UnicodeError):
         return "invalid"

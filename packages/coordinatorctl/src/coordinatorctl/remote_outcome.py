@@ -160,6 +160,10 @@ def list_lines(outcome: Outcome) -> str:
 
 _FAILURE_MESSAGES: Final[Mapping[str, str]] = {
     "unreachable": "The service could not be reached.",
+    "tls": (
+        "The service's TLS certificate could not be verified: it is not signed by an authority"
+        " this machine trusts, or it does not name the host of --url."
+    ),
     "timeout": "The service did not answer within the time limit.",
     "oversize": "The service's answer is larger than 1,048,576 bytes.",
     "invalid": "The service's answer is not a valid HTTP answer of the service API.",
@@ -230,7 +234,15 @@ def problem_of(answer: RemoteAnswer) -> RemoteProblem | None:
     )
 
 
+TLS_TRUST_HINT: Final = (
+    "Trust the authority that signed the service's certificate: add it to the system trust"
+    " store, or point SSL_CERT_FILE (a PEM file) or SSL_CERT_DIR at it; and give --url the"
+    " host name the certificate names. Nothing was sent."
+)
+
+
 def _unavailable(command: str, kind: str) -> RemoteOutcome:
+    hint = TLS_TRUST_HINT if kind == "tls" else _FOLLOW_UP[SPECS[command].follow_up]
     return RemoteOutcome(
         command,
         [
@@ -238,7 +250,7 @@ def _unavailable(command: str, kind: str) -> RemoteOutcome:
                 "coordinator.command.service-unavailable",
                 path="",
                 message=_FAILURE_MESSAGES[kind],
-                hint=_FOLLOW_UP[SPECS[command].follow_up],
+                hint=hint,
             )
         ],
         forced_exit=3,

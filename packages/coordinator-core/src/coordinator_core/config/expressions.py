@@ -127,6 +127,7 @@ _STAND_IN_BY_MEMBER: Final[Mapping[str, str]] = {
     "root": "/stand-in",
     "path": "/stand-in",
     "auditDirectory": "/stand-in",
+    "restoreWitness": "/stand-in",
     "bind": "127.0.0.1:9",
     "expectedDigest": "sha256:" + "0" * 64,
 }

@@ -239,6 +239,10 @@ class Listener:
     host: str
     port: int
     tls_termination: TlsTermination
+    connections_per_peer: int = 32
+    heads_per_peer: int = 8
+    trusted_proxies: tuple[str, ...] = ()
+    """IP addresses or networks (CIDR) exempt from the per-peer caps (`trustedProxies`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +355,8 @@ class Deployment:
     event_sources: Mapping[str, EventSourceConfig]
     observation_minimum_interval_seconds: int
     deployment: DeploymentSettings | None
+    restore_witness: str | None = None
+    """`store.restoreWitness` (07 §12.1 item 5): the absolute path of the witness file."""
     warnings: tuple[Diagnostic, ...] = ()
     runtime_check: RuntimeCheck | None = field(default=None, repr=False, compare=False)
 

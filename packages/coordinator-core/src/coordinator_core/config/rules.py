@@ -199,6 +199,15 @@ def _issuer_ok(text: str) -> bool:
     return "@" not in parts.netloc and bool(parts.hostname)
 
 
+def _network_ok(text: str) -> bool:
+    """An IP address or network in CIDR notation (host bits may be set)."""
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return False
+    return True
+
+
 def _bind_ok(text: str) -> tuple[bool, bool]:
     """(well formed, loopback) for a listener bind address `<ip>:<port>` / `[v6]:<port>`."""
     match = _BIND.fullmatch(text)
@@ -267,6 +276,7 @@ class RuntimeRules:
         self.evaluation_connections()
         self.event_sources()
         self.database()
+        self.store()
         self.deployment()
         return self.out
 
@@ -617,6 +627,12 @@ class RuntimeRules:
     def listener(self, listener: Any, pointer: str, code: str) -> None:
         if not isinstance(listener, dict) or self.holds_stand_in(pointer):
             return
+        proxies = listener.get("trustedProxies")
+        if isinstance(proxies, list):
+            for index, item in enumerate(proxies):
+                item_pointer = f"{pointer}/trustedProxies/{index}"
+                if isinstance(item, str) and self.usable(item_pointer) and not _network_ok(item):
+                    self.report(code, item_pointer)
         bind = self.text(listener, "bind", pointer)
         if bind is None:
             return
@@ -624,6 +640,15 @@ class RuntimeRules:
         development = listener.get("tlsTermination") == "development-loopback"
         if not well_formed or (development and not loopback):
             self.report(code, f"{pointer}/bind")
+
+    def store(self) -> None:
+        """`store` (07 §12.1 item 5): the restore witness is an absolute path."""
+        store = self.root.get("store")
+        if not isinstance(store, dict):
+            return
+        witness = self.text(store, "restoreWitness", "/store")
+        if witness is not None and not _absolute_path_ok(witness):
+            self.report("coordinator.deployment.configuration", "/store/restoreWitness")
 
     def state_keys(self, deployment: Mapping[str, Any], base: str, code: str) -> None:
         # Versions as written: an entry that failed inside still names its version.

@@ -272,6 +272,7 @@ class _Builder:
             event_sources=self.entries(root, "eventSources", self.event_source),
             observation_minimum_interval_seconds=int(observation.get("minimumIntervalSeconds", 30)),
             deployment=self.deployment(root["deployment"]) if "deployment" in root else None,
+            restore_witness=_restore_witness(root.get("store")),
             warnings=warnings,
             runtime_check=check,
         )
@@ -468,7 +469,20 @@ def _listener(written: Mapping[str, Any]) -> Listener:
     host, _, port = bind.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     ipaddress.ip_address(host)  # checked by V9; a failure here is a bug, not an input error
-    return Listener(bind=bind, host=host, port=int(port), tls_termination=written["tlsTermination"])
+    return Listener(
+        bind=bind,
+        host=host,
+        port=int(port),
+        tls_termination=written["tlsTermination"],
+        connections_per_peer=int(written.get("connectionsPerPeer", 32)),
+        heads_per_peer=int(written.get("headsPerPeer", 8)),
+        trusted_proxies=tuple(str(item) for item in written.get("trustedProxies", ())),
+    )
+
+
+def _restore_witness(store: Mapping[str, Any] | None) -> str | None:
+    witness = store.get("restoreWitness") if store is not None else None
+    return str(witness) if witness is not None else None
 
 
 # -- binding digest (05 §10) ---------------------------------------------------------------

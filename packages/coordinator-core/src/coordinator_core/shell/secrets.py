@@ -120,7 +120,8 @@ _MESSAGES: Final = {
     "bearer": "The bearer token is not 32 to 4,096 bytes of visible ASCII.",
     "database-url": (
         "The database URL is not of the form "
-        "postgresql://user[:password]@host[:port]/dbname[?params]."
+        "postgresql://user[:password]@host[:port]/dbname[?params] (several hosts, as "
+        "host1:port1,host2:port2, need target_session_attrs=read-write)."
     ),
     "trusted-roots": "The trusted roots are not PEM certificates.",
     "jwks": "The caller key set is not a JWKS JSON document with at least one key.",
@@ -557,20 +558,22 @@ def _pem_certificates_ok(text: str) -> bool:
 def _parse_database_url(text: str) -> tuple[DatabaseTransport, str | None, bool] | None:
     """(transport, sslmode, whether sslrootcert is set) of a `postgresql://` URL, or None.
 
-    The form of 05 §4.1: `postgresql://user[:password]@host[:port]/dbname[?params]`, one host
-    (a libpq `host` parameter overrides it; an absolute directory is a Unix socket), an
-    explicit database name, no fragment and no repeated parameter.
+    The form of 05 §4.1: `postgresql://user[:password]@host[:port]/dbname[?params]`, with an
+    explicit database name, no fragment and no repeated parameter (a libpq `host` parameter
+    overrides the host; an absolute directory is a Unix socket). For a primary and its
+    standbys, libpq's multi-host form `…@host1[:port1],host2[:port2]/dbname` is accepted with
+    `target_session_attrs=read-write` (or `primary`), so that only the writable server is ever
+    used (docs/operations.md, high availability); every host must then be loopback for a plain
+    connection, else TLS applies to all.
     """
     if not text.startswith("postgresql://") or any(c.isspace() for c in text):
         return None
     try:
         parts = urlsplit(text)
-        port = parts.port
         pairs = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError:
         return None
-    del port  # parsing it is the check: a port that is not 0–65535 raised above
-    userinfo, at, _ = parts.netloc.rpartition("@")
+    userinfo, at, hostports = parts.netloc.rpartition("@")
     if not at or not userinfo or not parts.username or parts.fragment or "#" in text:
         return None
     database = unquote(parts.path.removeprefix("/"))
@@ -581,26 +584,52 @@ def _parse_database_url(text: str) -> tuple[DatabaseTransport, str | None, bool]
         if key in params:
             return None
         params[key] = value
-    host = params.get("host", _netloc_host(parts.netloc))
-    if not host or "," in host or "," in params.get("hostaddr", ""):
+    hosts = _netloc_hosts(hostports)
+    if hosts is None or "," in params.get("host", "") or "," in params.get("hostaddr", ""):
         return None
+    if len(hosts) > 1 and (
+        "host" in params
+        or "hostaddr" in params
+        or params.get("target_session_attrs") not in ("read-write", "primary")
+    ):
+        return None
+    host = params.get("host", hosts[0])
     sslmode = params.get("sslmode")
     has_rootcert = "sslrootcert" in params
-    if host.startswith("/") and "hostaddr" not in params:
+    if not host:
+        return None
+    if len(hosts) == 1 and host.startswith("/") and "hostaddr" not in params:
         return "unix-socket", sslmode, has_rootcert
-    targets = [host] + ([params["hostaddr"]] if "hostaddr" in params else [])
+    targets = ([host] if "host" in params else hosts) + (
+        [params["hostaddr"]] if "hostaddr" in params else []
+    )
     if all(_is_loopback(target) for target in targets):
         return "loopback", sslmode, has_rootcert
     return "tls", sslmode, has_rootcert
 
 
-def _netloc_host(netloc: str) -> str:
-    """The host of `user@host:port`, percent-decoded, case kept (a socket directory's case
-    matters), IPv6 brackets removed."""
-    hostport = netloc.rpartition("@")[2]
-    if hostport.startswith("["):
-        return hostport[1 : hostport.find("]")]
-    return unquote(hostport.partition(":")[0])
+def _netloc_hosts(hostports: str) -> list[str] | None:
+    """The hosts of `host[:port][,host[:port]…]` (percent-decoded, case kept, IPv6 brackets
+    removed), each port 0–65535; None when one is malformed."""
+    hosts: list[str] = []
+    for item in hostports.split(","):
+        if item.startswith("["):
+            close = item.find("]")
+            if close < 0:
+                return None
+            host, rest = item[1:close], item[close + 1 :]
+            if rest and not rest.startswith(":"):
+                return None
+            port = rest[1:]
+        else:
+            host, _, port = item.partition(":")
+            host = unquote(host)
+        if port and not (port.isdigit() and int(port) <= 65_535):
+            return None
+        if len(hostports.split(",")) > 1 and not host:
+            return None
+        hosts.append(host)
+    return hosts
 
 
 def _is_loopback(host: str) -> bool:

@@ -113,7 +113,13 @@ def _serve(
 ) -> Outcome:
     import uvicorn
 
-    from coordinatorctl.console.web import ConsoleSettings, create_app
+    from coordinator_core.shell.runtime.guard import guarded_protocol
+    from coordinatorctl.console.web import (
+        CONSOLE_LIMITS,
+        ConsoleSettings,
+        console_refusals,
+        create_app,
+    )
     from coordinatorctl.remote import exchange
     from coordinatorctl.remote_exchange import Failure, RemoteAnswer
     from coordinatorctl.remote_inputs import read_token
@@ -129,6 +135,11 @@ def _serve(
     app = create_app(api, settings)
     config = uvicorn.Config(
         app,
+        # The same connection guard as the service's (bounded heads, head and body timeouts,
+        # connection caps); no WebSocket upgrade.
+        http=guarded_protocol(CONSOLE_LIMITS, console_refusals()),
+        ws="none",
+        timeout_keep_alive=5,
         log_level="warning",
         access_log=False,
         server_header=False,

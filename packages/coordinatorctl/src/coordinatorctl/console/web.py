@@ -9,7 +9,10 @@ a command, a reason or the token (ARCHITECTURE rule 4, contract 06 §12).
 
 Guards, on every request: the Host header must be `127.0.0.1:<port>` (no DNS rebinding); every
 answer carries a strict CSP, `nosniff`, `no-referrer` and `no-store`. A POST must also carry
-the per-process CSRF token in its form and an Origin of `http://127.0.0.1:<port>`.
+an Origin of `http://127.0.0.1:<port>`, the per-process CSRF token in its form's action URL and
+a declared form length of at most 4,096 bytes: all checked before any byte of its body is read.
+Below the app, the listener applies the connection guard (`CONSOLE_LIMITS`: head size, head and
+body timeouts, connection caps; `coordinator_core.shell.runtime.guard`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from coordinator_core.errors import Diagnostic
+from coordinator_core.shell.runtime.guard import (
+    CONNECTIONS_EXHAUSTED,
+    HEADERS_TOO_LARGE,
+    PEER_CONNECTIONS_EXHAUSTED,
+    ConnectionLimits,
+)
 from coordinatorctl.remote_exchange import Failure, RemoteAnswer
 from coordinatorctl.remote_inputs import (
     check_date_time,
@@ -60,7 +69,7 @@ from coordinatorctl.remote_models import (
 )
 from coordinatorctl.remote_request import ApiRequest
 
-__all__ = ["CSP", "Api", "ConsoleSettings", "create_app"]
+__all__ = ["CONSOLE_LIMITS", "CSP", "Api", "ConsoleSettings", "console_refusals", "create_app"]
 
 CSP: Final = (
     "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'self'; "
@@ -85,6 +94,7 @@ MAX_FORM_BYTES: Final = 4096
 Form = dict[str, str]
 FAILURE_TEXT: Final = {
     "unreachable": "The service cannot be reached.",
+    "tls": "The service's TLS certificate is not trusted on this machine (see SSL_CERT_FILE).",
     "timeout": "The service did not answer in time.",
     "oversize": "The service's answer was too large.",
     "invalid": "The service's answer was not a valid answer.",
@@ -92,6 +102,44 @@ FAILURE_TEXT: Final = {
 }
 
 # One API call under the client policy of 09 §4 (remote.exchange in production).
+CONSOLE_LIMITS: Final = ConnectionLimits(
+    head_max_bytes=16_384,
+    head_timeout_seconds=10.0,
+    body_timeout_seconds=10.0,
+    max_connections=64,
+    close_linger_seconds=2.0,
+    connections_per_peer=64,  # every peer of a loopback listener is this machine
+    heads_per_peer=16,
+)
+"""The console listener's connection guard (docs/console.md): a browser's request head is far
+below 16 KiB, a form body at most `MAX_FORM_BYTES`, one operator opens a handful of
+connections."""
+
+_REFUSAL_TEXT: Final = {
+    HEADERS_TOO_LARGE: (431, b"The request headers are too large."),
+    CONNECTIONS_EXHAUSTED: (503, b"The console holds too many connections; try again."),
+    PEER_CONNECTIONS_EXHAUSTED: (503, b"The console holds too many connections; try again."),
+}
+
+
+def console_refusals() -> dict[str, tuple[int, bytes]]:
+    """The guard's refusals as the console answers them: one plain sentence, the console's
+    security headers, `Connection: close`."""
+    answers: dict[str, tuple[int, bytes]] = {}
+    for code, (status, text) in _REFUSAL_TEXT.items():
+        headers = [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            *SECURITY_HEADERS,
+            (b"content-length", str(len(text)).encode("ascii")),
+            (b"connection", b"close"),
+        ]
+        if status == 503:
+            headers.append((b"retry-after", b"1"))
+        lines = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+        answers[code] = (status, lines + b"\r\n" + text)
+    return answers
+
+
 Api = Callable[[ApiRequest], RemoteAnswer | Failure]
 _Model = TypeVar("_Model", bound=BaseModel)
 
@@ -374,32 +422,50 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
             return page("message.html", 404, title="No such run", text="That is not a run id.")
         return await inspection_page(run_id, auto=_refresh(request.query_params.get("auto")))
 
-    def form_refusal(form: Form, request: Request) -> str | None:
-        # Under `Referrer-Policy: no-referrer` a browser sends `Origin: null` for a form of
-        # the page itself; then only its `Sec-Fetch-Site: same-origin` vouches for the page.
+    def form_refusal(request: Request) -> str | None:
+        """The guards of a POST that need no byte of its body: its Origin (or, under
+        `Referrer-Policy: no-referrer`, where a browser sends `Origin: null` for a form of the
+        page itself, its `Sec-Fetch-Site: same-origin`), the CSRF token in the form's action,
+        its media type and a declared length within the bound (no chunked body)."""
         origin = request.headers.get("origin")
         same_site = request.headers.get("sec-fetch-site") == "same-origin"
         if not (origin == settings.origin or (origin == "null" and same_site)):
             return "The request did not come from this console's own page."
-        given = form.get("csrf")
+        given = request.query_params.get("csrf")
         if not isinstance(given, str) or not secrets.compare_digest(given, settings.csrf):
             return "The form is stale or not this console's: reload the page and try again."
-        return None
-
-    async def read_form(request: Request) -> tuple[Form | None, str | None]:
         if request.headers.get("content-type", "").split(";")[0].strip() != (
             "application/x-www-form-urlencoded"
         ):
-            return None, "The request is not a form of this console."
-        body = await request.body()
-        if len(body) > MAX_FORM_BYTES:
-            return None, "The form is too large."
+            return "The request is not a form of this console."
+        length = request.headers.get("content-length", "")
+        if "transfer-encoding" in request.headers or not length.isdigit():
+            return "The form has no declared length."
+        if int(length) > MAX_FORM_BYTES:
+            return "The form is too large."
+        return None
+
+    def refusal(text: str | None) -> Response:
+        """A refused form: its body may still be on its way, unread; the connection closes
+        after the answer, so none of it is taken in."""
+        answer = page("message.html", 403, title="Refused", text=text)
+        answer.headers["connection"] = "close"
+        return answer
+
+    async def read_form(request: Request) -> tuple[Form | None, str | None]:
+        refused = form_refusal(request)
+        if refused is not None:
+            return None, refused  # nothing of the body was read
+        body = b""
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM_BYTES:
+                return None, "The form is too large."
         try:
             pairs = parse_qsl(body.decode("utf-8"), max_num_fields=8, strict_parsing=False)
         except (UnicodeDecodeError, ValueError):
             return None, "The form is not valid."
-        form = dict(pairs)
-        return form, form_refusal(form, request)
+        return dict(pairs), None
 
     def reason_of(form: Form) -> tuple[str, str | None]:
         reason = form.get("reason")
@@ -417,7 +483,7 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
             return page("message.html", 404, title="Not found", text="No such action.")
         form, refused = await read_form(request)
         if refused is not None or form is None:
-            return page("message.html", 403, title="Refused", text=refused)
+            return refusal(refused)
         reason, missing = reason_of(form)
         if missing is not None:
             return page(
@@ -457,7 +523,7 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
             return page("message.html", 404, title="Not found", text="No such action.")
         form, refused = await read_form(request)
         if refused is not None or form is None:
-            return page("message.html", 403, title="Refused", text=refused)
+            return refusal(refused)
         reason, missing = reason_of(form)
         checked = await doctor()
         if missing is not None:
@@ -480,7 +546,7 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
     async def retention(request: Request) -> Response:
         form, refused = await read_form(request)
         if refused is not None or form is None:
-            return page("message.html", 403, title="Refused", text=refused)
+            return refusal(refused)
         checked = await doctor()
         before = form.get("before", "")
         limit = form.get("limit", "")

@@ -1,7 +1,8 @@
 """The destination policy of the HTTP client (contract 08 §2.1): which URLs may be reached, and
 the one address each is connected to.
 
-https anywhere; plain http only to a numeric loopback address; cloud metadata addresses never.
+https anywhere; plain http only to a numeric loopback address; cloud metadata addresses never,
+however spelled (an IPv6 address that embeds one for a translator or a tunnel included).
 A host name is resolved once, within the connect timeout, and refused outright if any of its
 addresses is a metadata address; the transport then connects to exactly the address returned.
 """
@@ -20,7 +21,13 @@ import httpx
 
 from coordinator_core.shell.adapters.transport import RequestClock, TransportFailure
 
-__all__ = ["METADATA_ADDRESSES", "DestinationRefused", "Resolver", "checked_address"]
+__all__ = [
+    "METADATA_ADDRESSES",
+    "DestinationRefused",
+    "Resolver",
+    "checked_address",
+    "embedded_ipv4",
+]
 
 METADATA_ADDRESSES: Final = frozenset(
     ipaddress.ip_address(text) for text in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200")
@@ -60,9 +67,58 @@ def _is_numeric_loopback(host: str) -> bool:
     return address == _LOOPBACK_V6
 
 
+# RFC 6052 §2.2: where an IPv4 address sits in an IPv6 address under each prefix length of a
+# NAT64 prefix (the well-known 64:ff9b::/96, the local-use 64:ff9b:1::/48 of RFC 8215, or any
+# network-specific one): the bit ranges of its 32 bits; bits 64–71 (the `u` octet) are zero.
+_RFC6052_LAYOUTS: Final = (
+    ((32, 64),),
+    ((40, 64), (72, 80)),
+    ((48, 64), (72, 88)),
+    ((56, 64), (72, 96)),
+    ((72, 104),),
+    ((96, 128),),
+)
+
+
+def _bits(value: int, start: int, end: int) -> int:
+    """Bits `start`..`end` (from the most significant, 128-bit value) as an integer."""
+    return (value >> (128 - end)) & ((1 << (end - start)) - 1)
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> frozenset[ipaddress.IPv4Address]:
+    """Every IPv4 address an IPv6 address may carry to a translator or tunnel: IPv4-mapped and
+    IPv4-compatible (RFC 4291 §2.5.5), each RFC 6052 layout whatever its prefix (a NAT64
+    gateway reaches the IPv4 address it finds there), 6to4 (RFC 3056) and both addresses of
+    Teredo (RFC 4380)."""
+    value = int(address)
+    found: set[ipaddress.IPv4Address] = set()
+    if address.ipv4_mapped is not None:
+        found.add(address.ipv4_mapped)
+    if value >> 32 == 0 and value > 1:
+        found.add(ipaddress.IPv4Address(value & 0xFFFFFFFF))  # ::a.b.c.d, compatible
+    for layout in _RFC6052_LAYOUTS:
+        if layout[0][0] < 64 and _bits(value, 64, 72) != 0:
+            continue  # the `u` octet of a 6052 address is zero
+        embedded = 0
+        for start, end in layout:
+            embedded = (embedded << (end - start)) | _bits(value, start, end)
+        found.add(ipaddress.IPv4Address(embedded))
+    if address.sixtofour is not None:
+        found.add(address.sixtofour)
+    if address.teredo is not None:
+        found.update(address.teredo)
+    return frozenset(found)
+
+
 def _is_metadata(text: str) -> bool:
     address = _address(text)
-    return address is not None and address in METADATA_ADDRESSES
+    if address is None:
+        return False
+    if address in METADATA_ADDRESSES:
+        return True
+    return isinstance(address, ipaddress.IPv6Address) and bool(
+        embedded_ipv4(address) & METADATA_ADDRESSES
+    )
 
 
 def _system_resolve(host: str, port: int) -> list[str]:
@@ -97,7 +153,7 @@ def checked_address(
     if scheme == "http" and not _is_numeric_loopback(host):
         raise DestinationRefused()  # plain http only to a numeric loopback address
     if literal is not None:
-        if literal in METADATA_ADDRESSES:
+        if _is_metadata(host):
             raise DestinationRefused()
         return host
     port = url.port or 443

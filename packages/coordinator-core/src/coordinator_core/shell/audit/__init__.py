@@ -33,8 +33,11 @@ Public API
 `verify_directory(directory) -> VerifyResult`
     `coordinatorctl audit verify` (09 §2): every file group is checked line by line; the first
     broken line raises `coordinator.audit.chain-broken` (exit 1) naming the file and the line; a
-    directory or file that cannot be read raises `coordinator.audit.unreadable` (exit 3).
-    `VerifyResult.to_json()` is `{files, entries, groups: [{prefix, files, entries, head}]}`.
+    directory or file that cannot be read raises `coordinator.audit.unreadable` (exit 3). A
+    torn last line (a failed write, 07 §12.1 item 6) is no break: it is a `TornTail` of the
+    result, as is each one a start set aside to `<file>.torn`. `VerifyResult.to_json()` is
+    `{files, entries, groups: [{prefix, files, entries, head}], tornTails: [{file, line,
+    movedAside}]}`.
 
 Line format (07 §11): the RFC 8785 bytes of
 `{schema, sequence, eventId, time, phase, correlation, record, previous}` followed by one line
@@ -69,7 +72,12 @@ from coordinator_core.shell.audit.entries import (
     worker_record,
 )
 from coordinator_core.shell.audit.references import AuditReferences
-from coordinator_core.shell.audit.verify import GroupResult, VerifyResult, verify_directory
+from coordinator_core.shell.audit.verify import (
+    GroupResult,
+    TornTail,
+    VerifyResult,
+    verify_directory,
+)
 from coordinator_core.shell.audit.writer import AuditWriter
 
 __all__ = [
@@ -86,6 +94,7 @@ __all__ = [
     "ReferenceClass",
     "ResponseOutcome",
     "Role",
+    "TornTail",
     "VerifyResult",
     "WorkerAction",
     "WorkerOutcome",

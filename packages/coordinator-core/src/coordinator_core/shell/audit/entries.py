@@ -34,6 +34,11 @@ ApiAction = Literal[
     "retention",
 ]
 WorkerAction = Literal["attempt", "dispatch", "observation", "transition"]
+JournalAction = Literal["store.identity", "journal.torn-tail"]
+"""The records a process keeps about its journal and store (07 §12.1 items 5–6), phase
+`record`, correlation a plain UUID: `{action: "store.identity", storeIdentity}` (the identity
+of the database the process works, as a digest) and `{action: "journal.torn-tail", journalFile,
+line, bytes}` (a torn last line of a dead process's file, set aside to `<journalFile>.torn`)."""
 WorkerOutcome = Literal[
     "intent",
     "delivered",
@@ -63,6 +68,10 @@ ReferenceClass = Literal[
 
 _API_ACTIONS: Final[frozenset[str]] = frozenset(get_args(ApiAction))
 _WORKER_ACTIONS: Final[frozenset[str]] = frozenset(get_args(WorkerAction))
+_JOURNAL_RECORDS: Final[dict[str, frozenset[str]]] = {
+    "store.identity": frozenset({"action", "storeIdentity"}),
+    "journal.torn-tail": frozenset({"action", "journalFile", "line", "bytes"}),
+}
 _WORKER_OUTCOMES: Final[frozenset[str]] = frozenset(get_args(WorkerOutcome))
 _RESPONSE_OUTCOMES: Final[frozenset[str]] = frozenset(get_args(ResponseOutcome))
 _REFERENCE_CLASSES: Final[frozenset[str]] = frozenset(get_args(ReferenceClass))
@@ -97,7 +106,13 @@ _REFERENCE_MEMBERS: Final = frozenset(
         "connectionRef",
     }
 )
-_COUNTER_MEMBERS: Final = frozenset({"generation", "attempt", "fromVersion", "toVersion"})
+_COUNTER_MEMBERS: Final = frozenset(
+    {"generation", "attempt", "fromVersion", "toVersion", "line", "bytes"}
+)
+JOURNAL_FILE_RE: Final = re.compile(
+    r"(?P<prefix>(?:serve|worker|ctl)-\d{8}T\d{6}Z-[0-9a-f]{8})(?:-(?P<n>[2-9]|[1-9]\d+))?\.jsonl"
+)
+"""A journal file's name (07 §11): `<role>-<YYYYMMDDTHHMMSSZ>-<8 hex>[-<n>].jsonl`."""
 
 # 07 §11 "Records", request/record column: action → (required members, optional members).
 _API_REQUEST: Final = (frozenset({"action", "actorRef"}), frozenset({"runRef", "reasonRef"}))
@@ -127,8 +142,10 @@ def _member_ok(name: str, value: object) -> bool:
         return isinstance(value, str)  # the shape decides which names are allowed
     if name == "code":  # only a catalogue code: a free-form string could carry a raw value
         return isinstance(value, str) and value in catalogue()
-    if name == "packageDigest":
+    if name in ("packageDigest", "storeIdentity"):
         return isinstance(value, str) and _DIGEST_RE.fullmatch(value) is not None
+    if name == "journalFile":
+        return isinstance(value, str) and JOURNAL_FILE_RE.fullmatch(value) is not None
     if name == "activationId":
         if type(value) is int:
             return 0 <= value <= _MAX_COUNTER
@@ -155,14 +172,16 @@ def _record_ok(phase: str, record: Mapping[str, object]) -> bool:
             and outcome in _RESPONSE_OUTCOMES
             and _RESPONSE_REQUIRED <= members <= _RESPONSE_REQUIRED | _RESPONSE_OPTIONAL
         )
-    # phase "record": the worker
+    # phase "record": the worker, or the process about its journal and store
+    if isinstance(action, str) and action in _JOURNAL_RECORDS:
+        return members == _JOURNAL_RECORDS[action]
     return members == _WORKER_MEMBERS and action in _WORKER_ACTIONS and outcome in _WORKER_OUTCOMES
 
 
-def _correlation_ok(phase: str, correlation: object) -> bool:
+def _correlation_ok(phase: str, correlation: object, record: Mapping[str, object]) -> bool:
     if not isinstance(correlation, str):
         return False
-    if phase == "record":
+    if phase == "record" and record.get("action") not in _JOURNAL_RECORDS:
         return _WORKER_CORRELATION_RE.fullmatch(correlation) is not None
     return _UUID_RE.fullmatch(correlation) is not None
 
@@ -180,15 +199,17 @@ class AuditEntry:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "record", dict(self.record))  # a private copy
-        _check_entry(self.phase, self.correlation, self.record)
+        check_entry(self.phase, self.correlation, self.record)
 
 
-def _check_entry(phase: object, correlation: object, record: object) -> None:
+def check_entry(phase: object, correlation: object, record: object) -> None:
     if not isinstance(phase, str) or phase not in _PHASES:
         raise ValueError("The audit phase is not request, response or record.")
-    if not _correlation_ok(phase, correlation):
+    if not isinstance(record, Mapping):
+        raise ValueError("The audit record is not one of the shapes of 07 §11.")
+    if not _correlation_ok(phase, correlation, record):
         raise ValueError("The audit correlation is not a UUID (or UUID:action:stepRef).")
-    if not isinstance(record, Mapping) or not _record_ok(phase, record):
+    if not _record_ok(phase, record):
         raise ValueError("The audit record is not one of the shapes of 07 §11.")
 
 
@@ -298,4 +319,22 @@ def worker_record(
             "attempt": attempt,
             "outcome": outcome,
         },
+    )
+
+
+def store_identity_record(correlation: str, identity_digest: str) -> AuditEntry:
+    """`{action: "store.identity", storeIdentity}`: the database this process works (07 §12.1
+    item 5), as the `sha256:` digest of its identity."""
+    return AuditEntry(
+        "record", correlation, {"action": "store.identity", "storeIdentity": identity_digest}
+    )
+
+
+def torn_tail_record(correlation: str, journal_file: str, line: int, size: int) -> AuditEntry:
+    """`{action: "journal.torn-tail", journalFile, line, bytes}`: the torn last line of a
+    journal file (from `line` on, `size` bytes) was set aside to `<journalFile>.torn`."""
+    return AuditEntry(
+        "record",
+        correlation,
+        {"action": "journal.torn-tail", "journalFile": journal_file, "line": line, "bytes": size},
     )

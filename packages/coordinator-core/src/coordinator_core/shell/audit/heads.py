@@ -1,14 +1,22 @@
 """The journal read against the heads a store keeps (07 §12.1): is every group the store knows
-of still there and at least as long, and which `dispatch`/`committed` entries follow the heads.
+of still there and at least as long, is every line after the heads a line of its chain, and
+which `dispatch`/`committed` and `store.identity` entries follow the heads.
 
 A head (`JournalPosition`) names a line by its file and byte offset, so a check seeks straight
-to it and reads only what follows: a long journal costs nothing more. Lines are not verified
-here (that is `audit verify`): an incomplete last line (a process killed mid-write) is simply
-not there yet, and a line that does not parse is skipped.
+to it and reads only what follows: a long journal costs nothing more. Every line read after a
+head is checked as `audit verify` checks it (canonical, contiguous sequence, `previous` the hash
+of the line before); one that is not is `coordinator.audit.journal-altered`, never skipped
+(item 6). The one exception is a torn tail: the last line of a group's last file without its
+line feed, or not JSON at all, with nothing after it (a write that failed, a process killed
+while writing). In a group whose process still runs (its file is held under `flock`, see
+`AuditWriter`) that is a line being written, not there yet; in a dead group `torn_tails` finds
+it and `set_aside` moves it to `<file>.torn`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import stat
@@ -18,16 +26,28 @@ from pathlib import Path
 from typing import Final
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.shell.audit.entries import MAX_ENTRY_BYTES
-from coordinator_core.shell.audit.writer import _FILE_NAME_RE, JournalPosition
+from coordinator_core.shell.audit.entries import JOURNAL_FILE_RE, MAX_ENTRY_BYTES, ZERO_HASH
+from coordinator_core.shell.audit.verify import (
+    TORN_SUFFIX,
+    BrokenLine,
+    TornTail,
+    chained_entry,
+    is_torn,
+)
+from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.values import sha256_label
 
 __all__ = [
     "CommittedDispatch",
+    "IdentityMark",
+    "JournalTail",
     "check_heads",
-    "committed_dispatches",
     "journal_ends",
     "journal_groups",
+    "line_number",
+    "read_after_heads",
+    "set_aside",
+    "torn_tails",
 ]
 
 _TAIL_BYTES: Final = MAX_ENTRY_BYTES + 2
@@ -46,6 +66,26 @@ class CommittedDispatch:
     offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class IdentityMark:
+    """A `store.identity` entry: the process of its group worked the database whose identity
+    has this digest (07 §12.1 item 5). `file` and `offset` say where the line is."""
+
+    digest: str
+    file: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class JournalTail:
+    """What follows the heads: the proofs of commit and identity marks, in group and file
+    order, and where each group's verified lines end (its last complete line, as a head)."""
+
+    dispatches: tuple[CommittedDispatch, ...]
+    identities: tuple[IdentityMark, ...]
+    ends: Mapping[str, JournalPosition]
+
+
 def _file_name(group: str, number: int) -> str:
     return f"{group}.jsonl" if number == 1 else f"{group}-{number}.jsonl"
 
@@ -57,7 +97,7 @@ def journal_groups(directory: Path) -> dict[str, int]:
     try:
         with os.scandir(directory) as listing:
             for item in listing:
-                match = _FILE_NAME_RE.fullmatch(item.name)
+                match = JOURNAL_FILE_RE.fullmatch(item.name)
                 if match is None or not item.is_file(follow_symlinks=False):
                     continue
                 number = int(match["n"]) if match["n"] else 1
@@ -79,6 +119,18 @@ def _truncated(file: str, line: int | None, message: str) -> CoordinatorError:
     )
 
 
+def _altered(file: str, line: int | None, path: str, message: str) -> CoordinatorError:
+    return CoordinatorError(
+        Diagnostic(
+            code="coordinator.audit.journal-altered",
+            file=file,
+            line=line,
+            path=path,
+            message=message,
+        )
+    )
+
+
 def line_number(path: Path, offset: int) -> int:
     """The 1-based number of the line that starts at `offset` (or would: the line after the
     file's last complete line when the file is shorter)."""
@@ -91,11 +143,11 @@ def line_number(path: Path, offset: int) -> int:
     return count
 
 
-def _open_regular(path: Path) -> int | None:
-    """A read descriptor of `path` if it is a regular file (never blocks on a FIFO), else None
+def _open_regular(path: Path, flags: int = os.O_RDONLY) -> int | None:
+    """A descriptor of `path` if it is a regular file (never blocks on a FIFO), else None
     when it does not exist; any other kind of file is unreadable."""
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        descriptor = os.open(path, flags | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except FileNotFoundError:
         return None
     except OSError:
@@ -145,62 +197,176 @@ def _parsed(raw: bytes) -> dict[str, object] | None:
     return value if isinstance(value, dict) else None
 
 
-def _lines_from(path: Path, offset: int) -> Iterator[tuple[int, bytes]]:
-    """The complete lines of a file from `offset` on, with their start offsets."""
+def _lines_with_next(path: Path, offset: int) -> Iterator[tuple[int, bytes, bool]]:
+    """The lines of a file from `offset` on, complete or not, with their start offsets and
+    whether another line follows."""
     descriptor = _open_regular(path)
     if descriptor is None:
         return
     with os.fdopen(descriptor, "rb") as handle:
         handle.seek(offset)
         position = offset
-        while raw := handle.readline(_TAIL_BYTES):
-            if not raw.endswith(b"\n"):
-                return  # incomplete: not written yet, or torn by a crash mid-write
-            yield position, raw
+        raw = handle.readline(_TAIL_BYTES)
+        while raw:
+            following = handle.readline(_TAIL_BYTES)
+            yield position, raw, bool(following)
             position += len(raw)
+            raw = following
 
 
-def committed_dispatches(
-    directory: Path, heads: Mapping[str, JournalPosition]
-) -> list[CommittedDispatch]:
-    """The `dispatch`/`committed` entries after the heads (a group without a head is read
-    from its start), in group and file order."""
-    found: list[CommittedDispatch] = []
+def read_after_heads(directory: Path, heads: Mapping[str, JournalPosition]) -> JournalTail:
+    """Every line after the heads (a group without a head is read from its start), each
+    checked against the chain (07 §12.1 item 6): a missing file of a group, a line that is
+    not canonical, out of sequence or does not chain, or an incomplete line that is not the
+    last, is `coordinator.audit.journal-altered` naming the file and line. The heads must hold
+    (`check_heads` first). A group's incomplete last line is not read: a live process is
+    writing it (a dead process's torn tail is set aside first, `torn_tails`)."""
+    dispatches: list[CommittedDispatch] = []
+    identities: list[IdentityMark] = []
+    ends: dict[str, JournalPosition] = {}
     for group, files in sorted(journal_groups(directory).items()):
         head = heads.get(group)
-        first = head.file_number if head is not None else 1
+        if head is None:
+            first, start, sequence, previous = 1, 0, 0, ZERO_HASH
+        else:
+            first, start = head.file_number, head.line_offset
+            sequence, previous = head.sequence, head.line_hash
+            ends[group] = head
         for number in range(first, files + 1):
             name = _file_name(group, number)
-            start = 0
-            skip_first = False
-            if head is not None and number == head.file_number:
-                start, skip_first = head.line_offset, True
-            for offset, raw in _lines_from(directory / name, start):
-                if skip_first:
-                    skip_first = False
+            path = directory / name
+            if not path.exists():
+                raise _altered(name, None, "", "A file of this journal group is missing.")
+            skip = head is not None and number == head.file_number
+            for offset, raw, more in _lines_with_next(path, start if number == first else 0):
+                if skip:
+                    skip = False  # the head's own line, which `check_heads` compared
                     continue
-                if b'"committed"' not in raw:
-                    continue  # cheap: only these lines are parsed
-                dispatch = _dispatch_of(raw, name, offset)
-                if dispatch is not None:
-                    found.append(dispatch)
-    return found
+                if number == files and not more and not raw.endswith(b"\n"):
+                    break  # being written by a live process (a dead one's `torn_tails` took)
+                if not raw.endswith(b"\n"):
+                    raise _altered(name, line_number(path, offset), "", "The line is incomplete.")
+                line = raw[:-1]
+                try:
+                    entry = chained_entry(line, sequence + 1, previous)
+                except BrokenLine as broken:
+                    raise _altered(
+                        name, line_number(path, offset), broken.path, broken.message
+                    ) from None
+                sequence, previous = sequence + 1, sha256_label(line)
+                ends[group] = JournalPosition(group, sequence, previous, number, offset)
+                _note(entry, name, offset, dispatches, identities)
+    return JournalTail(tuple(dispatches), tuple(identities), ends)
 
 
-def _dispatch_of(raw: bytes, name: str, offset: int) -> CommittedDispatch | None:
-    entry = _parsed(raw)
-    record = entry.get("record") if entry is not None else None
-    if entry is None or entry.get("phase") != "record" or not isinstance(record, dict):
-        return None
-    if record.get("action") != "dispatch" or record.get("outcome") != "committed":
-        return None
+def _note(
+    entry: dict[str, object],
+    name: str,
+    offset: int,
+    dispatches: list[CommittedDispatch],
+    identities: list[IdentityMark],
+) -> None:
+    record = entry["record"]
+    if entry["phase"] != "record" or not isinstance(record, dict):
+        return
+    action = record.get("action")
+    if action == "store.identity":
+        digest = record.get("storeIdentity")
+        if isinstance(digest, str):
+            identities.append(IdentityMark(digest, name, offset))
+        return
+    if action != "dispatch" or record.get("outcome") != "committed":
+        return
     run_ref, step_ref = record.get("runRef"), record.get("stepRef")
     generation, attempt = record.get("generation"), record.get("attempt")
     if not (isinstance(run_ref, str) and isinstance(step_ref, str)):
-        return None
+        raise _altered(name, None, "/record", "A proof of commit lacks its references.")
     if type(generation) is not int or type(attempt) is not int:
+        raise _altered(name, None, "/record", "A proof of commit lacks its counters.")
+    dispatches.append(CommittedDispatch(run_ref, step_ref, generation, attempt, name, offset))
+
+
+def _live(descriptor: int) -> bool:
+    """Whether a process holds the file's `flock` (its writer is alive). A file system that
+    cannot say is taken as live: its tail is never touched."""
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    return False
+
+
+def torn_tails(directory: Path, *, own: str | None = None) -> list[TornTail]:
+    """The torn tail of each dead group (not `own`): the part of its last file after the last
+    line feed, or its last line when that is not JSON, with nothing after it. Reads only the
+    last MiB of each group's last file."""
+    found: list[TornTail] = []
+    for group, files in sorted(journal_groups(directory).items()):
+        if group == own:
+            continue
+        name = _file_name(group, files)
+        descriptor = _open_regular(directory / name)
+        if descriptor is None:
+            continue
+        with os.fdopen(descriptor, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            start = max(0, size - 2 * _TAIL_BYTES)
+            handle.seek(start)
+            tail = handle.read()
+            end = tail.rfind(b"\n")
+            if end + 1 < len(tail):
+                offset = start + end + 1  # bytes after the last line feed
+            else:
+                before = tail.rfind(b"\n", 0, max(end, 0))
+                if end < 0 or (before < 0 and start > 0):
+                    continue
+                offset = start + before + 1
+                if not is_torn(tail[before + 1 :]):
+                    continue
+            if offset == size or (start > 0 and offset == start) or _live(handle.fileno()):
+                continue
+        found.append(TornTail(name, line_number(directory / name, offset), offset))
+    return found
+
+
+def set_aside(directory: Path, torn: TornTail) -> int | None:
+    """Move the torn tail to `<file>.torn` (written and fsynced first) and cut the file before
+    it (fsynced, with the directory): the file ends with its last complete line again. Answers
+    the number of bytes set aside, or None when the group turned out live. OSError when it
+    could not be done (nothing is cut then)."""
+    path = directory / torn.file
+    descriptor = _open_regular(path, os.O_RDWR)
+    if descriptor is None:
         return None
-    return CommittedDispatch(run_ref, step_ref, generation, attempt, name, offset)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return None
+        size = os.fstat(descriptor).st_size
+        os.lseek(descriptor, torn.offset, os.SEEK_SET)
+        data = os.read(descriptor, max(0, size - torn.offset))
+        aside = directory / (torn.file + TORN_SUFFIX)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        written = os.open(aside, flags | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(written, view) :]
+            os.fsync(written)
+        finally:
+            os.close(written)
+        os.ftruncate(descriptor, torn.offset)
+        os.fsync(descriptor)
+        directory_descriptor = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(directory_descriptor)
+        finally:
+            os.close(directory_descriptor)
+        return len(data)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(descriptor)
 
 
 def journal_ends(directory: Path) -> list[JournalPosition]:

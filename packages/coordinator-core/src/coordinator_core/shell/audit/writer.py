@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
-import re
 import secrets
 import stat
 import threading
@@ -26,7 +27,7 @@ from coordinator_core.shell.audit.entries import (
     ZERO_HASH,
     AuditEntry,
     Role,
-    _check_entry,
+    check_entry,
 )
 from coordinator_core.values import sha256_label
 
@@ -48,9 +49,6 @@ class JournalPosition:
 # Writer
 # --------------------------------------------------------------------------------------------
 
-_FILE_NAME_RE: Final = re.compile(
-    r"(?P<prefix>(?:serve|worker|ctl)-\d{8}T\d{6}Z-[0-9a-f]{8})(?:-(?P<n>[2-9]|[1-9]\d+))?\.jsonl"
-)
 _OPEN_FLAGS: Final = (
     os.O_WRONLY
     | os.O_CREAT
@@ -87,7 +85,7 @@ _ENTRY_ENCODER: Final = json.JSONEncoder(
 def _entry_line(line: dict[str, object]) -> bytes:
     """The canonical bytes (RFC 8785, as `canonical_json`) of one journal line, the fast way.
 
-    Only checked entries get here (`_check_entry`): member names are ASCII, values are
+    Only checked entries get here (`check_entry`): member names are ASCII, values are
     strings of fixed sets or patterns, references, catalogue codes, UUIDs and instants, or
     integers in [0, 2**53), and the line adds the same kinds. For such values the standard
     encoder with sorted keys, no whitespace and no ASCII escaping writes exactly the RFC 8785
@@ -102,6 +100,12 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def _is_proof(entry: AuditEntry) -> bool:
+    """A proof of commit (07 §12.1 item 1): the `dispatch`/`committed` record of a worker."""
+    record = entry.record
+    return record.get("action") == "dispatch" and record.get("outcome") == "committed"
 
 
 class JournalObserver(Protocol):
@@ -123,13 +127,16 @@ class AuditWriter:
         *,
         clock: Callable[[], datetime],
         rotate_bytes: int,
+        proofs: Callable[[JournalPosition], None] | None = None,
     ) -> None:
         self._directory = directory
+        self._proofs = proofs
         self._prefix = prefix
         self._clock = clock
         self._rotate_bytes = rotate_bytes
         self._cond = threading.Condition(threading.Lock())
         self._queue: list[bytes] = []
+        self._proof_at: set[int] = set()  # sequences of queued proofs of commit
         self._next_sequence = 1
         self._previous = ZERO_HASH  # hash of the last line queued
         self._durable_sequence = 0
@@ -160,11 +167,16 @@ class AuditWriter:
         *,
         clock: Callable[[], datetime] = _utc_now,
         rotate_bytes: int = FILE_ROTATE_BYTES,
+        proofs: Callable[[JournalPosition], None] | None = None,
     ) -> AuditWriter:
         """Create this process's first journal file; failure is `audit-unavailable` (exit 3).
 
         The directory is created owner-only when absent; an existing one must be a directory
-        without group or other permissions."""
+        without group or other permissions. `proofs` (the restore witness, 07 §12.1 item 5) is
+        called after each durable write that carried a `dispatch`/`committed` entry, with the
+        position of the last one, before the appends it covers return; what it raises is a
+        failed write. Each file of the group is held under an exclusive `flock` while it is
+        written, so that another process can tell a live group from a dead one."""
         if role not in _ROLES:
             raise ValueError("The audit role is not serve, worker or ctl.")
         path = Path(directory)
@@ -181,7 +193,7 @@ class AuditWriter:
             )
         stamp = clock().astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
         prefix = f"{role}-{stamp}-{secrets.token_hex(4)}"
-        return cls(path, prefix, clock=clock, rotate_bytes=rotate_bytes)
+        return cls(path, prefix, clock=clock, rotate_bytes=rotate_bytes, proofs=proofs)
 
     def __enter__(self) -> AuditWriter:
         return self
@@ -254,13 +266,14 @@ class AuditWriter:
         """Journal `entries` in order, covered by one fsync (the entries of one transaction,
         07 §7.7 item 5); returns only after all of them are on stable storage."""
         for entry in entries:
-            _check_entry(entry.phase, entry.correlation, entry.record)
+            check_entry(entry.phase, entry.correlation, entry.record)
         if not entries:
             return
         with self._cond:
             if self._failed or self._closed:
                 raise _unavailable("The audit journal refuses entries after a write failure.")
             lines = []
+            proofs: list[int] = []
             previous = self._previous
             sequence = self._next_sequence - 1
             for entry in entries:
@@ -281,8 +294,11 @@ class AuditWriter:
                     raise ValueError("The audit entry is larger than 1 MiB.")
                 previous = sha256_label(line)
                 lines.append(line)
+                if _is_proof(entry):
+                    proofs.append(sequence)
             self._next_sequence = sequence + 1
             self._previous = previous
+            self._proof_at.update(proofs)
             self._queue.extend(lines)
             if self._observer is not None:
                 self._observer.appended(len(lines))
@@ -348,17 +364,22 @@ class AuditWriter:
         path = self._directory / self._file_name(self._file_number)
         self._fd = os.open(path, _OPEN_FLAGS, 0o600)
         self._size = 0
+        with contextlib.suppress(OSError):  # a file system without locks: its tails are kept
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         _fsync_directory(self._directory)
 
     def _flush_queue(self) -> None:
         """Called with the lock held by the thread that becomes the flusher: writes and fsyncs
         everything queued, with the lock released so that others can queue meanwhile."""
         batch, self._queue = self._queue, []
+        first = self._durable_sequence + 1
+        proofs = [sequence - first for sequence in sorted(self._proof_at)]
+        self._proof_at.clear()
         self._flushing = True
         written: tuple[int, int] | None = None
         self._cond.release()
         try:
-            written = self._write_batch(batch)
+            written = self._write_batch(batch, first, proofs)
         finally:
             self._cond.acquire()
             self._flushing = False
@@ -370,13 +391,18 @@ class AuditWriter:
                 self._failed = True
             self._cond.notify_all()
 
-    def _write_batch(self, batch: list[bytes]) -> tuple[int, int] | None:
+    def _write_batch(
+        self, batch: list[bytes], first: int, proofs: list[int]
+    ) -> tuple[int, int] | None:
         """Write the batch (one `write` per file it goes to) and fsync it; answers the file
-        number and start offset of its last line, None on failure."""
+        number and start offset of its last line, None on failure. `first` is the sequence of
+        its first line and `proofs` the indexes of its proofs of commit: the last one's
+        position goes to `self._proofs` once the batch is durable."""
         last = (self._file_number, self._size)
+        proof: JournalPosition | None = None
         try:
             pending: list[bytes] = []
-            for line in batch:
+            for index, line in enumerate(batch):
                 data = line + b"\n"
                 if self._size and self._size + len(data) > self._rotate_bytes:
                     _write_all(self._fd, b"".join(pending))
@@ -387,6 +413,8 @@ class AuditWriter:
                     self._file_number += 1
                     self._create_file()
                 last = (self._file_number, self._size)
+                if proofs and index == proofs[-1]:
+                    proof = JournalPosition(self._prefix, first + index, sha256_label(line), *last)
                 pending.append(data)
                 self._size += len(data)
             began = time.perf_counter()
@@ -394,6 +422,8 @@ class AuditWriter:
             os.fsync(self._fd)
             if self._observer is not None:
                 self._observer.flushed(time.perf_counter() - began)
+            if proof is not None and self._proofs is not None:
+                self._proofs(proof)
         except OSError:
             return None
         return last

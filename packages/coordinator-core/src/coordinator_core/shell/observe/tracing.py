@@ -3,7 +3,9 @@
 Four kinds of span, each named by a fixed word:
 
 * one per API request, named by the route's operationId (`startRun`, `getRun`, …), a child of
-  the caller's W3C `traceparent` (and `tracestate`) when the request carries a valid one;
+  the caller's W3C `traceparent` when the request carries a valid one (the caller's
+  `tracestate` is never taken: its vendor entries are the caller's to fill, and they would be
+  copied into every span exported from the request);
 * `coordinator.tick`: one per worker tick that claimed a record of a run (from the claim to
   the last record the tick carried the run through; an idle tick makes none);
 * `coordinator.product-call`: one per product call an adapter makes (dispatch, preparation,
@@ -258,10 +260,10 @@ def annotate(attributes: Mapping[str, str | int]) -> None:
 
 
 def request(
-    operation_id: str, method: str, route: str, traceparent: str | None, tracestate: str | None
+    operation_id: str, method: str, route: str, traceparent: str | None
 ) -> AbstractContextManager[Any]:
     """An API request's span (SERVER), a child of the caller's span when `traceparent` is a
-    valid W3C header (with its `tracestate`); `responded` sets the status."""
+    valid W3C header (without the caller's `tracestate`); `responded` sets the status."""
     tracer = _STATE.tracer
     if tracer is None:
         return _NULL
@@ -270,8 +272,6 @@ def request(
     )
 
     carrier = {"traceparent": traceparent} if traceparent else {}
-    if traceparent and tracestate:
-        carrier["tracestate"] = tracestate
     parent = TraceContextTextMapPropagator().extract(carrier) if carrier else None
     return _span(
         tracer,

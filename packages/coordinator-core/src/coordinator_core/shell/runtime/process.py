@@ -54,6 +54,7 @@ from typing import Any, Final, Protocol
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.audit import AuditWriter
+from coordinator_core.shell.audit.witness import RestoreWitness
 from coordinator_core.shell.clock import wall_clock
 from coordinator_core.shell.deployment import (
     Deployment,
@@ -68,7 +69,11 @@ from coordinator_core.shell.deployment import (
 from coordinator_core.shell.execution.wakeup import Wakeup
 from coordinator_core.shell.observe import metrics, tracing
 from coordinator_core.shell.package_files import LoadedPackage, load_package
-from coordinator_core.shell.restore_detection import check_journal
+from coordinator_core.shell.restore_detection import (
+    check_journal,
+    journal_identity,
+    set_aside_torn_tails,
+)
 from coordinator_core.shell.runtime import store_access
 from coordinator_core.shell.runtime.argv import (
     ArgumentParser,
@@ -121,6 +126,7 @@ MAX_POLL_MS: Final = 10_000
 
 _USAGE: Final = "coordinator.cli.usage"
 _STORE_UNAVAILABLE: Final = "coordinator.command.store-unavailable"
+_STORE_RESTORED: Final = "coordinator.deployment.store-restored"
 _WORKER_UNAVAILABLE: Final = "coordinator.command.worker-unavailable"
 
 
@@ -395,8 +401,23 @@ def start(
     # 3. Secrets, the audit journal, the store.
     with _step():
         secrets = resolve_secrets(deployment, environment=environment, database_role="runtime")
+    witness = (
+        RestoreWitness(Path(deployment.restore_witness)) if deployment.restore_witness else None
+    )
+    if witness is not None:
+        try:
+            witness.create()
+        except OSError:
+            raise refusal(
+                "coordinator.command.audit-unavailable",
+                "The restore witness file (`store.restoreWitness`) cannot be created or written.",
+            ) from None
     with _step("coordinator.command.audit-unavailable"):
-        writer = AuditWriter.open(settings.audit_directory, "serve" if serving else "worker")
+        writer = AuditWriter.open(
+            settings.audit_directory,
+            "serve" if serving else "worker",
+            proofs=witness.append if witness is not None else None,
+        )
     started.callback(writer.close)
     url = started.enter_context(store_access.store_url(deployment, secrets))
     concurrency = 0 if recovery_only else settings.worker.concurrency
@@ -412,10 +433,17 @@ def start(
     started.callback(store.close)
     metrics.watch_store(lambda: store.reads.gauges(wall_clock()))
     started.callback(metrics.watch_store, None)
-    # 07 §12.1: a store older than the journal (a restore) is never worked ordinarily.
+    # 07 §12.1: a torn tail of a dead process is set aside (item 6); a store older than the
+    # journal, or not in the database the journal and heads name (a restore), is never worked
+    # ordinarily; the journal then names the database this process works (item 5).
+    journal = Path(settings.audit_directory)
+    with _step("coordinator.command.audit-unavailable"):
+        set_aside_torn_tails(journal, writer)
     if not recovery_only:
         with _step("coordinator.command.store-unavailable"):
-            check_journal(store, Path(settings.audit_directory), secrets.audit_references)
+            check_journal(store, journal, secrets.audit_references, witness=witness)
+    with _step("coordinator.command.audit-unavailable"):
+        journal_identity(writer, store)
     store.follow_journal(lambda: writer.position)
     started.callback(_save_head, store, log)
     with _step():
@@ -567,6 +595,12 @@ def _worker_ticks(
         try:
             worked = worker.tick()
         except CoordinatorError as error:
+            if error.diagnostic.code == _STORE_RESTORED:
+                # Its connections reached another database (a promoted standby, a file put
+                # back): nothing more is worked, the process stops (07 §12.1 item 5).
+                log.emit("error", error.diagnostic.code, error.diagnostic.effective_message)
+                shutdown.request(EXIT_REFUSED)
+                return
             if error.diagnostic.code == _STORE_UNAVAILABLE:
                 outage.lost(began)
             else:

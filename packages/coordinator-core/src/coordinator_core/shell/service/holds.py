@@ -6,12 +6,14 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Final
 
 from coordinator_core.engine import EngineInvariantError, Instant, RestoreHold
-from coordinator_core.errors import CoordinatorError
+from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.audit import ZERO_HASH
 from coordinator_core.shell.audit.heads import journal_ends
+from coordinator_core.shell.audit.witness import RestoreWitness
 from coordinator_core.shell.execution.codec import state_of, write_of
 from coordinator_core.shell.service.model import RUN_STATUSES, Doctor, DoctorState, ServiceRefusal
 from coordinator_core.shell.service.runtime import Runtime
@@ -116,11 +118,25 @@ def _review(context: Runtime, now: Instant) -> Decide:
 
 def restore_hold(context: Runtime, reason: str) -> HoldState:
     """06 §7.2 / 07 §12 step 3; idempotent. The journal as it is now becomes the store's
-    journal heads (07 §12.1): the reviewed store goes on from it, so the ordinary service
-    starts on it again once the holds are released."""
+    journal heads, saved with the identity of the database the store is in now, and the
+    restore witness names the same lines (07 §12.1 items 2 and 5): the reviewed store goes on
+    from this journal in this database, so the ordinary service starts on it again once the
+    holds are released."""
     now = context.now()
     heads = journal_ends(context.audit.directory) if context.audit is not None else None
-    return context.store.operator.set_restore_hold(now, _review(context, now), heads)
+    state = context.store.operator.set_restore_hold(now, _review(context, now), heads)
+    witness = context.deployment.restore_witness
+    if heads is not None and witness is not None:
+        try:
+            RestoreWitness(Path(witness)).replace(heads)
+        except OSError:
+            raise CoordinatorError(
+                Diagnostic(
+                    code="coordinator.command.audit-unavailable",
+                    message="The restore witness file cannot be rewritten; set the hold again.",
+                )
+            ) from None
+    return state
 
 
 def release_restore_hold(context: Runtime, reason: str) -> HoldState:

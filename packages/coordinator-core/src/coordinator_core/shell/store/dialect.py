@@ -264,7 +264,8 @@ def locate(url: str, *, namespace: str | None = None) -> StoreLocation:
     """The store a URL names.
 
     Accepts `postgresql://user@host:port/db` (also `postgres://` and `postgresql+psycopg://`;
-    a `namespace` is required) and `sqlite:////absolute/path` (or a bare absolute path).
+    a `namespace` is required; libpq's `host1:port1,host2:port2` for several hosts) and
+    `sqlite:////absolute/path` (or a bare absolute path).
     """
     if url.startswith("/"):
         url = "sqlite:///" + url
@@ -277,7 +278,15 @@ def locate(url: str, *, namespace: str | None = None) -> StoreLocation:
         database = unquote(parts.path.lstrip("/"))
         if not database:
             raise ValueError("The PostgreSQL URL must name a database.")
-        normalised = urlunsplit(("postgresql+psycopg", *parts[1:]))
+        userinfo, at, hosts = parts.netloc.rpartition("@")
+        netloc, query = parts.netloc, parts.query
+        if "," in hosts:
+            # libpq's multi-host form (a primary and its standbys, with
+            # target_session_attrs): SQLAlchemy takes it as repeated `host` parameters.
+            netloc = userinfo + at
+            listed = "&".join("host=" + item for item in hosts.split(","))
+            query = listed + ("&" + query if query else "")
+        normalised = urlunsplit(("postgresql+psycopg", netloc, parts.path, query, ""))
         return StoreLocation("postgresql", normalised, namespace=namespace, database=database)
     if scheme == "sqlite":
         raw = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""

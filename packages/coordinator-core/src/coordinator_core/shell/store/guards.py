@@ -60,7 +60,7 @@ RUNTIME_DML_TABLES: Final = (
     "live_bindings",
     "journal_heads",
 )
-RUNTIME_READ_TABLES: Final = ("control", "activations", "migrations")
+RUNTIME_READ_TABLES: Final = ("control", "activations", "migrations", "store_identity")
 RUNTIME_CONTROL_COLUMNS: Final = (
     "restore_hold",
     "admissions_hold",

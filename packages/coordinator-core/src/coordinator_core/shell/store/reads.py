@@ -18,6 +18,7 @@ from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.observe.metrics import StoreGauges
 from coordinator_core.shell.store.dialect import Prepared, UTCDateTime
 from coordinator_core.shell.store.guards import refuse
+from coordinator_core.shell.store.identity import StoreIdentity
 from coordinator_core.shell.store.queries import (
     among,
     claimable,
@@ -254,6 +255,19 @@ class RunReads:
             }
 
         return self._tx.transact("journal-heads", work, read_only=True)
+
+    def head_identities(self) -> dict[str, StoreIdentity | None]:
+        """The identity of the database each journal head was saved in (07 §12.1 item 5; None
+        for a head saved before schema version 5, or one that does not parse)."""
+
+        def work(conn: Connection) -> dict[str, StoreIdentity | None]:
+            rows = conn.execute(select(JOURNAL_HEADS.c.group_name, JOURNAL_HEADS.c.store_identity))
+            return {
+                str(group): StoreIdentity.parse(text) if text is not None else None
+                for group, text in rows
+            }
+
+        return self._tx.transact("journal-head-identities", work, read_only=True)
 
     def run_ids(self) -> list[uuid.UUID]:
         """Every run's id (tombstones included): what keyed journal references are matched

@@ -63,6 +63,7 @@ __all__ = [
     "STEPS",
     "STEP_STATES",
     "STEP_TYPES",
+    "STORE_IDENTITY",
     "TERMINAL_STATUSES",
     "ActivationTable",
     "AdmissionLockTable",
@@ -72,6 +73,7 @@ __all__ = [
     "LiveBindingTable",
     "RunTable",
     "StepTable",
+    "StoreIdentityTable",
     "control_of",
     "run_of",
     "run_values",
@@ -372,6 +374,20 @@ class JournalHeadTable(SQLModel, table=True):
     file_number: int = Field(sa_column=Column("file_number", Integer, nullable=False))
     line_offset: int = Field(sa_column=Column("line_offset", BigInteger, nullable=False))
     updated_at: int = Field(sa_column=Column("updated_at", UTCDateTime, nullable=False))
+    # The identity of the database the head was saved in (schema version 5; None before).
+    store_identity: str | None = Field(
+        default=None, sa_column=Column("store_identity", String(200), nullable=True)
+    )
+
+
+class StoreIdentityTable(SQLModel, table=True):
+    """`store_identity` (one row): the random part of the store's identity, written when the
+    store is created (07 §12.1 item 5; `shell/store/identity.py`)."""
+
+    __tablename__ = "store_identity"
+
+    instance_id: str = Field(sa_column=Column("instance_id", String(32), primary_key=True))
+    created_at: int = Field(sa_column=Column("created_at", UTCDateTime, nullable=False))
 
 
 METADATA: Final[MetaData] = SQLModel.metadata
@@ -384,6 +400,7 @@ STEPS: Final[Table] = METADATA.tables["steps"]
 DEFINITIONS: Final[Table] = METADATA.tables["definitions"]
 LIVE_BINDINGS: Final[Table] = METADATA.tables["live_bindings"]
 JOURNAL_HEADS: Final[Table] = METADATA.tables["journal_heads"]
+STORE_IDENTITY: Final[Table] = METADATA.tables["store_identity"]
 
 # Indexes of 07 §14.1 (partial where the contract says so; both backends support them).
 Index(

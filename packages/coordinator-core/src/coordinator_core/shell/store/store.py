@@ -35,6 +35,7 @@ from coordinator_core.shell.store.guards import (
     read_ledger,
     refuse,
 )
+from coordinator_core.shell.store.identity import DatabaseWatch, StoreIdentity, read_identity
 from coordinator_core.shell.store.operator import OperatorActions
 from coordinator_core.shell.store.reads import RunReads
 from coordinator_core.shell.store.records import ControlRow, DeploymentIdentity, StepOutcome
@@ -95,6 +96,10 @@ class Store:
         store = cls(Transactor(location, engine, identity, lock))
         try:
             store.verify()
+            found = store.transactor.transact(
+                "identity", lambda conn: read_identity(conn, location), read_only=True
+            )
+            store.transactor.database = DatabaseWatch(engine, location, found)
         except BaseException:
             store.close()
             raise
@@ -145,6 +150,11 @@ class Store:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+    @property
+    def store_identity(self) -> StoreIdentity:
+        """The identity of the database this store was opened in (07 §12.1 item 5)."""
+        return self.transactor.store_identity
 
     @property
     def kind(self) -> StoreKind:

@@ -35,6 +35,7 @@ from coordinator_core.shell.store.dialect import (
     upsert_advancing,
 )
 from coordinator_core.shell.store.guards import ProcessLock, check_identity
+from coordinator_core.shell.store.identity import DatabaseWatch, StoreIdentity
 from coordinator_core.shell.store.records import (
     ControlRow,
     DeploymentIdentity,
@@ -65,6 +66,7 @@ _HEAD_COLUMNS: Final = (
     "file_number",
     "line_offset",
     "updated_at",
+    "store_identity",
 )
 _SAVE_HEAD: Final = {
     kind: Prepared(
@@ -96,6 +98,9 @@ class Transactor:
         self._seen_control: tuple[tuple[Any, ...], ControlRow] | None = None
         self.sender = "from:" + secrets.token_hex(8)  # this store's own notifications
         self._journal: Callable[[], JournalPosition | None] | None = None
+        self.database: DatabaseWatch | None = None
+        """The identity of the database the store was opened in, checked on every new
+        connection (07 §12.1 item 5); set by `Store.open`."""
         self._head_due = 0.0  # monotonic instant from which a write saves the journal head
         self._observer: Callable[[Sequence[Committed]], None] | None = None
         self._notes = threading.local()  # `.items`: what this thread's transaction will tell
@@ -257,8 +262,15 @@ class Transactor:
                 "file_number": position.file_number,
                 "line_offset": position.line_offset,
                 "updated_at": now,
+                "store_identity": self.store_identity.text,
             },
         )
+
+    @property
+    def store_identity(self) -> StoreIdentity:
+        """The identity of the database this store was opened in (07 §12.1 item 5)."""
+        assert self.database is not None
+        return self.database.identity
 
     # -- notifications across processes (07 §7.7 item 4) ---------------------------------------
 
