@@ -258,3 +258,23 @@ def bench(session: nox.Session) -> None:
             session.run("python", "scripts/bench_parked.py", *arguments)
         else:
             session.run("python", f"scripts/bench_{target}.py")
+
+
+# Every benchmark target, in the order bench_smoke runs them.
+BENCH_TARGETS = ("functions", "check", "sealing", "service", "parked")
+
+
+@nox.session
+def bench_smoke(session: nox.Session) -> None:
+    """Every benchmark (`nox -s bench -- <target>`) once at a smoke size, in CI: a few runs,
+    one round, no thresholds, so a broken benchmark fails the build. Its figures mean
+    nothing. `parked` runs with `--worker`, as the README's command does."""
+    install_workspace(session)
+    python = peer_python(session)
+    for target in BENCH_TARGETS:
+        arguments = ["--smoke"]
+        if target == "service":
+            arguments += ["--peer-python", python]
+        elif target == "parked":
+            arguments.append("--worker")
+        session.run("python", f"scripts/bench_{target}.py", *arguments)
