@@ -434,6 +434,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def machine_cpu_seconds() -> float:
+    """CPU time the whole machine spent busy (all cores: user, nice, system, irq, softirq,
+    steal in `/proc/stat`), in seconds."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
 def postgres_cpu_seconds() -> float:
     """CPU of the whole PostgreSQL server: every `postgres` process, plus what the postmaster
     reaped from sessions that ended (cutime + cstime). Server-wide: other users count too."""
@@ -531,11 +539,19 @@ class Sample:
     other_databases: dict[str, int] = field(default_factory=dict)  # their transactions
     admission_latencies: list[float] = field(default_factory=list)
     load: tuple[float, float] = (math.nan, math.nan)  # 1-minute load average: start, end
+    # CPU seconds the machine spent outside the measured processes (the configuration's, the
+    # sandbox, the client and the PostgreSQL server) while the runs went: other users, kernel
+    other_cpu: float = math.nan
     executors: dict[str, int] = field(default_factory=dict)  # the peer's runs per process
 
     @property
     def rate(self) -> float:
         return self.runs / self.elapsed
+
+    @property
+    def other_cpu_percent(self) -> float:
+        """`other_cpu` as % of one core over the window."""
+        return 100 * self.other_cpu / self.elapsed
 
     @property
     def other_transactions(self) -> int:
@@ -997,6 +1013,7 @@ class Bench:
             load_before = os.getloadavg()[0]
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             client_before, postgres_before = time.process_time(), postgres_cpu_seconds()
+            machine_before = machine_cpu_seconds()
             origin = self.peer_origin if peer else self.origin
             if concurrency == 1:
                 measured = one_at_a_time(origin, self.token, self.revision, applications, poller)
@@ -1016,6 +1033,7 @@ class Bench:
                 cpu["peer"] = sum(v for name, v in spent.items() if name.startswith("peer"))
             cpu["client"] = time.process_time() - client_before
             cpu["postgres"] = postgres_cpu_seconds() - postgres_before
+            other_cpu = machine_cpu_seconds() - machine_before - sum(cpu.values())
             load = (load_before, os.getloadavg()[0])
             executors = poller.executors(measured.run_ids)
         finally:
@@ -1037,6 +1055,7 @@ class Bench:
             other_databases=after.others_since(before),
             admission_latencies=measured.admissions,
             load=load,
+            other_cpu=other_cpu,
             executors=executors,
         )
 
@@ -1048,11 +1067,13 @@ class Bench:
         before = read_counters(self.admin_url, self.database, self.own_databases)
         load_before = os.getloadavg()[0]
         client_before, postgres_before = time.process_time(), postgres_cpu_seconds()
+        machine_before = machine_cpu_seconds()
         elapsed = postgres_commits(self.url, self.arguments.commit_rows, connections)
         cpu = {
             "client": time.process_time() - client_before,
             "postgres": postgres_cpu_seconds() - postgres_before,
         }
+        other_cpu = machine_cpu_seconds() - machine_before - sum(cpu.values())
         load = (load_before, os.getloadavg()[0])
         wait_sessions_gone(self.admin_url, self.database)
         after = read_counters(self.admin_url, self.database, self.own_databases)
@@ -1069,6 +1090,7 @@ class Bench:
             transactions=after.transactions - before.transactions,
             other_databases=after.others_since(before),
             load=load,
+            other_cpu=other_cpu,
         )
 
 
@@ -1160,7 +1182,8 @@ def describe(configuration: str, concurrency: int, sample: Sample) -> str:
     )
     return (
         f"{configuration} c={concurrency}: {sample.rate:.1f} {unit}; 1-min load "
-        f"{sample.load[0]:.2f} -> {sample.load[1]:.2f}; other databases "
+        f"{sample.load[0]:.2f} -> {sample.load[1]:.2f}; other processes "
+        f"{sample.other_cpu_percent:.0f}% of a core; other databases "
         f"{sample.other_transactions} transactions{f' ({others})' if others else ''}{shares}"
     )
 
@@ -1294,6 +1317,7 @@ def summarise(results: Results) -> list[Row]:
                 "load": median([s.load[1] for s in samples]),
                 "load_max": max(max(s.load) for s in samples),
                 "other_transactions": median([s.other_transactions for s in samples]),
+                "other_cpu_percent": median([s.other_cpu_percent for s in samples]),
             }
             for process in PROCESSES:
                 if all(process in s.cpu for s in samples):
@@ -1337,6 +1361,7 @@ SPEED_COLUMNS: tuple[Column, ...] = (
     ("ours/bound", "ratio_to_bound", "{:.4f}"),
     ("load", "load", "{:.2f}"),
     ("load max", "load_max", "{:.2f}"),
+    ("other cpu%", "other_cpu_percent", "{:.0f}"),
     ("other xact", "other_transactions", "{:.0f}"),
 )
 COST_COLUMNS: tuple[Column, ...] = (
@@ -1400,6 +1425,8 @@ def plain_lines(rows: Sequence[Row], runs: int) -> list[str]:
                 name = key + "_per_run"
             elif key == "other_transactions":
                 name = "other_database_transactions_per_window"
+            elif key == "other_cpu_percent":
+                name = "other_processes_cpu_percent"
             if math.isnan(value):  # no such figure for this configuration
                 continue
             shown = f"{value:.1f}" if abs(value) >= 10 else f"{value:.4g}"
@@ -1433,7 +1460,9 @@ admission request start -> the client's poll sees the run finished; adm p50: the
 request alone. ours/peer, ours/peerN, ours/bound: runs/s over the peer's in one process, over
 the peer's in N processes, over the bound's commits/s at the same c (per round, then the
 median). load: the 1-minute load average at the end of the windows (median; load max: the
-highest at any window's start or end); other xact: transactions other databases of the server
+highest at any window's start or end; both count the benchmark's own processes too); other
+cpu%: CPU the machine spent outside the measured processes during a window, in % of one core
+(other users, the kernel; median); other xact: transactions other databases of the server
 committed or rolled back during a window (median; each peer process's DBOS launch reads the
 `postgres` database, 3 of them). serve … pg*: CPU ms per finished run of
 each process (peer: all the peer's processes; client: this script; pg*: the whole PostgreSQL
@@ -1575,9 +1604,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     samples = [s for by in results.values() for ss in by.values() for s in ss]
     other = sum(s.other_transactions for s in samples)
     loads = [value for s in samples for value in s.load]
+    other_cpu = [s.other_cpu_percent for s in samples]
     print(
         f"# other databases of the server committed {other} transactions during the windows; "
-        f"1-minute load average {min(loads):.2f}-{max(loads):.2f} over the windows; the whole "
+        f"1-minute load average {min(loads):.2f}-{max(loads):.2f} over the windows; other "
+        f"processes {min(other_cpu):.0f}-{max(other_cpu):.0f}% of a core; the whole "
         f"benchmark took {time.monotonic() - began:.0f} s"
     )
     print("\n".join(plain_lines(rows, arguments.runs)))
