@@ -1,6 +1,7 @@
 """Benchmark: many runs parked in a wait, on PostgreSQL (issue 9, item 8).
 
-Writes a small project into a temporary directory, checks it (`coordinatorctl check`),
+Writes a small project with scenarios of its own into a temporary directory, checks it
+(`coordinatorctl check`, which runs them),
 packages, migrates and applies it on a fresh PostgreSQL database, starts the sandbox products
 (identity, BReg, Casework) and `coordinator serve` (with `--worker`, one `coordinator worker`
 too). The workflow starts with a `choose` on the input's `kind`:
@@ -43,7 +44,8 @@ bounded; every process started is stopped and the database and role dropped what
 `postgresql://root@127.0.0.1:5432/root`).
 
 Run: `nox -s bench -- parked [--runs N] [--wait-for M] [--due D] [--idle-seconds S]
-[--worker]`, or `python scripts/bench_parked.py …`.
+[--worker]`, or `python scripts/bench_parked.py …`; `--smoke` parks 20 runs and fires 10 (CI:
+`nox -s bench_smoke`), so it proves the bench runs and means nothing.
 """
 
 from __future__ import annotations
