@@ -1,10 +1,9 @@
 """Benchmark: many runs parked in a wait, on PostgreSQL (issue 9, item 8).
 
 Writes a small project with scenarios of its own into a temporary directory, checks it
-(`coordinatorctl check`, which runs them),
-packages, migrates and applies it on a fresh PostgreSQL database, starts the sandbox products
-(identity, BReg, Casework) and `coordinator serve` (with `--worker`, one `coordinator worker`
-too). The workflow starts with a `choose` on the input's `kind`:
+(`coordinatorctl check`, which runs them), packages, migrates and applies it on a fresh
+PostgreSQL database, starts the sandbox products (identity, BReg, Casework) and `coordinator
+serve` (with `--worker`, one `coordinator worker` too). The workflow starts with a `choose` on the input's `kind`:
 
 * `later` (the wait-until variant): `wait-until` the input's `wakeAt`, then read a BReg record
   (`breg.read-record/v1`), then finish;
