@@ -2,7 +2,7 @@
 
 Writes a small project into a temporary directory (read a BReg record → choose on a field →
 send a Messaging notice → finish; the other case finishes at once) with scenarios of its own,
-checks and packages it, migrates and applies it on a fresh PostgreSQL database and starts the
+packages and checks it, migrates and applies it on a fresh PostgreSQL database and starts the
 sandbox products. Then, in one time window and in rounds, it measures these configurations:
 
 * `serve`: `coordinator serve` alone (its own worker loops);
