@@ -542,6 +542,7 @@ class Sample:
     # CPU seconds the machine spent outside the measured processes (the configuration's, the
     # sandbox, the client and the PostgreSQL server) while the runs went: other users, kernel
     other_cpu: float = math.nan
+    cpu_span: float = math.nan  # wall-clock seconds between the CPU readings
     executors: dict[str, int] = field(default_factory=dict)  # the peer's runs per process
 
     @property
@@ -550,8 +551,9 @@ class Sample:
 
     @property
     def other_cpu_percent(self) -> float:
-        """`other_cpu` as % of one core over the window."""
-        return 100 * self.other_cpu / self.elapsed
+        """`other_cpu` as % of one core over the span it was measured in (CPU times come in
+        10 ms ticks, so a window under a second, the bound's, reads coarsely)."""
+        return 100 * self.other_cpu / self.cpu_span
 
     @property
     def other_transactions(self) -> int:
@@ -1013,7 +1015,7 @@ class Bench:
             load_before = os.getloadavg()[0]
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             client_before, postgres_before = time.process_time(), postgres_cpu_seconds()
-            machine_before = machine_cpu_seconds()
+            machine_before, span_began = machine_cpu_seconds(), time.monotonic()
             origin = self.peer_origin if peer else self.origin
             if concurrency == 1:
                 measured = one_at_a_time(origin, self.token, self.revision, applications, poller)
@@ -1034,6 +1036,7 @@ class Bench:
             cpu["client"] = time.process_time() - client_before
             cpu["postgres"] = postgres_cpu_seconds() - postgres_before
             other_cpu = machine_cpu_seconds() - machine_before - sum(cpu.values())
+            cpu_span = time.monotonic() - span_began
             load = (load_before, os.getloadavg()[0])
             executors = poller.executors(measured.run_ids)
         finally:
@@ -1056,6 +1059,7 @@ class Bench:
             admission_latencies=measured.admissions,
             load=load,
             other_cpu=other_cpu,
+            cpu_span=cpu_span,
             executors=executors,
         )
 
@@ -1067,13 +1071,14 @@ class Bench:
         before = read_counters(self.admin_url, self.database, self.own_databases)
         load_before = os.getloadavg()[0]
         client_before, postgres_before = time.process_time(), postgres_cpu_seconds()
-        machine_before = machine_cpu_seconds()
+        machine_before, span_began = machine_cpu_seconds(), time.monotonic()
         elapsed = postgres_commits(self.url, self.arguments.commit_rows, connections)
         cpu = {
             "client": time.process_time() - client_before,
             "postgres": postgres_cpu_seconds() - postgres_before,
         }
         other_cpu = machine_cpu_seconds() - machine_before - sum(cpu.values())
+        cpu_span = time.monotonic() - span_began
         load = (load_before, os.getloadavg()[0])
         wait_sessions_gone(self.admin_url, self.database)
         after = read_counters(self.admin_url, self.database, self.own_databases)
@@ -1091,6 +1096,7 @@ class Bench:
             other_databases=after.others_since(before),
             load=load,
             other_cpu=other_cpu,
+            cpu_span=cpu_span,
         )
 
 
