@@ -9,7 +9,10 @@ serve` (with `--worker`, one `coordinator worker` too). The workflow starts with
   (`breg.read-record/v1`), then finish;
 * `review` (the wait-for variant): submit a Casework review request
   (`casework.submit-review-request/v1`), then `wait-for` its result (timeout 7 days; the
-  deployment's observation floor is a day, so the wait is observed once a day), then finish.
+  deployment's observation floor is a day, so the wait is observed once a day), then finish;
+  on a timeout or a cancel the request is withdrawn (`casework.withdraw-review-request/v1`)
+  before the run finishes, as the checker asks of a wait on an open mutation (no run of the
+  benchmark takes those routes).
 
 Then:
 
@@ -139,6 +142,9 @@ operations:
   review-request:
     operation: casework.submit-review-request/v1
     connection: reviews
+  review-withdrawal:
+    operation: casework.withdraw-review-request/v1
+    connection: reviews
 functionsFile: functions.rhai
 deadlineSeconds: 2592000
 start: route
@@ -184,19 +190,47 @@ steps:
     completion: result
     timeoutSeconds: 604800
     next: reviewed
-    onTimeout: review-timed-out
+    onTimeout: withdraw-after-timeout
+    onCancel: withdraw-after-cancel
   reviewed:
     type: finish
     outcome: reviewed
+  withdraw-after-timeout:
+    type: call
+    operation: review-withdrawal
+    input:
+      function: withdraw_request
+      arguments:
+        - type: step
+          step: request-review
+        - type: literal
+          value: timeout
+    next: review-timed-out
   review-timed-out:
     type: finish
     outcome: review-timed-out
+  withdraw-after-cancel:
+    type: call
+    operation: review-withdrawal
+    input:
+      function: withdraw_request
+      arguments:
+        - type: step
+          step: request-review
+        - type: literal
+          value: cancelled
+    next: review-withdrawn
+  review-withdrawn:
+    type: finish
+    outcome: review-withdrawn
 outcomes:
   read:
     type: "null"
   reviewed:
     type: "null"
   review-timed-out:
+    type: "null"
+  review-withdrawn:
     type: "null"
 """
 
@@ -226,6 +260,10 @@ fn review_request(input) {
         requesterReference: "bench-parked:" + input.applicationId,
         context: #{ strategy: "submitted", snapshot: #{ applicationId: input.applicationId } }
     }
+}
+
+fn withdraw_request(requested, reason) {
+    #{ requestId: requested.requestId, subject: requested.subject, reason: reason }
 }
 """
 
@@ -273,6 +311,11 @@ cases:
               id: a8d12546-b2ca-46ac-b12b-06c199041bb2
               version: "1"
               digest: "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+            policy:
+              id: application-review
+              version: "3"
+              digest: "sha256:823412d1eacb67956220e532959f0104603057c88704863ca38e7cd188fda812"
+            submissionDigest: "sha256:293f1d2ee206a7cbebe633764a26ea455bd39f494a774a7289f8663da31916a2"
     observations:
       await-review:
         - type: pending
@@ -280,6 +323,17 @@ cases:
           value:
             resultId: 7f9032bd-8202-4636-ae7c-c1e1ef32e6ab
             requestId: feee46df-d0fd-4064-8630-f1cc2d973a2e
+            subject:
+              source: "breg:applications"
+              type: application
+              id: a8d12546-b2ca-46ac-b12b-06c199041bb2
+              version: "1"
+              digest: "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+            policy:
+              id: application-review
+              version: "3"
+              digest: "sha256:823412d1eacb67956220e532959f0104603057c88704863ca38e7cd188fda812"
+            submissionDigest: "sha256:293f1d2ee206a7cbebe633764a26ea455bd39f494a774a7289f8663da31916a2"
             status: approved
             completedAt: "2026-03-02T09:25:00Z"
             availableUntil: "2026-06-02T09:25:00Z"
