@@ -240,10 +240,11 @@ def bench(session: nox.Session) -> None:
     """Benchmarks that print ratios against a baseline measured in the same run.
 
     `nox -s bench -- functions`, `-- check`, `-- sealing`, `-- service` or `-- parked`; no
-    argument runs the first three (`service`, our service beside DBOS Transact and PostgreSQL's
-    commit rate, and `parked`, many runs parked in waits, take minutes). Arguments after a
-    `service` or `parked` target go to its script: `nox -s bench -- service --runs 40
-    --rounds 1`, `nox -s bench -- parked --runs 20000`.
+    argument runs the first three (`service`, our service beside DBOS Transact in one and in
+    `--peer-processes` processes and PostgreSQL's commit rate, and `parked`, many runs parked
+    in waits, take minutes). Arguments after a `service` or `parked` target go to its script:
+    `nox -s bench -- service --runs 40 --rounds 1`, `nox -s bench -- parked --runs 20000`.
+    `nox -s bench_smoke` runs every target once at a smoke size (CI).
     """
     install_workspace(session)
     targets = session.posargs or ["functions", "check", "sealing"]
@@ -260,3 +261,23 @@ def bench(session: nox.Session) -> None:
             session.run("python", "scripts/bench_parked.py", *arguments)
         else:
             session.run("python", f"scripts/bench_{target}.py")
+
+
+# Every benchmark target, in the order bench_smoke runs them.
+BENCH_TARGETS = ("functions", "check", "sealing", "service", "parked")
+
+
+@nox.session
+def bench_smoke(session: nox.Session) -> None:
+    """Every benchmark (`nox -s bench -- <target>`) once at a smoke size, in CI: a few runs,
+    one round, no thresholds, so a broken benchmark fails the build. Its figures mean
+    nothing. `parked` runs with `--worker`, as the README's command does."""
+    install_workspace(session)
+    python = peer_python(session)
+    for target in BENCH_TARGETS:
+        arguments = ["--smoke"]
+        if target == "service":
+            arguments += ["--peer-python", python]
+        elif target == "parked":
+            arguments.append("--worker")
+        session.run("python", f"scripts/bench_{target}.py", *arguments)

@@ -6,11 +6,13 @@ the time of a trivial call measured in the same run, and their ratio. The goal i
 worst-case budget stays under 0.1 s. Also: a `while` loop of the same budget, a map/string
 workload, and compiling a ~60 KB functions file.
 
-Run: `python scripts/bench_functions.py` (the integrator wires it as `nox -s bench -- functions`).
+Run: `python scripts/bench_functions.py` (`nox -s bench -- functions`); `--smoke` measures
+each figure once (CI: `nox -s bench_smoke`), so it proves the bench runs and means nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -21,6 +23,7 @@ from coordinator_core.functions.rvalues import Ctx
 
 GOAL_SECONDS = 0.1
 RUNS = 15
+SMOKE = False  # --smoke: every median of one sample
 
 SOURCE = """
 fn trivial() { 1 }
@@ -41,7 +44,7 @@ fn mixed(n) {
 
 def median_seconds(action: Callable[[], object], runs: int = RUNS) -> float:
     samples = []
-    for _ in range(runs):
+    for _ in range(1 if SMOKE else runs):
         start = time.perf_counter()
         action()
         samples.append(time.perf_counter() - start)
@@ -82,6 +85,12 @@ def big_source() -> str:
 
 
 def main() -> None:
+    global SMOKE  # noqa: PLW0603 - one process, one setting
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--smoke", action="store_true", help="one sample per figure (CI)")
+    SMOKE = parser.parse_args().smoke
+    if SMOKE:
+        print("# SMOKE RUN: one sample per figure, the figures mean nothing")
     compiled = compile_functions(SOURCE)
     assert compiled.program is not None, compiled.errors
     program = compiled.program

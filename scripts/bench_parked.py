@@ -1,15 +1,18 @@
 """Benchmark: many runs parked in a wait, on PostgreSQL (issue 9, item 8).
 
-Writes a small project into a temporary directory, checks it (`coordinatorctl check`),
-packages, migrates and applies it on a fresh PostgreSQL database, starts the sandbox products
-(identity, BReg, Casework) and `coordinator serve` (with `--worker`, one `coordinator worker`
-too). The workflow starts with a `choose` on the input's `kind`:
+Writes a small project with scenarios of its own into a temporary directory, checks it
+(`coordinatorctl check`, which runs them), packages, migrates and applies it on a fresh
+PostgreSQL database, starts the sandbox products (identity, BReg, Casework) and `coordinator
+serve` (with `--worker`, one `coordinator worker` too). The workflow starts with a `choose` on the input's `kind`:
 
 * `later` (the wait-until variant): `wait-until` the input's `wakeAt`, then read a BReg record
   (`breg.read-record/v1`), then finish;
 * `review` (the wait-for variant): submit a Casework review request
   (`casework.submit-review-request/v1`), then `wait-for` its result (timeout 7 days; the
-  deployment's observation floor is a day, so the wait is observed once a day), then finish.
+  deployment's observation floor is a day, so the wait is observed once a day), then finish;
+  on a timeout or a cancel the request is withdrawn (`casework.withdraw-review-request/v1`)
+  before the run finishes, as the checker asks of a wait on an open mutation (no run of the
+  benchmark takes those routes).
 
 Then:
 
@@ -43,7 +46,8 @@ bounded; every process started is stopped and the database and role dropped what
 `postgresql://root@127.0.0.1:5432/root`).
 
 Run: `nox -s bench -- parked [--runs N] [--wait-for M] [--due D] [--idle-seconds S]
-[--worker]`, or `python scripts/bench_parked.py …`.
+[--worker]`, or `python scripts/bench_parked.py …`; `--smoke` parks 20 runs and fires 10 (CI:
+`nox -s bench_smoke`), so it proves the bench runs and means nothing.
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ from bench_service import (
     TLS,
     BenchError,
     Processes,
+    check_project,
     ctl,
     free_port,
     percentile,
@@ -87,6 +92,7 @@ from bench_service import (
     seed,
     wait_for,
     with_database,
+    write_project,
     write_runtime,
 )
 from bench_service import cpu_seconds as process_cpu_seconds
@@ -102,6 +108,11 @@ TOKEN_REFRESH_SECONDS = 2400.0  # caller tokens live at most an hour (coordinato
 PARK_AHEAD = timedelta(days=1)
 EXPLAIN_REPEATS = 3
 FIRE_EXPLAIN_AFTER = 0.3  # seconds after T
+# The sizes by default, and of a smoke run (`--smoke`, CI: it proves the bench runs).
+DEFAULTS = {"runs": 100_000, "due": 1000, "due_margin": 0.0, "idle_seconds": 60.0,
+            "idle_empty_seconds": 30.0}  # fmt: skip
+SMOKE = {"runs": 20, "due": 10, "due_margin": 8.0, "idle_seconds": 2.0,
+         "idle_empty_seconds": 1.0}  # fmt: skip
 
 WORKFLOW_YAML = """\
 apiVersion: id.registrystack.org/formats/coordinator/project/v1alpha1
@@ -130,6 +141,9 @@ operations:
     connection: applications
   review-request:
     operation: casework.submit-review-request/v1
+    connection: reviews
+  review-withdrawal:
+    operation: casework.withdraw-review-request/v1
     connection: reviews
 functionsFile: functions.rhai
 deadlineSeconds: 2592000
@@ -176,19 +190,47 @@ steps:
     completion: result
     timeoutSeconds: 604800
     next: reviewed
-    onTimeout: review-timed-out
+    onTimeout: withdraw-after-timeout
+    onCancel: withdraw-after-cancel
   reviewed:
     type: finish
     outcome: reviewed
+  withdraw-after-timeout:
+    type: call
+    operation: review-withdrawal
+    input:
+      function: withdraw_request
+      arguments:
+        - type: step
+          step: request-review
+        - type: literal
+          value: timeout
+    next: review-timed-out
   review-timed-out:
     type: finish
     outcome: review-timed-out
+  withdraw-after-cancel:
+    type: call
+    operation: review-withdrawal
+    input:
+      function: withdraw_request
+      arguments:
+        - type: step
+          step: request-review
+        - type: literal
+          value: cancelled
+    next: review-withdrawn
+  review-withdrawn:
+    type: finish
+    outcome: review-withdrawn
 outcomes:
   read:
     type: "null"
   reviewed:
     type: "null"
   review-timed-out:
+    type: "null"
+  review-withdrawn:
     type: "null"
 """
 
@@ -219,6 +261,89 @@ fn review_request(input) {
         context: #{ strategy: "submitted", snapshot: #{ applicationId: input.applicationId } }
     }
 }
+
+fn withdraw_request(requested, reason) {
+    #{ requestId: requested.requestId, subject: requested.subject, reason: reason }
+}
+"""
+
+# The project's own cases (`coordinatorctl init` writes its template's, whose steps this
+# workflow does not have); `coordinatorctl check` runs them before anything is measured.
+SCENARIOS_YAML = """\
+apiVersion: id.registrystack.org/formats/coordinator/scenarios/v1alpha1
+kind: CoordinatorScenarios
+cases:
+  - id: woken-a-day-later
+    admittedAt: "2026-03-02T09:00:00Z"
+    input:
+      applicationId: a8d12546-b2ca-46ac-b12b-06c199041bb2
+      kind: later
+      wakeAt: "2026-03-03T09:00:00.000Z"
+    replies:
+      read-application:
+        - type: success
+          value:
+            data:
+              recordIdentifier: a8d12546-b2ca-46ac-b12b-06c199041bb2
+              revisionIdentifier: r-1
+              revisionDigest: "sha256:8577c2e57cac170d9941cf46a3f91b4fd737b2142d11e6a052d89c266bf084de"
+              domainData: {applicantName: A. Applicant}
+    expect:
+      status: finished
+      path: [route, wait, read-application, read]
+      outcome: {type: named, value: read}
+      output: null
+      effects: []
+      workflowElapsedSeconds: 86400
+  - id: reviewed
+    admittedAt: "2026-03-02T09:00:00Z"
+    input:
+      applicationId: a8d12546-b2ca-46ac-b12b-06c199041bb2
+      kind: review
+    replies:
+      request-review:
+        - type: success
+          value:
+            requestId: feee46df-d0fd-4064-8630-f1cc2d973a2e
+            subject:
+              source: "breg:applications"
+              type: application
+              id: a8d12546-b2ca-46ac-b12b-06c199041bb2
+              version: "1"
+              digest: "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+            policy:
+              id: application-review
+              version: "3"
+              digest: "sha256:823412d1eacb67956220e532959f0104603057c88704863ca38e7cd188fda812"
+            submissionDigest: "sha256:293f1d2ee206a7cbebe633764a26ea455bd39f494a774a7289f8663da31916a2"
+    observations:
+      await-review:
+        - type: pending
+        - type: complete
+          value:
+            resultId: 7f9032bd-8202-4636-ae7c-c1e1ef32e6ab
+            requestId: feee46df-d0fd-4064-8630-f1cc2d973a2e
+            subject:
+              source: "breg:applications"
+              type: application
+              id: a8d12546-b2ca-46ac-b12b-06c199041bb2
+              version: "1"
+              digest: "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+            policy:
+              id: application-review
+              version: "3"
+              digest: "sha256:823412d1eacb67956220e532959f0104603057c88704863ca38e7cd188fda812"
+            submissionDigest: "sha256:293f1d2ee206a7cbebe633764a26ea455bd39f494a774a7289f8663da31916a2"
+            status: approved
+            completedAt: "2026-03-02T09:25:00Z"
+            availableUntil: "2026-06-02T09:25:00Z"
+    expect:
+      status: finished
+      path: [route, request-review, await-review, reviewed]
+      outcome: {type: named, value: reviewed}
+      output: null
+      effects:
+        - {step: request-review, state: accepted}
 """
 
 # Added to the runtime file that `coordinatorctl init` writes (before packaging).
@@ -364,6 +489,12 @@ class Parked:
             options=f"-c search_path={self.namespace},pg_catalog",
         )
 
+    def load(self, moment: str) -> str:
+        """The 1-minute load average now, recorded as `load.<moment>` and said."""
+        value = os.getloadavg()[0]
+        self.figures[f"load.{moment}"] = value
+        return f"1-minute load average {value:.2f}"
+
     def cpu(self) -> dict[str, float]:
         figures = {name: process_cpu_seconds(pid) for name, pid in self.pids.items()}
         figures["postgres"] = postgres_cpu_seconds()
@@ -377,11 +508,7 @@ class Parked:
         env["BENCH_MIGRATION_URL"] = self.url
         self.env = env
         root = directory / "project"
-        ctl(env, "init", "--directory", str(root))
-        (root / "workflow.yaml").write_text(WORKFLOW_YAML, encoding="utf-8")
-        (root / "functions.rhai").write_text(FUNCTIONS_RHAI, encoding="utf-8")
-        secrets_dir = root / ".coordinator" / "secrets"
-        run_tool(["-m", "coordinator_sandbox", "keys", "--secrets-dir", str(secrets_dir)])
+        write_project(root, env, WORKFLOW_YAML, FUNCTIONS_RHAI, SCENARIOS_YAML)
         port = free_port()
         self.origin = f"http://127.0.0.1:{port}"
         state = root / ".coordinator" / "sandbox"
@@ -421,16 +548,7 @@ class Parked:
             text.replace("\ndeployment:\n", "\n" + OBSERVATION_BLOCK + "deployment:\n")
         )
         self.runtime = str(runtime)
-        checked = ctl(env, "check", "--project", str(root), "--runtime-config", self.runtime)
-        # The one warning allowed: `dist/`, where write_runtime put the package.
-        unexpected = [
-            diagnostic
-            for diagnostic in checked.get("diagnostics", [])
-            if diagnostic.get("code") != "coordinator.project.unread-directory"
-            or diagnostic.get("source", {}).get("file") != "dist"
-        ]
-        if unexpected or checked.get("revision") != self.revision:
-            raise BenchError(f"coordinatorctl check: {json.dumps(checked)}")
+        check_project(env, root, self.runtime, self.revision)
         ctl(env, "--runtime-config", self.runtime, "migrate")
         ctl(env, "--runtime-config", self.runtime, "apply", "--reference", "BENCH-PARKED-1")
         self.token = Token(state)
@@ -674,6 +792,7 @@ class Parked:
             + f"; last/first {last / first:.3f}; at the last admission {behind} runs were not "
             f"parked yet, all were {settle:.1f} s later"
             + (f" (ANALYZE ran {analyzed} times meanwhile)" if arguments.analyze_every else "")
+            + f"; {self.load('admissions_end')}"
         )
         self.say(
             "CPU ms per admitted run during admission: "
@@ -732,7 +851,8 @@ class Parked:
             f"ours and PostgreSQL's (this database and background) {with_server:.2f} ("
             + ", ".join(f"{name} {share:.2f}" for name, share in shares.items())
             + "; postgres: the whole server, postgres_ours: the sessions and autovacuum workers"
-            " of this database, postgres_shared: the server's background processes)"
+            " of this database, postgres_shared: the server's background processes); "
+            + self.load(f"{prefix}_end")
         )
 
     def size(self) -> None:
@@ -875,7 +995,7 @@ class Parked:
         self.say(
             f"fire lag of {count} runs due at one instant: p50 {1000 * statistics.median(lags):.0f} ms, "
             f"p99 {1000 * percentile(lags, 0.99):.0f} ms, max {1000 * max(lags):.0f} ms; "
-            f"all {count} finished {all_done:.2f} s after T"
+            f"all {count} finished {all_done:.2f} s after T; {self.load('fire_end')}"
         )
 
 
@@ -950,7 +1070,7 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--runs", type=int, default=100_000, help="runs to park (default 100000)")
+    parser.add_argument("--runs", type=int, default=None, help="runs to park (default 100000)")
     parser.add_argument(
         "--wait-for",
         type=int,
@@ -960,23 +1080,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--due",
         type=int,
-        default=1000,
+        default=None,
         help="runs falling due at one instant (default 1000; 0: none)",
     )
     parser.add_argument(
         "--due-margin",
         type=float,
-        default=0.0,
+        default=None,
         help="seconds from the due batch's first admission to its instant (default: from the "
         "measured admission rate, 30–600)",
     )
     parser.add_argument(
-        "--idle-seconds", type=float, default=60.0, help="the idle window (default 60)"
+        "--idle-seconds", type=float, default=None, help="the idle window (default 60)"
     )
     parser.add_argument(
         "--idle-empty-seconds",
         type=float,
-        default=30.0,
+        default=None,
         help="an idle window with the store still empty, before the admissions (default 30; "
         "0: none)",
     )
@@ -1008,7 +1128,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=3600.0,
         help="seconds allowed for the admissions, for parking and for the due runs (default 3600)",
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a smoke run: "
+        + ", ".join(f"--{k.replace('_', '-')} {v:g}" for k, v in SMOKE.items())
+        + " (what is not given); it proves the bench runs, its figures mean nothing",
+    )
     arguments = parser.parse_args(argv)
+    for name, default in (SMOKE if arguments.smoke else DEFAULTS).items():
+        if getattr(arguments, name) is None:
+            setattr(arguments, name, type(default)(default))
     if arguments.wait_for is None:
         arguments.wait_for = arguments.runs // 10
     if arguments.runs < 10 or not 0 <= arguments.wait_for <= arguments.runs:
@@ -1018,6 +1148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     admin_url = os.environ.get(ADMIN_URL_VARIABLE, DEFAULT_ADMIN_URL)
     signal.signal(signal.SIGTERM, _stop)
     began = time.monotonic()
+    load = os.getloadavg()[0]
+    smoke = "; SMOKE RUN: the figures mean nothing" if arguments.smoke else ""
+    print(f"# bench_parked: 1-minute load average at the start {load:.2f}{smoke}", flush=True)
     try:
         state = bench(admin_url, arguments)
     except BenchError as error:
@@ -1031,7 +1164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"# {arguments.runs} parked runs ({arguments.wait_for} wait-for), "
         f"{'serve + 1 worker' if arguments.worker else 'serve'}, worker concurrency "
         f"{arguments.worker_concurrency}, poll {arguments.poll_ms} ms; PostgreSQL autovacuum "
-        f"{state.autovacuum}; the whole benchmark took {state.figures['total_seconds']:.0f} s"
+        f"{state.autovacuum}; the whole benchmark took {state.figures['total_seconds']:.0f} s; "
+        f"1-minute load average {load:.2f} at the start{smoke}"
     )
     print("\n".join(state.report))
     print("# arguments: " + json.dumps(vars(arguments)))

@@ -1,14 +1,17 @@
 """Benchmark: whole runs through `coordinator serve` on PostgreSQL, side by side with a peer.
 
 Writes a small project into a temporary directory (read a BReg record → choose on a field →
-send a Messaging notice → finish; the other case finishes at once), packages it, migrates and
-applies it on a fresh PostgreSQL database and starts the sandbox products. Then, in one time
-window and in alternating rounds, it measures these configurations:
+send a Messaging notice → finish; the other case finishes at once) with scenarios of its own,
+packages and checks it, migrates and applies it on a fresh PostgreSQL database and starts the
+sandbox products. Then, in one time window and in rounds, it measures these configurations:
 
 * `serve`: `coordinator serve` alone (its own worker loops);
 * `serve+worker`: `coordinator serve` plus one `coordinator worker` process;
 * `dbos`: the peer, DBOS Transact (`scripts/bench_peer/dbos_app.py`, in its own virtual
-  environment given by `--peer-python`), doing the same job on its own system database;
+  environment given by `--peer-python`), doing the same job on its own system database, in
+  one process;
+* `dbos-multi`: the same peer as `--peer-processes` processes (default 2, as many as
+  `serve+worker` runs) on that one system database, sharing the port;
 * `bound`: single-row INSERT+COMMIT on one connection and on eight, the physical bound.
 
 Each service configuration is measured at concurrency 1 (admit a run, wait until the store
@@ -17,7 +20,11 @@ window starts the configuration's processes afresh and stops them at its end, so
 PostgreSQL's statistics of their sessions are flushed (a session reports its counters at
 most once a second while busy and within 10 s when idle, and always when it exits): the
 PostgreSQL counters of a window span process start to process exit, the CPU figures span the
-admissions. Per window it records:
+admissions. The windows of a round (configuration × concurrency) run in the order of the
+previous round reversed (`--order alternate`, the default) or shuffled with a printed seed
+(`--order shuffle [--seed N]`), so that a drift of the machine's load does not read as a
+ratio. Per window it prints the 1-minute load average at its start and end and the
+transactions other databases of the server committed meanwhile, and records:
 
 * finished runs/s; p50/p99 of admission → finished (from the start of the admission request
   to the moment the client's poll of the run's status — our `runs` table, DBOS's
@@ -31,14 +38,15 @@ admissions. Per window it records:
   less the client's own status polls).
 
 Each printed figure is the median over the rounds; the ratios ours/peer and ours/bound are
-taken within each round, then their median. Prints an aligned table and plain `name value`
-lines. Loopback only, bounded in time; every process started is stopped and every database
-dropped whatever happens. PostgreSQL is the server named by `COORDINATOR_TEST_POSTGRES_URL`
-(default `postgresql://root@127.0.0.1:5432/root`).
+taken within each round, then their median. Prints two aligned tables (speed, cost per run)
+and plain `name value` lines. Loopback only, bounded in time; every process started is
+stopped and every database dropped whatever happens. PostgreSQL is the server named by
+`COORDINATOR_TEST_POSTGRES_URL` (default `postgresql://root@127.0.0.1:5432/root`).
 
 Run: `nox -s bench -- service` (which builds the peer's environment), or
 `python scripts/bench_service.py --peer-python PATH [--runs N] [--rounds R]
-[--configurations serve,dbos,…]`.
+[--configurations serve,dbos,…] [--peer-processes N] [--order alternate|shuffle]`;
+`--smoke` runs every configuration once at a few runs (CI: `nox -s bench_smoke`).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ import argparse
 import json
 import math
 import os
+import random
 import secrets
 import signal
 import socket
@@ -57,7 +66,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,8 +90,13 @@ WORKFLOW = "bench-service"
 READY_TIMEOUT = 60.0
 COMMIT_ROWS = 2000
 CONCURRENCIES = (1, 8)
-CONFIGURATIONS = ("serve", "serve+worker", "dbos", "bound")
+CONFIGURATIONS = ("serve", "serve+worker", "dbos", "dbos-multi", "bound")
 OURS = ("serve", "serve+worker")
+PEERS = ("dbos", "dbos-multi")
+# --smoke: every configuration once, a few runs (CI runs it so that a broken bench fails).
+SMOKE_RUNS = 6
+SMOKE_COMMIT_ROWS = 200
+WARM_UP_RUNS = 5
 MAIN = "serve+worker"
 SETTLED = {"finished", "failed", "attention", "expired", "cancelled"}
 DBOS_SETTLED = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
@@ -198,6 +212,61 @@ fn receipt_result(receipt) {
 }
 """
 
+# The project's own cases (`coordinatorctl init` writes its template's, which name steps this
+# workflow does not have); `check` runs them, so the project the windows run is a checked one.
+SCENARIOS_YAML = """\
+apiVersion: id.registrystack.org/formats/coordinator/scenarios/v1alpha1
+kind: CoordinatorScenarios
+cases:
+  - id: notice-sent
+    admittedAt: "2026-03-02T09:00:00Z"
+    input:
+      applicationId: a8d12546-b2ca-46ac-b12b-06c199041bb2
+    replies:
+      read-application:
+        - type: success
+          value:
+            data:
+              recordIdentifier: a8d12546-b2ca-46ac-b12b-06c199041bb2
+              revisionIdentifier: r-1
+              revisionDigest: "sha256:8577c2e57cac170d9941cf46a3f91b4fd737b2142d11e6a052d89c266bf084de"
+              domainData: {applicantName: A. Applicant, contactEmail: applicant@example.org, followUpAllowed: true}
+      notify:
+        - type: success
+          value:
+            id: eabec512-15f8-47ac-a4e6-3880b8b4ae5a
+            status: queued
+            links:
+              self: /v1/messages/eabec512-15f8-47ac-a4e6-3880b8b4ae5a
+              cancel: /v1/messages/eabec512-15f8-47ac-a4e6-3880b8b4ae5a/cancel
+    expect:
+      status: finished
+      path: [read-application, permission, notify, accepted]
+      outcome: {type: named, value: message-accepted}
+      output: {messageId: eabec512-15f8-47ac-a4e6-3880b8b4ae5a}
+      effects:
+        - {step: notify, state: accepted}
+  - id: skipped
+    admittedAt: "2026-03-02T09:00:00Z"
+    input:
+      applicationId: a8d12546-b2ca-46ac-b12b-06c199041bb2
+    replies:
+      read-application:
+        - type: success
+          value:
+            data:
+              recordIdentifier: a8d12546-b2ca-46ac-b12b-06c199041bb2
+              revisionIdentifier: r-2
+              revisionDigest: "sha256:7ce93ea210eb931ef0ed683f9d6d95f04a248e15861e2d5e093179ead6b0f4e5"
+              domainData: {applicantName: A. Applicant, contactEmail: applicant@example.org, followUpAllowed: false}
+    expect:
+      status: finished
+      path: [read-application, permission, skipped]
+      outcome: {type: named, value: no-current-permission}
+      output: null
+      effects: []
+"""
+
 DEPLOYMENT_BLOCK = """deployment:
   databaseId: bench-service
   runtimeRole: {role}
@@ -294,6 +363,19 @@ class Processes:
         path = self.directory / f"{name}.log"
         return path.read_text(errors="replace")[-tail:] if path.exists() else ""
 
+    def log_size(self, name: str) -> int:
+        path = self.directory / f"{name}.log"
+        return path.stat().st_size if path.exists() else 0
+
+    def log_since(self, name: str, offset: int) -> str:
+        """What the log of `name` gained after it was `offset` bytes long."""
+        path = self.directory / f"{name}.log"
+        if not path.exists():
+            return ""
+        with path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode(errors="replace")
+
     def stop(self, processes: Sequence[subprocess.Popen[bytes]]) -> None:
         for process in reversed(processes):
             if process.poll() is None:
@@ -352,6 +434,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def machine_cpu_seconds() -> float:
+    """CPU time the whole machine spent busy (all cores: user, nice, system, irq, softirq,
+    steal in `/proc/stat`), in seconds."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
 def postgres_cpu_seconds() -> float:
     """CPU of the whole PostgreSQL server: every `postgres` process, plus what the postmaster
     reaped from sessions that ended (cutime + cstime). Server-wide: other users count too."""
@@ -386,17 +476,21 @@ class Counters:
     transactions: int
     other_transactions: dict[str, int]
 
-    def others_since(self, before: Counters) -> int:
-        """Transactions of the other databases in between (those that existed throughout)."""
-        return sum(
-            max(0, count - before.other_transactions[name])
+    def others_since(self, before: Counters) -> dict[str, int]:
+        """Transactions each other database committed or rolled back in between, where there
+        were any (a database created meanwhile counts from zero; one dropped meanwhile is
+        missed)."""
+        since = {
+            name: count - before.other_transactions.get(name, 0)
             for name, count in self.other_transactions.items()
-            if name in before.other_transactions
-        )
+        }
+        return {name: count for name, count in since.items() if count > 0}
 
 
-def read_counters(admin_url: str, database: str) -> Counters:
-    """Read from the admin database, so that reading adds nothing to `database`."""
+def read_counters(admin_url: str, database: str, own: Collection[str] = ()) -> Counters:
+    """Read from the admin database, so that reading adds nothing to `database`. The other
+    databases' counts leave out `database`, the bench's `own` and the admin database (whose
+    transactions are this script's own reads)."""
     with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as admin:
         row = admin.execute(
             "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,"
@@ -407,8 +501,8 @@ def read_counters(admin_url: str, database: str) -> Counters:
         ).fetchone()
         others = admin.execute(
             "SELECT datname, xact_commit + xact_rollback FROM pg_stat_database"
-            " WHERE datname IS NOT NULL AND datname <> %s AND datname <> current_database()",
-            (database,),
+            " WHERE datname IS NOT NULL AND datname <> ALL(%s) AND datname <> current_database()",
+            ([database, *own],),
         ).fetchall()
     assert row is not None
     return Counters(
@@ -442,12 +536,29 @@ class Sample:
     write_transactions: int = 0
     wal_flushes: int = 0
     transactions: int = 0
-    other_transactions: int = 0
+    other_databases: dict[str, int] = field(default_factory=dict)  # their transactions
     admission_latencies: list[float] = field(default_factory=list)
+    load: tuple[float, float] = (math.nan, math.nan)  # 1-minute load average: start, end
+    # CPU seconds the machine spent outside the measured processes (the configuration's, the
+    # sandbox, the client and the PostgreSQL server) while the runs went: other users, kernel
+    other_cpu: float = math.nan
+    cpu_span: float = math.nan  # wall-clock seconds between the CPU readings
+    executors: dict[str, int] = field(default_factory=dict)  # the peer's runs per process
 
     @property
     def rate(self) -> float:
         return self.runs / self.elapsed
+
+    @property
+    def other_cpu_percent(self) -> float:
+        """`other_cpu` as % of one core over the span it was measured in (CPU times come in
+        10 ms ticks, so a window under a second, the bound's, reads coarsely)."""
+        return 100 * self.other_cpu / self.cpu_span
+
+    @property
+    def other_transactions(self) -> int:
+        """Transactions of the server's other databases during the window."""
+        return sum(self.other_databases.values())
 
     def per_run(self, value: float) -> float:
         return value / self.runs
@@ -457,9 +568,11 @@ class Poller:
     """The client's view of run status: one connection, its statements counted (so that they
     can be taken out of the database's transaction count)."""
 
-    def __init__(self, url: str, one: str, many: str, finished: str, settled: set[str]) -> None:
+    def __init__(
+        self, url: str, one: str, many: str, finished: str, settled: set[str], by_executor: str = ""
+    ) -> None:
         self.connection = psycopg.connect(url, autocommit=True)
-        self.one, self.many = one, many
+        self.one, self.many, self.by_executor = one, many, by_executor
         self.finished, self.settled = finished, sorted(settled)
         self.statements = 0
 
@@ -472,6 +585,14 @@ class Poller:
         self.statements += 1
         rows = self.connection.execute(self.many, (list(run_ids), self.settled)).fetchall()
         return [(str(run_id), str(status)) for run_id, status in rows]
+
+    def executors(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """The peer's runs by the process (DBOS executor) that ran them; {} for ours."""
+        if not self.by_executor:
+            return {}
+        self.statements += 1
+        rows = self.connection.execute(self.by_executor, (list(run_ids),)).fetchall()
+        return {str(executor): int(count) for executor, count in sorted(rows)}
 
     def close(self) -> None:
         self.connection.close()
@@ -497,6 +618,7 @@ def dbos_poller(url: str) -> Poller:
         " WHERE workflow_uuid = ANY(%s) AND status = ANY(%s)",
         "SUCCESS",
         DBOS_SETTLED,
+        f"SELECT executor_id, count(*) FROM {table} WHERE workflow_uuid = ANY(%s) GROUP BY 1",
     )
 
 
@@ -509,13 +631,24 @@ def admission(client: httpx.Client, revision: str, application: str) -> str:
     return run_id
 
 
+@dataclass
+class Measured:
+    """What the client saw of one window's runs."""
+
+    elapsed: float
+    latencies: list[float]
+    admissions: list[float]
+    run_ids: list[str]
+
+
 def one_at_a_time(
     origin: str, token: str, revision: str, applications: Sequence[str], poller: Poller
-) -> tuple[float, list[float], list[float]]:
+) -> Measured:
     """Admit a run, wait until the store shows it finished, then the next: the latency of a
     lone run from admission to finished (what a poll interval adds shows up here)."""
     latencies: list[float] = []
     admissions: list[float] = []
+    run_ids: list[str] = []
     headers = {"Authorization": "Bearer " + token}
     with httpx.Client(base_url=origin, headers=headers, timeout=30, verify=TLS) as client:
         began_all = time.perf_counter()
@@ -523,6 +656,7 @@ def one_at_a_time(
             began = time.perf_counter()
             run_id = admission(client, revision, application)
             admissions.append(time.perf_counter() - began)
+            run_ids.append(run_id)
             deadline = time.monotonic() + 30
             while (status := poller.status(run_id)) not in poller.settled:
                 if time.monotonic() > deadline:
@@ -531,7 +665,7 @@ def one_at_a_time(
             if status != poller.finished:
                 raise BenchError(f"a run settled as {status}")
             latencies.append(time.perf_counter() - began)
-        return time.perf_counter() - began_all, latencies, admissions
+        return Measured(time.perf_counter() - began_all, latencies, admissions, run_ids)
 
 
 def many_at_once(
@@ -542,7 +676,7 @@ def many_at_once(
     poller: Poller,
     concurrency: int,
     timeout: float,
-) -> tuple[float, list[float], list[float]]:
+) -> Measured:
     """`concurrency` admissions in flight, back to back, while one thread polls the status of
     every admitted run; each run's latency ends when the poll first sees it finished."""
     local = threading.local()
@@ -592,7 +726,7 @@ def many_at_once(
     finished = max(began[run_id] + latency for run_id, latency in latencies.items())
     for client in clients:
         client.close()
-    return finished - started, list(latencies.values()), admissions
+    return Measured(finished - started, list(latencies.values()), admissions, list(began))
 
 
 # -- the physical bound ---------------------------------------------------------------------
@@ -631,12 +765,36 @@ def postgres_commits(url: str, rows: int, connections: int) -> float:
 # -- the service and its peer -------------------------------------------------------------------
 
 
-def write_project(root: Path, env: Mapping[str, str]) -> None:
+def write_project(
+    root: Path,
+    env: Mapping[str, str],
+    workflow: str = WORKFLOW_YAML,
+    functions: str = FUNCTIONS_RHAI,
+    scenarios: str = SCENARIOS_YAML,
+) -> None:
+    """`coordinatorctl init`, then the bench's own workflow, functions and scenarios (the
+    template's scenarios name the template's steps), and the sandbox's keys."""
     ctl(env, "init", "--directory", str(root))
-    (root / "workflow.yaml").write_text(WORKFLOW_YAML, encoding="utf-8")
-    (root / "functions.rhai").write_text(FUNCTIONS_RHAI, encoding="utf-8")
+    (root / "workflow.yaml").write_text(workflow, encoding="utf-8")
+    (root / "functions.rhai").write_text(functions, encoding="utf-8")
+    (root / "scenarios.yaml").write_text(scenarios, encoding="utf-8")
     secrets_dir = str(root / ".coordinator" / "secrets")
     run_tool(["-m", "coordinator_sandbox", "keys", "--secrets-dir", secrets_dir])
+
+
+def check_project(env: Mapping[str, str], root: Path, runtime: str, revision: str) -> None:
+    """`coordinatorctl check` of the project with its runtime file (its scenarios run too):
+    no diagnostic but the warning for `dist/`, where write_runtime put the package, and the
+    revision that was packaged."""
+    checked = ctl(env, "check", "--project", str(root), "--runtime-config", runtime)
+    unexpected = [
+        diagnostic
+        for diagnostic in checked.get("diagnostics", [])
+        if diagnostic.get("code") != "coordinator.project.unread-directory"
+        or diagnostic.get("source", {}).get("file") != "dist"
+    ]
+    if unexpected or checked.get("revision") != revision:
+        raise BenchError(f"coordinatorctl check: {json.dumps(checked)}")
 
 
 def start_sandbox(processes: Processes, state: Path, origin: str) -> dict[str, str]:
@@ -786,15 +944,29 @@ class Bench:
     sandbox_pid: int = 0
     applications: list[str] = field(default_factory=list)
 
+    @property
+    def own_databases(self) -> tuple[str, ...]:
+        return tuple(name for name in (self.database, self.peer_database) if name)
+
+    def peer_processes(self, configuration: str) -> int:
+        return self.arguments.peer_processes if configuration == "dbos-multi" else 1
+
     def start_configuration(self, configuration: str) -> dict[str, subprocess.Popen[bytes]]:
-        """Start the processes of one configuration and wait until it answers."""
+        """Start the processes of one configuration and wait until every one is ready."""
         started: dict[str, subprocess.Popen[bytes]] = {}
-        if configuration == "dbos":
-            started["peer"] = self.processes.start(
-                "peer",
-                [str(PEER_APP), "--config", str(self.peer_config)],
-                python=self.arguments.peer_python,
-            )
+        log_offsets: dict[str, int] = {}  # where each peer's log stood before it started
+        if configuration in PEERS:
+            for index in range(1, self.peer_processes(configuration) + 1):
+                # DBOS's documented way to run several processes on one system database: an
+                # executor id of its own for each (DBOS__VMID).
+                name = "peer" if index == 1 else f"peer.{index}"
+                log_offsets[name] = self.processes.log_size(name)
+                started[name] = self.processes.start(
+                    name,
+                    [str(PEER_APP), "--config", str(self.peer_config)],
+                    env={**os.environ, "DBOS__VMID": f"peer-{index}"},
+                    python=self.arguments.peer_python,
+                )
             origin = self.peer_origin
         else:
             started["serve"] = self.processes.start(
@@ -809,11 +981,18 @@ class Bench:
                     env=self.env,
                 )
             origin = self.origin
+        # Each peer process says when it listens (the port is shared, so /health answers from
+        # any one of them); ours answer /health once serve listens (a worker has no port).
 
         def healthy() -> bool:
             for name, process in started.items():
                 if process.poll() is not None:
                     raise BenchError(f"{name} exited: " + self.processes.log(name))
+            if any(
+                "bench-peer ready" not in self.processes.log_since(name, offset)
+                for name, offset in log_offsets.items()
+            ):
+                return False
             try:
                 answer = httpx.get(origin + "/health", timeout=1, verify=TLS)
                 return answer.status_code == 200
@@ -825,23 +1004,23 @@ class Bench:
 
     def window(self, configuration: str, concurrency: int, applications: Sequence[str]) -> Sample:
         """One measured window of a service configuration, processes started and stopped."""
-        peer = configuration == "dbos"
+        peer = configuration in PEERS
         database = self.peer_database if peer else self.database
-        before = read_counters(self.admin_url, database)
+        before = read_counters(self.admin_url, database, self.own_databases)
         started = self.start_configuration(configuration)
         poller = dbos_poller(self.peer_url) if peer else ours_poller(self.url, self.namespace)
         pids = {name: process.pid for name, process in started.items()}
         pids["sandbox"] = self.sandbox_pid
         try:
+            load_before = os.getloadavg()[0]
             cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
             client_before, postgres_before = time.process_time(), postgres_cpu_seconds()
+            machine_before, span_began = machine_cpu_seconds(), time.monotonic()
             origin = self.peer_origin if peer else self.origin
             if concurrency == 1:
-                elapsed, latencies, admissions = one_at_a_time(
-                    origin, self.token, self.revision, applications, poller
-                )
+                measured = one_at_a_time(origin, self.token, self.revision, applications, poller)
             else:
-                elapsed, latencies, admissions = many_at_once(
+                measured = many_at_once(
                     origin,
                     self.token,
                     self.revision,
@@ -850,9 +1029,16 @@ class Bench:
                     concurrency,
                     self.arguments.timeout,
                 )
-            cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+            spent = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+            cpu = {name: seconds for name, seconds in spent.items() if not name.startswith("peer")}
+            if peer:  # the peer's processes together
+                cpu["peer"] = sum(v for name, v in spent.items() if name.startswith("peer"))
             cpu["client"] = time.process_time() - client_before
             cpu["postgres"] = postgres_cpu_seconds() - postgres_before
+            other_cpu = machine_cpu_seconds() - machine_before - sum(cpu.values())
+            cpu_span = time.monotonic() - span_began
+            load = (load_before, os.getloadavg()[0])
+            executors = poller.executors(measured.run_ids)
         finally:
             poller.close()
             self.processes.stop(list(started.values()))
@@ -860,17 +1046,21 @@ class Bench:
             if process.returncode not in (0, -signal.SIGTERM):
                 raise BenchError(f"{name} exited {process.returncode}: {self.processes.log(name)}")
         wait_sessions_gone(self.admin_url, database)
-        after = read_counters(self.admin_url, database)
+        after = read_counters(self.admin_url, database, self.own_databases)
         return Sample(
-            runs=len(latencies),
-            elapsed=elapsed,
-            latencies=latencies,
+            runs=len(measured.latencies),
+            elapsed=measured.elapsed,
+            latencies=measured.latencies,
             cpu=cpu,
             write_transactions=after.next_xid - before.next_xid,
             wal_flushes=after.wal_sync - before.wal_sync,
             transactions=after.transactions - before.transactions - poller.statements,
-            other_transactions=after.others_since(before),
-            admission_latencies=admissions,
+            other_databases=after.others_since(before),
+            admission_latencies=measured.admissions,
+            load=load,
+            other_cpu=other_cpu,
+            cpu_span=cpu_span,
+            executors=executors,
         )
 
     def bound(self, connections: int) -> Sample:
@@ -878,18 +1068,23 @@ class Bench:
         with psycopg.connect(self.url, autocommit=True) as connection:
             connection.execute("CREATE TABLE bench_commit (id bigint PRIMARY KEY, body text)")
         wait_sessions_gone(self.admin_url, self.database)
-        before = read_counters(self.admin_url, self.database)
+        before = read_counters(self.admin_url, self.database, self.own_databases)
+        load_before = os.getloadavg()[0]
         client_before, postgres_before = time.process_time(), postgres_cpu_seconds()
-        elapsed = postgres_commits(self.url, COMMIT_ROWS, connections)
+        machine_before, span_began = machine_cpu_seconds(), time.monotonic()
+        elapsed = postgres_commits(self.url, self.arguments.commit_rows, connections)
         cpu = {
             "client": time.process_time() - client_before,
             "postgres": postgres_cpu_seconds() - postgres_before,
         }
+        other_cpu = machine_cpu_seconds() - machine_before - sum(cpu.values())
+        cpu_span = time.monotonic() - span_began
+        load = (load_before, os.getloadavg()[0])
         wait_sessions_gone(self.admin_url, self.database)
-        after = read_counters(self.admin_url, self.database)
+        after = read_counters(self.admin_url, self.database, self.own_databases)
         with psycopg.connect(self.url, autocommit=True) as connection:
             connection.execute("DROP TABLE bench_commit")
-        rows = COMMIT_ROWS // connections * connections
+        rows = self.arguments.commit_rows // connections * connections
         return Sample(
             runs=rows,
             elapsed=elapsed,
@@ -898,7 +1093,10 @@ class Bench:
             write_transactions=after.next_xid - before.next_xid,
             wal_flushes=after.wal_sync - before.wal_sync,
             transactions=after.transactions - before.transactions,
-            other_transactions=after.others_since(before),
+            other_databases=after.others_since(before),
+            load=load,
+            other_cpu=other_cpu,
+            cpu_span=cpu_span,
         )
 
 
@@ -931,6 +1129,7 @@ def prepare(bench: Bench, directory: Path, role: str) -> None:
         poll_ms=arguments.poll_ms,
     )
     bench.runtime = str(root / "runtime.yaml")
+    check_project(env, root, bench.runtime, bench.revision)
     ctl(env, "--runtime-config", bench.runtime, "migrate")
     ctl(env, "--runtime-config", bench.runtime, "apply", "--reference", "BENCH-1")
     bench.applications = [str(uuid.uuid4()) for _ in range(arguments.runs)]
@@ -939,7 +1138,7 @@ def prepare(bench: Bench, directory: Path, role: str) -> None:
         ["-m", "coordinator_sandbox", "caller-token", "--state-dir", str(state),
          "--expires-in", "3600"]
     ).strip()  # fmt: skip
-    if "dbos" in arguments.configurations:
+    if any(name in PEERS for name in arguments.configurations):
         peer_port = free_port()
         bench.peer_origin = f"http://127.0.0.1:{peer_port}"
         bench.peer_config = directory / "peer.json"
@@ -956,32 +1155,81 @@ def prepare(bench: Bench, directory: Path, role: str) -> None:
 
 
 Results = dict[str, dict[int, list[Sample]]]
+Window = tuple[str, int]
+
+
+def round_orders(
+    windows: Sequence[Window], rounds: int, order: str, seed: int
+) -> list[list[Window]]:
+    """The order of the windows in each round: `alternate` runs them forward, then reversed,
+    then forward…; `shuffle` draws each round's order from a generator seeded with `seed`."""
+    if order == "shuffle":
+        generator = random.Random(seed)
+        orders = []
+        for _ in range(rounds):
+            shuffled = list(windows)
+            generator.shuffle(shuffled)
+            orders.append(shuffled)
+        return orders
+    return [list(windows) if index % 2 == 0 else list(reversed(windows)) for index in range(rounds)]
+
+
+def describe(configuration: str, concurrency: int, sample: Sample) -> str:
+    """One window's line: its rate, the machine's load around it, who else used the server."""
+    shares = ""
+    if len(sample.executors) > 1:
+        shares = "; runs per peer process " + "/".join(
+            str(count) for count in sample.executors.values()
+        )
+    unit = "commits/s" if configuration == "bound" else "runs/s"
+    others = ", ".join(
+        f"{name} {count}"
+        for name, count in sorted(sample.other_databases.items(), key=lambda item: -item[1])[:3]
+    )
+    return (
+        f"{configuration} c={concurrency}: {sample.rate:.1f} {unit}; 1-min load "
+        f"{sample.load[0]:.2f} -> {sample.load[1]:.2f}; other processes "
+        f"{sample.other_cpu_percent:.0f}% of a core; other databases "
+        f"{sample.other_transactions} transactions{f' ({others})' if others else ''}{shares}"
+    )
 
 
 def run_rounds(bench: Bench) -> Results:
     arguments = bench.arguments
     selected = [name for name in CONFIGURATIONS if name in arguments.configurations]
-    # Not measured: DBOS creates its system tables at its first launch; both sides pay their
-    # first-use costs (imports from a cold cache, the sandbox's first tokens) here.
-    for configuration in selected:
-        if configuration in ("serve", "dbos"):
-            bench.window(configuration, 1, bench.applications[:5])
+    # Not measured: DBOS creates its system tables at its first launch (in one process, before
+    # several launch at once); both sides pay their first-use costs (imports from a cold
+    # cache, the sandbox's first tokens) here.
+    warm_ups = []
+    if any(name in OURS for name in selected):
+        warm_ups.append("serve")
+    if any(name in PEERS for name in selected):
+        warm_ups.append("dbos")
+    for configuration in warm_ups:
+        bench.window(configuration, 1, bench.applications[:WARM_UP_RUNS])
+    windows = [
+        (configuration, concurrency) for configuration in selected for concurrency in CONCURRENCIES
+    ]
+    orders = round_orders(windows, arguments.rounds, arguments.order, arguments.seed)
     results: Results = {name: {} for name in selected}
     began = time.monotonic()
-    for round_index in range(arguments.rounds):
-        for configuration in selected:
-            for concurrency in CONCURRENCIES:
-                if configuration == "bound":
-                    sample = bench.bound(concurrency)
-                else:
-                    sample = bench.window(configuration, concurrency, bench.applications)
-                results[configuration].setdefault(concurrency, []).append(sample)
+    for round_index, order in enumerate(orders):
         print(
-            f"bench_service: round {round_index + 1}/{arguments.rounds} done after "
-            f"{time.monotonic() - began:.0f} s",
-            file=sys.stderr,
+            f"# round {round_index + 1}/{arguments.rounds}, order: "
+            + ", ".join(f"{name} c={concurrency}" for name, concurrency in order),
             flush=True,
         )
+        for number, (configuration, concurrency) in enumerate(order, 1):
+            if configuration == "bound":
+                sample = bench.bound(concurrency)
+            else:
+                sample = bench.window(configuration, concurrency, bench.applications)
+            results[configuration].setdefault(concurrency, []).append(sample)
+            print(
+                f"#   window {number}/{len(order)} "
+                f"({time.monotonic() - began:.0f} s): {describe(configuration, concurrency, sample)}",
+                flush=True,
+            )
     return results
 
 
@@ -1015,7 +1263,7 @@ def bench(admin_url: str, arguments: argparse.Namespace) -> Results:
                 prepare(state, directory, role)
                 return run_rounds(state)
             except BenchError:
-                for log in ("serve", "worker", "peer", "sandbox"):
+                for log in sorted(path.stem for path in directory.glob("*.log")):
                     tail = processes.log(log, tail=1500)
                     if tail:
                         sys.stderr.write(f"--- {log} (tail) ---\n{tail}\n")
@@ -1034,6 +1282,11 @@ def bench(admin_url: str, arguments: argparse.Namespace) -> Results:
 
 PROCESSES = ("serve", "worker", "peer", "sandbox", "client", "postgres")
 OWN_PROCESSES = ("serve", "worker", "peer")
+# The ratios of ours to each peer configuration: (peer, key of runs/s ratio, key of CPU ratio).
+PEER_RATIOS = (
+    ("dbos", "ratio_to_peer", "cpu_ratio_to_peer"),
+    ("dbos-multi", "ratio_to_peer_multi", "cpu_ratio_to_peer_multi"),
+)
 
 
 def median(values: Sequence[float]) -> float:
@@ -1067,6 +1320,10 @@ def summarise(results: Results) -> list[Row]:
                 "write_transactions": median([s.per_run(s.write_transactions) for s in samples]),
                 "wal_flushes": median([s.per_run(s.wal_flushes) for s in samples]),
                 "transactions": median([s.per_run(s.transactions) for s in samples]),
+                "load": median([s.load[1] for s in samples]),
+                "load_max": max(max(s.load) for s in samples),
+                "other_transactions": median([s.other_transactions for s in samples]),
+                "other_cpu_percent": median([s.other_cpu_percent for s in samples]),
             }
             for process in PROCESSES:
                 if all(process in s.cpu for s in samples):
@@ -1075,61 +1332,76 @@ def summarise(results: Results) -> list[Row]:
                     )
             if configuration != "bound":
                 figures["cpu.ours"] = median([1000 * s.per_run(_own_cpu(s)) for s in samples])
-            if configuration in OURS and concurrency in results.get("dbos", {}):
-                theirs = results["dbos"][concurrency]
-                figures["cpu_ratio_to_peer"] = median(
-                    [
-                        s.per_run(_own_cpu(s)) / t.per_run(_own_cpu(t))
-                        for s, t in zip(samples, theirs, strict=True)
-                    ]
-                )
-            for other, key in (("dbos", "ratio_to_peer"), ("bound", "ratio_to_bound")):
-                if configuration in OURS and concurrency in results.get(other, {}):
-                    theirs = results[other][concurrency]
-                    figures[key] = median(
-                        [s.rate / t.rate for s, t in zip(samples, theirs, strict=True)]
+            if configuration in OURS:
+                for peer, rate_key, cpu_key in PEER_RATIOS:
+                    theirs = results.get(peer, {}).get(concurrency)
+                    if theirs is None:
+                        continue
+                    pairs = list(zip(samples, theirs, strict=True))
+                    figures[rate_key] = median([s.rate / t.rate for s, t in pairs])
+                    figures[cpu_key] = median(
+                        [s.per_run(_own_cpu(s)) / t.per_run(_own_cpu(t)) for s, t in pairs]
+                    )
+                bound = results.get("bound", {}).get(concurrency)
+                if bound is not None:
+                    figures["ratio_to_bound"] = median(
+                        [s.rate / t.rate for s, t in zip(samples, bound, strict=True)]
                     )
             rows.append(Row(configuration, concurrency, figures))
     return rows
 
 
 def _own_cpu(sample: Sample) -> float:
-    """CPU seconds of the configuration's own processes: serve (+ worker), or the peer."""
+    """CPU seconds of the configuration's own processes: serve (+ worker), or the peer's."""
     return sum(sample.cpu.get(name, 0.0) for name in OWN_PROCESSES)
 
 
-COLUMNS = (
+Column = tuple[str, str, str]
+SPEED_COLUMNS: tuple[Column, ...] = (
     ("runs/s", "runs_per_second", "{:.1f}"),
     ("p50 ms", "p50_ms", "{:.1f}"),
     ("p99 ms", "p99_ms", "{:.1f}"),
+    ("adm p50", "admission_p50_ms", "{:.1f}"),
+    ("ours/peer", "ratio_to_peer", "{:.3f}"),
+    ("ours/peerN", "ratio_to_peer_multi", "{:.3f}"),
+    ("ours/bound", "ratio_to_bound", "{:.4f}"),
+    ("load", "load", "{:.2f}"),
+    ("load max", "load_max", "{:.2f}"),
+    ("other cpu%", "other_cpu_percent", "{:.0f}"),
+    ("other xact", "other_transactions", "{:.0f}"),
+)
+COST_COLUMNS: tuple[Column, ...] = (
     ("serve", "cpu.serve", "{:.1f}"),
     ("worker", "cpu.worker", "{:.1f}"),
     ("peer", "cpu.peer", "{:.1f}"),
     ("own", "cpu.ours", "{:.1f}"),
     ("own/peer", "cpu_ratio_to_peer", "{:.2f}"),
+    ("own/peerN", "cpu_ratio_to_peer_multi", "{:.2f}"),
     ("sandbox", "cpu.sandbox", "{:.1f}"),
     ("client", "cpu.client", "{:.1f}"),
     ("pg*", "cpu.postgres", "{:.1f}"),
     ("wxact*", "write_transactions", "{:.2f}"),
     ("walsync*", "wal_flushes", "{:.2f}"),
     ("xact", "transactions", "{:.1f}"),
-    ("ours/peer", "ratio_to_peer", "{:.3f}"),
-    ("ours/bound", "ratio_to_bound", "{:.4f}"),
 )
-LABELS = {
-    "serve": "ours: serve",
-    "serve+worker": "ours: serve + 1 worker",
-    "dbos": "peer: DBOS 3.4.0",
-    "bound": "bound: INSERT+COMMIT",
-}
 
 
-def table(rows: Sequence[Row]) -> str:
-    header = ["configuration", "c", *(title for title, _, _ in COLUMNS)]
+def labels(peer_processes: int) -> dict[str, str]:
+    return {
+        "serve": "ours: serve",
+        "serve+worker": "ours: serve + 1 worker",
+        "dbos": "peer: DBOS 3.4.0",
+        "dbos-multi": f"peer: DBOS 3.4.0 x {peer_processes} processes",
+        "bound": "bound: INSERT+COMMIT",
+    }
+
+
+def table(rows: Sequence[Row], columns: Sequence[Column], names: Mapping[str, str]) -> str:
+    header = ["configuration", "c", *(title for title, _, _ in columns)]
     lines = [header]
     for row in rows:
-        cells = [LABELS[row.configuration], str(row.concurrency)]
-        for _, key, form in COLUMNS:
+        cells = [names[row.configuration], str(row.concurrency)]
+        for _, key, form in columns:
             value = row.figures.get(key)
             cells.append("-" if value is None or math.isnan(value) else form.format(value))
         lines.append(cells)
@@ -1145,7 +1417,8 @@ def table(rows: Sequence[Row]) -> str:
 def plain_lines(rows: Sequence[Row], runs: int) -> list[str]:
     lines = []
     for row in rows:
-        prefix = f"service.{row.configuration.replace('+', '_')}.c{row.concurrency}"
+        name = row.configuration.replace("+", "_").replace("-", "_")
+        prefix = f"service.{name}.c{row.concurrency}"
         for key, value in row.figures.items():
             name = key
             if row.configuration == "bound" and key == "runs_per_second":
@@ -1156,6 +1429,10 @@ def plain_lines(rows: Sequence[Row], runs: int) -> list[str]:
                 name = "cpu_ms_per_run." + key[4:]
             elif key in ("write_transactions", "wal_flushes", "transactions"):
                 name = key + "_per_run"
+            elif key == "other_transactions":
+                name = "other_database_transactions_per_window"
+            elif key == "other_cpu_percent":
+                name = "other_processes_cpu_percent"
             if math.isnan(value):  # no such figure for this configuration
                 continue
             shown = f"{value:.1f}" if abs(value) >= 10 else f"{value:.4g}"
@@ -1185,13 +1462,21 @@ def plain_lines(rows: Sequence[Row], runs: int) -> list[str]:
 LEGEND = """\
 c: concurrency (1: admit, wait until finished, admit the next; 8: eight admissions in flight).
 runs/s: finished runs per second (bound: commits per second on c connections); p50/p99:
-admission request start -> the client's poll sees the run finished. serve … pg*: CPU ms per
-finished run of each process (client: this script, pg*: the whole PostgreSQL server); own:
-serve + worker, or the peer; own/peer: ours over the peer's (a machine's speed cancels out).
-wxact*: write transactions (transaction ids consumed), walsync*: WAL flushes, xact:
-transactions of the configuration's database less the client's polls, all per finished run
-(per commit for the bound). * server-wide: whatever else the server runs counts too.
-ours/peer, ours/bound: runs/s over the peer's runs/s and over the bound's commits/s at the same c."""
+admission request start -> the client's poll sees the run finished; adm p50: the admission
+request alone. ours/peer, ours/peerN, ours/bound: runs/s over the peer's in one process, over
+the peer's in N processes, over the bound's commits/s at the same c (per round, then the
+median). load: the 1-minute load average at the end of the windows (median; load max: the
+highest at any window's start or end; both count the benchmark's own processes too); other
+cpu%: CPU the machine spent outside the measured processes during a window, in % of one core
+(other users, the kernel; median); other xact: transactions other databases of the server
+committed or rolled back during a window (median; each peer process's DBOS launch reads the
+`postgres` database, 3 of them). serve … pg*: CPU ms per finished run of
+each process (peer: all the peer's processes; client: this script; pg*: the whole PostgreSQL
+server); own: serve + worker, or the peer's; own/peer, own/peerN: ours over the peer's (a
+machine's speed cancels out). wxact*: write transactions (transaction ids consumed), walsync*:
+WAL flushes, xact: transactions of the configuration's database less the client's polls, all
+per finished run (per commit for the bound). * server-wide: whatever else the server runs
+counts too."""
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
@@ -1200,12 +1485,25 @@ def _stop(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--runs", type=int, default=150, help="runs per window (default 150)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
+    parser.add_argument("--runs", type=int, default=None, help="runs per window (default 150)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
     parser.add_argument(
         "--configurations",
         default=",".join(CONFIGURATIONS),
         help=f"comma-separated subset of {','.join(CONFIGURATIONS)} (default all)",
+    )
+    parser.add_argument(
+        "--order",
+        choices=("alternate", "shuffle"),
+        default="alternate",
+        help="the order of the windows in each round: the previous round's reversed (default) "
+        "or shuffled from --seed",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="with --order shuffle: the generator's seed (default: drawn, and printed)",
     )
     parser.add_argument(
         "--poll-ms",
@@ -1225,6 +1523,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the Python of the peer's environment (default .nox/bench_peer/bin/python)",
     )
     parser.add_argument(
+        "--peer-processes",
+        type=int,
+        default=2,
+        help="processes of the dbos-multi configuration, on one system database (default 2, "
+        "as many as serve + 1 worker)",
+    )
+    parser.add_argument(
         "--peer-start",
         choices=("direct", "queue"),
         default="direct",
@@ -1235,24 +1540,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--peer-concurrency",
         type=int,
         default=0,
-        help="with --peer-start queue: the queue's worker_concurrency "
+        help="with --peer-start queue: the queue's worker_concurrency per process "
         "(default: --worker-concurrency)",
+    )
+    parser.add_argument(
+        "--commit-rows",
+        type=int,
+        default=None,
+        help=f"rows of the bound's INSERT+COMMIT windows (default {COMMIT_ROWS})",
     )
     parser.add_argument(
         "--timeout", type=float, default=300.0, help="seconds for the runs of one window"
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"a smoke run: {SMOKE_RUNS} runs per window, one round, {SMOKE_COMMIT_ROWS} "
+        "commits for the bound (what is not given); it proves the bench runs, its figures "
+        "mean nothing",
+    )
     arguments = parser.parse_args(argv)
-    if arguments.runs < 1 or arguments.rounds < 1:
-        parser.error("--runs and --rounds must be at least 1")
+    defaults = (SMOKE_RUNS, 1, SMOKE_COMMIT_ROWS) if arguments.smoke else (150, 3, COMMIT_ROWS)
+    for name, default in zip(("runs", "rounds", "commit_rows"), defaults, strict=True):
+        if getattr(arguments, name) is None:
+            setattr(arguments, name, default)
+    if arguments.runs < 1 or arguments.rounds < 1 or arguments.commit_rows < 8:
+        parser.error("--runs and --rounds must be at least 1, --commit-rows at least 8")
+    if arguments.peer_processes < 2:
+        parser.error("--peer-processes must be at least 2 (the dbos configuration is one)")
+    if arguments.seed is None:
+        arguments.seed = random.SystemRandom().randrange(2**32)
     arguments.configurations = [part.strip() for part in arguments.configurations.split(",")]
     unknown = set(arguments.configurations) - set(CONFIGURATIONS)
     if unknown or not arguments.configurations:
         parser.error(f"--configurations takes names of {', '.join(CONFIGURATIONS)}")
-    if "dbos" in arguments.configurations and not Path(arguments.peer_python).exists():
+    peers = [name for name in arguments.configurations if name in PEERS]
+    if peers and not Path(arguments.peer_python).exists():
         parser.error(f"no peer environment at {arguments.peer_python} (nox -s bench -- service)")
     admin_url = os.environ.get(ADMIN_URL_VARIABLE, DEFAULT_ADMIN_URL)
     signal.signal(signal.SIGTERM, _stop)
     began = time.monotonic()
+    order = "alternating" if arguments.order == "alternate" else f"shuffled, seed {arguments.seed}"
+    print(
+        f"# bench_service: {arguments.runs} runs per window, {arguments.rounds} rounds, window "
+        f"order {order}; 1-minute load average at the start {os.getloadavg()[0]:.2f}"
+        + ("; SMOKE RUN: the figures mean nothing" if arguments.smoke else ""),
+        flush=True,
+    )
     try:
         results = bench(admin_url, arguments)
     except BenchError as error:
@@ -1262,17 +1596,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("bench_service: interrupted; processes stopped, databases dropped", file=sys.stderr)
         return 130
     rows = summarise(results)
+    names = labels(arguments.peer_processes)
     print(
-        f"# {arguments.runs} runs per window, {arguments.rounds} rounds, medians over the "
-        f"rounds; worker concurrency {arguments.worker_concurrency}, poll "
-        f"{arguments.poll_ms} ms; peer start {arguments.peer_start}"
+        f"# {arguments.runs} runs per window, {arguments.rounds} rounds ({order}), medians over "
+        f"the rounds; worker concurrency {arguments.worker_concurrency}, poll "
+        f"{arguments.poll_ms} ms; peer start {arguments.peer_start}, peerN: "
+        f"{arguments.peer_processes} peer processes"
     )
-    print(table(rows))
+    print(table(rows, SPEED_COLUMNS, names))
+    print("# CPU ms and transactions per finished run:")
+    print(table(rows, COST_COLUMNS, names))
     print("\n".join("# " + line for line in LEGEND.splitlines()))
-    other = sum(s.other_transactions for by in results.values() for ss in by.values() for s in ss)
+    samples = [s for by in results.values() for ss in by.values() for s in ss]
+    other = sum(s.other_transactions for s in samples)
+    loads = [value for s in samples for value in s.load]
+    other_cpu = [s.other_cpu_percent for s in samples]
     print(
         f"# other databases of the server committed {other} transactions during the windows; "
-        f"the whole benchmark took {time.monotonic() - began:.0f} s"
+        f"1-minute load average {min(loads):.2f}-{max(loads):.2f} over the windows; other "
+        f"processes {min(other_cpu):.0f}-{max(other_cpu):.0f}% of a core; the whole "
+        f"benchmark took {time.monotonic() - began:.0f} s"
     )
     print("\n".join(plain_lines(rows, arguments.runs)))
     return 0

@@ -1,24 +1,44 @@
-"""The peer of the service benchmark: the benchmark's job on DBOS Transact, in one process.
+"""The peer of the service benchmark: the benchmark's job on DBOS Transact.
 
 `scripts/bench_service.py` starts this script with the Python of its own virtual environment
 (`scripts/bench_peer/requirements.txt`: `dbos==3.4.0`, uvicorn, Starlette, httpx, PyJWT; never
 a dependency of the workspace) and a JSON configuration file that it derives from the very
-`runtime.yaml` and sandbox endpoints our service is benchmarked with:
+`runtime.yaml` and sandbox endpoints our service is benchmarked with. It is written as a DBOS
+user would write it (DBOS's documented defaults, one HTTP client per process) and does our job:
 
 * `POST /v1/runs` takes the body our admission takes (`{workflow, revision, input:
-  {applicationId}}`) and an `Idempotency-Key` header, verifies the caller's bearer token the
-  way `coordinator_api.access` does (an `at+jwt` signed by the sandbox identity, checked with
-  PyJWT against the sandbox's JWKS, issuer, audience, lifetime, subject, client and scope),
-  starts the workflow with the idempotency key as its workflow id and answers 201
-  `{"runId": …}`; the same key again answers the same run.
+  {applicationId}}`) and an `Idempotency-Key` header, verifies the caller's bearer token by
+  the rules `coordinator_api.access` applies (an `at+jwt` signed by the sandbox identity:
+  `typ`, `alg`, `crit`, `kid`, the signature, issuer, audience, lifetime, `exp`/`iat`/`nbf`
+  with 30 s leeway, subject, client, assertion issuer, scopes), starts the workflow with the
+  idempotency key as its workflow id and answers 201 `{"runId": …}`; the same key again
+  answers the same run.
+* Caching, as ours: the caller key set is fetched once at start and kept (ours reads the
+  bench's static key set once at start), and a token whose signature verified is remembered
+  (at most 1,024, least recently used out): met again under the same key, its signature is not
+  verified again but its claims are checked every time (ours: `AccessVerifier._verified`).
 * The workflow does what `bench_service.py`'s project does: step 1 obtains a fresh access
-  token (client credentials with a signed client assertion, as our adapters do for every
-  call) and reads the BReg record; a choose on `data.domainData.followUpAllowed`; step 2
-  obtains a fresh token and submits the Messaging message (the body our functions build, with
-  an idempotency key derived from the workflow id and the step); then it finishes.
-* Every product request opens its own connection, as our adapters' client does (one pinned
-  connection per exchange, no keep-alive), so both sides pay the same for the products.
-* The system database is PostgreSQL (`systemDatabaseUrl`, a database of its own).
+  token (client credentials with a new signed client assertion; our adapters obtain one per
+  call and cache none) and reads the BReg record; a choose on
+  `data.domainData.followUpAllowed`; step 2 obtains a fresh token and submits the Messaging
+  message (the body our functions build, with an idempotency key derived from the workflow id
+  and the step); then it finishes.
+* Every product and token request goes through one `httpx.AsyncClient` per process (per event
+  loop, in fact: the workflows of one process run on one loop), with httpx's default limits:
+  connections are kept alive and reused (at most 20 idle, for 5 s). Ours pools keep-alive
+  connections per destination too (at most 8 idle per destination, for 30 s).
+* The system database is PostgreSQL (`systemDatabaseUrl`, a database of its own). DBOS commits
+  the workflow's status row before the admission answers, each step's output once the step
+  returns and the final status: four write transactions per run, with DBOS's default
+  `synchronous_commit`.
+
+Processes: `bench_service.py --peer-processes N` starts N copies of this script on the one
+system database, as DBOS documents for several processes: each with an executor id of its own
+(`DBOS__VMID`), all serving the same port, which each binds with `SO_REUSEPORT` so that the
+kernel spreads the client's connections over them. Each process runs the workflows it admitted
+(with `start: queue`, any process dequeues any run). Ours runs `coordinator serve` (which
+admits and runs) beside `coordinator worker` processes (which only run), the runs spread over
+them through the store.
 
 `start` chooses how a run is started, and so the peer's concurrency:
 
@@ -35,17 +55,22 @@ a dependency of the workspace) and a JSON configuration file that it derives fro
   DBOS queues have no wake-up, so every run waits for the next poll and idle polls cost
   transactions.
 
-`GET /health` answers 200 once DBOS is launched. SIGTERM stops uvicorn, then DBOS.
+`GET /health` answers 200 once DBOS is launched; the line `bench-peer ready` goes to standard
+output once the server listens. SIGTERM stops uvicorn, then DBOS.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import json
 import re
+import socket
 import time
 import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -64,11 +89,15 @@ ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 TOKEN_TYPES = frozenset({"at+jwt", "application/at+jwt"})
 ALGORITHMS = frozenset({"RS256", "ES256"})
 COMPACT_JWS = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 KEY_PATTERN = re.compile(r"[\x21-\x7e]{1,255}")
+ASSERTION_ISSUER_CLAIM = "registry_assertion_issuer"
 LEEWAY = 30
+MAX_LIFETIME = 3600
+VERIFIED_TOKENS = 1024
 TIMEOUT = httpx.Timeout(10.0)
-# One TLS context for every client, as our adapters keep one (building it per client loads the
-# CA bundle each time, which would cost the peer milliseconds per request that ours does not pay).
+# One TLS context for the process (building one per client loads the CA bundle each time). The
+# products are on plain-HTTP loopback here, as ours reaches them.
 SSL_CONTEXT = httpx.create_ssl_context(trust_env=False)
 
 
@@ -103,20 +132,62 @@ class Config:
 
 CONFIG: Config
 CALLER_KEYS: dict[tuple[str, str], jwt.PyJWK] = {}
+# Tokens whose signature verified, with the key that verified it and their claims.
+VERIFIED: OrderedDict[str, tuple[jwt.PyJWK, dict[str, Any]]] = OrderedDict()
+# The process's HTTP client for the products and the token endpoint, by event loop.
+CLIENTS: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
 
 
 # -- the caller's token (what coordinator_api.access checks) ---------------------------------
 
 
 def load_caller_keys(jwks_uri: str) -> None:
-    """The sandbox identity's published key set, fetched once at start (ours: loaded at start
-    and cached, here too)."""
+    """The sandbox identity's published key set, fetched once at start and kept."""
     document = httpx.get(jwks_uri, timeout=TIMEOUT, trust_env=False).raise_for_status().json()
     for entry in document["keys"]:
         kid, kty = entry.get("kid"), entry.get("kty")
         algorithm = {"EC": "ES256", "RSA": "RS256"}.get(kty or "")
         if isinstance(kid, str) and algorithm is not None and entry.get("use") in (None, "sig"):
             CALLER_KEYS[(kid, algorithm)] = jwt.PyJWK(entry, algorithm=algorithm)
+
+
+def number(claims: Mapping[str, Any], name: str) -> float | None:
+    value = claims.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise Refused(f"{name} is not a number")
+    return float(value)
+
+
+def check_claims(claims: Mapping[str, Any]) -> None:
+    """The claims' rules, checked on every request (a remembered token's too)."""
+    if claims.get("iss") != CONFIG.issuer:
+        raise Refused("iss")
+    audience = claims.get("aud")
+    audiences = [audience] if isinstance(audience, str) else audience
+    if not isinstance(audiences, list) or CONFIG.audience not in audiences:
+        raise Refused("aud")
+    expires, issued = number(claims, "exp"), number(claims, "iat")
+    not_before = number(claims, "nbf")
+    if expires is None or issued is None or expires - issued > MAX_LIFETIME:
+        raise Refused("exp, iat or lifetime")
+    now = time.time()
+    if not now < expires + LEEWAY or issued > now + LEEWAY:
+        raise Refused("expired or issued in the future")
+    if not_before is not None and not_before > now + LEEWAY:
+        raise Refused("not yet valid")
+    subject = claims.get("sub")
+    if not isinstance(subject, str) or not subject or len(subject) > 512 or CONTROL.search(subject):
+        raise Refused("sub")
+    if claims.get("client_id") not in CONFIG.allowed_clients:
+        raise Refused("client")
+    if ASSERTION_ISSUER_CLAIM in claims:
+        raise Refused("no assertion issuer is allowed")
+    scopes = claims.get("registry_scopes", "")
+    granted = set(scopes.split(" ")) if isinstance(scopes, str) else set(scopes)
+    if not CONFIG.required_scopes <= granted:
+        raise Refused("scopes")
 
 
 def verify_caller(authorization: str | None) -> dict[str, Any]:
@@ -128,39 +199,53 @@ def verify_caller(authorization: str | None) -> dict[str, Any]:
         header = jwt.get_unverified_header(token)
     except jwt.InvalidTokenError as exc:
         raise Refused("the header does not decode") from exc
-    algorithm = header.get("alg")
+    algorithm, kid = header.get("alg"), header.get("kid")
     if header.get("typ") not in TOKEN_TYPES or algorithm not in ALGORITHMS or "crit" in header:
         raise Refused("typ, alg or crit")
-    key = CALLER_KEYS.get((str(header.get("kid")), str(algorithm)))
+    key = CALLER_KEYS.get((str(kid), str(algorithm))) if isinstance(kid, str) and kid else None
     if key is None:
         raise Refused("unknown kid")
+    known = VERIFIED.get(token)
+    if known is not None and known[0] is key:
+        VERIFIED.move_to_end(token)
+        check_claims(known[1])
+        return dict(known[1])
     try:
         claims: dict[str, Any] = jwt.decode(
             token,
             key=key.key,
             algorithms=[str(algorithm)],
-            audience=CONFIG.audience,
-            issuer=CONFIG.issuer,
-            leeway=LEEWAY,
-            options={"require": ["exp", "iat", "iss", "aud", "sub"]},
+            options={
+                "verify_signature": True,
+                "verify_exp": False,
+                "verify_nbf": False,
+                "verify_iat": False,
+                "verify_aud": False,
+                "verify_iss": False,
+                "require": [],
+            },
         )
     except jwt.InvalidTokenError as exc:
-        raise Refused("signature or registered claims") from exc
-    if claims["exp"] - claims["iat"] > 3600:
-        raise Refused("lives longer than an hour")
-    subject = claims["sub"]
-    if not isinstance(subject, str) or not subject or len(subject) > 512:
-        raise Refused("sub")
-    if claims.get("client_id") not in CONFIG.allowed_clients:
-        raise Refused("client")
-    scopes = claims.get("registry_scopes", "")
-    granted = set(scopes.split(" ")) if isinstance(scopes, str) else set(scopes)
-    if not CONFIG.required_scopes <= granted:
-        raise Refused("scopes")
+        raise Refused("the signature does not verify") from exc
+    check_claims(claims)
+    VERIFIED[token] = (key, dict(claims))
+    if len(VERIFIED) > VERIFIED_TOKENS:
+        VERIFIED.popitem(last=False)
     return claims
 
 
 # -- the products (what coordinator_core.shell.adapters do per call) -------------------------------
+
+
+def client() -> httpx.AsyncClient:
+    """The process's keep-alive client (one per event loop: an async client's connections
+    belong to the loop that opened them), with httpx's default pool limits."""
+    loop = asyncio.get_running_loop()
+    found = CLIENTS.get(loop)
+    if found is None:
+        found = httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, verify=SSL_CONTEXT)
+        CLIENTS[loop] = found
+    return found
 
 
 def client_assertion(name: str) -> str:
@@ -181,11 +266,10 @@ def client_assertion(name: str) -> str:
 
 
 async def exchange(method: str, url: str, **arguments: Any) -> httpx.Response:
-    """One request on a connection of its own (as our adapters' pinned client)."""
-    async with httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, verify=SSL_CONTEXT) as client:
-        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
-        headers.update(arguments.pop("headers", {}))
-        return await client.request(method, url, headers=headers, **arguments)
+    """One request on the process's client (a kept-alive connection when one is idle)."""
+    headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
+    headers.update(arguments.pop("headers", {}))
+    return await client().request(method, url, headers=headers, **arguments)
 
 
 async def access_token(name: str) -> str:
@@ -315,12 +399,40 @@ async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
+class Server(uvicorn.Server):
+    """uvicorn's server, saying when it listens (the benchmark waits for every process)."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.should_exit:
+            print("bench-peer ready", flush=True)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        found = CLIENTS.pop(asyncio.get_running_loop(), None)  # another loop's ends with it
+        if found is not None:
+            await found.aclose()
+
+
+def listening_socket(port: int) -> socket.socket:
+    """The server's socket on the shared port: every process of the peer binds it with
+    SO_REUSEPORT, and the kernel spreads incoming connections over them."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.set_inheritable(True)
+    return sock
+
+
 def main() -> None:
     global CONFIG  # noqa: PLW0603 - one process, one configuration
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--config", type=Path, required=True)
     CONFIG = Config(parser.parse_args().config)
     load_caller_keys(CONFIG.jwks_uri)
+    # The executor id comes from DBOS__VMID (set per process by bench_service.py), as DBOS
+    # documents for running several processes on one system database.
     config: DBOSConfig = {
         "name": "bench-peer",
         "system_database_url": CONFIG.system_database_url,
@@ -344,15 +456,16 @@ def main() -> None:
             Route("/health", health, methods=["GET"]),
         ]
     )
-    try:
-        uvicorn.run(
+    server = Server(
+        uvicorn.Config(
             app,
-            host="127.0.0.1",
-            port=CONFIG.port,
             log_level="warning",
             access_log=False,
             server_header=False,
         )
+    )
+    try:
+        server.run(sockets=[listening_socket(CONFIG.port)])
     finally:
         DBOS.destroy(workflow_completion_timeout_sec=5)
 
