@@ -98,8 +98,7 @@ from bench_service import (
 from bench_service import cpu_seconds as process_cpu_seconds
 from sqlalchemy.dialects import postgresql
 
-from coordinator_core.shell.store import statements
-from coordinator_core.shell.store.dialect import truncate_ms
+from coordinator_core.shell.store.writes import hot_statements
 from coordinator_sandbox.launch import endpoints_in
 
 WORKFLOW = "bench-parked"
@@ -400,6 +399,11 @@ _EXECUTION = re.compile(r"Execution Time: ([0-9.]+) ms")
 _PLANNING = re.compile(r"Planning Time: ([0-9.]+) ms")
 _SCAN = re.compile(r"((?:Parallel )?(?:Index Only Scan|Index Scan|Bitmap Index Scan|Seq Scan)"
                    r"(?: Backward)?(?: using \S+)? on \S+)")  # fmt: skip
+
+
+def _truncated(moment: datetime) -> datetime:
+    """`moment` to whole milliseconds (the resolution the store keeps)."""
+    return moment.replace(microsecond=moment.microsecond - moment.microsecond % 1000)
 
 
 def instant(moment: datetime) -> str:
@@ -764,7 +768,7 @@ class Parked:
             # The claim as the service plans it now: without --analyze-every (and autovacuum
             # off) the statistics are those of the empty tables.
             with self.connect() as connection:
-                self.explain_one(connection, "claim_at_last_admission", statements.DUE.statement, 1)
+                self.explain_one(connection, "claim_at_last_admission", hot_statements()["claim"], 1)
             settle = self.wait_parked(runs, arguments.timeout)
             self.check_observation_floor()
         finally:
@@ -885,11 +889,7 @@ class Parked:
         self.say("    bytes per parked run by relation: " + "; ".join(parts))
 
     def explain(self) -> None:
-        chosen = (
-            ("claim", statements.DUE.statement),
-            ("lapsed_sweep", statements.TAKE_LAPSED.statement),
-            ("overdue_sweep", statements.TOUCH_OVERDUE.statement),
-        )
+        chosen = tuple(hot_statements().items())
         with self.connect() as connection:
             for name, statement in chosen:
                 self.explain_one(connection, name, statement, EXPLAIN_REPEATS)
@@ -902,7 +902,7 @@ class Parked:
         compiled = statement.compile(dialect=postgresql.dialect())  # type: ignore[no-untyped-call]
         times, plan = [], ""
         for _ in range(repeats):
-            moment = truncate_ms(datetime.now(UTC))
+            moment = _truncated(datetime.now(UTC))
             values = {
                 "now": moment,
                 "expires": moment + timedelta(seconds=15),
@@ -941,7 +941,7 @@ class Parked:
         applications = [str(uuid.uuid4()) for _ in range(count)]
         seed(self.endpoints, applications)  # their BReg reads, once they wake, succeed
         margin = arguments.due_margin or max(30.0, min(600.0, 15.0 + 1.5 * count / rate))
-        target = truncate_ms(datetime.now(UTC) + timedelta(seconds=margin))
+        target = _truncated(datetime.now(UTC) + timedelta(seconds=margin))
         wake = instant(target)
         inputs = [
             {"applicationId": application, "kind": "later", "wakeAt": wake}
@@ -962,7 +962,7 @@ class Parked:
         # The claim once while the due runs are being claimed: the plan the service gets when
         # records are due that the statistics (taken with none due) know nothing of.
         with self.connect() as connection:
-            self.explain_one(connection, "claim_during_fire", statements.DUE.statement, 1)
+            self.explain_one(connection, "claim_during_fire", hot_statements()["claim"], 1)
         deadline = time.monotonic() + arguments.timeout
         while True:
             self.check_alive()

@@ -34,8 +34,8 @@ from coordinator_core.shell.store import (
     StoredStep,
     StoreInvariantError,
 )
-from coordinator_core.shell.store import writes as run_writes
 from coordinator_core.shell.store.dialect import UTCDateTime
+from coordinator_core.shell.store.writes import hot_statements
 
 
 def _wait_until(now: int, *, instant: int | None = None) -> object:
@@ -241,7 +241,7 @@ def test_the_claim_is_planned_at_each_execution_and_stays_an_ordered_index_scan(
             raw.close()
         assert not any("ORDER BY steps.due_at" in text for text in prepared), prepared
         dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
-        compiled = run_writes._DUE.statement.compile(dialect=dialect)
+        compiled = hot_statements()["claim"].compile(dialect=dialect)
         now = UTCDateTime().process_bind_param(T0 + 3600 * SECOND, dialect)
         parameters = dict(compiled.params) | {"now": now}
         with psycopg.connect(backend.url, autocommit=True) as connection:

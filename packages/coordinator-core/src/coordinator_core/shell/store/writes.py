@@ -76,6 +76,7 @@ __all__ = [
     "admission_control_txn",
     "apply_txn",
     "decide_txn",
+    "hot_statements",
     "lock_run_txn",
 ]
 
@@ -848,3 +849,14 @@ _TOUCH_OVERDUE: Final = Prepared(
     .values(updated_at=_NOW)
     .returning(STEPS.c.run_id, STEPS.c.step)
 )
+
+
+def hot_statements() -> dict[str, Any]:
+    """The statements whose plans decide what an idle or parked store costs — the claim and the
+    two sweeps — as SQLAlchemy statements, for `EXPLAIN` (the parked-runs benchmark, the plan
+    tests of the store suite)."""
+    return {
+        "claim": _DUE.statement,
+        "lapsed_sweep": _TAKE_LAPSED.statement,
+        "overdue_sweep": _TOUCH_OVERDUE.statement,
+    }
