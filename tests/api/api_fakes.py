@@ -27,6 +27,7 @@ from coordinator_core.engine import RunState, StepRecord
 from coordinator_core.operations import descriptor
 from coordinator_core.shell.service import (
     AdmissionRequest,
+    AttemptPage,
     AuditRequest,
     AuditResponse,
     AuditUnavailable,
@@ -476,6 +477,13 @@ class FakeRunService:
                 operation=operation,
             ),
         )
+
+    def step_attempts(
+        self, caller: Caller, run_id: uuid.UUID, step: str, cursor: str | None, limit: int
+    ) -> AttemptPage | None:
+        if self.get_run(caller, run_id) is None:
+            return None
+        return AttemptPage(attempts=(), next_cursor=None)
 
     def cancel(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
         self._command("cancel")

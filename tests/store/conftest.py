@@ -82,7 +82,9 @@ def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
         shutil.copy2(request.getfixturevalue("_sqlite_template"), path)
         return Backend("sqlite", f"sqlite:///{path}", None, path)
     shared: Backend = request.getfixturevalue("_postgres_store")
-    shared.execute("TRUNCATE steps, runs, activations, definitions, live_bindings, journal_heads")
+    shared.execute(
+        "TRUNCATE step_attempts, steps, runs, activations, definitions, live_bindings, journal_heads"
+    )
     shared.execute(
         "UPDATE control SET database_id = %s, schema_version = %s, restore_hold = false,"
         " admissions_hold = false, restore_evidence_ref = NULL, admission_recovery_ref = NULL,"

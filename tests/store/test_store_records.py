@@ -170,6 +170,9 @@ def _stored_run(run_id: uuid.UUID) -> StoredRun:
         terminal_output=b"output-1",
         payload_erased_at=T0 + 4,
         updated_at=T0 + 5,
+        operator_action="cancel",
+        operator_action_at=T0 + 6,
+        operator_reason_ref="hmac-sha256:" + "a" * 64,
     )
 
 
@@ -208,6 +211,9 @@ def _other_run(run: StoredRun) -> StoredRun:
         terminal_output=b"output-2",
         payload_erased_at=T0 + 14,
         updated_at=T0 + 15,
+        operator_action="retry-same",
+        operator_action_at=T0 + 16,
+        operator_reason_ref="hmac-sha256:" + "b" * 64,
     )
 
 

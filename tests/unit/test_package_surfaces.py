@@ -31,6 +31,7 @@ MODULES = {
         "RUN_STATUSES",
         "Action",
         "AdmissionRequest",
+        "AttemptPage",
         "RunAdmitted",
         "AuditAction",
         "AuditJournal",

@@ -124,7 +124,12 @@ def restore_hold(context: Runtime, reason: str) -> HoldState:
     holds are released."""
     now = context.now()
     heads = journal_ends(context.audit.directory) if context.audit is not None else None
-    state = context.store.operator.set_restore_hold(now, _review(context, now), heads)
+    state = context.store.operator.set_restore_hold(
+        now,
+        _review(context, now),
+        heads,
+        reason_ref=context.secrets.audit_references.reason(reason),
+    )
     witness = context.deployment.restore_witness
     if heads is not None and witness is not None:
         try:

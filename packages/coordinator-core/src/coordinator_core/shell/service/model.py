@@ -26,13 +26,14 @@ from coordinator_core.engine.state import RunStatusValue, StepRecord, StepRoute
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.operations import OperationDescriptor
-from coordinator_core.shell.store.records import HoldState, StoredRun
+from coordinator_core.shell.store.records import HoldState, StepAttempt, StoredRun
 
 __all__ = [
     "INTERNAL_ERROR",
     "RUN_STATUSES",
     "Action",
     "AdmissionRequest",
+    "AttemptPage",
     "BlockReason",
     "Caller",
     "Doctor",
@@ -159,6 +160,11 @@ class StepStatus:
     record: StepRecord
     lease_expires_at: Instant | None = None
     awaits: tuple[str, str] | None = None
+    attempts: tuple[StepAttempt, ...] = ()
+    """The step's latest ended attempts, newest first (at most `ATTEMPTS_PER_STEP`): a call's
+    attempts, a wait's observations, a pure step's work."""
+    attempt_count: int = 0
+    """How many ended attempts the step has in all (`RunService.step_attempts` pages them)."""
 
     @property
     def next_due_at(self) -> Instant | None:
@@ -222,6 +228,23 @@ class RunInspection:
     steps: Sequence[StepStatus]
     effects: Sequence[EffectStatus]
     recovery: Recovery
+
+    @property
+    def operator_action(self) -> tuple[str, Instant, str | None] | None:
+        """The last operator command that changed the run: (action, instant, the keyed
+        reference of its reason — the `reasonRef` of its journal entry), or None."""
+        stored = self.run.run
+        if stored.operator_action is None or stored.operator_action_at is None:
+            return None
+        return stored.operator_action, stored.operator_action_at, stored.operator_reason_ref
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptPage:
+    """One page of a step's ended attempts, newest first, and the cursor of the next page."""
+
+    attempts: Sequence[StepAttempt]
+    next_cursor: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,6 +401,14 @@ class RunService(Protocol):
 
     def inspect_run(self, caller: Caller, run_id: UUID) -> RunInspection | None:
         """06 §5.4, in one consistent store snapshot; None when absent or not visible."""
+        ...
+
+    def step_attempts(
+        self, caller: Caller, run_id: UUID, step: str, cursor: str | None, limit: int
+    ) -> AttemptPage | None:
+        """A step's ended attempts, newest first, a page at a time; None when the run is
+        absent or not visible. `coordinator.request.cursor-invalid` for a cursor that does not
+        verify for this caller, run and step."""
         ...
 
     def cancel(self, caller: Caller, run_id: UUID, reason: str) -> RunStatus:

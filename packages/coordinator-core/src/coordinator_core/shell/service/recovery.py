@@ -42,7 +42,10 @@ def cancel(context: Runtime, caller: Caller, run_id: uuid.UUID, reason: str) -> 
     context.require(caller, run_id)
     now = context.now()
     snapshot = context.store.writes.request_cancel(
-        run_id, now, context.decide(now, lambda _s, _p: CancelRequested())
+        run_id,
+        now,
+        context.decide(now, lambda _s, _p: CancelRequested()),
+        reason_ref=context.secrets.audit_references.reason(reason),
     )
     if snapshot is None:
         raise ServiceRefusal(_ABSENT)
@@ -67,7 +70,12 @@ def retry_same(context: Runtime, caller: Caller, run_id: uuid.UUID, reason: str)
 
     context.require(caller, run_id)
     snapshot = context.store.writes.update_run(
-        run_id, now, context.decide(now, event_of, refused), admission_lock=True
+        run_id,
+        now,
+        context.decide(now, event_of, refused),
+        admission_lock=True,
+        action="retry-same",
+        reason_ref=context.secrets.audit_references.reason(reason),
     )
     if snapshot is None:
         raise ServiceRefusal(_ABSENT)
@@ -127,7 +135,11 @@ def reconcile(context: Runtime, caller: Caller, run_id: uuid.UUID, reason: str) 
         return ServiceRefusal(_RACED)
 
     after = context.store.writes.update_run(
-        run_id, later, context.decide(later, event_of, refused, answers)
+        run_id,
+        later,
+        context.decide(later, event_of, refused, answers),
+        action="reconcile",
+        reason_ref=context.secrets.audit_references.reason(reason),
     )
     if after is None:
         raise ServiceRefusal(_ABSENT)

@@ -19,6 +19,7 @@ from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.service import admission, events, holds, recovery, views
 from coordinator_core.shell.service.model import (
     AdmissionRequest,
+    AttemptPage,
     Caller,
     Doctor,
     EventAdmitted,
@@ -110,6 +111,12 @@ class StoreRunService:
     def inspect_run(self, caller: Caller, run_id: uuid.UUID) -> RunInspection | None:
         with _refusals():
             return views.inspect_run(self.runtime, caller, run_id)
+
+    def step_attempts(
+        self, caller: Caller, run_id: uuid.UUID, step: str, cursor: str | None, limit: int
+    ) -> AttemptPage | None:
+        with _refusals():
+            return views.step_attempts(self.runtime, caller, run_id, step, cursor, limit)
 
     # -- run commands -----------------------------------------------------------------------------
 

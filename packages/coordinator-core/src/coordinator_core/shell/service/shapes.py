@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from coordinator_core.shell.service.model import EffectStatus, RunStatus, StepStatus
-from coordinator_core.shell.store import RunSnapshot, StoredStep
+from coordinator_core.shell.store import RunSnapshot, StepAttempt, StoredStep
 
 __all__ = ["effects_of", "run_status_of", "step_status_of"]
 
@@ -31,14 +31,22 @@ def run_status_of(snapshot: RunSnapshot, output: Callable[[RunSnapshot], Any]) -
     )
 
 
-def step_status_of(stored: StoredStep, awaits: Mapping[str, tuple[str, str]]) -> StepStatus:
-    """06 §11.3. `awaits` maps a `wait-for` step to its (waited call, completion name)."""
+def step_status_of(
+    stored: StoredStep,
+    awaits: Mapping[str, tuple[str, str]],
+    attempts: Mapping[str, tuple[tuple[StepAttempt, ...], int]] | None = None,
+) -> StepStatus:
+    """06 §11.3. `awaits` maps a `wait-for` step to its (waited call, completion name);
+    `attempts` each step to its latest ended attempts and their total."""
     record = stored.record
     leased = record.state == "leased" and stored.lease is not None
+    recent, total = (attempts or {}).get(record.step, ((), 0))
     return StepStatus(
         record=record,
         lease_expires_at=stored.lease.expires_at if leased and stored.lease is not None else None,
         awaits=awaits.get(record.step, ("", "")) if record.type == "wait-for" else None,
+        attempts=recent,
+        attempt_count=total,
     )
 
 

@@ -8,6 +8,7 @@ import binascii
 import hmac
 import json
 import uuid
+from collections.abc import Mapping
 from typing import cast
 
 from coordinator_core.engine import (
@@ -23,6 +24,7 @@ from coordinator_core.engine import (
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.execution.codec import state_of
 from coordinator_core.shell.service.model import (
+    AttemptPage,
     BlockReason,
     Caller,
     Recovery,
@@ -34,9 +36,9 @@ from coordinator_core.shell.service.model import (
 )
 from coordinator_core.shell.service.runtime import Runtime
 from coordinator_core.shell.service.shapes import effects_of, step_status_of
-from coordinator_core.shell.store import RunPosition, RunSnapshot
+from coordinator_core.shell.store import RunPosition, RunSnapshot, StepAttempt
 
-__all__ = ["get_run", "inspect_run", "inspection", "list_runs"]
+__all__ = ["get_run", "inspect_run", "inspection", "list_runs", "step_attempts"]
 
 
 def get_run(context: Runtime, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
@@ -155,8 +157,15 @@ def _recovery(context: Runtime, snapshot: RunSnapshot, now: Instant) -> Recovery
     )
 
 
-def inspection(context: Runtime, snapshot: RunSnapshot) -> RunInspection:
-    """06 §11.2 of one locked or read snapshot."""
+def inspection(
+    context: Runtime,
+    snapshot: RunSnapshot,
+    attempts: Mapping[str, tuple[tuple[StepAttempt, ...], int]] | None = None,
+) -> RunInspection:
+    """06 §11.2 of one locked or read snapshot, with each step's latest ended attempts (read
+    with it, or afterwards when not given)."""
+    if attempts is None:
+        attempts = context.store.reads.recent_attempts(snapshot.run.run_id)
     found = context.definition_of(snapshot.run)
     waits: dict[str, tuple[str, str]] = {}
     if found is not None:
@@ -168,12 +177,72 @@ def inspection(context: Runtime, snapshot: RunSnapshot) -> RunInspection:
                 waits[step_id] = (spec.call, str(raw.get("completion", "")))
     return RunInspection(
         run=context.status(snapshot),
-        steps=[step_status_of(row, waits) for row in snapshot.steps],
+        steps=[step_status_of(row, waits, attempts) for row in snapshot.steps],
         effects=effects_of(snapshot),
         recovery=_recovery(context, snapshot, context.now()),
     )
 
 
 def inspect_run(context: Runtime, caller: Caller, run_id: uuid.UUID) -> RunInspection | None:
-    snapshot = context.visible_snapshot(caller, run_id)
-    return None if snapshot is None else inspection(context, snapshot)
+    found = context.store.reads.inspect_run(run_id)
+    if found is None or not context.visible(caller, found[0].run):
+        return None
+    snapshot, attempts = found
+    return inspection(context, snapshot, attempts)
+
+
+# -- a step's attempts, paged ---------------------------------------------------------------------
+
+
+def _attempts_cursor(
+    context: Runtime, caller: Caller, run_id: uuid.UUID, step: str, position: tuple[int, int]
+) -> str:
+    payload = to_canonical(
+        {"v": 1, "r": str(run_id), "s": step, "g": position[0], "a": position[1]}
+    )
+    text = base64.urlsafe_b64encode(payload.encode()).rstrip(b"=").decode("ascii")
+    return f"{text}.{_cursor_mac(context, payload, caller)}"
+
+
+def _attempts_position(
+    context: Runtime, caller: Caller, run_id: uuid.UUID, step: str, cursor: str
+) -> tuple[int, int]:
+    """The position an attempts cursor names; refused unless it verifies for this caller,
+    run and step."""
+    invalid = ServiceRefusal("coordinator.request.cursor-invalid")
+    text, _, mac = cursor.partition(".")
+    try:
+        payload = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode("utf-8")
+        data = json.loads(payload)
+    except (binascii.Error, ValueError):
+        raise invalid from None
+    if not hmac.compare_digest(mac, _cursor_mac(context, payload, caller)):
+        raise invalid
+    if not isinstance(data, dict) or data.get("v") != 1:
+        raise invalid
+    if data.get("r") != str(run_id) or data.get("s") != step:
+        raise invalid
+    generation, attempt = data.get("g"), data.get("a")
+    if not isinstance(generation, int) or not isinstance(attempt, int):
+        raise invalid
+    return generation, attempt
+
+
+def step_attempts(
+    context: Runtime,
+    caller: Caller,
+    run_id: uuid.UUID,
+    step: str,
+    cursor: str | None,
+    limit: int,
+) -> AttemptPage | None:
+    """A step's ended attempts, newest first, a page at a time (None when the run is absent or
+    not visible)."""
+    reads = context.store.reads
+    run = reads.get_run(run_id)
+    if run is None or not context.visible(caller, run):
+        return None
+    before = None if cursor is None else _attempts_position(context, caller, run_id, step, cursor)
+    page, after = reads.attempts(run_id, step, before=before, limit=limit)
+    following = None if after is None else _attempts_cursor(context, caller, run_id, step, after)
+    return AttemptPage(page, following)

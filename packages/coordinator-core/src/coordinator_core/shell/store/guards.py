@@ -59,6 +59,7 @@ RUNTIME_DML_TABLES: Final = (
     "definitions",
     "live_bindings",
     "journal_heads",
+    "step_attempts",
 )
 RUNTIME_READ_TABLES: Final = ("control", "activations", "migrations", "store_identity")
 RUNTIME_CONTROL_COLUMNS: Final = (
@@ -66,6 +67,7 @@ RUNTIME_CONTROL_COLUMNS: Final = (
     "admissions_hold",
     "restore_evidence_ref",
     "admission_recovery_ref",
+    "restore_hold_reason_ref",
 )
 _FORBIDDEN_TABLE_PRIVILEGES: Final = ("TRIGGER", "TRUNCATE", "REFERENCES")
 
@@ -188,10 +190,15 @@ def check_ledger(applied: Mapping[int, str] | None, *, pending_code: str) -> Non
 
 
 def read_control(conn: Connection, location: StoreLocation) -> ControlRow | None:
-    """The control row, or None when the store has none (never migrated, or interrupted)."""
+    """The control row, or None when the store has none (never migrated, or interrupted).
+    Only the columns the store has are read: the deployment commands read the control row of
+    a store at any version they migrate from (a column a later version adds reads as None)."""
     if not _has_table(conn, location, "control"):
         return None
-    row = conn.execute(select(CONTROL)).mappings().first()
+    present = {
+        column["name"] for column in inspect(conn).get_columns("control", schema=location.namespace)
+    }
+    row = conn.execute(select(*(c for c in CONTROL.c if c.name in present))).mappings().first()
     return None if row is None else control_of(row)
 
 

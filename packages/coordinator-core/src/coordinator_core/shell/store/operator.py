@@ -31,14 +31,20 @@ class OperatorActions:
         self._tx = transactor
 
     def set_restore_hold(
-        self, now: Instant, review: Decide, heads: Sequence[JournalPosition] | None = None
+        self,
+        now: Instant,
+        review: Decide,
+        heads: Sequence[JournalPosition] | None = None,
+        *,
+        reason_ref: str | None = None,
     ) -> HoldState:
         """07 §12 step 3, in one transaction (admission lock → control → records → runs):
         `restoreHold := true`, `admissionsHold := true`, evidence references cleared; then
         `review` (the engine's T33) runs for every run that is not settled or has a leased
         record, each locked in turn. With `heads` (the journal as it is now, 07 §12.1), they
         replace the journal heads the store held: the reviewed store goes on from this
-        journal, so its earlier entries no longer refuse a start. Idempotent."""
+        journal, so its earlier entries no longer refuse a start. `reason_ref`, the keyed
+        reference of the operator's reason, is kept with the hold. Idempotent."""
         tx = self._tx
 
         def work(conn: Connection) -> HoldState:
@@ -50,6 +56,7 @@ class OperatorActions:
                     admissions_hold=True,
                     restore_evidence_ref=None,
                     admission_recovery_ref=None,
+                    restore_hold_reason_ref=reason_ref,
                 )
             )
             control = tx.verify_txn(conn)
@@ -81,7 +88,11 @@ class OperatorActions:
         def work(conn: Connection) -> HoldState:
             tx.verify_txn(conn)
             conn.execute(
-                update(CONTROL).values(restore_hold=False, restore_evidence_ref=evidence_ref)
+                update(CONTROL).values(
+                    restore_hold=False,
+                    restore_evidence_ref=evidence_ref,
+                    restore_hold_reason_ref=None,
+                )
             )
             tx.notify_txn(conn)
             return hold_state_txn(conn)

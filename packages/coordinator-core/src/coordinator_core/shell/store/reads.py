@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import and_, bindparam, func, not_, or_, select
 from sqlalchemy.engine import Connection
@@ -34,6 +34,7 @@ from coordinator_core.shell.store.records import (
     RunPage,
     RunPosition,
     RunSnapshot,
+    StepAttempt,
     StoredRun,
     StoreSummary,
 )
@@ -44,6 +45,7 @@ from coordinator_core.shell.store.schema import (
     LIVE_BINDINGS,
     RUN_STATUSES,
     RUNS,
+    STEP_ATTEMPTS,
     STEPS,
     control_of,
     run_of,
@@ -51,9 +53,11 @@ from coordinator_core.shell.store.schema import (
 )
 from coordinator_core.shell.store.transactor import Transactor
 
-__all__ = ["RunReads", "hold_state_txn", "snapshot_txn", "unsettled_txn"]
+__all__ = ["ATTEMPTS_PER_STEP", "RunReads", "hold_state_txn", "snapshot_txn", "unsettled_txn"]
 
 _SWEEPABLE: Final = ("running", "attention", "cancel-requested")
+ATTEMPTS_PER_STEP: Final = 10
+"""How many of a step's ended attempts an inspection shows (the newest)."""
 
 
 class RunReads:
@@ -139,6 +143,66 @@ class RunReads:
             return RunPage(page, position)
 
         return self._tx.transact("list-runs", work, read_only=True)
+
+    def inspect_run(
+        self, run_id: uuid.UUID, per_step: int = ATTEMPTS_PER_STEP
+    ) -> tuple[RunSnapshot, dict[str, tuple[tuple[StepAttempt, ...], int]]] | None:
+        """The run, its records and the control row (`get_run_snapshot`) with each step's
+        latest ended attempts (`recent_attempts`), from one consistent read (06 §5.4)."""
+
+        def work(
+            conn: Connection,
+        ) -> tuple[RunSnapshot, dict[str, tuple[tuple[StepAttempt, ...], int]]] | None:
+            snapshot = snapshot_txn(conn, _control_txn(conn), run_id, lock_run=False)
+            if snapshot is None:
+                return None
+            return snapshot, _recent_attempts_txn(conn, run_id, per_step)
+
+        return self._tx.transact("inspect-run", work, read_only=True)
+
+    def recent_attempts(
+        self, run_id: uuid.UUID, per_step: int = ATTEMPTS_PER_STEP
+    ) -> dict[str, tuple[tuple[StepAttempt, ...], int]]:
+        """Each step's latest `per_step` ended attempts (newest first) and how many it has in
+        all, from one read: the inspection's timeline, bounded however long a wait was
+        observed (the rest is paged by `attempts`)."""
+        return self._tx.transact(
+            "recent-attempts",
+            lambda conn: _recent_attempts_txn(conn, run_id, per_step),
+            read_only=True,
+        )
+
+    def attempts(
+        self,
+        run_id: uuid.UUID,
+        step: str,
+        *,
+        before: tuple[int, int] | None = None,
+        limit: int = 50,
+    ) -> tuple[tuple[StepAttempt, ...], tuple[int, int] | None]:
+        """One page of a step's ended attempts, newest first by (generation, attempt), those
+        before the position `before`; and the position after the page (None on the last)."""
+        if not 1 <= limit <= 1000:
+            raise ValueError("The page limit is out of range.")
+
+        def work(conn: Connection) -> tuple[tuple[StepAttempt, ...], tuple[int, int] | None]:
+            table = STEP_ATTEMPTS
+            statement = select(table).where(table.c.run_id == run_id, table.c.step == step)
+            if before is not None:
+                generation, attempt = before
+                statement = statement.where(
+                    or_(
+                        table.c.generation < generation,
+                        and_(table.c.generation == generation, table.c.attempt < attempt),
+                    )
+                )
+            statement = statement.order_by(table.c.generation.desc(), table.c.attempt.desc())
+            rows = [_attempt_of(row) for row in conn.execute(statement.limit(limit + 1)).mappings()]
+            page = tuple(rows[:limit])
+            last = page[-1] if page and len(rows) > limit else None
+            return page, None if last is None else (last.generation, last.attempt)
+
+        return self._tx.transact("attempts", work, read_only=True)
 
     def hold_state(self) -> HoldState:
         """06 §11.8: the holds and the number of runs under restore review."""
@@ -351,6 +415,44 @@ def unsettled_txn(conn: Connection, now: Instant) -> frozenset[tuple[str, str]]:
         .exists()
     )
     return frozenset((str(row[0]), str(row[1])) for row in conn.execute(pairs))
+
+
+def _recent_attempts_txn(
+    conn: Connection, run_id: uuid.UUID, per_step: int
+) -> dict[str, tuple[tuple[StepAttempt, ...], int]]:
+    """Each step's latest `per_step` ended attempts, newest first, and its total."""
+    table = STEP_ATTEMPTS
+    newest = (table.c.generation.desc(), table.c.attempt.desc())
+    ranked = (
+        select(
+            *table.c,
+            func.row_number().over(partition_by=table.c.step, order_by=newest).label("rank"),
+            func.count().over(partition_by=table.c.step).label("total"),
+        )
+        .where(table.c.run_id == run_id)
+        .subquery()
+    )
+    rows = conn.execute(
+        select(ranked).where(ranked.c.rank <= per_step).order_by(ranked.c.step, ranked.c.rank)
+    ).mappings()
+    found: dict[str, tuple[list[StepAttempt], int]] = {}
+    for row in rows:
+        attempts, _ = found.setdefault(row["step"], ([], int(row["total"])))
+        attempts.append(_attempt_of(row))
+    return {step: (tuple(attempts), total) for step, (attempts, total) in found.items()}
+
+
+def _attempt_of(row: Any) -> StepAttempt:
+    return StepAttempt(
+        run_id=row["run_id"],
+        step=row["step"],
+        generation=int(row["generation"]),
+        attempt=int(row["attempt"]),
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        outcome=row["outcome"],
+        failure_code=row["failure_code"],
+    )
 
 
 def _control_txn(conn: Connection) -> ControlRow:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from coordinator_core.engine.clock import Instant
-from coordinator_core.engine.state import RunState, StepRecord
+from coordinator_core.engine.state import AttemptEnding, RunState, StepRecord
 
 __all__ = [
     "ActivationRequest",
@@ -34,6 +34,7 @@ __all__ = [
     "Lease",
     "NewRun",
     "NextInstants",
+    "OperatorAction",
     "Origin",
     "Recover",
     "RunPage",
@@ -41,6 +42,7 @@ __all__ = [
     "RunSnapshot",
     "RunWrite",
     "StatusChange",
+    "StepAttempt",
     "StepOutcome",
     "StoreSummary",
     "StoredRun",
@@ -50,6 +52,7 @@ __all__ = [
 ]
 
 Origin = Literal["api", "event"]
+OperatorAction = Literal["cancel", "retry-same", "reconcile"]
 
 
 # -- the deployment -------------------------------------------------------------------------------
@@ -89,6 +92,7 @@ class ControlRow:
     admission_key_commitment: str
     state_key_commitments: Mapping[int, str]
     created_at: Instant
+    restore_hold_reason_ref: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +149,11 @@ class StoredRun:
     terminal_output: bytes | None = None
     payload_erased_at: Instant | None = None
     updated_at: Instant = 0
+    operator_action: OperatorAction | None = None
+    """The last operator command that changed the run, when (`operator_action_at`), and the
+    keyed reference of its reason (07 §11 `reasonRef`, never the reason itself)."""
+    operator_action_at: Instant | None = None
+    operator_reason_ref: str | None = None
 
     @property
     def payload_erased(self) -> bool:
@@ -398,3 +407,19 @@ class StoreSummary:
     oldest_due_at: Instant | None
     terminal_payloads: int
     oldest_terminal_payload_at: Instant | None
+
+
+@dataclass(frozen=True, slots=True)
+class StepAttempt:
+    """One ended attempt of a step record (`step_attempts`): a call's attempt, a wait's
+    observation or a pure step's work — when it started and ended, how it ended (the journal's
+    outcome word, the engine's `StepRecord.ending`) and the failure code it left."""
+
+    run_id: uuid.UUID
+    step: str
+    generation: int
+    attempt: int
+    started_at: Instant | None
+    ended_at: Instant
+    outcome: AttemptEnding
+    failure_code: str | None = None

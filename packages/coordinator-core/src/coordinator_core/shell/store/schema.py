@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, get_args
 
 from sqlalchemy import (
     BigInteger,
@@ -39,7 +39,13 @@ from sqlalchemy import (
 )
 from sqlmodel import Field, SQLModel
 
-from coordinator_core.engine.state import RunState, StepRecord, StepRoute, TimingPolicy
+from coordinator_core.engine.state import (
+    AttemptEnding,
+    RunState,
+    StepRecord,
+    StepRoute,
+    TimingPolicy,
+)
 from coordinator_core.limits import RUN_STATUSES
 from coordinator_core.shell.store.dialect import (
     CompactJson,
@@ -61,6 +67,7 @@ __all__ = [
     "RUNS",
     "RUN_STATUSES",
     "STEPS",
+    "STEP_ATTEMPTS",
     "STEP_STATES",
     "STEP_TYPES",
     "STORE_IDENTITY",
@@ -72,6 +79,7 @@ __all__ = [
     "LedgerTable",
     "LiveBindingTable",
     "RunTable",
+    "StepAttemptTable",
     "StepTable",
     "StoreIdentityTable",
     "control_of",
@@ -92,6 +100,7 @@ STEP_STATES: Final = (
     "cancelled",
 )
 STEP_TYPES: Final = ("call", "choose", "wait-until", "wait-for", "finish")
+ATTEMPT_ENDINGS: Final = get_args(AttemptEnding)
 
 # Bounded text columns: digests are `sha256:` + 64 hex, commitments 64 hex.
 _DIGEST: Final = 71
@@ -136,6 +145,10 @@ class ControlTable(SQLModel, table=True):
         sa_column=Column("state_key_commitments", JsonDocument, nullable=False)
     )
     created_at: int = Field(sa_column=Column("created_at", UTCDateTime, nullable=False))
+    restore_hold_reason_ref: str | None = Field(
+        default=None, sa_column=Column("restore_hold_reason_ref", String(80), nullable=True)
+    )
+    """The keyed reference of the reason of the restore hold in force (schema version 6)."""
 
 
 class ActivationTable(SQLModel, table=True):
@@ -236,6 +249,17 @@ class RunTable(SQLModel, table=True):
         default=None, sa_column=Column("payload_erased_at", UTCDateTime)
     )
     updated_at: int = Field(sa_column=Column("updated_at", UTCDateTime, nullable=False))
+    # The last operator command that changed the run, when, and its reason's keyed reference
+    # (schema version 6).
+    operator_action: str | None = Field(
+        default=None, sa_column=Column("operator_action", String(16), nullable=True)
+    )
+    operator_action_at: int | None = Field(
+        default=None, sa_column=Column("operator_action_at", UTCDateTime, nullable=True)
+    )
+    operator_reason_ref: str | None = Field(
+        default=None, sa_column=Column("operator_reason_ref", String(80), nullable=True)
+    )
 
 
 class StepTable(SQLModel, table=True):
@@ -390,6 +414,34 @@ class StoreIdentityTable(SQLModel, table=True):
     created_at: int = Field(sa_column=Column("created_at", UTCDateTime, nullable=False))
 
 
+class StepAttemptTable(SQLModel, table=True):
+    """`step_attempts`: one row per ended attempt of a step record (schema version 6): a
+    call's attempt, a wait's observation, a pure step's work — when it started and ended, how
+    (the journal's outcome word) and the failure code it left. No payload: never erased."""
+
+    __tablename__ = "step_attempts"
+    __table_args__ = (
+        CheckConstraint(_in("outcome", ATTEMPT_ENDINGS), name="ck_step_attempts_outcome"),
+    )
+
+    run_id: uuid.UUID = Field(
+        sa_column=Column("run_id", Uuid, ForeignKey("runs.run_id"), primary_key=True)
+    )
+    step: str = Field(sa_column=Column("step", String(_ID), primary_key=True))
+    generation: int = Field(
+        sa_column=Column("generation", Integer, primary_key=True, autoincrement=False)
+    )
+    attempt: int = Field(
+        sa_column=Column("attempt", Integer, primary_key=True, autoincrement=False)
+    )
+    started_at: int | None = Field(default=None, sa_column=Column("started_at", UTCDateTime))
+    ended_at: int = Field(sa_column=Column("ended_at", UTCDateTime, nullable=False))
+    outcome: str = Field(sa_column=Column("outcome", String(16), nullable=False))
+    failure_code: str | None = Field(
+        default=None, sa_column=Column("failure_code", String(_CODE), nullable=True)
+    )
+
+
 METADATA: Final[MetaData] = SQLModel.metadata
 CONTROL: Final[Table] = METADATA.tables["control"]
 ACTIVATIONS: Final[Table] = METADATA.tables["activations"]
@@ -401,6 +453,7 @@ DEFINITIONS: Final[Table] = METADATA.tables["definitions"]
 LIVE_BINDINGS: Final[Table] = METADATA.tables["live_bindings"]
 JOURNAL_HEADS: Final[Table] = METADATA.tables["journal_heads"]
 STORE_IDENTITY: Final[Table] = METADATA.tables["store_identity"]
+STEP_ATTEMPTS: Final[Table] = METADATA.tables["step_attempts"]
 
 # Indexes of 07 §14.1 (partial where the contract says so; both backends support them).
 Index(
@@ -466,6 +519,9 @@ RUN_OWN: Final = (
     "terminal_output",
     "payload_erased_at",
     "updated_at",
+    "operator_action",
+    "operator_action_at",
+    "operator_reason_ref",
 )
 """The `runs` columns that are the store's own fields of `StoredRun`, not the engine's."""
 RUN_STATE_COLUMNS: Final = tuple(
@@ -570,4 +626,5 @@ def control_of(row: Mapping[Any, Any]) -> ControlRow:
         admission_key_commitment=row["admission_key_commitment"],
         state_key_commitments={int(version): str(marker) for version, marker in markers.items()},
         created_at=row["created_at"],
+        restore_hold_reason_ref=row.get("restore_hold_reason_ref"),
     )

@@ -47,11 +47,13 @@ from coordinator_core.shell.store.records import (
     DecideEach,
     Lease,
     NewRun,
+    OperatorAction,
     Recover,
     RunSnapshot,
     RunWrite,
     StatusChange,
     StoredRun,
+    StoredStep,
     SweepKind,
     Written,
 )
@@ -61,6 +63,7 @@ from coordinator_core.shell.store.schema import (
     LIVE_BINDINGS,
     RUN_IMMUTABLE,
     RUNS,
+    STEP_ATTEMPTS,
     STEPS,
     run_of,
     run_values,
@@ -442,11 +445,15 @@ class RunWrites:
 
     # -- the API's run transitions (07 §8, §9) and review completions (07 §7.6) -------------------
 
-    def request_cancel(self, run_id: uuid.UUID, now: Instant, decide: Decide) -> RunSnapshot | None:
+    def request_cancel(
+        self, run_id: uuid.UUID, now: Instant, decide: Decide, *, reason_ref: str | None = None
+    ) -> RunSnapshot | None:
         """07 §8 (locks: step record, then run). A run that is `finished`, `cancelled`,
         `cancelled-after-effect` or `expired`, or already has `cancelRequested`, is answered
         unchanged without calling `decide`; otherwise `decide` applies the cancel table and its
-        write must record `cancelRequested`. None when the run does not exist."""
+        write must record `cancelRequested`; the run then records the cancel as its last
+        operator action, with `reason_ref` (the keyed reference of the operator's reason).
+        None when the run does not exist."""
         tx = self._tx
 
         def work(conn: Connection) -> RunSnapshot | None:
@@ -463,6 +470,7 @@ class RunWrites:
             if not write.run.state.cancel_requested or write.run.state.cancel_mode == "none":
                 raise StoreInvariantError("A cancel must record cancelRequested.")
             tx.notify_txn(conn)
+            write = _by_operator(write, "cancel", now, reason_ref)
             return apply_txn(tx, conn, snapshot, write, now).snapshot
 
         return tx.transact("request-cancel", work)
@@ -474,19 +482,28 @@ class RunWrites:
         decide: Decide,
         *,
         admission_lock: bool = False,
+        action: OperatorAction | None = None,
+        reason_ref: str | None = None,
     ) -> RunSnapshot | None:
         """Any other run transition of the API, in one transaction with the run locked
         (current step record, then run): `retry-same` (07 §9.1, `admission_lock=True`) and the
         `reconcile` commit (§9.2, whose decide re-checks generation, step, command and lease
-        and raises `reconcile-raced`). None when the run does not exist."""
+        and raises `reconcile-raced`). With `action`, a write records it as the run's last
+        operator action, with `reason_ref`. None when the run does not exist."""
         tx = self._tx
+
+        def stamped(snapshot: RunSnapshot) -> RunWrite | None:
+            write = decide(snapshot)
+            if write is None or action is None:
+                return write
+            return _by_operator(write, action, now, reason_ref)
 
         def work(conn: Connection) -> RunSnapshot | None:
             control = admission_control_txn(tx, conn) if admission_lock else tx.verify_txn(conn)
             snapshot = lock_run_txn(conn, control, run_id)
             if snapshot is None:
                 return None
-            after = decide_txn(tx, conn, snapshot, decide, now)
+            after = decide_txn(tx, conn, snapshot, stamped, now)
             if after is not snapshot:
                 tx.notify_txn(conn)
             return after
@@ -611,8 +628,23 @@ def apply_txn(
     steps = {stored.step: stored for stored in before.steps}
     leased: str | None = None
     inserts: list[dict[str, Any]] = []
+    ended: list[dict[str, Any]] = []
     for written in write.steps:
         old = before.step(written.step)
+        if _ends_an_attempt(old, written):
+            record = written.record
+            ended.append(
+                {
+                    "run_id": run.run_id,
+                    "step": record.step,
+                    "generation": record.generation,
+                    "attempt": record.attempt,
+                    "started_at": record.attempt_started_at,
+                    "ended_at": now,
+                    "outcome": record.ending,
+                    "failure_code": record.failure_code,
+                }
+            )
         if written.record.state == "leased" and (old is None or old.record.state != "leased"):
             assert grant is not None
             stored = evolve(
@@ -636,6 +668,8 @@ def apply_txn(
             )
     if inserts:
         _insert_steps(conn, inserts)
+    if ended:
+        _INSERT_ATTEMPT[tx.location.kind].run(conn, ended)
     ordered = tuple(
         sorted(steps.values(), key=lambda stored: (stored.record.entered_at, stored.step))
     )
@@ -649,6 +683,29 @@ def apply_txn(
         if kept is not None and kept.record.state == "leased" and kept.lease == held.lease:
             return Written(after, Claim(kept, after))
     return Written(after, None)
+
+
+def _by_operator(
+    write: RunWrite, action: OperatorAction, now: Instant, reason_ref: str | None
+) -> RunWrite:
+    """`write` with the run recording `action` as its last operator action."""
+    run = evolve(
+        write.run, operator_action=action, operator_action_at=now, operator_reason_ref=reason_ref
+    )
+    return RunWrite(run, write.steps)
+
+
+def _ends_an_attempt(old: StoredStep | None, new: StoredStep) -> bool:
+    """Whether the write of `new` (over `old`) ends an attempt of the record: it leaves it not
+    leased after a claim of this generation and attempt — the record was leased before, or was
+    claimed and worked within this very write (a continuation's pure step)."""
+    record = new.record
+    if record.state == "leased" or record.attempt == 0:
+        return False
+    if old is None or old.record.state == "leased":
+        return True
+    was = old.record
+    return (was.generation, was.attempt) != (record.generation, record.attempt)
 
 
 def _replay_txn(conn: Connection, admission: NewRun) -> AdmissionResult | None:
@@ -726,6 +783,14 @@ _INSERT_RUN: Final = {
 """A run's row; none is inserted (and no row answered) when its start identity exists."""
 _INSERT_STEP: Final = Prepared(insert(STEPS), column_keys=_STEP_FIELDS)
 _INSERT_STEPS: dict[int, Prepared] = {1: _INSERT_STEP}
+_INSERT_ATTEMPT: Final = {
+    kind: Prepared(
+        insert_ignoring(STEP_ATTEMPTS, kind),
+        column_keys=tuple(column.name for column in STEP_ATTEMPTS.c),
+    )
+    for kind in ("postgresql", "sqlite")
+}
+"""An ended attempt's row (one per (run, step, generation, attempt): a repeat is kept out)."""
 _INSERT_LIVE_PAIR: Final = {
     kind: Prepared(
         insert_ignoring(LIVE_BINDINGS, kind),
