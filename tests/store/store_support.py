@@ -182,7 +182,7 @@ def admission(
     input_problem = changes.pop("input_problem", None)
     return NewRun(
         run=changed_run(run, **changes),
-        first_step=first,
+        steps=(first,),
         bindings_ok=bindings_ok,
         expected_revision=expected_revision,
         input_problem=input_problem,

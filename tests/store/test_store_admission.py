@@ -121,24 +121,50 @@ def test_admission_is_refused_when_another_package_is_active(
     assert claim(store) is None  # the worker claims nothing either
 
 
-def test_a_start_record_of_another_run_or_not_pending_is_refused(store: Store) -> None:
+def test_a_start_record_of_another_run_or_leased_for_nobody_is_refused(store: Store) -> None:
     request = admission("k1")
-    other = replace(
-        request, first_step=replace(request.first_step, run_id=admission("x").run.run_id)
-    )
+    (first,) = request.steps
+    other = replace(request, steps=(replace(first, run_id=admission("x").run.run_id),))
     with pytest.raises(StoreInvariantError):
         store.writes.admit(other, T0)
-    leased = replace(request, first_step=changed(request.first_step, state="leased"))
-    with pytest.raises(StoreInvariantError):  # nor one that is not pending
+    leased = replace(request, steps=(changed(first, state="leased"),))
+    with pytest.raises(StoreInvariantError):  # nor one leased with no process to hold it
         store.writes.admit(leased, T0)
     assert store.reads.list_runs(owner=None).runs == ()
+
+
+def test_an_admission_may_lease_its_first_record_to_the_admitting_process(store: Store) -> None:
+    """07 §7.7 item 6: the admission leases the record it claimed, for the process that
+    admitted it, and answers the claim; the lease lapses like any other."""
+    request = admission("k1")
+    (first,) = request.steps
+    claimed = changed(
+        first, state="leased", attempt=1, claims=1, attempt_started_at=T0, due_at=None
+    )
+    journaled: list[str] = []
+    leasing = replace(
+        request,
+        steps=(claimed,),
+        lease_owner="host:1:admission",
+        lease_seconds=15,
+        journal=lambda: journaled.append("appended"),
+    )
+    result = store.writes.admit(leasing, T0)
+    assert result.created and journaled == ["appended"]
+    assert result.claim is not None and result.claim.lease.owner == "host:1:admission"
+    assert result.claim.lease.expires_at == T0 + 15 * SECOND
+    stored = store.reads.get_run_snapshot(result.run.run_id)
+    assert stored is not None and stored.current.lease == result.claim.lease
+    assert claim(store, T0 + SECOND) is None  # leased: nobody else claims it
+    replay = store.writes.admit(leasing, T0)
+    assert not replay.created and replay.claim is None and journaled == ["appended"]
 
 
 def test_a_start_record_that_is_not_the_runs_current_step_is_refused(store: Store) -> None:
     """The run is admitted at its start record: a run whose current step has no record would
     be one no claim, view or sweep can read."""
     request = admission("k1")
-    elsewhere = replace(request, first_step=changed(request.first_step, step="elsewhere"))
+    elsewhere = replace(request, steps=(changed(request.steps[0], step="elsewhere"),))
     with pytest.raises(StoreInvariantError):
         store.writes.admit(elsewhere, T0)
     assert store.reads.list_runs(owner=None).runs == ()

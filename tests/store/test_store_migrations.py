@@ -481,7 +481,7 @@ def test_a_version_2_store_migrates_to_version_3_and_reads_back_every_value_the_
     admission = store_admission("before", T0, input=_SEALED)
     admitted = admission.run
     step = changed(
-        admission.first_step,
+        admission.steps[0],
         command=_SEALED,
         command_prepared=True,
         completion_ref="c" * 64,

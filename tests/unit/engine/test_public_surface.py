@@ -9,7 +9,7 @@ ENGINE = {
     # entry points
     "advance", "unrestorable", "is_settled", "retry_blocked_by", "reconcile_blocked_by",
     "claim_record", "carry_on", "Carried", "MAX_CARRIED",
-    "Advance", "Persistence", "Definition", "DefinitionError", "EngineInvariantError", "FormatError",
+    "Advance", "Persistence", "needs_credential", "Definition", "DefinitionError", "EngineInvariantError", "FormatError",
     "FunctionProgram",
     # definitions
     "Alias", "Argument", "MappingSpec", "StepSpec", "CallStep", "ChooseStep", "FinishStep",

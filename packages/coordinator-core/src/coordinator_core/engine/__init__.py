@@ -24,7 +24,13 @@ from coordinator_core.definition.ir import (
     WaitUntilStep,
 )
 from coordinator_core.engine.advance import advance
-from coordinator_core.engine.carry import MAX_CARRIED, Carried, carry_on, claim_record
+from coordinator_core.engine.carry import (
+    MAX_CARRIED,
+    Carried,
+    carry_on,
+    claim_record,
+    needs_credential,
+)
 from coordinator_core.engine.clock import Instant, format_instant, parse_instant
 from coordinator_core.engine.codes import (
     ADAPTER_CODES,
@@ -176,6 +182,7 @@ __all__ = [
     "event_from_json",
     "format_instant",
     "is_settled",
+    "needs_credential",
     "parse_instant",
     "reconcile_blocked_by",
     "retry_blocked_by",

@@ -28,13 +28,13 @@ from typing import Final, Literal
 
 from coordinator_core.definition.ir import Definition
 from coordinator_core.engine.advance import advance
-from coordinator_core.engine.commands import Command
-from coordinator_core.engine.events import Event, StepDue, Work
+from coordinator_core.engine.commands import Command, ObtainCredential
+from coordinator_core.engine.events import Event, ReadyToSend, StepDue, Work
 from coordinator_core.engine.keys import Keys
 from coordinator_core.engine.state import RunState, StepRecord
 from coordinator_core.engine.transition import NOT_APPLICABLE, Advance
 
-__all__ = ["MAX_CARRIED", "PURE_WORK", "Carried", "carry_on", "claim_record"]
+__all__ = ["MAX_CARRIED", "PURE_WORK", "Carried", "carry_on", "claim_record", "needs_credential"]
 
 MAX_CARRIED: Final = 16
 """07 §7.7 item 1: at most 16 records in one transaction."""
@@ -135,6 +135,23 @@ class _Chain:
             if not self.lease_and_work(record.step):
                 return
 
+    def send_if_ready(self, ready: tuple[str, str] | None) -> None:
+        """07 §7.7 item 7: when the chain holds the record `ready` names (step, connection)
+        and its last command asks for that connection's credential, which the shell obtained
+        before the transaction began, the record goes on to its pre-send checks at once
+        (`ReadyToSend`: a mutation's `dispatched` mark, then its `Dispatch`)."""
+        if ready is None or not self.commands:
+            return
+        step, connection = ready
+        last = self.commands[-1]
+        if (
+            self.holding() == step
+            and isinstance(last, ObtainCredential)
+            and (last.step, last.connection) == (step, connection)
+        ):
+            self.feed(ReadyToSend(step))
+            self.note_left(step)
+
     def done(self, refused: str | None = None) -> Carried:
         return Carried(
             self.state,
@@ -175,12 +192,33 @@ def claim_record(
 
 
 def carry_on(
-    definition: Definition, result: Advance, now: int, keys: Keys, *, leased: int = 1
+    definition: Definition,
+    result: Advance,
+    now: int,
+    keys: Keys,
+    *,
+    leased: int = 1,
+    ready: tuple[str, str] | None = None,
 ) -> Carried:
     """07 §7.7 item 1 after `result` (the advance that ended a leased record): lease and work
     the run's next records while they are due at once; `leased` records already count
-    towards `MAX_CARRIED` in this transaction."""
+    towards `MAX_CARRIED` in this transaction. With `ready` (step, connection) — a fresh
+    credential the shell obtained before the transaction for the record the continuation
+    leases — that record passes its pre-send checks in the same transaction (07 §7.7 item 7)."""
     chain = _Chain(definition, result.state, now, keys)
     chain.commands.extend(result.commands)
     chain.carry(MAX_CARRIED - leased)
+    chain.send_if_ready(ready)
     return chain.done()
+
+
+def needs_credential(carried: Carried) -> tuple[str, str] | None:
+    """The (step, connection) whose fresh credential the carried chain asks for last — what
+    the shell may obtain before the transaction that makes the chain durable (07 §7.7 item
+    7) — or None."""
+    if carried.holding is None or not carried.commands:
+        return None
+    last = carried.commands[-1]
+    if isinstance(last, ObtainCredential) and last.step == carried.holding:
+        return last.step, last.connection
+    return None

@@ -43,6 +43,7 @@ from coordinator_core.engine import (
     advance,
     carry_on,
     claim_record,
+    needs_credential,
     unrestorable,
 )
 from coordinator_core.errors import CoordinatorError
@@ -214,6 +215,17 @@ def _boundary(persistence: Persistence, commands: tuple[Command, ...], held: Cla
     return "after-freeze"
 
 
+def _dispatched_by(commands: tuple[Command, ...], ready: tuple[str, str] | None) -> str | None:
+    """The step `ready` names when the decision's commands send it (a continuation that went
+    on to its pre-send checks with the credential obtained beforehand), else None."""
+    if ready is None:
+        return None
+    step = ready[0]
+    if any(isinstance(command, Dispatch) and command.step == step for command in commands):
+        return step
+    return None
+
+
 def _marked(snapshot: RunSnapshot) -> frozenset[str]:
     """The records of a locked snapshot already marked `dispatched`."""
     return frozenset(stored.step for stored in snapshot.steps if stored.record.dispatched)
@@ -248,6 +260,8 @@ class TickRun:
         self.known: StoredRun | None = None
         self.commands: tuple[Command, ...] = ()
         self.decided: tuple[Command, ...] = ()  # the commands of the last decision itself
+        self.sending: str | None = None  # a continued record the last decision sends at once
+        self.credential: tuple[str, AccessToken] | None = None  # obtained for it beforehand
         self._pending: tuple[RunState, tuple[Command, ...]] | None = None
         self._marked: frozenset[str] = frozenset()  # records `dispatched` before the write
 
@@ -258,6 +272,34 @@ class TickRun:
         if self._correlation is None:
             self._correlation = str(uuid.uuid4())
         return self._correlation
+
+    def admitted(
+        self,
+        run_id: uuid.UUID,
+        definition_digest: str,
+        state: RunState,
+        now: Instant,
+        keys: RunKeys,
+    ) -> tuple[RunState, Callable[[], None]] | None:
+        """07 §7.7 item 6: the claim an admission makes of its run's first record for the idle
+        loop that takes the run, computed in memory (the engine is pure): the record leased and
+        worked (a call's request frozen), the run carried on through what needs no I/O. Answers
+        the state to insert and the journal appends of that claim (made inside the admission
+        transaction), or None when the admission claims nothing (the record is not due yet, or
+        the definition is not at hand)."""
+        ports = self.ports
+        found = ports.definitions.known(definition_digest)
+        if found is None:
+            return None
+        self.snapshot, self.definition = found
+        self.keys = keys
+        carried = claim_record(self.definition, state, state.current_step, now, keys)
+        if carried.refused is not None or not carried.entries:
+            return None
+        self._marked = frozenset()
+        self._pending = (carried.state, carried.commands)
+        entries = carried_entries(self.correlation, run_id, carried)
+        return carried.state, lambda: ports.journal(entries)
 
     def claim(self, snapshot: RunSnapshot, now: Instant) -> RunWrite | None:
         """The claim transaction's decision (07 §7.2, §7.7 items 1–2): the engine leases the
@@ -314,6 +356,7 @@ class TickRun:
         *,
         carry: bool,
         probe: tuple[RunState, Advance] | None = None,
+        ready: tuple[str, str] | None = None,
     ) -> RunWrite | None:
         """A fence's or finish transaction's one decision: `event` on the run as committed,
         with the run fields others may have changed read fresh and the holder's own record;
@@ -323,7 +366,11 @@ class TickRun:
         event's persistence, and the state it was made on): an uncontended fence — the run as
         locked is the run this holder last read or wrote, so the holder's own view *is* the
         run as committed — keeps that result when it was made on that very state, rather than
-        advancing the same pure function on the same inputs again."""
+        advancing the same pure function on the same inputs again.
+
+        `ready` (step, connection) names the credential obtained before the transaction for
+        the record the continuation leases (07 §7.7 item 7): that record passes its pre-send
+        checks here too, and its `dispatched` mark commits with this write."""
         assert self.definition is not None and self.keys is not None
         assert self.stored is not None and self.known is not None and self.state is not None
         ports = self.ports
@@ -349,10 +396,17 @@ class TickRun:
             entries.append((self.correlation, _ending(own), run_id, own, outcome_of(after)))
         state, commands = result.state, result.commands
         self.decided = result.commands
+        self.sending = None
         if ended and carry and ports.may_claim(snapshot.control):
-            carried = carry_on(self.definition, result, now, self.keys)
+            carried = carry_on(self.definition, result, now, self.keys, ready=ready)
             entries.extend(carried_entries(self.correlation, run_id, carried))
             state, commands = carried.state, carried.commands
+            sent = _dispatched_by(carried.commands, ready)
+            if sent is not None:
+                self.sending = ready[0] if ready is not None else None
+                marked = state.record(sent)
+                if marked is not None and marked.dispatched:
+                    entries.append((self.correlation, "dispatch", run_id, marked, "intent"))
         ports.journal(entries)
         self._pending = (state, commands)
         return write_of(ports.sealer, snapshot, previous, state, now)
@@ -372,6 +426,9 @@ class RecordAttempt:
         assert record is not None
         self.record: StepRecord = record
         self.credential: AccessToken | None = None
+        handed, run.credential = run.credential, None
+        if handed is not None and handed[0] == claim.step and run.sending == claim.step:
+            self.credential = handed[1]  # obtained for this very attempt; else discarded
         self._frozen: tuple[str, PreparedCommand] | None = None
 
     # -- driving the engine ---------------------------------------------------------------------
@@ -406,10 +463,17 @@ class RecordAttempt:
             self._adopt_record(outcome.state)
             return False, outcome.commands, None
         writes, own = self.ports.writes, self.record
+        ready = self.prefetch(outcome, now) if persistence == "finish" else None
 
         def decide(snapshot: RunSnapshot) -> RunWrite | None:
             return run.decide(
-                snapshot, own, event, now, carry=persistence == "finish", probe=(basis, outcome)
+                snapshot,
+                own,
+                event,
+                now,
+                carry=persistence == "finish",
+                probe=(basis, outcome),
+                ready=ready,
             )
 
         if persistence == "finish":
@@ -426,6 +490,32 @@ class RecordAttempt:
             return False, run.commands, None
         return True, run.commands, held
 
+    def prefetch(self, outcome: Advance, now: Instant) -> tuple[str, str] | None:
+        """07 §7.7 item 7: the continuation the finish transaction will make, computed in
+        memory first (the engine is pure); when it ends holding a call that asks for a
+        credential, that credential is obtained now, before the transaction, so that the call's
+        pre-send checks (and a mutation's `dispatched` mark) commit with it. Answers the
+        (step, connection) the credential is for, or None. A credential the transaction then
+        does not use is discarded, never used for another attempt."""
+        run = self.run
+        assert run.definition is not None and run.keys is not None
+        preview = carry_on(run.definition, outcome, now, run.keys)
+        wanted = needs_credential(preview)
+        if wanted is None:
+            return None
+        check = self.ports.binding_check
+        assert run.snapshot is not None
+        if check is not None and not check(self.claim.snapshot.run, run.snapshot):
+            return None  # the attempt of that record refuses it itself (binding-conflict)
+        step, connection = wanted
+        obtained = self.ports.adapters.obtain_credential(
+            ObtainCredential(step, connection), attempt_deadline=self.deadline
+        )
+        if isinstance(obtained, CallOutcome):
+            return None  # that attempt asks again, and its failure is recorded there
+        run.credential = (step, obtained)
+        return wanted
+
     def _adopt_record(self, state: RunState) -> None:
         record = state.record(self.claim.step)
         if record is not None:
@@ -434,8 +524,10 @@ class RecordAttempt:
     # -- answering I/O commands -----------------------------------------------------------------
 
     def answer(self, commands: tuple[Command, ...]) -> Event | None:
-        """Carry out the one I/O command of a result and return the event that answers it."""
-        for command in commands:
+        """Carry out the I/O command a result asks for — its last one (a carried chain lists
+        the commands of every record it went through, in order) — and return the event that
+        answers it."""
+        for command in reversed(commands):
             if isinstance(command, ObtainCredential):
                 return self.obtain_credential(command)
             if isinstance(command, Prepare):

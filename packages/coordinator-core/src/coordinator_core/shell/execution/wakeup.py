@@ -4,9 +4,10 @@ to sweep, and the requests to fire due waits in batches."""
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
-from typing import Final
+from typing import Any, Final
 
 from coordinator_core.engine.clock import Instant
 from coordinator_core.shell.clock import Clock, wall_clock
@@ -72,6 +73,7 @@ class Wakeup:
         self._waiting = 0  # loops inside `idle`
         self._free = 0  # of those, how many no ring has been made for yet
         self._promised = 0  # loops taken (`take_idle_loop`) whose ring has not come yet
+        self._handed: collections.deque[tuple[Any, Any]] = collections.deque()
 
     @property
     def generation(self) -> int:
@@ -107,6 +109,19 @@ class Wakeup:
             self._free -= 1
             self._promised += 1
             return True
+
+    def hand(self, run: Any, claim: Any) -> None:
+        """An admission of this process claimed its run's first record for the idle loop it
+        took (07 §7.7 item 6): that loop (or the next to tick) works it from this claim, with
+        no claim transaction of its own (`take_handed`). The admission rings as every action
+        that makes work does; that ring is the one the taken loop waits for."""
+        with self._condition:
+            self._handed.append((run, claim))
+
+    def take_handed(self) -> tuple[Any, Any] | None:
+        """The oldest claim an admission handed over, or None."""
+        with self._condition:
+            return self._handed.popleft() if self._handed else None
 
     def ring_all(self) -> None:
         """Wake every idle loop (the process stops)."""

@@ -118,6 +118,11 @@ class Worker:
         ports = self.ports
         clock: Callable[[], Instant] = ports.clock if now is None else (lambda: now)
         wakeup = self.wakeup
+        handed = wakeup.take_handed()
+        if handed is not None:  # an admission of this process claimed a run for this loop
+            run, claim = handed
+            self._carry(run, claim, time.monotonic())
+            return True
         try:
             claim_now = clock()
             self._sweep(claim_now)

@@ -3,17 +3,19 @@ handed to the store's one admission transaction, which also runs the live-bindin
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import replace
 from typing import Any
 
 from coordinator_core.engine import Admitted, Instant, advance
+from coordinator_core.shell.execution.attempt import TickRun
 from coordinator_core.shell.execution.codec import seal_value, sealed_snapshot, stored_step
 from coordinator_core.shell.service.model import AdmissionRequest, RunAdmitted, ServiceRefusal
 from coordinator_core.shell.service.runtime import Runtime
-from coordinator_core.shell.store import AdmissionResult, NewRun, RunSnapshot, StoredRun
+from coordinator_core.shell.store import AdmissionResult, NewRun, RunSnapshot, StoredRun, Written
 
-__all__ = ["admit", "insert_run", "store_admission"]
+__all__ = ["admit", "insert_run", "store_admission", "taking"]
 
 
 def store_admission(
@@ -28,14 +30,25 @@ def store_admission(
     expected_revision: str | None,
     input_problem: Exception | None,
     now: Instant,
+    taking: TickRun | None = None,
 ) -> NewRun:
-    """The store's admission of a run of the served definition (API or event origin)."""
+    """The store's admission of a run of the served definition (API or event origin). With
+    `taking` (the tick an idle loop of this process will work the run in), the run's first
+    record is claimed by the admission itself (07 §7.7 item 6): the engine leases and works it
+    in memory (freezing a call's request, carrying through pure steps), and the admission
+    transaction commits that with the claim's journal entries."""
     snapshot = context.package.snapshot
     definition = context.definition
     sealer = context.sealer
     run_id = uuid.uuid4()
     keys = context.keys_for(start_identity)
     admitted = advance(definition, None, Admitted.of(run_input, context.policy), now, keys)
+    state = admitted.state
+    journal = None
+    if taking is not None and input_problem is None:
+        claimed = taking.admitted(run_id, definition.definition_digest, state, now, keys)
+        if claimed is not None:
+            state, journal = claimed
     run = StoredRun(
         run_id=run_id,
         start_identity=start_identity,
@@ -48,32 +61,61 @@ def store_admission(
         revision=definition.revision,
         definition_digest=definition.definition_digest,
         binding_digest=context.binding,
-        state=replace(admitted.state, input=None, records=()),
+        state=replace(state, input=None, output=None, records=()),
         snapshot=(
             None
             if definition.definition_digest in context.stored_definitions
             else sealed_snapshot(sealer, snapshot, run_id)
         ),
         input=seal_value(sealer, run_input, run_id, "input"),
+        terminal_output=(
+            None
+            if state.output is None
+            else seal_value(sealer, json.loads(state.output), run_id, "terminal")
+        ),
         updated_at=now,
     )
     return NewRun(
         run=run,
-        first_step=stored_step(sealer, run_id, admitted.state.current, None, None, now),
+        steps=tuple(
+            stored_step(sealer, run_id, record, None, None, now) for record in state.records
+        ),
         bindings_ok=context.bindings.all_match,
         expected_revision=expected_revision,
         input_problem=input_problem,
+        lease_owner=None if journal is None else context.lease_owner,
+        lease_seconds=context.lease_seconds,
+        journal=journal,
     )
 
 
-def insert_run(context: Runtime, prepared: NewRun, now: Instant) -> AdmissionResult:
+def insert_run(
+    context: Runtime, prepared: NewRun, now: Instant, taking: TickRun | None
+) -> AdmissionResult:
     """The store's admission transaction for a prepared run (API or event origin). An idle
-    loop of this process takes the new run at once, so the other processes are told only when
-    none is free (07 §7.7 item 4); once created, its definition's snapshot is known stored."""
-    result = context.store.writes.admit(prepared, now, announce=not context.wakeup.take_idle_loop())
+    loop of this process (`taking`) takes the new run at once — handed the claim the admission
+    took, or rung for its record — so the other processes are told only when none is free
+    (07 §7.7 item 4); once created, its definition's snapshot is known stored."""
+    result = context.store.writes.admit(prepared, now, announce=taking is None)
     if result.created:  # its definition's snapshot is stored (inserted or already there)
         context.stored_definitions.add(prepared.run.definition_digest)
+    if taking is not None and result.claim is not None:
+        taking.adopt(
+            Written(
+                RunSnapshot(result.claim.snapshot.control, result.run, result.steps), result.claim
+            ),
+            now,
+        )
+        context.wakeup.hand(taking, result.claim)
     return result
+
+
+def taking(context: Runtime) -> TickRun | None:
+    """The tick of an idle loop of this process that takes the run about to be admitted, or
+    None when none is free (the run is then announced to the other processes)."""
+    if not context.wakeup.take_idle_loop():
+        return None
+    return TickRun(context.ports)
 
 
 def admit(context: Runtime, admission: AdmissionRequest) -> RunAdmitted:
@@ -92,6 +134,7 @@ def admit(context: Runtime, admission: AdmissionRequest) -> RunAdmitted:
         )
     )
     now = context.now()
+    taken = taking(context)
     prepared = store_admission(
         context,
         run_input=admission.input,
@@ -103,8 +146,9 @@ def admit(context: Runtime, admission: AdmissionRequest) -> RunAdmitted:
         expected_revision=admission.revision,
         input_problem=problem,
         now=now,
+        taking=taken,
     )
-    result = insert_run(context, prepared, now)
+    result = insert_run(context, prepared, now, taken)
     if result.created and result.control is not None:  # the run as inserted: no read back
         snapshot = RunSnapshot(result.control, result.run, result.steps)
     else:

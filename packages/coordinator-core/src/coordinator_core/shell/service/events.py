@@ -8,7 +8,7 @@ from typing import Final
 
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.functions.errors import FunctionError
-from coordinator_core.shell.service.admission import insert_run, store_admission
+from coordinator_core.shell.service.admission import insert_run, store_admission, taking
 from coordinator_core.shell.service.model import EventAdmitted, EventDelivery, ServiceRefusal
 from coordinator_core.shell.service.runtime import Runtime
 from coordinator_core.values import JsonBoundsError, check_json_value
@@ -59,6 +59,7 @@ def admit_event(context: Runtime, delivery: EventDelivery) -> EventAdmitted:
     if not definition.input_valid(mapped):
         raise ServiceRefusal("coordinator.event.input-invalid")
     now = context.now()
+    taken = taking(context)
     prepared = store_admission(
         context,
         run_input=mapped,
@@ -70,9 +71,10 @@ def admit_event(context: Runtime, delivery: EventDelivery) -> EventAdmitted:
         expected_revision=None,
         input_problem=None,
         now=now,
+        taking=taken,
     )
     try:
-        result = insert_run(context, prepared, now)
+        result = insert_run(context, prepared, now, taken)
     except CoordinatorError as error:
         if error.code in _HOLD_CODES:
             raise ServiceRefusal(_HELD) from None

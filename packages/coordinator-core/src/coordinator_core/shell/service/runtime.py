@@ -11,8 +11,11 @@ hold two implementations of a rule.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
+import os
+import socket
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -140,8 +143,9 @@ class Runtime:
 
     # -- the worker -----------------------------------------------------------------------------
 
+    @functools.cached_property
     def ports(self) -> Ports:
-        """What the worker loops (and their attempts) work with."""
+        """What the worker loops (and their attempts, and an admission's claim) work with."""
         store = self.store
         return Ports(
             writes=store.writes,
@@ -165,7 +169,16 @@ class Runtime:
 
     def worker(self, worker_id: str) -> Worker:
         """A worker loop sharing this runtime."""
-        return Worker(worker_id, self.ports(), events=self.events)
+        return Worker(worker_id, self.ports, events=self.events)
+
+    @functools.cached_property
+    def lease_owner(self) -> str:
+        """Who holds the leases an admission of this process takes (07 §7.7 item 6)."""
+        return f"{socket.gethostname()}:{os.getpid()}:admission"
+
+    @property
+    def lease_seconds(self) -> int:
+        return self.ports.lease_seconds
 
     # -- time, keys, owners -----------------------------------------------------------------------
 

@@ -295,30 +295,40 @@ class NewRun:
 
     `run` is the run to insert (its state as the engine admitted it at the transaction's
     instant, its sealed input and — once per definition digest, else None — its sealed
-    snapshot); `first_step` its start record of 07 §5.1. `expected_revision` is the API caller's revision (None for
-    an event admission, which uses the active revision). `input_problem` is the input-schema
-    refusal found before the transaction, raised at its place in the order of 06 §5.1 step 10.
-    `bindings_ok` is the live-binding check (05 §10): it receives every distinct (definition
-    digest, binding digest) of the unsettled runs and answers whether they all still match.
+    snapshot); `steps` its records: the start record of 07 §5.1, pending — or, when an idle
+    loop of the admitting process takes the run at once (07 §7.7 item 6), the records the
+    engine's claim at admission went through, one of them leased, which the store then leases
+    to `lease_owner` for `lease_seconds`. `journal` appends the worker entries of that claim
+    inside the transaction (07 §11). `expected_revision` is the API caller's revision (None
+    for an event admission, which uses the active revision). `input_problem` is the
+    input-schema refusal found before the transaction, raised at its place in the order of
+    06 §5.1 step 10. `bindings_ok` is the live-binding check (05 §10): it receives every
+    distinct (definition digest, binding digest) of the unsettled runs and answers whether
+    they all still match.
     """
 
     run: StoredRun
-    first_step: StoredStep
+    steps: tuple[StoredStep, ...]
     bindings_ok: Callable[[frozenset[tuple[str, str]]], bool]
     expected_revision: str | None = None
     input_problem: Exception | None = None
+    lease_owner: str | None = None
+    lease_seconds: int = 15
+    journal: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class AdmissionResult:
     """The admitted run; `created` is False for a replay (same start identity and input).
-    `steps` are the records the admission inserted (its start record; none for a replay) and
-    `control` the control row it read, so a new run's status needs no read back."""
+    `steps` are the records the admission inserted (none for a replay) and `control` the
+    control row it read, so a new run's status needs no read back; `claim` the lease the
+    admission took on the record it leased (07 §7.7 item 6), if any."""
 
     run: StoredRun
     created: bool
     steps: tuple[StoredStep, ...] = ()
     control: ControlRow | None = None
+    claim: Claim | None = None
 
 
 # -- what the worker notes, and what it is told ---------------------------------------------------

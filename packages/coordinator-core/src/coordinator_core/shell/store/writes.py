@@ -18,7 +18,7 @@ from sqlalchemy import Integer, and_, bindparam, insert, not_, select, true, tup
 from sqlalchemy.engine import Connection
 
 from coordinator_core.engine.clock import Instant
-from coordinator_core.engine.state import TERMINAL_STATUSES
+from coordinator_core.engine.state import TERMINAL_STATUSES, StepRecord
 from coordinator_core.evolve import evolve
 from coordinator_core.shell.store.dialect import (
     Prepared,
@@ -124,23 +124,28 @@ class RunWrites:
         start record are inserted together. Concurrent admissions of one start identity resolve
         to one run. Without `announce` the other processes are not notified (an idle loop of
         this one takes the run)."""
-        run, first = admission.run, admission.first_step
+        run, steps = admission.run, admission.steps
+        names = {stored.step for stored in steps}
+        leased = [stored for stored in steps if stored.record.state == "leased"]
         if (
-            first.run_id != run.run_id
-            or first.record.state != "pending"
-            or first.record.step != run.state.current_step
+            any(stored.run_id != run.run_id for stored in steps)
+            or len(names) != len(steps)
+            or run.state.current_step not in names
+            or len(leased) > 1
+            or (leased and admission.lease_owner is None)
         ):
             raise StoreInvariantError(
-                "The start record must be a pending record of the run, at its current step."
+                "A run is admitted with its own records, its current step's among them, and at"
+                " most one leased for the admitting process."
             )
         state = run.state
         if (
-            (state.status, state.cancel_mode, state.cancel_requested, state.restore_review)
-            != ("running", "none", False, False)
-            or state.completed_at is not None
+            (state.cancel_mode, state.cancel_requested, state.restore_review)
+            != ("none", False, False)
+            or state.status not in ("running", "finished", "failed")
             or run.payload_erased_at is not None
         ):
-            raise StoreInvariantError("A new run is running, with nothing settled or requested.")
+            raise StoreInvariantError("A new run is running, with nothing requested of it.")
         tx = self._tx
 
         def work(conn: Connection) -> AdmissionResult:
@@ -205,11 +210,43 @@ class RunWrites:
                         "stored_at": now,
                     },
                 )
-            step = evolve(first, lease=None, updated_at=now)
-            _INSERT_STEP.run(conn, step_values(step))
+            expires = now + admission.lease_seconds * 1000
+            inserted_steps = tuple(
+                evolve(
+                    step,
+                    lease=(
+                        Lease(admission.lease_owner, new_token(), expires)
+                        if step.record.state == "leased" and admission.lease_owner is not None
+                        else None
+                    ),
+                    updated_at=now,
+                )
+                for step in steps
+            )
+            _insert_steps(conn, [step_values(step) for step in inserted_steps])
+            ended = [
+                _ended_attempt(run.run_id, step.record, now)
+                for step in inserted_steps
+                if _ends_an_attempt(None, step)
+            ]
+            if ended:
+                _INSERT_ATTEMPT[tx.location.kind].run(conn, ended)
+            if admission.journal is not None:
+                admission.journal()
             if announce:
                 tx.notify_txn(conn)
-            return AdmissionResult(stored, created=True, steps=(step,), control=control)
+            ordered = tuple(
+                sorted(inserted_steps, key=lambda step: (step.record.entered_at, step.step))
+            )
+            snapshot = RunSnapshot(control, stored, ordered)
+            held = next((step for step in ordered if step.lease is not None), None)
+            return AdmissionResult(
+                stored,
+                created=True,
+                steps=ordered,
+                control=control,
+                claim=None if held is None else Claim(held, snapshot),
+            )
 
         return tx.transact("admit", work)
 
@@ -632,19 +669,7 @@ def apply_txn(
     for written in write.steps:
         old = before.step(written.step)
         if _ends_an_attempt(old, written):
-            record = written.record
-            ended.append(
-                {
-                    "run_id": run.run_id,
-                    "step": record.step,
-                    "generation": record.generation,
-                    "attempt": record.attempt,
-                    "started_at": record.attempt_started_at,
-                    "ended_at": now,
-                    "outcome": record.ending,
-                    "failure_code": record.failure_code,
-                }
-            )
+            ended.append(_ended_attempt(run.run_id, written.record, now))
         if written.record.state == "leased" and (old is None or old.record.state != "leased"):
             assert grant is not None
             stored = evolve(
@@ -693,6 +718,20 @@ def _by_operator(
         write.run, operator_action=action, operator_action_at=now, operator_reason_ref=reason_ref
     )
     return RunWrite(run, write.steps)
+
+
+def _ended_attempt(run_id: uuid.UUID, record: StepRecord, now: Instant) -> dict[str, Any]:
+    """The `step_attempts` row of the attempt that left `record` as it is, ended at `now`."""
+    return {
+        "run_id": run_id,
+        "step": record.step,
+        "generation": record.generation,
+        "attempt": record.attempt,
+        "started_at": record.attempt_started_at,
+        "ended_at": now,
+        "outcome": record.ending,
+        "failure_code": record.failure_code,
+    }
 
 
 def _ends_an_attempt(old: StoredStep | None, new: StoredStep) -> bool:
