@@ -63,9 +63,11 @@ def test_each_durable_event_is_advanced_once_when_nobody_changed_the_run(
     admitted = deployed.admit(run_input())
     status, _ = deployed.drive(admitted.run.run_id)
     assert status.status == "finished", status
-    # The read: ready to send (in memory), its outcome (the finish); the notice: ready to
-    # send (the pre-send fence), its outcome (the finish) — each advanced once.
-    assert calls == ["ReadyToSend", "CallOutcome", "ReadyToSend", "CallOutcome"], calls
+    # The read: ready to send (in memory), its outcome (the finish, whose continuation also
+    # passes the notice's pre-send checks with the credential obtained beforehand, 07 §7.7
+    # item 7 — inside the engine's chain); the notice: its outcome (the finish). Each event
+    # the attempt feeds is advanced once.
+    assert calls == ["ReadyToSend", "CallOutcome", "CallOutcome"], calls
 
 
 def test_a_record_without_the_flag_takes_the_skip_route_and_sends_nothing(

@@ -1,24 +1,30 @@
 """A crash at each fused transaction boundary of the worker (07 §7.7, issue 9), on each backend.
 
 The integration project (`examples/delayed-follow-up`, due at once: wait-until → read BReg →
-choose → send Messaging → finish) takes four worker transactions when nothing fails:
+choose → send Messaging → finish) takes three worker transactions when nothing fails:
 
 1. **claim**: the claim of `due` carried on through its instant to the lease of the read and
    the freeze of the read's request (07 §7.7 items 1–2; the read's pre-send checks are made
-   here, item 3);
-2. **read-finish**: the read's finish carried on through the choice to the lease of the notice
-   and the freeze of its request;
-3. **pre-send**: the notice's `dispatched` mark, committed before the request leaves (§7.2);
-4. **notice-finish**: the notice's finish carried on through the finish step (run finished).
+   here, item 3) — or, when an idle loop of the admitting process takes the run, the
+   **admission** itself (item 6);
+2. **read-finish**: the read's finish carried on through the choice to the lease of the notice,
+   the freeze of its request and its `dispatched` mark, its credential obtained before the
+   transaction began (item 7);
+3. **notice-finish**: the notice's finish carried on through the finish step (run finished).
 
-A run parked in its wait (instant in the future) falls due in a fifth kind of transaction:
+When the notice's credential cannot be obtained beforehand, the read-finish stops at the
+freeze and a fourth transaction comes between 2 and 3:
 
-5. **fire**: a batch of due waits (issue 9), each delivered by the engine's claim of pure work
-   only, the read after it left pending and due (claimed by a later claim, as in 1).
+- **pre-send**: the notice's `dispatched` mark, committed before the request leaves (07 §7.2).
 
-For each, the worker process dies (a) just before the transaction commits — its writes are
-issued and its journal entries appended, then `Store._apply_txn` raises inside the store
-transaction — and (b) just after the commit, before the worker does anything else (the store
+A run parked in its wait (instant in the future) falls due in one more kind of transaction:
+
+- **fire**: a batch of due waits (issue 9), each delivered by the engine's claim of pure work
+  only, the read after it left pending and due (claimed by a later claim, as in 1).
+
+For each, the process dies (a) just before the transaction commits — its writes are
+issued and its journal entries appended, then the store's checked write (`apply_txn`, or the
+admission's journal append) raises inside the store transaction — and (b) just after the commit, before the worker does anything else (the store
 call returns, then the process dies). `ProcessDied` is a `BaseException`, so nothing in the
 worker catches it: the tick stops where a SIGKILL would have stopped it. A fresh worker then
 takes over (at a later `now`, after the lease lapsed) and the tests check 07 §1:
@@ -46,6 +52,7 @@ from support.instants import ms
 from coordinator_core.engine import format_instant
 from coordinator_core.shell.audit import verify_directory
 from coordinator_core.shell.clock import wall_clock
+from coordinator_core.shell.execution import attempt as attempt_module
 from coordinator_core.shell.service import RunAdmitted
 from coordinator_core.shell.store import LEASE_SECONDS, RunSnapshot, StoredStep, writes
 
@@ -129,13 +136,28 @@ def arm(
     return crash
 
 
+def without_credentials_beforehand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A continuation never gets its next call's credential before its transaction (the token
+    endpoint answered too late, say): the call's `dispatched` mark then commits in a pre-send
+    fence of its own."""
+    monkeypatch.setattr(attempt_module.RecordAttempt, "prefetch", lambda *_arguments: None)
+
+
 def crash_at(
-    monkeypatch: pytest.MonkeyPatch, deployed: Deployed, boundary: Boundary, moment: Moment
+    monkeypatch: pytest.MonkeyPatch,
+    deployed: Deployed,
+    boundary: Boundary,
+    moment: Moment,
+    *,
+    beforehand: bool = True,
 ) -> tuple[RunAdmitted, Crash]:
     """Admit a run, tick it with a worker that dies at `boundary`, `moment`; the crash hooks
-    are removed afterwards (the fresh worker runs the real store)."""
+    are removed afterwards (the fresh worker runs the real store). Without `beforehand`, the
+    crashed worker obtains no credential before a continuation's transaction."""
     admitted = deployed.admit(run_input())
     crash = arm(monkeypatch, deployed, boundary, moment)
+    if not beforehand:
+        without_credentials_beforehand(monkeypatch)
     with pytest.raises(ProcessDied):
         deployed.worker("crashed").tick()
     monkeypatch.undo()
@@ -346,7 +368,9 @@ def test_a_read_finish_that_dies_before_its_commit_leaves_no_notice_and_the_read
         ("?", "attempt", "intent"),
         ("?", "transition", "delivered"),  # the choice, whose record never committed
         ("?", "attempt", "intent"),  # the notice, idem
+        ("?", "dispatch", "intent"),  # its mark, idem: nothing was sent
     ]
+    assert deployed.products.submissions(deployed.command_key(admitted)) == []
     take_over(deployed, admitted, lambda status: status != "running")
     finished_once(deployed, admitted)
     read = record(stored(deployed, admitted), READ)
@@ -354,10 +378,52 @@ def test_a_read_finish_that_dies_before_its_commit_leaves_no_notice_and_the_read
     assert_journal_agrees(deployed, admitted, crash, "before-commit")
 
 
-def test_a_notice_leased_by_a_read_finish_whose_worker_died_is_retried_and_sent_once(
+def test_a_notice_marked_by_a_read_finish_whose_worker_died_is_unknown_and_only_retry_same_sends_it(
     deployed: Deployed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The read's finish committed the notice's lease, frozen request and `dispatched` mark
+    (07 §7.7 item 7), then the process died before the request left: the mark is proof that
+    it may have been sent, so the lapsed lease is `unknown` and nothing is resent but by an
+    operator's retry-same (same bytes, same key)."""
     admitted, crash = crash_at(monkeypatch, deployed, READ_FINISH, "after-commit")
+    snapshot = stored(deployed, admitted)
+    notify = record(snapshot, NOTIFY)
+    assert states(snapshot)["permission"] == ("delivered", 1, 1)
+    assert (notify.record.state, notify.record.attempt, notify.record.command_prepared) == (
+        "leased",
+        1,
+        True,
+    )
+    assert (notify.record.dispatched, notify.record.sent) == (True, True)
+    assert journaled_by_the_crashed_transaction(deployed, admitted, crash)[-1] == (
+        NOTIFY,
+        "dispatch",
+        "intent",
+    )
+    frozen = notify.command
+    key = deployed.command_key(admitted)
+    assert deployed.products.submissions(key) == []  # it died before the request left
+    status = take_over(deployed, admitted, lambda status: status != "running")
+    assert status == "attention"
+    notify = record(stored(deployed, admitted), NOTIFY)
+    assert (notify.record.state, notify.record.uncertain) == ("unknown", True)
+    assert deployed.products.submissions(key) == []
+    assert_journal_agrees(deployed, admitted, crash, "after-commit")
+    retried = deployed.service.retry_same(CALLER, admitted.run.run_id, "case-90")
+    assert retried.status == "running"
+    take_over(deployed, admitted, lambda status: status != "running", name="after-retry")
+    finished_once(deployed, admitted)
+    notify = record(stored(deployed, admitted), NOTIFY)
+    assert (notify.command, notify.record.generation) == (frozen, 2)
+    assert_journal_agrees(deployed, admitted, crash, "after-commit")
+
+
+def test_a_notice_leased_by_a_read_finish_without_its_credential_is_retried_and_sent_once(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the credential beforehand the read's finish stops at the notice's freeze: a
+    worker that died after it leaves a lease that lapses as a retryable attempt (T29)."""
+    admitted, crash = crash_at(monkeypatch, deployed, READ_FINISH, "after-commit", beforehand=False)
     snapshot = stored(deployed, admitted)
     notify = record(snapshot, NOTIFY)
     assert states(snapshot)["permission"] == ("delivered", 1, 1)
@@ -381,13 +447,13 @@ def test_a_notice_leased_by_a_read_finish_whose_worker_died_is_retried_and_sent_
     assert_journal_agrees(deployed, admitted, crash, "after-commit")
 
 
-# -- 3. the notice's pre-send fence -----------------------------------------------------------
+# -- the notice's pre-send fence, when its credential was not obtained beforehand --------------
 
 
 def test_a_pre_send_fence_that_dies_before_its_commit_never_sends_and_the_retry_sends_once(
     deployed: Deployed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    admitted, crash = crash_at(monkeypatch, deployed, PRE_SEND, "before-commit")
+    admitted, crash = crash_at(monkeypatch, deployed, PRE_SEND, "before-commit", beforehand=False)
     notify = record(stored(deployed, admitted), NOTIFY)
     assert (notify.record.state, notify.record.dispatched, notify.record.sent) == (
         "leased",
@@ -412,7 +478,7 @@ def test_a_pre_send_fence_that_dies_before_its_commit_never_sends_and_the_retry_
 def test_a_notice_marked_dispatched_whose_worker_died_is_unknown_and_only_retry_same_sends_it(
     deployed: Deployed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    admitted, crash = crash_at(monkeypatch, deployed, PRE_SEND, "after-commit")
+    admitted, crash = crash_at(monkeypatch, deployed, PRE_SEND, "after-commit", beforehand=False)
     notify = record(stored(deployed, admitted), NOTIFY)
     assert (notify.record.state, notify.record.dispatched, notify.record.sent) == (
         "leased",
@@ -448,7 +514,7 @@ def test_a_notice_marked_dispatched_whose_worker_died_is_unknown_and_only_retry_
     assert_journal_agrees(deployed, admitted, crash, "after-commit")
 
 
-# -- 4. the notice's finish carried on through the finish step ------------------------------
+# -- 3. the notice's finish carried on through the finish step ------------------------------
 
 
 def test_a_notice_finish_that_dies_before_its_commit_is_unknown_and_reconcile_ends_it_unsent(
@@ -559,12 +625,16 @@ def test_a_batch_that_committed_before_its_worker_died_leaves_the_read_due_unlea
     assert_journal_agrees(deployed, admitted, crash, "after-commit")
 
 
+@pytest.mark.parametrize("beforehand", [True, False], ids=["credential-before", "pre-send"])
 def test_every_fused_boundary_is_reached_in_one_tick_in_this_order(
-    sqlite_deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+    sqlite_deployed: Deployed, monkeypatch: pytest.MonkeyPatch, beforehand: bool
 ) -> None:
-    """The boundaries above are the run's four worker transactions, in this order (a guard:
-    if the worker fused or split them differently, the crash points would move)."""
+    """The boundaries above are the run's worker transactions, in this order: three when the
+    notice's credential is obtained before the read's finish, four when it is not (a guard: if
+    the worker fused or split them differently, the crash points would move)."""
     deployed = sqlite_deployed
+    if not beforehand:
+        without_credentials_beforehand(monkeypatch)
     store = deployed.store.writes
     seen: list[str] = []
     for name in ("claim_due_step", "complete_step", "record_step_progress"):
@@ -578,5 +648,8 @@ def test_every_fused_boundary_is_reached_in_one_tick_in_this_order(
     admitted = deployed.admit(run_input())
     assert deployed.worker().tick()
     monkeypatch.undo()
-    assert seen == ["claim_due_step", "complete_step", "record_step_progress", "complete_step"]
+    expected = ["claim_due_step", "complete_step", "complete_step"]
+    if not beforehand:
+        expected.insert(2, "record_step_progress")
+    assert seen == expected
     finished_once(deployed, admitted)

@@ -1,0 +1,139 @@
+"""An admission that claims its run's first record for an idle loop of its process (07 §7.7
+item 6), and the three write transactions of the integration project's run it leads to
+(items 6 and 7 composed): the admission with the read's lease and frozen request, the read's
+finish through the notice's lease, freeze and `dispatched` mark, the notice's finish.
+
+A crash at the admission's boundary — before its commit, or after it and before the loop
+took the claim — sends nothing twice and nothing without its mark: the lease the admission
+took lapses like a claim's and the run is retried by any worker (07 §7.7 item 6: "claimable
+again by anyone once its lease lapses").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from integration_support import Deployed, run_input
+from test_worker_fused_crashes import (
+    ProcessDied,
+    finished_once,
+    record,
+    states,
+    stored,
+    take_over,
+)
+
+from coordinator_core.shell.audit import verify_directory
+from coordinator_core.shell.service import RunAdmitted
+from coordinator_core.shell.store import writes
+
+READ = "read-application"
+
+
+def admit_taken(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> RunAdmitted:
+    """Admit a run while an idle loop of this process is free to take it."""
+    wakeup = deployed.runtime.wakeup
+    free = iter([True])
+    monkeypatch.setattr(wakeup, "take_idle_loop", lambda: next(free, False))
+    return deployed.admit(run_input())
+
+
+def test_a_run_taken_at_admission_needs_three_write_transactions(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = deployed.store.writes
+    seen: list[str] = []
+    for name in ("admit", "claim_due_step", "complete_step", "record_step_progress"):
+        real = getattr(store, name)
+
+        def traced(*arguments: Any, _real: Any = real, _name: str = name, **options: Any) -> Any:
+            written = _real(*arguments, **options)
+            if _name != "claim_due_step" or written is not None:
+                seen.append(_name)
+            return written
+
+        monkeypatch.setattr(store, name, traced)
+    admitted = admit_taken(deployed, monkeypatch)
+    snapshot = stored(deployed, admitted)
+    read = record(snapshot, READ)
+    # The admission leased the read (through the instant that was due at once) and froze it.
+    assert states(snapshot) == {"due": ("delivered", 1, 1), READ: ("leased", 1, 1)}
+    assert read.lease is not None and read.record.command_prepared
+    assert deployed.worker().tick()  # the loop takes the handed claim: no claim of its own
+    monkeypatch.undo()
+    assert seen == ["admit", "complete_step", "complete_step"]
+    finished_once(deployed, admitted)
+    attempts = deployed.store.reads.recent_attempts(admitted.run.run_id)
+    assert {step: [a.outcome for a in found] for step, (found, _) in attempts.items()} == {
+        "due": ["delivered"],
+        READ: ["delivered"],
+        "permission": ["delivered"],
+        "notify": ["delivered"],
+        "accepted": ["delivered"],
+    }
+    assert verify_directory(deployed.audit.path.parent).entries > 0
+
+
+def test_an_admission_that_dies_before_its_commit_leaves_nothing_and_sends_nothing(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its journal append happened (intents), then the process died inside the transaction:
+    no run exists, nothing was sent, and the journal still verifies."""
+    real = writes.RunWrites.admit
+
+    def dying(self: writes.RunWrites, admission: Any, now: int, **options: Any) -> Any:
+        journal = admission.journal
+        assert journal is not None  # the admission claims the record for the taken loop
+
+        def append_then_die() -> None:
+            journal()
+            raise ProcessDied("before the commit")
+
+        return real(
+            self,
+            type(admission)(**{**_fields(admission), "journal": append_then_die}),
+            now,
+            **options,
+        )
+
+    monkeypatch.setattr(writes.RunWrites, "admit", dying)
+    with pytest.raises(ProcessDied):
+        admit_taken(deployed, monkeypatch)
+    monkeypatch.undo()
+    assert deployed.store.reads.list_runs(owner=None).runs == ()
+    assert deployed.runtime.wakeup.take_handed() is None
+    assert verify_directory(deployed.audit.path.parent).entries > 0
+
+
+def test_an_admission_whose_process_died_after_its_commit_is_retried_and_sends_once(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run and its leased, frozen read committed; the loop never took the claim. The lease
+    lapses like a claim's (T29): any worker retries the read with the frozen request."""
+    real = writes.RunWrites.admit
+    admitted_runs: list[Any] = []
+
+    def dying(self: writes.RunWrites, admission: Any, now: int, **options: Any) -> Any:
+        admitted_runs.append(real(self, admission, now, **options))
+        raise ProcessDied("after the commit")
+
+    monkeypatch.setattr(writes.RunWrites, "admit", dying)
+    with pytest.raises(ProcessDied):
+        admit_taken(deployed, monkeypatch)
+    monkeypatch.undo()
+    (result,) = admitted_runs
+    assert result.claim is not None and deployed.runtime.wakeup.take_handed() is None
+    admitted = RunAdmitted(deployed.status(result.run.run_id), True)  # type: ignore[arg-type]
+    read = record(stored(deployed, admitted), READ)
+    assert (read.record.state, read.record.attempt) == ("leased", 1)
+    frozen = read.command
+    assert not deployed.worker("other").tick()  # leased: nobody claims it before it lapses
+    take_over(deployed, admitted, lambda status: status != "running")
+    finished_once(deployed, admitted)
+    read = record(stored(deployed, admitted), READ)
+    assert (read.record.state, read.record.attempt, read.command) == ("delivered", 2, frozen)
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    return {name: getattr(value, name) for name in value.__dataclass_fields__}
