@@ -33,6 +33,11 @@ ApiAction = Literal[
     "release-admission-hold",
     "retention",
 ]
+READ_ACTIONS: Final[frozenset[str]] = frozenset(
+    {"workflow-read", "list", "status", "inspect", "doctor"}
+)
+"""The API read actions: journaled, but their answers need not wait for the fsync (07 §7.7
+item 5)."""
 WorkerAction = Literal["attempt", "dispatch", "observation", "transition"]
 JournalAction = Literal["store.identity", "journal.torn-tail"]
 """The records a process keeps about its journal and store (07 §12.1 items 5–6), phase

@@ -16,6 +16,7 @@ from uuid import UUID
 
 from coordinator_core.errors import CoordinatorError, catalogue
 from coordinator_core.shell.audit import (
+    READ_ACTIONS,
     ApiAction,
     AuditEntry,
     AuditReferences,
@@ -134,15 +135,24 @@ class WriterJournal:
             reason_ref=refs.reason(entry.reason) if entry.reason is not None else None,
         )
 
-    def _append(self, entry: AuditEntry) -> None:
+    def _append(self, entry: AuditEntry, *, wait: bool = True) -> None:
         try:
-            self._writer.append(entry)
+            self._writer.append(entry, wait=wait)
         except CoordinatorError as error:
             raise AuditUnavailable from error
 
+    async def _journal(self, action: AuditAction, entry: AuditEntry) -> None:
+        """A read action's entry is queued and the answer goes on (07 §7.7 item 5: the line is
+        made durable by the writer's flusher or the next waiting append); every other entry
+        is on stable storage before this returns, and the fsync runs off the event loop."""
+        if action in READ_ACTIONS:
+            self._append(entry, wait=False)
+        else:
+            await asyncio.to_thread(self._append, entry)
+
     async def request(self, entry: AuditRequest) -> str:
         correlation = new_correlation()
-        await asyncio.to_thread(self._append, self._request_entry(correlation, entry))
+        await self._journal(entry.action, self._request_entry(correlation, entry))
         return correlation
 
     async def response(self, correlation: str, entry: AuditResponse) -> None:
@@ -151,4 +161,4 @@ class WriterJournal:
             code = INTERNAL_ERROR
         run_ref = self._references.run(str(entry.run_id)) if entry.run_id is not None else None
         record = response(correlation, entry.action, entry.outcome, code=code, run_ref=run_ref)
-        await asyncio.to_thread(self._append, record)
+        await self._journal(entry.action, record)

@@ -1,0 +1,90 @@
+"""The API's journal: a read action is answered without waiting for its fsync, every other
+action waits (07 §7.7 item 5), and the read's lines still become durable in sequence order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+
+from coordinator_core.shell.audit import AuditReferences, AuditWriter, writer
+from coordinator_core.shell.sealing import AdmissionKey
+from coordinator_core.shell.service.journal import AuditRequest, AuditResponse, WriterJournal
+from coordinator_core.shell.service.model import Caller
+
+CALLER = Caller(
+    issuer="https://issuer.example",
+    subject="clerk",
+    client_id="desk",
+    operator=False,
+    workflows=frozenset({"w"}),
+    actions=frozenset({"status", "cancel"}),
+)
+
+
+class HeldFsync:
+    """`os.fsync` for the journal's file that blocks until released (the directory's fsync
+    at creation is let through)."""
+
+    def __init__(self, real: object) -> None:
+        self._real = real
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def __call__(self, fd: int) -> None:
+        self.entered.set()
+        assert self.release.wait(10), "the test never released the fsync"
+        self._real(fd)  # type: ignore[operator]
+
+
+@pytest.fixture
+def journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[WriterJournal, HeldFsync]:
+    audit = AuditWriter.open(tmp_path / "audit", "serve")
+    held = HeldFsync(writer.os.fsync)
+    monkeypatch.setattr(writer.os, "fsync", held)
+    references = AuditReferences(b"\x07" * 32, "db")
+    return WriterJournal(audit, references, AdmissionKey(b"\x09" * 32), "db"), held
+
+
+def _lines(directory: Path) -> list[dict[str, object]]:
+    (path,) = directory.glob("*.jsonl")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_read_is_answered_while_its_fsync_is_held(
+    journal: tuple[WriterJournal, HeldFsync], tmp_path: Path
+) -> None:
+    try:
+        asyncio.run(_read_then_command(*journal))
+    finally:
+        journal[1].release.set()
+    lines = _lines(tmp_path / "audit")
+    assert [(line["sequence"], line["record"]["action"]) for line in lines] == [  # type: ignore[index]
+        (1, "status"),
+        (2, "status"),
+        (3, "cancel"),
+    ]
+
+
+async def _read_then_command(service_journal: WriterJournal, held: HeldFsync) -> None:
+    run = uuid4()
+    correlation = await asyncio.wait_for(
+        service_journal.request(AuditRequest(action="status", caller=CALLER, run_id=run)), 5
+    )
+    await asyncio.wait_for(
+        service_journal.response(correlation, AuditResponse(action="status", outcome="accepted")), 5
+    )
+    assert held.entered.wait(5), "the queued read lines are flushed in the background"
+
+    # A command waits for stable storage: it is not answered while the fsync is held.
+    command = asyncio.ensure_future(
+        service_journal.request(AuditRequest(action="cancel", caller=CALLER, run_id=run))
+    )
+    done, _ = await asyncio.wait({command}, timeout=0.3)
+    assert not done
+    held.release.set()
+    await asyncio.wait_for(command, 10)
