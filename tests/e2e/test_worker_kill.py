@@ -2,12 +2,13 @@
 transaction boundary (07 §7.7, issue 9), and a restarted worker finishes the run.
 
 The boundary is the read's finish transaction, which carries the run through the choice to the
-lease of the notice and the freeze of its request. The kill comes just after that commit and
-before the notice's pre-send fence: the worker is then waiting for the notice's credential,
-which the sandbox's identity provider holds back (a `delay` fault on its second token
-request; the first, the read's credential, goes through). The notice was never
-marked `dispatched`, so when its lease lapses the restarted worker retries it (T29) and sends
-the frozen command once; the run finishes with exactly one message.
+lease of the notice, the freeze of its request and its `dispatched` mark (07 §7.7 item 7): the
+notice's credential is obtained before that transaction begins. The kill comes while the worker
+waits for that credential, which the sandbox's identity provider holds back (a `delay` fault on
+its second token request; the first, the read's credential, goes through): the read was made
+but its finish never committed, and nothing of the notice exists in the store. When the read's
+lease lapses the restarted worker retries the read (T29: a read has no effect to guard) and
+carries the run on to send the notice once; the run finishes with exactly one message.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def _run_status(postgres_url: str, namespace: str, run_id: str) -> str:
     return str(row[0])
 
 
-def test_a_worker_killed_after_the_read_finish_commit_is_taken_over_and_sends_the_notice_once(
+def test_a_worker_killed_before_the_read_finish_commit_is_taken_over_and_sends_the_notice_once(
     project: Project, postgres_url: str, postgres_role: Callable[[], str]
 ) -> None:
     sandbox = project.start_sandbox()
@@ -98,8 +99,9 @@ def test_a_worker_killed_after_the_read_finish_commit_is_taken_over_and_sends_th
     run_id = body["runId"]
     assert project.processes.stop(service) == 0
 
-    # The worker asks for two credentials: the read's, then (once the read's finish has
-    # committed) the notice's. The first goes through, the second is held back.
+    # The worker asks for two credentials: the read's, then (before the read's finish, which
+    # will mark the notice dispatched) the notice's. The first goes through, the second is
+    # held back.
     assert sandbox.requests(TOKEN) == []
     sandbox.fault({"operation": TOKEN, "kind": "delay", "delaySeconds": 0})
     sandbox.fault({"operation": TOKEN, "kind": "delay", "delaySeconds": 30})
@@ -114,14 +116,13 @@ def test_a_worker_killed_after_the_read_finish_commit_is_taken_over_and_sends_th
     worker.send_signal(signal.SIGKILL)
     worker.wait(10)
 
-    # Killed after the fused commit: the read and the choice are delivered, the notice is
-    # leased with its request frozen, never marked dispatched, and nothing was sent.
+    # Killed before the fused commit: the read was made, its record is still leased, and the
+    # notice was neither frozen nor marked nor sent.
     records = _records(postgres_url, namespace, run_id)
-    assert records["read-application"]["state"] == "delivered"
-    assert records["permission"]["state"] == "delivered"
-    notify = records["notify"]
-    assert (notify["state"], notify["attempt"], notify["command_prepared"]) == ("leased", 1, True)
-    assert (notify["dispatched"], notify["sent"]) == (False, False)
+    read = records["read-application"]
+    assert (read["state"], read["attempt"]) == ("leased", 1)
+    notify = records.get("notify")
+    assert notify is None or (notify["command_prepared"], notify["dispatched"]) == (False, False)
     assert len(sandbox.requests(READ)) == 1
     assert sandbox.requests(MESSAGING) == []
 
@@ -135,13 +136,19 @@ def test_a_worker_killed_after_the_read_finish_commit_is_taken_over_and_sends_th
     )
     assert project.processes.stop(restarted) == 0, project.processes.log("worker-restarted")
     assert _run_status(postgres_url, namespace, run_id) == "finished"
-    notify = _records(postgres_url, namespace, run_id)["notify"]
-    # The lapsed attempt was retryable (T29, it never passed its pre-send fence).
-    assert (notify["state"], notify["attempt"], notify["uncertain"]) == ("delivered", 2, False)
+    records = _records(postgres_url, namespace, run_id)
+    # The lapsed read was retried (T29); the notice was sent once, by its first attempt.
+    assert (records["read-application"]["state"], records["read-application"]["attempt"]) == (
+        "delivered",
+        2,
+    )
+    notify = records["notify"]
+    assert (notify["state"], notify["attempt"], notify["uncertain"]) == ("delivered", 1, False)
+    assert len(sandbox.requests(READ)) == 2
     assert len(sandbox.requests(MESSAGING)) == 1
     assert len(sandbox.messages()) == 1
     # Both workers' journals verify; the killed one never journaled a dispatch: the restarted
-    # one journaled its intent and, once the pre-send fence committed, its proof (07 §12.1).
+    # one journaled its intent and, once the fused fence committed, its proof (07 §12.1).
     audit = project.root / ".coordinator" / "audit"
     verified = verify_directory(audit)
     assert verified.files >= 2

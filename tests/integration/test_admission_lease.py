@@ -86,9 +86,12 @@ def test_an_admission_that_dies_before_its_commit_leaves_nothing_and_sends_nothi
         journal = admission.journal
         assert journal is not None  # the admission claims the record for the taken loop
 
-        def append_then_die() -> None:
-            journal()
+        def die() -> None:
             raise ProcessDied("before the commit")
+
+        def append_then_die() -> None:
+            journal()  # queued, durable before the commit: the process dies just then
+            self.before_commit(die)
 
         return real(
             self,

@@ -23,8 +23,9 @@ A run parked in its wait (instant in the future) falls due in one more kind of t
   only, the read after it left pending and due (claimed by a later claim, as in 1).
 
 For each, the process dies (a) just before the transaction commits — its writes are
-issued and its journal entries appended, then the store's checked write (`apply_txn`, or the
-admission's journal append) raises inside the store transaction — and (b) just after the commit, before the worker does anything else (the store
+issued and its journal entries durable, then the last thing before the commit (a barrier of
+the store transaction after the journal's, registered by the checked write `apply_txn`) raises
+— and (b) just after the commit, before the worker does anything else (the store
 call returns, then the process dies). `ProcessDied` is a `BaseException`, so nothing in the
 worker catches it: the tick stops where a SIGKILL would have stopped it. A fresh worker then
 takes over (at a later `now`, after the lease lapsed) and the tests check 07 §1:
@@ -106,12 +107,15 @@ def arm(
     calls = 0
     armed = False
 
+    def die() -> None:
+        crash.journal_after = deployed.audit.sequence
+        crash.happened = True
+        raise ProcessDied("before the commit")
+
     def apply(*arguments: Any, **options: Any) -> Any:
         written = real_apply(*arguments, **options)
-        if armed:  # the transaction's writes are issued and its entries journaled
-            crash.journal_after = deployed.audit.sequence
-            crash.happened = True
-            raise ProcessDied("before the commit")
+        if armed:  # the transaction's writes are issued and its entries queued: it dies
+            store.before_commit(die)  # once they are durable, at the last moment before commit
         return written
 
     def method(*arguments: Any, **options: Any) -> Any:

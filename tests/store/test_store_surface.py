@@ -110,6 +110,7 @@ INTERFACES = {
         "store_identity",
     },
     "RunWrites": {
+        "before_commit",
         "kind",
         "admit",
         "claim_due_step",

@@ -776,6 +776,7 @@ def test_public_surface_is_pinned() -> None:
         "AUDIT_SCHEMA",
         "FILE_ROTATE_BYTES",
         "MAX_ENTRY_BYTES",
+        "READ_ACTIONS",
         "ZERO_HASH",
         "ApiAction",
         "AuditEntry",

@@ -264,11 +264,27 @@ class AuditWriter:
 
     def append_all(self, entries: Sequence[AuditEntry], *, wait: bool = True) -> None:
         """Journal `entries` in order, covered by one fsync (the entries of one transaction,
-        07 §7.7 item 5); returns only after all of them are on stable storage."""
+        07 §7.7 item 5); returns only after all of them are on stable storage (`wait=False`:
+        at once, a background flusher makes them durable soon after)."""
+        sequence = self.queue_all(entries)
+        if sequence is None:
+            return
+        if wait:
+            self.durable(sequence)
+            return
+        with self._cond:
+            self._start_background()
+            self._cond.notify_all()
+
+    def queue_all(self, entries: Sequence[AuditEntry]) -> int | None:
+        """Queue `entries` in sequence order and answer the last one's sequence (None for no
+        entries); `durable(sequence)` makes them durable. A transaction queues its entries as
+        it goes and makes them durable once, before it commits, so that the entries of a
+        batch of transactions share one fsync (07 §7.7 item 8)."""
         for entry in entries:
             check_entry(entry.phase, entry.correlation, entry.record)
         if not entries:
-            return
+            return None
         with self._cond:
             if self._failed or self._closed:
                 raise _unavailable("The audit journal refuses entries after a write failure.")
@@ -302,10 +318,12 @@ class AuditWriter:
             self._queue.extend(lines)
             if self._observer is not None:
                 self._observer.appended(len(lines))
-            if not wait:
-                self._start_background()
-                self._cond.notify_all()
-                return
+            return sequence
+
+    def durable(self, sequence: int) -> None:
+        """Return once every line up to `sequence` is on stable storage, flushing what is
+        queued if no one else is; raises `audit-unavailable` when it may not be."""
+        with self._cond:
             while self._durable_sequence < sequence:
                 if self._failed:
                     raise _unavailable("The audit journal could not be written.")

@@ -13,6 +13,7 @@ exactly as this lease holder left it (`TickRun.decide`, one named optimisation).
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -147,8 +148,9 @@ class Ports:
     lease_seconds: int = 15
 
     def journal(self, entries: Sequence[Entry]) -> None:
-        """Append worker entries inside the calling transaction, all sharing one fsync (07 §7.7
-        item 5); a failure raises and rolls the transaction back. The outcomes among them are
+        """Append worker entries inside the calling transaction: queued now and made durable
+        before it commits, sharing one fsync with the other entries of its batch (07 §7.7
+        items 5 and 8); a failure raises and rolls the transaction back. The outcomes among them are
         noted with the store, which tells them once the transaction commits."""
         for _, action, run_id, record, outcome in entries:
             if action in ("transition", "observation"):
@@ -170,7 +172,10 @@ class Ports:
                     outcome,
                 )
             )
-        self.audit.writer.append_all(records)
+        writer = self.audit.writer
+        sequence = writer.queue_all(records)
+        if sequence is not None:
+            self.writes.before_commit(functools.partial(writer.durable, sequence))
 
     def after_write(self, snapshot: RunSnapshot, now: Instant) -> None:
         """A committed write left the run's current record pending: due now, an idle loop is

@@ -121,7 +121,8 @@ class Worker:
         handed = wakeup.take_handed()
         if handed is not None:  # an admission of this process claimed a run for this loop
             run, claim = handed
-            self._carry(run, claim, time.monotonic())
+            began_ns = tracing.now_ns() if tracing.enabled() else 0
+            self._traced(run, claim, time.monotonic(), began_ns, None)
             return True
         try:
             claim_now = clock()
@@ -150,13 +151,31 @@ class Worker:
         except BaseException:
             wakeup.forget()
             raise
-        if not traced:
-            self._carry(run, written.claim, started)
+        if written.claim is None:  # the claim ended the record instead (07 §7.2 step 5)
             return True
-        stored, current = written.snapshot.run, written.snapshot.current.record
+        self._traced(
+            run, written.claim, started, began_ns, (began_ns, claimed_ns, ports.writes.kind)
+        )
+        return True
+
+    def _traced(
+        self,
+        run: TickRun,
+        claim: Claim,
+        started: float,
+        began_ns: int,
+        claimed: tuple[int, int, str] | None,
+    ) -> None:
+        """Carry the run from `claim`, inside the tick's span when tracing is on (`began_ns`
+        its start; `claimed` the claim transaction's span, None for a run its admission
+        claimed)."""
+        if not tracing.enabled():
+            self._carry(run, claim, started)
+            return
+        stored, current = claim.snapshot.run, claim.held.record
         with tracing.tick(
             began_ns,
-            (began_ns, claimed_ns, ports.writes.kind),
+            claimed,
             {
                 "coordinator.run.id": str(stored.run_id),
                 "coordinator.workflow": stored.workflow_id,
@@ -164,13 +183,12 @@ class Worker:
                 "coordinator.step.type": current.type,
             },
         ):
-            records = self._carry(run, written.claim, started)
+            records = self._carry(run, claim, started)
             known = run.known
             tracing.annotate(
                 {"coordinator.tick.records": records}
                 | ({} if known is None else {"coordinator.run.status": known.state.status})
             )
-        return True
 
     def _carry(self, run: TickRun, claim: Claim | None, started: float) -> int:
         """The attempts of one tick from its claim: each leased record in turn, while the run

@@ -295,11 +295,12 @@ def responded(span: Any, status: int) -> None:
 
 def tick(
     started_ns: int,
-    claim: tuple[int, int, str],
+    claim: tuple[int, int, str] | None,
     attributes: Mapping[str, str | int],
 ) -> AbstractContextManager[Any]:
     """A tick's span from `started_ns` (time.time_ns()), with its claim transaction as a child
-    (`claim`: start, end and store kind; it committed before the run was known)."""
+    (`claim`: start, end and store kind; it committed before the run was known), or none for
+    a run its admission claimed for the loop (07 §7.7 item 6)."""
     tracer = _STATE.tracer
     if tracer is None:
         return _NULL
@@ -310,17 +311,18 @@ def tick(
 def _tick(
     tracer: Tracer,
     started_ns: int,
-    claim: tuple[int, int, str],
+    claim: tuple[int, int, str] | None,
     attributes: Mapping[str, str | int],
 ) -> Iterator[Span]:
     with _span(tracer, TICK, attributes, start_time=started_ns) as span:
-        began, ended, kind = claim
-        child = tracer.start_span(
-            STORE_TRANSACTION,
-            attributes=_store_attributes(kind, "claim-due-step", read_only=False),
-            start_time=began,
-        )
-        child.end(end_time=ended)
+        if claim is not None:
+            began, ended, kind = claim
+            child = tracer.start_span(
+                STORE_TRANSACTION,
+                attributes=_store_attributes(kind, "claim-due-step", read_only=False),
+                start_time=began,
+            )
+            child.end(end_time=ended)
         yield span
 
 

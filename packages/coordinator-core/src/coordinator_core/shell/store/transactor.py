@@ -104,6 +104,8 @@ class Transactor:
         self._head_due = 0.0  # monotonic instant from which a write saves the journal head
         self._observer: Callable[[Sequence[Committed]], None] | None = None
         self._notes = threading.local()  # `.items`: what this thread's transaction will tell
+        # `.barriers`: what must hold before it commits
+        self._batches = _Batches(self)
 
     def close(self) -> None:
         """Release the connections and, if held, the SQLite process lock."""
@@ -115,18 +117,44 @@ class Transactor:
     # -- the transaction ------------------------------------------------------------------------
 
     def transact(
-        self, purpose: str, work: Callable[[Connection], T], *, read_only: bool = False
+        self,
+        purpose: str,
+        work: Callable[[Connection], T],
+        *,
+        read_only: bool = False,
+        batch: bool = False,
     ) -> T:
         """Run `work` in one transaction; retry only what is safe to retry, a bounded number of
         times: a transient driver error (the server rolled back), and a connection found dead
         before the commit was sent (nothing of the transaction can have committed; this is
         what replaces a pre-ping per transaction). A connection lost during the commit leaves
         its outcome unknown: `store-unavailable`, never a retry. `purpose` is the fixed name
-        of the transaction in its span (`shell.observe.tracing`; none while tracing is off)."""
+        of the transaction in its span (`shell.observe.tracing`; none while tracing is off).
+
+        `batch=True` (a run's transaction, 07 §7.7 item 8): `work` may share one commit with
+        the batched work of other threads that is ready at the same moment, each in its own
+        savepoint, so that what one raises (a stale fence) undoes only its own writes. Alone,
+        it commits at once, exactly as without `batch`."""
+        if batch:
+            return self._batches.run(purpose, work)
+        return self._transact(purpose, work, read_only)
+
+    def _transact(self, purpose: str, work: Callable[[Connection], T], read_only: bool) -> T:
         if not tracing.enabled():
             return self._retrying(work, read_only)
         with tracing.store_transaction(self.location.kind, purpose, read_only=read_only):
             return self._retrying(work, read_only)
+
+    def before_commit(self, barrier: Callable[[], None]) -> None:
+        """Inside a write transaction: call `barrier` after the work, before the commit (what
+        it raises rolls the transaction back); outside one, call it now. The journal's entries
+        are queued by the work and made durable by their barrier, so that every entry of a
+        batch shares one fsync (07 §7.7 items 5 and 8)."""
+        barriers: list[Callable[[], None]] | None = getattr(self._notes, "barriers", None)
+        if barriers is None:
+            barrier()
+        else:
+            barriers.append(barrier)
 
     def _retrying(self, work: Callable[[Connection], T], read_only: bool) -> T:
         engine = self._reader if read_only else self.engine
@@ -137,18 +165,24 @@ class Transactor:
             try:
                 with engine.connect() as conn:
                     began = time.perf_counter()
-                    outer = getattr(self._notes, "items", None)
+                    notes = self._notes
+                    outer = getattr(notes, "items", None), getattr(notes, "barriers", None)
                     items: list[Committed] | None = None
                     if self._observer is not None and not read_only:
-                        items = self._notes.items = []
+                        items = notes.items = []
+                    barriers: list[Callable[[], None]] = []
+                    if not read_only:
+                        notes.barriers = barriers
                     transaction = conn.begin()
                     try:
                         result = work(conn)
+                        for barrier in barriers:
+                            barrier()
                     except BaseException:
                         transaction.rollback()
                         raise
                     finally:
-                        self._notes.items = outer
+                        notes.items, notes.barriers = outer
                     committing = True
                     transaction.commit()
                     metrics.store_transaction(time.perf_counter() - began, read_only=read_only)
@@ -165,6 +199,24 @@ class Transactor:
                 if is_unavailable(error):
                     raise store_unavailable() from error
                 raise
+
+    def _savepoint(self, conn: Connection, work: Callable[[Connection], Any]) -> _Done:
+        """One batched work in its own savepoint: what it raises (other than a driver error,
+        which fails the batch) rolls back its writes and its notes alone."""
+        items: list[Committed] | None = getattr(self._notes, "items", None)
+        kept = len(items) if items is not None else 0
+        savepoint = conn.begin_nested()
+        try:
+            result = work(conn)
+        except sa_exc.DBAPIError:
+            raise
+        except Exception as error:
+            savepoint.rollback()
+            if items is not None:
+                del items[kept:]
+            return _Done(error=error)
+        savepoint.commit()
+        return _Done(result=result)
 
     # -- observers ------------------------------------------------------------------------------
 
@@ -290,3 +342,99 @@ class Transactor:
         channel = self.wake_channel
         if channel is not None:
             _NOTIFY.run(conn, {"channel": channel, "payload": payload or self.sender})
+
+
+# -- batching across runs (07 §7.7 item 8) ------------------------------------------------------
+
+_BATCH_LIMIT: Final = 32
+"""The most runs' transactions one commit carries."""
+
+
+class _Done:
+    """What one batched work came to: its result, or what it raised."""
+
+    __slots__ = ("error", "result")
+
+    def __init__(self, result: Any = None, error: BaseException | None = None) -> None:
+        self.result = result
+        self.error = error
+
+
+class _Waiting:
+    __slots__ = ("done", "purpose", "work")
+
+    def __init__(self, purpose: str, work: Callable[[Connection], Any]) -> None:
+        self.purpose = purpose
+        self.work = work
+        self.done: _Done | None = None
+
+
+class _Batches:
+    """Group commit of the run transactions of one process's threads: the thread that finds
+    no batch committing leads one at once with all the work waiting (alone, it commits its own
+    work as an ordinary transaction: no added latency); the others wait for its commit, and
+    work that arrives meanwhile forms the next batch. Each work runs in its own savepoint, so
+    a stale fence (or any refusal) drops only that run; the batch's journal barriers run once
+    after all its work; a driver error before the commit re-runs each work alone, and one
+    during the commit is every work's unknown outcome, as for a single transaction."""
+
+    def __init__(self, tx: Transactor) -> None:
+        self._tx = tx
+        self._cond = threading.Condition(threading.Lock())
+        self._waiting: list[_Waiting] = []
+        self._leading = False
+
+    def run(self, purpose: str, work: Callable[[Connection], T]) -> T:
+        mine = _Waiting(purpose, work)
+        with self._cond:
+            self._waiting.append(mine)
+            while mine.done is None:
+                if self._leading:
+                    self._cond.wait()
+                    continue
+                self._leading = True
+                batch = self._waiting[:_BATCH_LIMIT]
+                del self._waiting[:_BATCH_LIMIT]
+                self._cond.release()
+                try:
+                    self._commit(batch)
+                finally:
+                    self._cond.acquire()
+                    self._leading = False
+                    self._cond.notify_all()
+        if mine.done.error is not None:
+            raise mine.done.error
+        return mine.done.result  # type: ignore[no-any-return]
+
+    def _commit(self, batch: list[_Waiting]) -> None:
+        tx = self._tx
+        if len(batch) == 1:
+            self._alone(batch[0])
+            return
+        worked = False
+
+        def work_all(conn: Connection) -> list[_Done]:
+            nonlocal worked
+            worked = False
+            done = [tx._savepoint(conn, waiting.work) for waiting in batch]
+            worked = True
+            return done
+
+        try:
+            results = tx._transact("batch", work_all, False)
+        except Exception as error:
+            if not worked:  # a driver error before the commit: nothing of it happened
+                for waiting in batch:
+                    self._alone(waiting)
+                return
+            results = [_Done(error=error)] * len(batch)  # the commit's (or a barrier's) fate
+        except BaseException as error:
+            results = [_Done(error=error)] * len(batch)
+        for waiting, done in zip(batch, results, strict=True):
+            waiting.done = done
+
+    def _alone(self, waiting: _Waiting) -> None:
+        try:
+            waiting.done = _Done(result=self._tx._transact(waiting.purpose, waiting.work, False))
+        except BaseException as error:
+            waiting.done = _Done(error=error)

@@ -11,6 +11,7 @@ invariants (`invariants.check_write`) and writing it (`apply_txn`).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -110,6 +111,11 @@ class RunWrites:
     @property
     def kind(self) -> StoreKind:
         return self._tx.location.kind
+
+    def before_commit(self, barrier: Callable[[], None]) -> None:
+        """Inside one of these transactions: `barrier` runs after its work, before its commit
+        (the journal's durability, `Transactor.before_commit`)."""
+        self._tx.before_commit(barrier)
 
     # -- admission (07 §6.1; 06 §5.1 step 10) ----------------------------------------------------
 
@@ -248,7 +254,7 @@ class RunWrites:
                 claim=None if held is None else Claim(held, snapshot),
             )
 
-        return tx.transact("admit", work)
+        return tx.transact("admit", work, batch=True)
 
     # -- the worker's claim, due waits and sweeps (07 §7.2) --------------------------------------
 
@@ -294,7 +300,7 @@ class RunWrites:
                 return None
             return apply_txn(tx, conn, snapshot, write, now, grant=grant)
 
-        return tx.transact("claim-due-step", work)
+        return tx.transact("claim-due-step", work, batch=True)
 
     def fire_due_waits(
         self, now: Instant, decide: DecideEach, *, limit: int = FIRE_BATCH
@@ -414,7 +420,7 @@ class RunWrites:
                 return Written(snapshot, evolve(claim, snapshot=snapshot))
             return apply_txn(tx, conn, snapshot, write, now, held=claim)
 
-        return tx.transact("record-step-progress", work)
+        return tx.transact("record-step-progress", work, batch=True)
 
     def complete_step(
         self,
@@ -448,7 +454,7 @@ class RunWrites:
                 grant=grant if tx.may_claim(snapshot.control) else None,
             )
 
-        return tx.transact("complete-step", work)
+        return tx.transact("complete-step", work, batch=True)
 
     def _fence_txn(
         self, conn: Connection, claim: Claim, now: Instant, *, live: bool
