@@ -768,7 +768,9 @@ class Parked:
             # The claim as the service plans it now: without --analyze-every (and autovacuum
             # off) the statistics are those of the empty tables.
             with self.connect() as connection:
-                self.explain_one(connection, "claim_at_last_admission", hot_statements()["claim"], 1)
+                self.explain_one(
+                    connection, "claim_at_last_admission", hot_statements()["claim"], 1
+                )
             settle = self.wait_parked(runs, arguments.timeout)
             self.check_observation_floor()
         finally:

@@ -27,7 +27,7 @@ from adapter_support import (
     uncertain,
 )
 
-from coordinator_core.engine.events import CallOutcome
+from coordinator_core.engine.inputs import CallOutcome
 from coordinator_core.shell.adapters import AccessToken, HttpSettings, ProductConnection
 from coordinator_core.shell.adapters.messaging import MessagingAdapter
 from coordinator_core.shell.adapters.scheduling import SchedulingAdapter

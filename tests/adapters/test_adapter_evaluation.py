@@ -28,7 +28,7 @@ from adapter_support import (
     uncertain,
 )
 
-from coordinator_core.engine.events import PreparationDone
+from coordinator_core.engine.inputs import PreparationDone
 from coordinator_core.shell.adapters import AccessToken, EvaluationConnection
 from coordinator_core.shell.adapters.evaluation import EvaluationAdapter
 from coordinator_core.values import canonical_json

@@ -35,7 +35,7 @@ from adapter_support import (
 )
 
 import coordinator_core.shell.adapters as adapters
-from coordinator_core.engine import events as engine
+from coordinator_core.engine import inputs as engine
 from coordinator_core.engine.codes import REPLY_CODES
 from coordinator_core.engine.commands import Dispatch, ObtainCredential, Prepare
 from coordinator_core.operations import CATALOG

@@ -15,14 +15,8 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from coordinator_api import (
-    ApiSettings,
-    AuthenticationSettings,
-    CallerPolicy,
-    EventTrigger,
-    StaticJwks,
-    WorkflowSummary,
-)
+from coordinator_api import ApiSettings, EventTrigger, WorkflowSummary
+from coordinator_core.config.model import Authentication, JwksStatic, Policy, SecretRef
 from coordinator_core.engine import RunState, StepRecord
 from coordinator_core.operations import descriptor
 from coordinator_core.shell.service import (
@@ -204,33 +198,41 @@ def bearer(
 # Settings
 
 
-def authentication(keys: SigningKeys) -> AuthenticationSettings:
-    return AuthenticationSettings(
+def caller_jwks(keys: SigningKeys) -> bytes:
+    """The static key set's document, as `Secrets.caller_jwks` holds it."""
+    return json.dumps(keys.jwks()).encode()
+
+
+def authentication(keys: SigningKeys) -> Authentication:
+    """`deployment.authentication` with a static key set (its document: `caller_jwks`)."""
+    return Authentication(
         issuer=ISSUER,
         audience=AUDIENCE,
-        jwks_source=StaticJwks(json.dumps(keys.jwks()).encode()),
+        jwks_source=JwksStatic(
+            SecretRef("file", "caller-jwks", "/deployment/authentication/jwksSource/documentRef")
+        ),
         allowed_clients=frozenset({"ops-console", "starter", "reader", "stranger"}),
         policies=(
-            CallerPolicy(
+            Policy(
                 client_id="ops-console",
                 required_scopes=frozenset({"coordinator:operate"}),
                 workflows=frozenset({WORKFLOW, "retired-flow"}),
                 actions=ALL_ACTIONS,
                 operator=True,
             ),
-            CallerPolicy(
+            Policy(
                 client_id="starter",
                 required_scopes=frozenset({"coordinator:start"}),
                 workflows=frozenset({WORKFLOW}),
                 actions=RUN_ACTIONS,
             ),
-            CallerPolicy(
+            Policy(
                 client_id="reader",
                 required_scopes=frozenset({"coordinator:read"}),
                 workflows=frozenset({WORKFLOW}),
                 actions=frozenset({"status"}),
             ),
-            CallerPolicy(
+            Policy(
                 client_id="stranger",
                 required_scopes=frozenset({"coordinator:start"}),
                 workflows=frozenset({"other-workflow"}),
@@ -257,6 +259,7 @@ WORKFLOW_SUMMARY = WorkflowSummary(
 def settings(keys: SigningKeys, **changes: Any) -> ApiSettings:
     base = ApiSettings(
         authentication=authentication(keys),
+        caller_jwks=caller_jwks(keys),
         workflow=WORKFLOW_SUMMARY,
         event_triggers={
             "application-submitted": EventTrigger(

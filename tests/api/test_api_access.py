@@ -28,14 +28,16 @@ from api_fakes import (
     SigningKeys,
     authentication,
     bearer,
+    caller_jwks,
     claims,
     settings,
     token,
 )
 
-from coordinator_api import JwksUri, OidcDiscovery, create_app
 from coordinator_api import access as access_module
+from coordinator_api import create_app
 from coordinator_api.access import AccessVerifier, KeySetCache, KeySetUnavailable, TokenRefused
+from coordinator_core.config.model import JwksDiscovery, JwksUri
 
 pytestmark = pytest.mark.anyio
 
@@ -364,7 +366,7 @@ async def test_a_key_set_from_a_uri_is_fetched_once_and_used(
 async def test_a_key_set_by_discovery_is_fetched_from_the_issuer(
     keys: SigningKeys, key_server: _KeyServer
 ) -> None:
-    app = _app_with(keys, OidcDiscovery(), issuer=key_server.url)
+    app = _app_with(keys, JwksDiscovery(), issuer=key_server.url)
     payload = claims(iss=key_server.url)
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url=BASE_URL
@@ -448,7 +450,9 @@ async def test_a_token_met_again_is_not_verified_again_but_its_claims_are_checke
     """A caller presents one token for many requests: its signature is verified once for the
     key that verified it; expiry and the other claim rules hold on every request."""
     clock = [NOW.timestamp()]
-    verifier = AccessVerifier(authentication(keys), clock=lambda: clock[0])
+    verifier = AccessVerifier(
+        authentication(keys), clock=lambda: clock[0], caller_jwks=caller_jwks(keys)
+    )
     await verifier.start()
     decodes: list[str] = []
     real_decode = access_module.jwt.decode
@@ -477,7 +481,9 @@ async def test_a_token_met_again_is_not_verified_again_but_its_claims_are_checke
 async def test_a_kept_token_is_verified_again_once_its_key_set_changed(keys: SigningKeys) -> None:
     """The kept verdict belongs to the key that gave it: after the key set was fetched anew
     (a rotation), the token's signature is checked against the key the set now holds."""
-    verifier = AccessVerifier(authentication(keys), clock=NOW.timestamp)
+    verifier = AccessVerifier(
+        authentication(keys), clock=NOW.timestamp, caller_jwks=caller_jwks(keys)
+    )
     await verifier.start()
     presented = token(keys, claims())
     await verifier.verify(presented)

@@ -12,10 +12,7 @@ from coordinator_api.bodies import ecma_pattern, is_json_media_type, parse_rfc33
 from coordinator_api.wire import timestamp
 from coordinator_core.shell.service import AuditJournal, RunService
 
-PUBLIC = {
-    "ApiSettings", "AppState", "AuthenticationSettings", "CallerPolicy", "EventTrigger",
-    "JwksUri", "OidcDiscovery", "StaticJwks", "WorkflowSummary", "create_app",
-}  # fmt: skip
+PUBLIC = {"ApiSettings", "AppState", "EventTrigger", "WorkflowSummary", "create_app"}
 
 
 def test_the_public_surface_is_pinned() -> None:

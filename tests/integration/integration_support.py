@@ -27,11 +27,13 @@ import httpx
 import pytest
 
 from coordinator_core.checking.checker import check_project
+from coordinator_core.config.model import Deployment
 from coordinator_core.shell.audit import AuditWriter
 from coordinator_core.shell.audit.witness import RestoreWitness
-from coordinator_core.shell.deployment import Deployment, Secrets, load_deployment, resolve_secrets
+from coordinator_core.shell.deployment import load_deployment
 from coordinator_core.shell.execution.worker import Worker
 from coordinator_core.shell.package_files import LoadedPackage, load_package, write_package
+from coordinator_core.shell.secrets import Secrets, resolve_secrets
 from coordinator_core.shell.service import (
     AdmissionRequest,
     Caller,

@@ -140,3 +140,26 @@ def test_an_admission_whose_process_died_after_its_commit_is_retried_and_sends_o
 
 def _fields(value: Any) -> dict[str, Any]:
     return {name: getattr(value, name) for name in value.__dataclass_fields__}
+
+
+def test_an_admission_that_parks_its_first_wait_schedules_the_instant_it_falls_due(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wait-until that is not yet due at admission is parked by the admission's claim: there
+    is nothing to hand over and nobody else is told, so the admitting process schedules the
+    instant itself (and announces it) — else the run would sleep until the idle cap."""
+    wakeup = deployed.runtime.wakeup
+    scheduled: list[int] = []
+    real_schedule = wakeup.schedule
+
+    def schedule(instant: int) -> bool:
+        scheduled.append(instant)
+        return real_schedule(instant)
+
+    monkeypatch.setattr(wakeup, "schedule", schedule)
+    free = iter([True])
+    monkeypatch.setattr(wakeup, "take_idle_loop", lambda: next(free, False))
+    admitted = deployed.admit(run_input(send_after="2999-01-01T00:00:00Z"))
+    due = record(stored(deployed, admitted), "due").record
+    assert due.state == "pending" and due.due_at is not None
+    assert scheduled == [due.due_at]

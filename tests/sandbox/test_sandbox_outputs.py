@@ -18,7 +18,7 @@ import pytest
 from sandbox_support import RECORD_ID, RESOURCES, Sandbox
 
 from coordinator_core.engine.commands import Dispatch, LookupReceipt, Observe, Prepare
-from coordinator_core.engine.events import (
+from coordinator_core.engine.inputs import (
     CallOutcome,
     ObservationOutcome,
     PreparationDone,

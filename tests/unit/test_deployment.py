@@ -24,8 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from coordinator_core.errors import Diagnostic
-from coordinator_core.shell.deployment import (
+from coordinator_core.config.model import (
     BearerAuthorization,
     Deployment,
     DeploymentRefused,
@@ -33,13 +32,13 @@ from coordinator_core.shell.deployment import (
     JwksUri,
     LocalAuthorization,
     PostgresqlDatabase,
-    Secrets,
     SqliteDatabase,
     binding_digest,
     connection_identity,
-    load_deployment,
-    resolve_secrets,
 )
+from coordinator_core.errors import Diagnostic
+from coordinator_core.shell.deployment import load_deployment
+from coordinator_core.shell.secrets import Secrets, resolve_secrets
 from coordinator_core.values import canonical_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -304,14 +303,14 @@ def test_development_example_loads_with_every_member_typed(development: Layout) 
     assert authentication.audience == "coordinator"
     assert isinstance(authentication.jwks_source, JwksStatic)
     assert authentication.jwks_source.document_ref.text == "secret:file/caller-jwks.json"
-    assert authentication.allowed_clients == ("ops-console",)
-    assert authentication.assertion_issuers == ()
+    assert authentication.allowed_clients == frozenset({"ops-console"})
+    assert authentication.assertion_issuers == frozenset()
     assert authentication.scope_claim == "registry_scopes"
     assert authentication.client_id_claim == "client_id"
     (policy,) = authentication.policies
     assert policy.client_id == "ops-console"
-    assert policy.required_scopes == ("coordinator:operate",)
-    assert policy.workflows == ("reviewed-notice",)
+    assert policy.required_scopes == frozenset({"coordinator:operate"})
+    assert policy.workflows == frozenset({"reviewed-notice"})
     assert len(policy.actions) == 11
     assert policy.operator is True
     assert authentication.operator_clients == frozenset({"ops-console"})

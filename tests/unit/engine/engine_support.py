@@ -26,7 +26,7 @@ from coordinator_core.engine import (
     advance,
     parse_instant,
 )
-from coordinator_core.engine.events import Event
+from coordinator_core.engine.inputs import Event
 
 T0 = parse_instant("2026-03-02T09:00:00Z") or 0
 SECOND = 1000

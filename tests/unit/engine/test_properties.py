@@ -46,7 +46,7 @@ from coordinator_core.engine import (
     advance,
     format_instant,
 )
-from coordinator_core.engine.events import Event
+from coordinator_core.engine.inputs import Event
 from coordinator_core.functions import compile_functions
 
 SOURCE = """

@@ -16,16 +16,7 @@ from typing import TYPE_CHECKING, Any
 # line on `coordinator`'s stderr (09 §5: log lines carry a code and a fixed message only).
 warnings.filterwarnings("ignore", message=r"Using `httpx` with `starlette\.testclient`")
 
-from coordinator_api.settings import (
-    ApiSettings,
-    AuthenticationSettings,
-    CallerPolicy,
-    EventTrigger,
-    JwksUri,
-    OidcDiscovery,
-    StaticJwks,
-    WorkflowSummary,
-)
+from coordinator_api.settings import ApiSettings, EventTrigger, WorkflowSummary
 
 if TYPE_CHECKING:
     from coordinator_api.app import AppState, create_app
@@ -33,12 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ApiSettings",
     "AppState",
-    "AuthenticationSettings",
-    "CallerPolicy",
     "EventTrigger",
-    "JwksUri",
-    "OidcDiscovery",
-    "StaticJwks",
     "WorkflowSummary",
     "create_app",
 ]

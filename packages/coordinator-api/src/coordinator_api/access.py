@@ -15,7 +15,8 @@ than left to PyJWT's defaults so that each one is explicit and tested:
 * the client id claim names an allowed client; a `registry_assertion_issuer` claim is refused
   unless it names an allowed assertion issuer.
 
-Key sets come from the configuration (static), a URI or OIDC discovery. They are loaded at start
+Key sets come from the configuration (static: the resolved secret `Secrets.caller_jwks`), a URI
+or OIDC discovery (`deployment.authentication.jwksSource`, 05 §8.1). They are loaded at start
 (failure stops the start), used for 5 minutes, and fetched again early on an unknown `kid` at
 most once per 30 s; when a needed key set cannot be obtained the answer is 503
 `coordinator.access.unavailable`. `jku`, `x5u` and embedded `jwk` headers are never followed.
@@ -51,12 +52,12 @@ from coordinator_api.limits import (
     VERIFIED_TOKENS,
 )
 from coordinator_api.problems import ApiProblem
-from coordinator_api.settings import (
-    AuthenticationSettings,
+from coordinator_core.config.model import (
+    Authentication,
+    JwksDiscovery,
+    JwksSource,
+    JwksStatic,
     JwksUri,
-    KeySetSource,
-    OidcDiscovery,
-    StaticJwks,
 )
 from coordinator_core.shell.service import Caller
 from coordinator_core.values import StrictJsonError, parse_strict_json
@@ -211,14 +212,17 @@ def _usable_key(entry: object) -> tuple[tuple[str, str], jwt.PyJWK] | None:
 
 
 class KeySetCache:
-    """One key set source with the refresh policy of 06 §2 (single flight)."""
+    """One key set source with the refresh policy of 06 §2 (single flight). A static source's
+    document is the resolved secret `document` (`Secrets.caller_jwks`)."""
 
     def __init__(
         self,
-        source: KeySetSource,
+        source: JwksSource,
         issuer: str,
         transport: httpx.AsyncBaseTransport | None,
         monotonic: Callable[[], float] = time.monotonic,
+        *,
+        document: bytes | None = None,
     ) -> None:
         self._source = source
         self._issuer = issuer
@@ -229,19 +233,21 @@ class KeySetCache:
         self._fetched_at = -math.inf
         self._attempted_at = -math.inf
         self._failed = False
-        if isinstance(source, StaticJwks):
-            self._keys = KeySet.parse(source.document)  # a broken static set stops the start
+        if isinstance(source, JwksStatic):
+            if document is None:
+                raise ValueError("A static key set needs its document (Secrets.caller_jwks).")
+            self._keys = KeySet.parse(document)  # a broken static set stops the start
 
     async def start(self) -> None:
         """Load the key set; raise KeySetUnavailable when it cannot be obtained."""
-        if isinstance(self._source, StaticJwks):
+        if isinstance(self._source, JwksStatic):
             return
         async with self._lock:
             await self._refresh()
 
     async def key(self, kid: str, algorithm: str) -> jwt.PyJWK | None:
         """The key for (kid, algorithm), refreshing as 06 §2 recommends; None if unknown."""
-        if isinstance(self._source, StaticJwks):
+        if isinstance(self._source, JwksStatic):
             assert self._keys is not None
             return self._keys.find(kid, algorithm)
         async with self._lock:
@@ -277,7 +283,7 @@ class KeySetCache:
         ) as client:
             if isinstance(self._source, JwksUri):
                 return await _get(client, self._source.uri)
-            assert isinstance(self._source, OidcDiscovery)
+            assert isinstance(self._source, JwksDiscovery)
             url = self._issuer.rstrip("/") + "/.well-known/openid-configuration"
             try:
                 discovery = parse_strict_json(await _get(client, url))
@@ -333,17 +339,22 @@ def _number(claims: Mapping[str, Any], name: str) -> float | None:
 
 
 class AccessVerifier:
-    """Verifies access tokens and resolves the caller's policy (06 §2)."""
+    """Verifies access tokens and resolves the caller's policy (06 §2): `settings` is
+    `deployment.authentication`, `caller_jwks` the document of its static key set."""
 
     def __init__(
         self,
-        settings: AuthenticationSettings,
+        settings: Authentication,
         clock: Callable[[], float],
         transport: httpx.AsyncBaseTransport | None = None,
+        *,
+        caller_jwks: bytes | None = None,
     ) -> None:
         self._settings = settings
         self._clock = clock
-        self._keys = KeySetCache(settings.jwks_source, settings.issuer, transport)
+        self._keys = KeySetCache(
+            settings.jwks_source, settings.issuer, transport, document=caller_jwks
+        )
         self._verified: OrderedDict[str, tuple[object, dict[str, Any]]] = OrderedDict()
         """Tokens whose signature verified, with the key that verified it (a caller presents
         the same token for up to an hour): a token met again under the same key is not

@@ -322,6 +322,7 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
             settings.authentication,
             clock=lambda: settings.clock().timestamp(),
             transport=settings.jwks_transport,
+            caller_jwks=settings.caller_jwks,
         ),
         bodies=BodySchemas(bundled_document),
         operations=operations,

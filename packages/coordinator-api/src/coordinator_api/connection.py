@@ -13,7 +13,7 @@ from coordinator_api import limits
 from coordinator_api.edge import SECURITY_HEADERS
 from coordinator_api.problems import problem_body, problem_headers
 from coordinator_api.wire import encode
-from coordinator_core.shell.deployment import Listener
+from coordinator_core.config.model import Listener
 from coordinator_core.shell.runtime import guard
 from coordinator_core.shell.runtime.guard import (
     CONNECTIONS_EXHAUSTED,

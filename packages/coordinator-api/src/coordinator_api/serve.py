@@ -20,6 +20,7 @@ import time
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
+from coordinator_core.config.model import Authentication
 from coordinator_core.shell.runtime import process
 from coordinator_core.shell.runtime.argv import add_version_flag
 from coordinator_core.shell.runtime.service_log import ServiceLog
@@ -62,7 +63,7 @@ def _serve_command(
     begun = process.start(options, log, started, serving=True)
     deployment, secrets, settings = begun.deployment, begun.secrets, begun.settings
     # 5. The caller key set, before the listener opens.
-    _check_jwks(serve_settings.authentication_settings(deployment, secrets))
+    _check_jwks(settings.authentication, secrets.caller_jwks)
     if begun.stopped_before_serving():
         return process.EXIT_OK
 
@@ -83,11 +84,11 @@ def _serve_command(
     return _serve(app, sock, begun)
 
 
-def _check_jwks(authentication: Any) -> None:
+def _check_jwks(authentication: Authentication, caller_jwks: bytes | None) -> None:
     """Step 5: the caller key set must be obtainable before the listener opens."""
     from coordinator_api.access import AccessVerifier
 
-    verifier = AccessVerifier(authentication, clock=time.time)
+    verifier = AccessVerifier(authentication, clock=time.time, caller_jwks=caller_jwks)
     try:
         asyncio.run(verifier.start())
     except Exception:

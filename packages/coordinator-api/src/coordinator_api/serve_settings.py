@@ -1,7 +1,7 @@
 """What `coordinator serve` derives for the HTTP app from the runtime file, its secrets and
-the package: the `AuthenticationSettings` of the caller key set and the `ApiSettings` of
-`create_app` (06). The runtime file is not read here: it was read and checked once, by the
-process start (`coordinator_core.shell.runtime.process`).
+the package: the `ApiSettings` of `create_app` (06), whose caller authentication is the
+deployment's own block and secret. The runtime file is not read here: it was read and checked
+once, by the process start (`coordinator_core.shell.runtime.process`).
 """
 
 from __future__ import annotations
@@ -10,44 +10,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from coordinator_api import settings as api
-from coordinator_core.shell.deployment import Deployment, JwksStatic, JwksUri, Secrets
+from coordinator_core.config.model import Deployment
 from coordinator_core.shell.package_files import LoadedPackage
+from coordinator_core.shell.secrets import Secrets
 
-__all__ = ["api_settings", "authentication_settings"]
-
-
-def authentication_settings(deployment: Deployment, secrets: Secrets) -> api.AuthenticationSettings:
-    """`deployment.authentication` as the API's `AuthenticationSettings`."""
-    settings = deployment.deployment
-    assert settings is not None
-    written = settings.authentication
-    source: api.KeySetSource
-    if isinstance(written.jwks_source, JwksStatic):
-        assert secrets.caller_jwks is not None
-        source = api.StaticJwks(secrets.caller_jwks)
-    elif isinstance(written.jwks_source, JwksUri):
-        source = written.jwks_source
-    else:
-        source = api.OidcDiscovery()
-    return api.AuthenticationSettings(
-        issuer=written.issuer,
-        audience=written.audience,
-        jwks_source=source,
-        allowed_clients=frozenset(written.allowed_clients),
-        policies=tuple(
-            api.CallerPolicy(
-                client_id=policy.client_id,
-                required_scopes=frozenset(policy.required_scopes),
-                workflows=frozenset(policy.workflows),
-                actions=frozenset(policy.actions),
-                operator=policy.operator,
-            )
-            for policy in written.policies
-        ),
-        assertion_issuers=frozenset(written.assertion_issuers),
-        scope_claim=written.scope_claim,
-        client_id_claim=written.client_id_claim,
-    )
+__all__ = ["api_settings"]
 
 
 def api_settings(
@@ -57,6 +24,9 @@ def api_settings(
     *,
     recovery_only: bool,
 ) -> api.ApiSettings:
+    settings = deployment.deployment
+    if settings is None:
+        raise ValueError("The service is served from a runtime file with a deployment block.")
     snapshot = package.snapshot
     workflow = snapshot.workflow
     project: Mapping[str, Any] = workflow.get("project") or {}
@@ -75,7 +45,8 @@ def api_settings(
         )
     title = project.get("title")
     return api.ApiSettings(
-        authentication=authentication_settings(deployment, secrets),
+        authentication=settings.authentication,
+        caller_jwks=secrets.caller_jwks,
         workflow=api.WorkflowSummary(
             workflow_id=str(project.get("id")),
             title=str(title) if title is not None else None,

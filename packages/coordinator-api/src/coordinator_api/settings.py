@@ -2,7 +2,9 @@
 
 The service start-up reads `runtime.yaml` (05) and the active package, resolves the secrets and
 passes the result in as `ApiSettings`; this package never parses configuration files or secret
-references itself. The field comments name the runtime-config member each value comes from.
+references itself. The caller authentication is the deployment's own
+`coordinator_core.config.model.Authentication` with the resolved `Secrets.caller_jwks`; the
+field comments name the runtime-config member each other value comes from.
 """
 
 from __future__ import annotations
@@ -13,20 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from coordinator_core.config.model import JwksUri
+from coordinator_core.config.model import Authentication
 
 if TYPE_CHECKING:
     import httpx
 
 __all__ = [
     "ApiSettings",
-    "AuthenticationSettings",
-    "CallerPolicy",
     "EventTrigger",
-    "JwksUri",
-    "KeySetSource",
-    "OidcDiscovery",
-    "StaticJwks",
     "WorkflowSummary",
     "utc_now",
 ]
@@ -34,46 +30,6 @@ __all__ = [
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class CallerPolicy:
-    """`deployment.authentication.policies[]` (05 §8.1), its lists as sets."""
-
-    client_id: str
-    required_scopes: frozenset[str]
-    workflows: frozenset[str]
-    actions: frozenset[str]
-    operator: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class StaticJwks:
-    """`jwksSource: {type: static, documentRef}`: the resolved JWKS document (JSON bytes)."""
-
-    document: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class OidcDiscovery:
-    """`jwksSource: {type: discovery}`: `jwks_uri` from `<issuer>/.well-known/openid-configuration`."""
-
-
-KeySetSource = StaticJwks | JwksUri | OidcDiscovery
-
-
-@dataclass(frozen=True, slots=True)
-class AuthenticationSettings:
-    """`deployment.authentication` (05 §8.1), validated by the runtime-config checker."""
-
-    issuer: str
-    audience: str
-    jwks_source: KeySetSource
-    allowed_clients: frozenset[str]
-    policies: tuple[CallerPolicy, ...]
-    assertion_issuers: frozenset[str] = frozenset()
-    scope_claim: str = "registry_scopes"
-    client_id_claim: str = "client_id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +62,8 @@ class EventTrigger:
 class ApiSettings:
     """Everything `create_app` needs besides the service and the audit journal.
 
+    `authentication` is `deployment.authentication` (05 §8.1) and `caller_jwks` the document of
+    its static key set (`Secrets.caller_jwks`; None unless `jwksSource` is `static`).
     `event_triggers` must name exactly the workflow's triggers. `completion_tokens` maps each
     `casework` connection with `reviewCompletions` to its resolved token. `openapi_dir` is the
     directory holding `openapi.bundled.yaml` and `openapi.connexion.yaml` (default: see
@@ -118,8 +76,9 @@ class ApiSettings:
     service's.
     """
 
-    authentication: AuthenticationSettings
+    authentication: Authentication
     workflow: WorkflowSummary
+    caller_jwks: bytes | None = None
     event_triggers: Mapping[str, EventTrigger] = field(default_factory=dict)
     completion_tokens: Mapping[str, bytes] = field(default_factory=dict)
     recovery_only: bool = False

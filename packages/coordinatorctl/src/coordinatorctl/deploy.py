@@ -25,6 +25,12 @@ from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from coordinator_core.config.model import (
+    Deployment,
+    DeploymentRefused,
+    DeploymentSettings,
+    PostgresqlDatabase,
+)
 from coordinator_core.definition.ir import Definition
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.audit import (
@@ -37,20 +43,11 @@ from coordinator_core.shell.audit import (
 )
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.clock import wall_clock
-from coordinator_core.shell.deployment import (
-    Deployment,
-    DeploymentRefused,
-    DeploymentSettings,
-    PostgresqlDatabase,
-    Secrets,
-    load_deployment,
-    package_binding_problems,
-    resolve_secrets,
-)
+from coordinator_core.shell.deployment import load_deployment, package_binding_problems
 from coordinator_core.shell.execution.codec import DefinitionCache
 from coordinator_core.shell.package_files import LoadedPackage, load_package
 from coordinator_core.shell.sealing import Sealer
-from coordinator_core.shell.secrets import DatabaseRole
+from coordinator_core.shell.secrets import DatabaseRole, Secrets, resolve_secrets
 from coordinator_core.shell.service.bindings import LiveBindings
 from coordinator_core.shell.store import (
     ActivationRequest,

@@ -1,11 +1,15 @@
 """The typed, frozen runtime file as the service and the deployment commands use it (contract 05).
 
-Every class here is a frozen dataclass built by `coordinator_core.shell.deployment.load_deployment`
-from a runtime file that passed the whole check of 05 §9 with environment substitution. Values
-are final: defaults are filled, base URLs have their trailing `/` removed, and secret
-references are `SecretRef`s that know where they were written, so that a diagnostic about a
-secret can point at the member that names it without quoting the reference or the secret.
-Nothing in this module holds a secret: see `coordinator_core.shell.secrets`.
+Every class here is a frozen dataclass built by `coordinator_core.config.build.build_deployment`
+from a runtime file that passed the whole check of 05 §9 with environment substitution (the
+shell loads it: `coordinator_core.shell.deployment.load_deployment`). Values are final: defaults
+are filled, base URLs have their trailing `/` removed, lists whose order means nothing are
+frozensets, and secret references are `SecretRef`s that know where they were written, so that a
+diagnostic about a secret can point at the member that names it without quoting the reference
+or the secret. Nothing in this module holds a secret: see `coordinator_core.shell.secrets`.
+
+Each connection knows its identity object of 05 §10 (`identity()`); `binding_digest(deployment,
+workflow)` is the digest over the identities of the connections a workflow uses.
 """
 
 from __future__ import annotations
@@ -15,7 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
+from coordinator_core import limits
+from coordinator_core.authoring.yamlreader import escape_pointer_token
 from coordinator_core.errors import CoordinatorError, Diagnostic, exit_code_of
+from coordinator_core.values import canonical_json, sha256_label
 
 if TYPE_CHECKING:
     from coordinator_core.config.read import RuntimeCheck
@@ -48,12 +55,16 @@ __all__ = [
     "SqliteDatabase",
     "TlsTermination",
     "WorkerSettings",
+    "binding_digest",
+    "connection_identity",
+    "connection_names",
 ]
 
 Product = Literal["breg", "casework", "messaging", "scheduling"]
 TlsTermination = Literal["operator-controlled-upstream", "development-loopback"]
 
 REFERENCE_PREFIX: Final = "secret:"
+_UNBOUND: Final = "The workflow uses a connection that the runtime file does not bind."
 
 
 class DeploymentRefused(CoordinatorError):
@@ -160,12 +171,22 @@ class ClientAuthorization:
 class ProductConnectionConfig:
     """`connections.<name>` (05 §5.1). `base_url` has its trailing `/` removed."""
 
+    abi: ClassVar[str] = "coordinator-adapters/v4"
     name: str
     product: Product
     base_url: str
     authorization: ClientAuthorization
     profile: str | None = None
     review_completions_token_ref: SecretRef | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """The identity object of 05 §10 (no secret reference, no `reviewCompletions`)."""
+        identity: dict[str, Any] = {"product": self.product, "baseUrl": self.base_url}
+        if self.product == "breg":
+            identity["profile"] = self.profile
+        identity.update(self.authorization.identity())
+        identity["abi"] = self.abi
+        return identity
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +198,7 @@ class ExternalHttpConnectionConfig:
     returns a fresh copy.
     """
 
+    abi: ClassVar[str] = "coordinator-external-http/v1"
     name: str
     base_url: str
     paths: tuple[str, ...]
@@ -189,6 +211,22 @@ class ExternalHttpConnectionConfig:
     @property
     def response_schema(self) -> Any:
         return json.loads(self.response_schema_json)
+
+    def identity(self) -> dict[str, Any]:
+        """The identity object of 05 §10: paths and query parameters sorted, defaults filled."""
+        return {
+            "product": "external-http",
+            "baseUrl": self.base_url,
+            "paths": sorted(self.paths),
+            "queryParameters": sorted(self.query_parameters),
+            "authorization": (
+                self.authorization.identity() if self.authorization is not None else None
+            ),
+            "responseSchema": self.response_schema,
+            "attemptTimeoutMilliseconds": self.attempt_timeout_milliseconds,
+            "maximumResponseBytes": self.maximum_response_bytes,
+            "abi": self.abi,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +249,7 @@ EvaluationAuthorization = BearerAuthorization | LocalAuthorization
 class EvaluationConnectionConfig:
     """`evaluationConnections.<name>` (05 §5.3), defaults filled."""
 
+    abi: ClassVar[str] = "coordinator-evaluation/v1"
     name: str
     protocol: Literal["system-one"]
     base_url: str
@@ -219,6 +258,25 @@ class EvaluationConnectionConfig:
     attempt_timeout_milliseconds: int = 8000
     maximum_request_bytes: int = 65_536
     maximum_response_bytes: int = 65_536
+
+    def identity(self) -> dict[str, Any]:
+        """The identity object of 05 §10: the bearer principal, never its token."""
+        authorization: dict[str, Any]
+        if isinstance(self.authorization, BearerAuthorization):
+            authorization = {"bearer": {"principal": self.authorization.principal}}
+        else:
+            authorization = {"local": {}}
+        return {
+            "product": "evaluation",
+            "protocol": self.protocol,
+            "baseUrl": self.base_url,
+            "model": self.model,
+            "authorization": authorization,
+            "attemptTimeoutMilliseconds": self.attempt_timeout_milliseconds,
+            "maximumRequestBytes": self.maximum_request_bytes,
+            "maximumResponseBytes": self.maximum_response_bytes,
+            "abi": self.abi,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,25 +331,27 @@ JwksSource = JwksDiscovery | JwksUri | JwksStatic
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """One `deployment.authentication.policies[]` entry (05 §8.1), in written order."""
+    """One `deployment.authentication.policies[]` entry (05 §8.1), its lists as sets (the
+    policies themselves keep their written order: the first that applies is the caller's)."""
 
     client_id: str
-    required_scopes: tuple[str, ...]
-    workflows: tuple[str, ...]
-    actions: tuple[str, ...]
+    required_scopes: frozenset[str]
+    workflows: frozenset[str]
+    actions: frozenset[str]
     operator: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Authentication:
-    """`deployment.authentication` (05 §8.1), defaults filled."""
+    """`deployment.authentication` (05 §8.1), defaults filled. A static key set is the secret
+    `Secrets.caller_jwks`; the HTTP API verifies callers with both (06 §2)."""
 
     issuer: str
     audience: str
     jwks_source: JwksSource
-    allowed_clients: tuple[str, ...]
+    allowed_clients: frozenset[str]
     policies: tuple[Policy, ...]
-    assertion_issuers: tuple[str, ...] = ()
+    assertion_issuers: frozenset[str] = frozenset()
     scope_claim: str = "registry_scopes"
     client_id_claim: str = "client_id"
 
@@ -388,3 +448,62 @@ class Deployment:
             found += list(settings.state_keys.values())
             found.append(settings.admission_key_ref)
         return tuple(found)
+
+
+# -- the binding digest (05 §10) --------------------------------------------------------------
+
+
+def connection_names(workflow: Mapping[str, Any]) -> frozenset[str]:
+    """The connection names a workflow body's aliases use (`operations.<alias>.connection`).
+
+    `workflow` is the decoded workflow body, as in `workflow.yaml` or a snapshot's `workflow`.
+    """
+    operations = workflow.get("operations")
+    names: set[str] = set()
+    if isinstance(operations, Mapping):
+        for alias in operations.values():
+            if isinstance(alias, Mapping) and isinstance(alias.get("connection"), str):
+                names.add(alias["connection"])
+    return frozenset(names)
+
+
+def connection_identity(deployment: Deployment, name: str) -> dict[str, Any]:
+    """The identity object of 05 §10 of the connection `name` (any of the three maps).
+
+    Secret references, `reviewCompletions`, event sources and the observation floor are not
+    part of it. Raises `DeploymentRefused` (`coordinator.runtime.workflow-binding`) when no
+    map binds `name`.
+    """
+    connection: (
+        ProductConnectionConfig | ExternalHttpConnectionConfig | EvaluationConnectionConfig | None
+    ) = (
+        deployment.connections.get(name)
+        or deployment.external_http_connections.get(name)
+        or deployment.evaluation_connections.get(name)
+    )
+    if connection is not None:
+        return connection.identity()
+    raise DeploymentRefused(
+        [
+            Diagnostic(
+                "coordinator.runtime.workflow-binding",
+                path=f"/connections/{escape_pointer_token(name)}",
+                file=deployment.file,
+                message=_UNBOUND,
+                artifact=limits.KIND_RUNTIME,
+            )
+        ]
+    )
+
+
+def binding_digest(deployment: Deployment, workflow: Mapping[str, Any]) -> str:
+    """05 §10: `"sha256:" + hex(SHA-256(JCS({name: identity})))` over the connections
+    `workflow` uses.
+
+    `workflow` is the decoded workflow body (`operations` maps each alias to its
+    `{operation, connection, …}`).
+    """
+    identities = {
+        name: connection_identity(deployment, name) for name in sorted(connection_names(workflow))
+    }
+    return sha256_label(canonical_json(identities))

@@ -31,7 +31,6 @@ from coordinator_core.engine.carry import (
     claim_record,
     needs_credential,
 )
-from coordinator_core.engine.clock import Instant, format_instant, parse_instant
 from coordinator_core.engine.codes import (
     ADAPTER_CODES,
     FAILURE_CODES,
@@ -59,7 +58,7 @@ from coordinator_core.engine.commands import (
     ScheduleObservation,
     command_from_json,
 )
-from coordinator_core.engine.events import (
+from coordinator_core.engine.inputs import (
     Admitted,
     AttemptRefused,
     CallOutcome,
@@ -80,6 +79,7 @@ from coordinator_core.engine.events import (
     event_from_json,
     to_canonical,
 )
+from coordinator_core.engine.instants import Instant, format_instant, parse_instant
 from coordinator_core.engine.keys import CommitmentKeys, Keys, commitment
 from coordinator_core.engine.recovery import (
     is_settled,

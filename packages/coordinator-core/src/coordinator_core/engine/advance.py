@@ -4,20 +4,24 @@
 caller carries out. It is a pure function: the same definition, state, event, instant and keys
 always give the same result. Transition numbers (T1…T36) refer to the table of 07 §5.
 
-This module is the entry point: it hands each event to its transition group — `steps`
-(entering steps, admission, claims and step work), `outcomes` (call and observation
-outcomes), `recovery` (time, leases, holds, cancel, retry-same, reconcile) — all working on
-the transition state of `transition` (`_Tx`, `Advance`, the run-status helpers).
+This module is the entry point: `TRANSITIONS`, one table, hands each event to its handler in
+its transition group — `steps` (entering steps, admission, claims and step work), `outcomes`
+(call and observation outcomes), `recovery` (time, leases, holds, cancel, retry-same,
+reconcile) — all working on the transition state of `transition` (`Transition`, `Advance`, the
+run-status helpers).
 """
 
 from __future__ import annotations
 
-from coordinator_core.definition.ir import (
-    Definition,
-)
-from coordinator_core.engine.clock import Instant
-from coordinator_core.engine.events import (
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final
+
+from coordinator_core.definition.ir import Definition
+from coordinator_core.engine.inputs import (
     Admitted,
+    AttemptRefused,
     CallOutcome,
     CancelRequested,
     CompletionNotified,
@@ -34,35 +38,66 @@ from coordinator_core.engine.events import (
     StepDue,
     Work,
 )
+from coordinator_core.engine.instants import Instant
 from coordinator_core.engine.keys import Keys
-from coordinator_core.engine.outcomes import _call_outcome, _observation_outcome
+from coordinator_core.engine.outcomes import on_call_outcome, on_observation_outcome
 from coordinator_core.engine.recovery import (
-    _attempt_refused,
-    _cancel,
-    _completion_notified,
-    _deadline_passed,
-    _lease_lapsed_event,
-    _receipt_answer,
-    _reconcile,
-    _restore_hold,
-    _retry_same,
+    on_attempt_refused,
+    on_cancel_requested,
+    on_completion_notified,
+    on_deadline_passed,
+    on_lease_lapsed,
+    on_receipt_answer,
+    on_reconcile_requested,
+    on_restore_hold,
+    on_retry_same,
 )
-from coordinator_core.engine.state import (
-    RunState,
-)
+from coordinator_core.engine.state import RunState
 from coordinator_core.engine.steps import (
-    _admit,
-    _preparation_done,
-    _ready_to_send,
-    _step_due,
-    _work,
+    admit,
+    on_preparation_done,
+    on_ready_to_send,
+    on_step_due,
+    on_work,
 )
-from coordinator_core.engine.transition import NOT_APPLICABLE, Advance, _Tx, _unchanged
+from coordinator_core.engine.transition import NOT_APPLICABLE, Advance, Transition, unchanged
 
-__all__ = ["advance"]
+__all__ = ["TRANSITIONS", "EventHandler", "advance"]
 
 
-# -- the entry point ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class EventHandler:
+    """How one type of event is applied to a run's state: `handle(transition, event)`, and
+    whether the event applies to a run that has ended (`ended_too`: the operator's actions
+    and the restore hold, 07 §8, §9, §12, which answer a terminal run themselves). Any other
+    event leaves an ended run unchanged (`not-applicable`)."""
+
+    handle: Callable[[Transition, Any], Advance]
+    ended_too: bool = False
+
+
+TRANSITIONS: Final[Mapping[type[Event], EventHandler]] = MappingProxyType(
+    {
+        # The operator's actions and the restore hold: they answer an ended run too.
+        CancelRequested: EventHandler(on_cancel_requested, ended_too=True),
+        RetrySame: EventHandler(on_retry_same, ended_too=True),
+        ReconcileRequested: EventHandler(on_reconcile_requested, ended_too=True),
+        ReceiptAnswer: EventHandler(on_receipt_answer, ended_too=True),
+        RestoreHold: EventHandler(on_restore_hold, ended_too=True),
+        # The run's own life: claims and step work, product answers, time, leases.
+        StepDue: EventHandler(on_step_due),
+        Work: EventHandler(on_work),
+        PreparationDone: EventHandler(on_preparation_done),
+        ReadyToSend: EventHandler(on_ready_to_send),
+        CallOutcome: EventHandler(on_call_outcome),
+        ObservationOutcome: EventHandler(on_observation_outcome),
+        DeadlinePassed: EventHandler(on_deadline_passed),
+        LeaseLapsed: EventHandler(on_lease_lapsed),
+        CompletionNotified: EventHandler(on_completion_notified),
+        AttemptRefused: EventHandler(on_attempt_refused),
+    }
+)
+"""Every event but `Admitted` (which starts a run from no state), by its type."""
 
 
 def advance(
@@ -80,38 +115,12 @@ def advance(
     if isinstance(event, Admitted):
         if state is not None:
             raise ValueError("Admitted starts a run: give no state.")
-        return _admit(definition, event, now, keys)
+        return admit(definition, event, now, keys)
     if state is None:
         raise ValueError("Only Admitted starts without a state.")
-    tx = _Tx(definition, state, now, keys)
-    if isinstance(event, CancelRequested):
-        return _cancel(tx)
-    if isinstance(event, RetrySame):
-        return _retry_same(tx, event)
-    if isinstance(event, ReconcileRequested):
-        return _reconcile(tx, event)
-    if isinstance(event, ReceiptAnswer):
-        return _receipt_answer(tx, event)
-    if isinstance(event, RestoreHold):
-        return _restore_hold(tx)
-    if state.is_terminal:
-        return _unchanged(state, NOT_APPLICABLE)
-    if isinstance(event, StepDue):
-        return _step_due(tx, event)
-    if isinstance(event, Work):
-        return _work(tx, event)
-    if isinstance(event, PreparationDone):
-        return _preparation_done(tx, event)
-    if isinstance(event, ReadyToSend):
-        return _ready_to_send(tx, event)
-    if isinstance(event, CallOutcome):
-        return _call_outcome(tx, event)
-    if isinstance(event, ObservationOutcome):
-        return _observation_outcome(tx, event)
-    if isinstance(event, DeadlinePassed):
-        return _deadline_passed(tx)
-    if isinstance(event, LeaseLapsed):
-        return _lease_lapsed_event(tx, event)
-    if isinstance(event, CompletionNotified):
-        return _completion_notified(tx)
-    return _attempt_refused(tx, event)
+    handler = TRANSITIONS.get(type(event))
+    if handler is None:
+        raise TypeError(f"{type(event).__name__} is not an event of the engine.")
+    if state.is_terminal and not handler.ended_too:
+        return unchanged(state, NOT_APPLICABLE)
+    return handler.handle(Transition(definition, state, now, keys), event)

@@ -29,7 +29,7 @@ from typing import Final, Literal
 from coordinator_core.definition.ir import Definition
 from coordinator_core.engine.advance import advance
 from coordinator_core.engine.commands import Command, ObtainCredential
-from coordinator_core.engine.events import Event, ReadyToSend, StepDue, Work
+from coordinator_core.engine.inputs import Event, ReadyToSend, StepDue, Work
 from coordinator_core.engine.keys import Keys
 from coordinator_core.engine.state import RunState, StepRecord
 from coordinator_core.engine.transition import NOT_APPLICABLE, Advance

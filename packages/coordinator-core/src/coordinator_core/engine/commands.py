@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from coordinator_core.engine.clock import Instant
+from coordinator_core.engine.instants import Instant
 from coordinator_core.engine.serial import FormatError, Tagged, decode
 
 __all__ = [

@@ -11,7 +11,7 @@ from coordinator_core.definition.ir import (
 from coordinator_core.engine.commands import (
     Cancelled,
 )
-from coordinator_core.engine.events import (
+from coordinator_core.engine.inputs import (
     CallOutcome,
     ObservationOutcome,
 )
@@ -19,46 +19,46 @@ from coordinator_core.engine.state import (
     StepRecord,
     StepRoute,
 )
-from coordinator_core.engine.steps import _cancel_wait_for, _enter, _leave_pending
+from coordinator_core.engine.steps import cancel_wait_for, enter, leave_pending
 from coordinator_core.engine.transition import (
     NOT_APPLICABLE,
     Advance,
-    _dead_letter,
-    _expire,
-    _live_status,
-    _settle,
-    _Tx,
-    _unchanged,
-    _unknown,
+    Transition,
+    dead_letter,
+    expire,
+    live_status,
+    mark_unknown,
+    settle,
+    unchanged,
 )
 
 # -- call outcomes (07 §7.4 step 8) -------------------------------------------------------------
 
 
-def _call_outcome(tx: _Tx, event: CallOutcome) -> Advance:
+def on_call_outcome(tx: Transition, event: CallOutcome) -> Advance:
     if event.step != tx.run.current_step:
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     record = tx.get(event.step)
     spec = tx.definition.steps.get(event.step)
     if record.state != "leased" or not isinstance(spec, CallStep):
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     if record.awaiting in ("preparation", "credential"):
         # Nothing was sent: only a definite failure is possible (08 §2.2, 07 §7.4 step 3).
         if event.outcome not in ("retryable", "refused") or event.code is None:
-            return _unchanged(tx.run, NOT_APPLICABLE)
+            return unchanged(tx.run, NOT_APPLICABLE)
     elif record.awaiting != "answer":
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     if event.outcome == "success":
         if event.value is None:
-            return _unchanged(tx.run, NOT_APPLICABLE)
+            return unchanged(tx.run, NOT_APPLICABLE)
         settled = "retry-same" if record.generation > 1 else "response"
-        _call_success(tx, record, spec, event.value, settled)  # T3/T4
+        call_succeeded(tx, record, spec, event.value, settled)  # T3/T4
         return tx.done()
     if event.outcome == "receipt-expired":
-        _unknown(tx, record, "receipt-expired", receipt_expired=True)  # T11
+        mark_unknown(tx, record, "receipt-expired", receipt_expired=True)  # T11
         return tx.done()
     if event.outcome == "uncertain" or record.uncertain:
-        _unknown(tx, record, event.code)  # T11: a declared refusal keeps the earlier code
+        mark_unknown(tx, record, event.code)  # T11: a declared refusal keeps the earlier code
         return tx.done()
     # A definite answer: this attempt did not execute (or was refused) and is over.
     record = tx.update(record, dispatched=False)
@@ -73,32 +73,34 @@ def _call_outcome(tx: _Tx, event: CallOutcome) -> Advance:
                 awaiting=None,
                 failure_code=None,
             )
-            tx.set(status=_live_status(tx))
-            _enter(tx, target)
+            tx.set(status=live_status(tx))
+            enter(tx, target)
         else:  # T6 (a stopping run does not take the refusal route either)
-            _dead_letter(tx, record, "product-refused", stopping_cancels=True)
+            dead_letter(tx, record, "product-refused", stopping_cancels=True)
         return tx.done()
     code = event.code or "remote-refused"
     if event.outcome == "retryable":
-        _retryable(tx, record, code)  # T7/T8/T9
+        retryable_failure(tx, record, code)  # T7/T8/T9
     else:
-        _dead_letter(tx, record, code, stopping_cancels=True)  # T10
+        dead_letter(tx, record, code, stopping_cancels=True)  # T10
     return tx.done()
 
 
-def _retryable(tx: _Tx, record: StepRecord, code: str) -> None:
+def retryable_failure(tx: Transition, record: StepRecord, code: str) -> None:
     policy = tx.run.policy
     if record.attempt >= policy.max_attempts:  # T8
-        _dead_letter(tx, record, code, stopping_cancels=True)
+        dead_letter(tx, record, code, stopping_cancels=True)
         return
     due = tx.now + policy.retry_delays_ms[record.attempt - 1]
     if due >= tx.run.deadline_at:  # T9: a retry at or after the deadline expires instead
-        _expire(tx, record)
+        expire(tx, record)
         return
-    _leave_pending(tx, record, due, failure_code=code)  # T7
+    leave_pending(tx, record, due, failure_code=code)  # T7
 
 
-def _call_success(tx: _Tx, record: StepRecord, spec: CallStep, value: str, settled_by: Any) -> None:
+def call_succeeded(
+    tx: Transition, record: StepRecord, spec: CallStep, value: str, settled_by: Any
+) -> None:
     """T3/T4 (and T31 after a confirmed reconcile)."""
     tx.update(
         record,
@@ -114,22 +116,22 @@ def _call_success(tx: _Tx, record: StepRecord, spec: CallStep, value: str, settl
     )
     if tx.run.cancel_mode == "stopping":  # T4
         if record.dispatch_risk:
-            _settle(tx, "cancelled-after-effect", None)
+            settle(tx, "cancelled-after-effect", None)
             tx.emit(Cancelled("cancelled-after-effect"))
         else:
-            _settle(tx, "cancelled", None)
+            settle(tx, "cancelled", None)
             tx.emit(Cancelled("cancelled"))
         return
-    tx.set(status=_live_status(tx), failure_code=None, completed_at=None)  # T3
-    _enter(tx, spec.next)
+    tx.set(status=live_status(tx), failure_code=None, completed_at=None)  # T3
+    enter(tx, spec.next)
 
 
 # -- observations (07 §7.3) -------------------------------------------------------------------
 
 
-def _observation_outcome(tx: _Tx, event: ObservationOutcome) -> Advance:
+def on_observation_outcome(tx: Transition, event: ObservationOutcome) -> Advance:
     if event.step != tx.run.current_step:
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     record = tx.get(event.step)
     spec = tx.definition.steps.get(event.step)
     if (
@@ -137,9 +139,9 @@ def _observation_outcome(tx: _Tx, event: ObservationOutcome) -> Advance:
         or record.awaiting != "observation"
         or not isinstance(spec, WaitForStep)
     ):
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     if event.outcome == "complete" and event.value is None:
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     record = tx.update(
         record,
         observations=record.observations + 1,
@@ -150,7 +152,7 @@ def _observation_outcome(tx: _Tx, event: ObservationOutcome) -> Advance:
     if tx.run.cancel_mode == "stopping":
         # 07 §7.3 step 1: the read is discarded; resolve as a pending wait under cancel.
         record = tx.update(record, state="pending")
-        _cancel_wait_for(tx, record)
+        cancel_wait_for(tx, record)
         return tx.done()
     assert record.timeout_at is not None and record.interval_seconds is not None
     if event.outcome == "complete":  # T20
@@ -161,14 +163,14 @@ def _observation_outcome(tx: _Tx, event: ObservationOutcome) -> Advance:
             output=event.value,
             finished_at=tx.now,
         )
-        tx.set(status=_live_status(tx))
-        _enter(tx, spec.next)
+        tx.set(status=live_status(tx))
+        enter(tx, spec.next)
     elif event.outcome == "pending":  # T19
         due = min(tx.now + record.interval_seconds * 1000, record.timeout_at)
-        _leave_pending(tx, record, due)
+        leave_pending(tx, record, due)
     elif event.outcome == "retryable":  # T24: the next read comes after the floor
         floor = tx.run.policy.observation_floor_seconds * 1000
-        _leave_pending(tx, record, min(tx.now + floor, record.timeout_at))
+        leave_pending(tx, record, min(tx.now + floor, record.timeout_at))
     else:  # T23
-        _dead_letter(tx, record, event.code or "remote-refused")
+        dead_letter(tx, record, event.code or "remote-refused")
     return tx.done()

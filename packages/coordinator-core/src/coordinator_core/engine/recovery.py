@@ -8,7 +8,6 @@ from coordinator_core.definition.ir import (
     CallStep,
     Definition,
 )
-from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.codes import NON_RECOVERABLE_CODES
 from coordinator_core.engine.commands import (
     Attention,
@@ -18,70 +17,75 @@ from coordinator_core.engine.commands import (
     ScheduleDue,
     ScheduleObservation,
 )
-from coordinator_core.engine.events import (
+from coordinator_core.engine.inputs import (
     AttemptRefused,
+    CancelRequested,
+    CompletionNotified,
+    DeadlinePassed,
     LeaseLapsed,
     ReceiptAnswer,
     ReconcileRequested,
+    RestoreHold,
     RetrySame,
 )
-from coordinator_core.engine.outcomes import _call_success, _retryable
+from coordinator_core.engine.instants import Instant
+from coordinator_core.engine.outcomes import call_succeeded, retryable_failure
 from coordinator_core.engine.state import (
     TERMINAL_STATUSES,
     RunState,
     StepRecord,
 )
-from coordinator_core.engine.steps import _leave_pending, _resolve_pending_under_cancel
+from coordinator_core.engine.steps import leave_pending, resolve_pending_under_cancel
 from coordinator_core.engine.transition import (
     NOT_APPLICABLE,
     Advance,
-    _dead_letter,
-    _deadline,
-    _live_status,
-    _settle,
-    _Tx,
-    _unchanged,
-    _unknown,
+    Transition,
+    dead_letter,
+    deadline_reached,
+    live_status,
+    mark_unknown,
+    settle,
+    unchanged,
 )
 from coordinator_core.evolve import evolve
 
 # -- time, leases, holds ---------------------------------------------------------------------
 
 
-def _deadline_passed(tx: _Tx) -> Advance:
+def on_deadline_passed(tx: Transition, event: DeadlinePassed) -> Advance:
     """The sweep (07 §7.2 step 3): a pending, non-pure record of an overdue run (T26/T27)."""
     record = tx.get(tx.run.current_step)
     if record.state != "pending" or record.pure or tx.now < tx.run.deadline_at:
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     if tx.run.status in TERMINAL_STATUSES or tx.run.status == "failed":
-        return _unchanged(tx.run, NOT_APPLICABLE)
-    _deadline(tx, record)
+        return unchanged(tx.run, NOT_APPLICABLE)
+    deadline_reached(tx, record)
     return tx.done()
 
 
-def _lease_lapsed(tx: _Tx, record: StepRecord) -> None:
+def _lease_lapsed(tx: Transition, record: StepRecord) -> None:
     """T28/T29: the attempt's lease expired before its result was recorded."""
     if record.dispatched or record.uncertain:  # T28: it may have executed
-        _unknown(tx, record, "transport-uncertain")
+        mark_unknown(tx, record, "transport-uncertain")
         return
     if record.type == "call":  # T29: as a retryable attempt-timeout
-        _retryable(tx, record, "attempt-timeout")
+        retryable_failure(tx, record, "attempt-timeout")
     elif record.type == "wait-for":
         floor = tx.run.policy.observation_floor_seconds * 1000
         assert record.attempt_started_at is not None
-        _leave_pending(tx, record, max(tx.now, record.attempt_started_at + floor), attempt=0)
+        leave_pending(tx, record, max(tx.now, record.attempt_started_at + floor), attempt=0)
     else:
-        _leave_pending(tx, record, tx.now)
+        leave_pending(tx, record, tx.now)
 
 
-def _lease_lapsed_event(tx: _Tx, event: LeaseLapsed) -> Advance:
+def on_lease_lapsed(tx: Transition, event: LeaseLapsed) -> Advance:
     if event.step != tx.run.current_step or tx.get(event.step).state != "leased":
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     _lease_lapsed(tx, tx.get(event.step))
     return tx.done()
 
 
-def _completion_notified(tx: _Tx) -> Advance:
+def on_completion_notified(tx: Transition, event: CompletionNotified) -> Advance:
     """07 §7.6: due := max(now, lastObservedAt + floor) (now if never observed) when that is
     earlier than the current due time and than `timeoutAt`; anything else changes nothing
     (a leased observation is already in flight)."""
@@ -114,7 +118,7 @@ def is_settled(state: RunState, now: Instant) -> bool:
     )
 
 
-def _restore_hold(tx: _Tx) -> Advance:
+def on_restore_hold(tx: Transition, event: RestoreHold) -> Advance:
     """T33: mark the run for review unless settled; a leased record is handled as lapsed."""
     if not is_settled(tx.run, tx.now):
         tx.set(restore_review=True)
@@ -124,16 +128,16 @@ def _restore_hold(tx: _Tx) -> Advance:
     return tx.done()
 
 
-def _attempt_refused(tx: _Tx, event: AttemptRefused) -> Advance:
+def on_attempt_refused(tx: Transition, event: AttemptRefused) -> Advance:
     if event.step != tx.run.current_step:
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     record = tx.get(event.step)
     if record.state not in ("leased", "pending"):
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     if record.uncertain:  # T35: only its product can settle an uncertain record
-        _unknown(tx, record, None)
+        mark_unknown(tx, record, None)
     else:  # T34, or the binding / protected-state checks of 07 §7.4 step 4
-        _dead_letter(tx, record, event.code)
+        dead_letter(tx, record, event.code)
     return tx.done()
 
 
@@ -141,7 +145,7 @@ def unrestorable(state: RunState, now: Instant) -> Advance:
     """T34/T35 without a definition: the run's snapshot does not restore under this build."""
     record = state.current
     if record.state not in ("leased", "pending") or state.is_terminal:
-        return _unchanged(state, NOT_APPLICABLE)
+        return unchanged(state, NOT_APPLICABLE)
     records = list(state.records)
     position = records.index(record)
     if record.uncertain:
@@ -173,18 +177,18 @@ def unrestorable(state: RunState, now: Instant) -> Advance:
 # -- cancel (07 §8) -----------------------------------------------------------------------------
 
 
-def _cancel(tx: _Tx) -> Advance:
+def on_cancel_requested(tx: Transition, event: CancelRequested) -> Advance:
     state = tx.run
     if state.is_terminal or state.cancel_requested:
         return tx.done()  # nothing changes
     tx.set(cancel_requested=True, cancel_mode="stopping")
     record = tx.get(state.current_step)
     if record.state == "pending":
-        _resolve_pending_under_cancel(tx, record)
+        resolve_pending_under_cancel(tx, record)
     elif record.state == "leased":
         tx.set(status="cancel-requested")
     elif record.state == "dead-lettered":
-        _settle(tx, "cancelled", state.failure_code)
+        settle(tx, "cancelled", state.failure_code)
         tx.emit(Cancelled("cancelled"))
     # `unknown`: the run stays in attention; only retry-same or reconcile may settle it.
     return tx.done()
@@ -235,11 +239,11 @@ def retry_blocked_by(
     return None
 
 
-def _retry_same(tx: _Tx, event: RetrySame) -> Advance:
+def on_retry_same(tx: Transition, event: RetrySame) -> Advance:
     """T30: re-arm the current record; the frozen command is resent byte for byte."""
     reason = retry_blocked_by(tx.definition, tx.run, event, tx.now)
     if reason is not None:
-        return _unchanged(tx.run, reason)
+        return unchanged(tx.run, reason)
     record = tx.get(tx.run.current_step)
     tx.set(restore_review=False)
     if record.state == "pending":  # under review: it simply becomes claimable again
@@ -259,7 +263,7 @@ def _retry_same(tx: _Tx, event: RetrySame) -> Advance:
         awaiting=None,
         dispatched=False,
     )
-    tx.set(status=_live_status(tx), completed_at=None, failure_code=None)
+    tx.set(status=live_status(tx), completed_at=None, failure_code=None)
     if record.type == "wait-for":
         tx.emit(ScheduleObservation(record.step, due))
     else:
@@ -292,10 +296,10 @@ def reconcile_blocked_by(
     return None
 
 
-def _reconcile(tx: _Tx, event: ReconcileRequested) -> Advance:
+def on_reconcile_requested(tx: Transition, event: ReconcileRequested) -> Advance:
     reason = reconcile_blocked_by(tx.definition, tx.run, event)
     if reason is not None:
-        return _unchanged(tx.run, reason)
+        return unchanged(tx.run, reason)
     record = tx.get(tx.run.current_step)
     spec = tx.definition.step(record.step)
     assert isinstance(spec, CallStep) and record.command is not None
@@ -312,10 +316,10 @@ def _reconcile(tx: _Tx, event: ReconcileRequested) -> Advance:
     return tx.done()
 
 
-def _receipt_answer(tx: _Tx, event: ReceiptAnswer) -> Advance:
+def on_receipt_answer(tx: Transition, event: ReceiptAnswer) -> Advance:
     """The second transaction of a reconcile: re-check, then T31, T32 or nothing."""
     if event.step != tx.run.current_step:
-        return _unchanged(tx.run, "reconcile-raced")
+        return unchanged(tx.run, "reconcile-raced")
     record = tx.get(event.step)
     spec = tx.definition.steps.get(event.step)
     if (
@@ -325,14 +329,14 @@ def _receipt_answer(tx: _Tx, event: ReceiptAnswer) -> Advance:
         or record.generation != event.generation
         or not isinstance(spec, CallStep)
     ):
-        return _unchanged(tx.run, "reconcile-raced")
+        return unchanged(tx.run, "reconcile-raced")
     if event.answer == "confirmed":
         if event.value is None:
-            return _unchanged(tx.run, NOT_APPLICABLE)
-        _call_success(tx, record, spec, event.value, "reconcile")  # T31
+            return unchanged(tx.run, NOT_APPLICABLE)
+        call_succeeded(tx, record, spec, event.value, "reconcile")  # T31
         return tx.done(answer="confirmed")
     if event.answer == "expired":
-        _unknown(tx, record, "receipt-expired", receipt_expired=True)  # T32
+        mark_unknown(tx, record, "receipt-expired", receipt_expired=True)  # T32
         return tx.done(answer="receipt-expired")
     if event.answer == "unavailable":
         return Advance(tx.run, (), None, "unavailable")

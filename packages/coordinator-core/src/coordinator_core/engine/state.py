@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from coordinator_core.definition.graph import RouteKind
-from coordinator_core.engine.clock import Instant
+from coordinator_core.engine.instants import Instant
 from coordinator_core.engine.serial import decode, encode
 from coordinator_core.operations import Effect
 

@@ -15,7 +15,6 @@ from coordinator_core.definition.ir import (
     WaitForStep,
     WaitUntilStep,
 )
-from coordinator_core.engine.clock import Instant, parse_instant
 from coordinator_core.engine.commands import (
     Claimed,
     Dispatch,
@@ -30,7 +29,7 @@ from coordinator_core.engine.commands import (
     ScheduleObservation,
 )
 from coordinator_core.engine.detail import FailureDetail
-from coordinator_core.engine.events import (
+from coordinator_core.engine.inputs import (
     Admitted,
     PreparationDone,
     ReadyToSend,
@@ -38,6 +37,7 @@ from coordinator_core.engine.events import (
     Work,
     to_canonical,
 )
+from coordinator_core.engine.instants import Instant, parse_instant
 from coordinator_core.engine.keys import Keys
 from coordinator_core.engine.state import (
     RunState,
@@ -49,14 +49,14 @@ from coordinator_core.engine.transition import (
     NOT_APPLICABLE,
     PREPARATION_MAX_BYTES,
     Advance,
-    _cancel_record,
-    _dead_letter,
-    _deadline,
-    _live_status,
-    _settle,
-    _Tx,
-    _unchanged,
-    _unknown,
+    Transition,
+    cancel_record,
+    dead_letter,
+    deadline_reached,
+    live_status,
+    mark_unknown,
+    settle,
+    unchanged,
 )
 from coordinator_core.evolve import evolve
 from coordinator_core.functions.errors import FunctionError
@@ -64,7 +64,7 @@ from coordinator_core.functions.errors import FunctionError
 # -- entering steps (07 §5.1) ---------------------------------------------------------------
 
 
-def _completion_reference(tx: _Tx, spec: WaitForStep) -> Any:
+def _completion_reference(tx: Transition, spec: WaitForStep) -> Any:
     """The value at the completion's reference pointer in the waited call's output, or None."""
     value: Any = tx.output_value(spec.call)
     if value is MISSING:
@@ -80,7 +80,7 @@ def _completion_reference(tx: _Tx, spec: WaitForStep) -> Any:
     return value
 
 
-def _enter(tx: _Tx, target: str) -> None:
+def enter(tx: Transition, target: str) -> None:
     """Leave the current step for `target`: create its record `pending` (07 §5.1)."""
     if target in tx.index:
         # Guarantee 2: the graph is acyclic (G2), so no route can lead back to a step.
@@ -115,7 +115,7 @@ def _enter(tx: _Tx, target: str) -> None:
             )
         )
         if tx.run.cancel_mode != "none":
-            _cancel_wait_for(tx, record)
+            cancel_wait_for(tx, record)
         else:
             tx.emit(ScheduleObservation(target, due))
         return
@@ -133,17 +133,17 @@ def _enter(tx: _Tx, target: str) -> None:
         )
     record = tx.put(record)
     if tx.run.cancel_mode == "stopping":
-        _cancel_record(tx, record)
+        cancel_record(tx, record)
     else:
         tx.emit(ScheduleDue(target, now))
 
 
-def _cancel_wait_for(tx: _Tx, record: StepRecord) -> None:
+def cancel_wait_for(tx: Transition, record: StepRecord) -> None:
     """A `wait-for` under cancel: take `onCancel` at once, or the run is `cancelled`."""
     spec = tx.definition.step(record.step)
     assert isinstance(spec, WaitForStep)
     if spec.on_cancel is None:
-        _cancel_record(tx, record)
+        cancel_record(tx, record)
         return
     tx.update(
         record,
@@ -154,23 +154,23 @@ def _cancel_wait_for(tx: _Tx, record: StepRecord) -> None:
         awaiting=None,
     )
     tx.set(cancel_mode="on-cancel-path", status="cancel-requested")
-    _enter(tx, spec.on_cancel)
+    enter(tx, spec.on_cancel)
 
 
-def _resolve_pending_under_cancel(tx: _Tx, record: StepRecord) -> None:
+def resolve_pending_under_cancel(tx: Transition, record: StepRecord) -> None:
     """The cancel rule (07 §5, §8): a pending record of a stopping run is resolved at once,
     except an `uncertain` call re-armed by `retry-same`, whose resend may settle its effect."""
     if record.type == "wait-for":
-        _cancel_wait_for(tx, record)
+        cancel_wait_for(tx, record)
     elif record.type == "call" and record.uncertain:
-        tx.set(status=_live_status(tx))
+        tx.set(status=live_status(tx))
         assert record.due_at is not None
         tx.emit(ScheduleDue(record.step, record.due_at))
     else:
-        _cancel_record(tx, record)
+        cancel_record(tx, record)
 
 
-def _leave_pending(tx: _Tx, record: StepRecord, due: Instant, **changes: Any) -> None:
+def leave_pending(tx: Transition, record: StepRecord, due: Instant, **changes: Any) -> None:
     """Return a record to `pending` (T7, T16, T19, T24, T29), applying the cancel rule."""
     record = tx.update(
         record,
@@ -180,7 +180,7 @@ def _leave_pending(tx: _Tx, record: StepRecord, due: Instant, **changes: Any) ->
         **changes,
     )
     if tx.run.cancel_mode == "stopping":
-        _resolve_pending_under_cancel(tx, record)
+        resolve_pending_under_cancel(tx, record)
     elif record.type == "wait-for":
         tx.emit(ScheduleObservation(record.step, due))
     else:
@@ -190,7 +190,7 @@ def _leave_pending(tx: _Tx, record: StepRecord, due: Instant, **changes: Any) ->
 # -- admission ----------------------------------------------------------------------------
 
 
-def _admit(definition: Definition, event: Admitted, now: Instant, keys: Keys) -> Advance:
+def admit(definition: Definition, event: Admitted, now: Instant, keys: Keys) -> Advance:
     """T1: the run is `running` at the start step, whose record is due now."""
     state = RunState(
         status="running",
@@ -200,8 +200,8 @@ def _admit(definition: Definition, event: Admitted, now: Instant, keys: Keys) ->
         input=event.input,
         policy=event.policy,
     )
-    tx = _Tx(definition, state, now, keys)
-    _enter(tx, definition.start)
+    tx = Transition(definition, state, now, keys)
+    enter(tx, definition.start)
     return tx.done()
 
 
@@ -216,15 +216,15 @@ def _claimable(state: RunState, record: StepRecord, now: Instant) -> bool:
     return state.cancel_mode != "stopping" or (record.type == "call" and record.uncertain)
 
 
-def _step_due(tx: _Tx, event: StepDue) -> Advance:
+def on_step_due(tx: Transition, event: StepDue) -> Advance:
     state = tx.run
     if event.step != state.current_step:
-        return _unchanged(state, NOT_APPLICABLE)
+        return unchanged(state, NOT_APPLICABLE)
     record = tx.get(event.step)
     if not _claimable(state, record, tx.now):
-        return _unchanged(state, NOT_APPLICABLE)
+        return unchanged(state, NOT_APPLICABLE)
     if not record.pure and tx.now >= state.deadline_at:
-        _deadline(tx, record)  # claim step 5: T26 instead of leasing (T27 if uncertain)
+        deadline_reached(tx, record)  # claim step 5: T26 instead of leasing (T27 if uncertain)
         return tx.done()
     record = tx.update(  # T2
         record,
@@ -240,21 +240,21 @@ def _step_due(tx: _Tx, event: StepDue) -> Advance:
     return tx.done()
 
 
-def _work(tx: _Tx, event: Work) -> Advance:
+def on_work(tx: Transition, event: Work) -> Advance:
     """The work of a claimed record: the `step-invalid` check, then the step by its type."""
     if event.step != tx.run.current_step:
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     record = tx.get(event.step)
     if record.state != "leased" or record.awaiting != "work":
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     record = tx.update(record, awaiting=None)
     spec = tx.definition.steps.get(record.step)
     if spec is None or spec.type != record.type:
         # T36: the record does not fit the snapshot; an uncertain record keeps its code.
         if record.uncertain:
-            _unknown(tx, record, None)
+            mark_unknown(tx, record, None)
         else:
-            _dead_letter(tx, record, "step-invalid")
+            dead_letter(tx, record, "step-invalid")
         return tx.done()
     if isinstance(spec, CallStep):
         _call_attempt(tx, record, spec)
@@ -269,75 +269,75 @@ def _work(tx: _Tx, event: Work) -> Advance:
     return tx.done()
 
 
-def _evaluate(tx: _Tx, spec_mapping: Any) -> Any:
+def _evaluate(tx: Transition, spec_mapping: Any) -> Any:
     return tx.definition.evaluate(spec_mapping, tx)
 
 
-def _choose(tx: _Tx, record: StepRecord, spec: ChooseStep) -> None:
+def _choose(tx: Transition, record: StepRecord, spec: ChooseStep) -> None:
     try:
         label = _evaluate(tx, spec.choose)
     except FunctionError as error:
-        _dead_letter(
+        dead_letter(
             tx, record, "mapping-invalid", detail=FailureDetail.of_call(error).text()
         )  # T13
         return
     if not isinstance(label, str) or label not in spec.cases:
         branch = FailureDetail.of_branch(label, tuple(spec.cases))
-        _dead_letter(tx, record, "choice-invalid", detail=branch.text())  # T13
+        dead_letter(tx, record, "choice-invalid", detail=branch.text())  # T13
         return
     tx.update(  # T12
         record, state="delivered", route=StepRoute("case", label), finished_at=tx.now, awaiting=None
     )
-    tx.set(status=_live_status(tx))
-    _enter(tx, spec.cases[label])
+    tx.set(status=live_status(tx))
+    enter(tx, spec.cases[label])
 
 
-def _finish(tx: _Tx, record: StepRecord, spec: FinishStep) -> None:
+def _finish(tx: Transition, record: StepRecord, spec: FinishStep) -> None:
     if spec.output is None:
         output: Any = None
     else:
         try:
             output = _evaluate(tx, spec.output)
         except FunctionError as error:
-            _dead_letter(
+            dead_letter(
                 tx, record, "mapping-invalid", detail=FailureDetail.of_call(error).text()
             )  # T15
             return
     text = to_canonical(output)
     if not tx.definition.outcome_valid(spec.outcome, json.loads(text)):
-        _dead_letter(tx, record, "outcome-invalid", detail="coordinator.mapping.outcome")  # T15
+        dead_letter(tx, record, "outcome-invalid", detail="coordinator.mapping.outcome")  # T15
         return
     tx.update(record, state="delivered", finished_at=tx.now, awaiting=None)  # T14
     status: RunStatusValue = "cancelled" if tx.run.cancel_mode == "on-cancel-path" else "finished"
-    _settle(tx, status, None, outcome=spec.outcome, output=text)
+    settle(tx, status, None, outcome=spec.outcome, output=text)
     tx.emit(Finish("cancelled" if status == "cancelled" else "finished", spec.outcome, text))
 
 
-def _wait_until(tx: _Tx, record: StepRecord, spec: WaitUntilStep) -> None:
+def _wait_until(tx: Transition, record: StepRecord, spec: WaitUntilStep) -> None:
     if record.wait_until is not None:
         # A later claim: the instant has come (T18); the deadline case was decided at claim.
         tx.update(
             record, state="delivered", route=StepRoute("next"), finished_at=tx.now, awaiting=None
         )
-        tx.set(status=_live_status(tx))
-        _enter(tx, spec.next)
+        tx.set(status=live_status(tx))
+        enter(tx, spec.next)
         return
     try:
         value = _evaluate(tx, spec.wait_until)
     except FunctionError as error:
-        _dead_letter(
+        dead_letter(
             tx, record, "mapping-invalid", detail=FailureDetail.of_call(error).text()
         )  # T17
         return
     instant = parse_instant(value)
     if instant is None:
-        _dead_letter(tx, record, "mapping-invalid", detail="coordinator.mapping.timestamp")  # T17
+        dead_letter(tx, record, "mapping-invalid", detail="coordinator.mapping.timestamp")  # T17
         return
     due = min(max(instant, record.entered_at), tx.run.deadline_at)  # T16
-    _leave_pending(tx, record, due, wait_until=instant, attempt=0)
+    leave_pending(tx, record, due, wait_until=instant, attempt=0)
 
 
-def _wait_for_claim(tx: _Tx, record: StepRecord, spec: WaitForStep) -> None:
+def _wait_for_claim(tx: Transition, record: StepRecord, spec: WaitForStep) -> None:
     assert record.timeout_at is not None
     if tx.now >= record.timeout_at:  # 07 §7.3 step 2: no read at the timeout instant
         if spec.on_timeout is not None:  # T21
@@ -348,10 +348,10 @@ def _wait_for_claim(tx: _Tx, record: StepRecord, spec: WaitForStep) -> None:
                 finished_at=tx.now,
                 awaiting=None,
             )
-            tx.set(status=_live_status(tx))
-            _enter(tx, spec.on_timeout)
+            tx.set(status=live_status(tx))
+            enter(tx, spec.on_timeout)
         else:  # T22
-            _dead_letter(tx, record, "wait-timed-out")
+            dead_letter(tx, record, "wait-timed-out")
         return
     waited = tx.definition.step(spec.call)
     assert isinstance(waited, CallStep)
@@ -367,20 +367,22 @@ def _wait_for_claim(tx: _Tx, record: StepRecord, spec: WaitForStep) -> None:
     )
 
 
-def _call_attempt(tx: _Tx, record: StepRecord, spec: CallStep) -> None:
+def _call_attempt(tx: Transition, record: StepRecord, spec: CallStep) -> None:
     """07 §7.4 steps 1–5, up to the credential the shell obtains before the pre-send fence."""
     operation = spec.alias.operation
     if record.uncertain and operation.recovery == "hold-after-dispatch":
-        _unknown(tx, record, "evaluation-uncertain")  # step 1: never send an uncertain evaluation
+        mark_unknown(
+            tx, record, "evaluation-uncertain"
+        )  # step 1: never send an uncertain evaluation
         return
     if record.command is None:  # step 2: evaluate once and freeze
         try:
             request = _evaluate(tx, spec.input)
         except FunctionError as error:
-            _dead_letter(tx, record, "mapping-invalid", detail=FailureDetail.of_call(error).text())
+            dead_letter(tx, record, "mapping-invalid", detail=FailureDetail.of_call(error).text())
             return
         if not isinstance(request, dict):
-            _dead_letter(tx, record, "mapping-invalid", detail="coordinator.mapping.call-shape")
+            dead_letter(tx, record, "mapping-invalid", detail="coordinator.mapping.call-shape")
             return
         command: dict[str, Any] = {
             "alias": spec.alias.name,
@@ -401,7 +403,7 @@ def _call_attempt(tx: _Tx, record: StepRecord, spec: CallStep) -> None:
     _before_credential(tx, record, spec)
 
 
-def _before_credential(tx: _Tx, record: StepRecord, spec: CallStep) -> None:
+def _before_credential(tx: Transition, record: StepRecord, spec: CallStep) -> None:
     """Step 4 (the frozen command still names this step's operation and connection) and
     step 5 (ask the shell for a fresh credential)."""
     assert record.command is not None
@@ -411,15 +413,15 @@ def _before_credential(tx: _Tx, record: StepRecord, spec: CallStep) -> None:
         or frozen.get("connection") != spec.alias.connection
     ):
         if record.uncertain:
-            _unknown(tx, record, None)
+            mark_unknown(tx, record, None)
         else:
-            _dead_letter(tx, record, "protected-state-invalid")
+            dead_letter(tx, record, "protected-state-invalid")
         return
     tx.update(record, awaiting="credential")
     tx.emit(ObtainCredential(record.step, spec.alias.connection))
 
 
-def _leased_call(tx: _Tx, step: str, awaiting: str) -> tuple[StepRecord, CallStep] | None:
+def _leased_call(tx: Transition, step: str, awaiting: str) -> tuple[StepRecord, CallStep] | None:
     if step != tx.run.current_step:
         return None
     record = tx.get(step)
@@ -429,13 +431,13 @@ def _leased_call(tx: _Tx, step: str, awaiting: str) -> tuple[StepRecord, CallSte
     return record, spec
 
 
-def _preparation_done(tx: _Tx, event: PreparationDone) -> Advance:
+def on_preparation_done(tx: Transition, event: PreparationDone) -> Advance:
     found = _leased_call(tx, event.step, "preparation")
     if found is None:
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     record, spec = found
     if len(event.preparation) > PREPARATION_MAX_BYTES:
-        _dead_letter(tx, record, "preparation-too-large", stopping_cancels=True)
+        dead_letter(tx, record, "preparation-too-large", stopping_cancels=True)
         return tx.done()
     record = tx.update(record, preparation=event.preparation)
     tx.emit(FreezePreparation(record.step, event.preparation))
@@ -443,19 +445,19 @@ def _preparation_done(tx: _Tx, event: PreparationDone) -> Advance:
     return tx.done()
 
 
-def _ready_to_send(tx: _Tx, event: ReadyToSend) -> Advance:
+def on_ready_to_send(tx: Transition, event: ReadyToSend) -> Advance:
     """The pre-send fence (07 §7.2): refuse to send, or mark and dispatch."""
     found = _leased_call(tx, event.step, "credential")
     if found is None:
-        return _unchanged(tx.run, NOT_APPLICABLE)
+        return unchanged(tx.run, NOT_APPLICABLE)
     record, spec = found
     if tx.run.restore_review:
-        return _unchanged(tx.run, "restore-review")
+        return unchanged(tx.run, "restore-review")
     if tx.run.cancel_mode == "stopping" and not record.uncertain:
-        _cancel_record(tx, record)  # not sent now: effect not-sent, or refused if sent before
+        cancel_record(tx, record)  # not sent now: effect not-sent, or refused if sent before
         return tx.done()
     if tx.now >= tx.run.deadline_at:
-        _deadline(tx, record)
+        deadline_reached(tx, record)
         return tx.done()
     command = record.command
     assert command is not None

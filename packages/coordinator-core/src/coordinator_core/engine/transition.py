@@ -1,4 +1,4 @@
-"""One transition's working state (`_Tx`), its answer (`Advance`) and the run-status helpers every transition group uses (07 §2, §4)."""
+"""One transition's working state (`Transition`), its answer (`Advance`) and the run-status helpers every transition group uses (07 §2, §4)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from coordinator_core.definition.ir import (
     Definition,
     EngineInvariantError,
 )
-from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.commands import (
     Attention,
     Cancelled,
@@ -21,6 +20,7 @@ from coordinator_core.engine.commands import (
     FreezePreparation,
     MarkMaySend,
 )
+from coordinator_core.engine.instants import Instant
 from coordinator_core.engine.keys import Keys
 from coordinator_core.engine.state import (
     TERMINAL_STATUSES,
@@ -72,7 +72,7 @@ class Advance:
         return "memory"
 
 
-class _Tx:
+class Transition:
     """The working copy of one transition: the run, its records and the commands so far.
 
     It is also where a mapping's arguments come from (`ArgumentValues`): the run input and each
@@ -151,19 +151,19 @@ class _Tx:
         )
 
 
-def _unchanged(state: RunState, reason: str) -> Advance:
+def unchanged(state: RunState, reason: str) -> Advance:
     return Advance(state, (), reason)
 
 
 # -- run status helpers -------------------------------------------------------------------------
 
 
-def _live_status(tx: _Tx) -> RunStatusValue:
+def live_status(tx: Transition) -> RunStatusValue:
     return "cancel-requested" if tx.run.cancel_requested else "running"
 
 
-def _settle(
-    tx: _Tx,
+def settle(
+    tx: Transition,
     status: RunStatusValue,
     failure_code: str | None,
     *,
@@ -185,18 +185,18 @@ def _settle(
     tx.set(**changes)
 
 
-def _fail_run(tx: _Tx, code: str, *, stopping_cancels: bool) -> None:
+def _fail_run(tx: Transition, code: str, *, stopping_cancels: bool) -> None:
     """A definite failure; a call failure of a stopping run ends it `cancelled` instead."""
     if stopping_cancels and tx.run.cancel_mode == "stopping":
-        _settle(tx, "cancelled", code)
+        settle(tx, "cancelled", code)
         tx.emit(Fail("cancelled", code))
     else:
-        _settle(tx, "failed", code)
+        settle(tx, "failed", code)
         tx.emit(Fail("failed", code))
 
 
-def _dead_letter(
-    tx: _Tx,
+def dead_letter(
+    tx: Transition,
     record: StepRecord,
     code: str,
     *,
@@ -216,8 +216,8 @@ def _dead_letter(
     _fail_run(tx, code, stopping_cancels=stopping_cancels)
 
 
-def _unknown(
-    tx: _Tx, record: StepRecord, code: str | None, *, receipt_expired: bool = False
+def mark_unknown(
+    tx: Transition, record: StepRecord, code: str | None, *, receipt_expired: bool = False
 ) -> None:
     """T11 (and T27, T28, T32, T35): the effect is unknown; the run waits for an operator."""
     kept = code if code is not None else record.failure_code
@@ -235,7 +235,7 @@ def _unknown(
     tx.emit(Attention(kept))
 
 
-def _expire(tx: _Tx, record: StepRecord) -> None:
+def expire(tx: Transition, record: StepRecord) -> None:
     """T26 (and T9): the deadline passed before the step completed."""
     tx.update(
         record,
@@ -245,20 +245,20 @@ def _expire(tx: _Tx, record: StepRecord) -> None:
         due_at=None,
         awaiting=None,
     )
-    _settle(tx, "expired", "deadline-reached")
+    settle(tx, "expired", "deadline-reached")
     tx.emit(Fail("expired", "deadline-reached"))
 
 
-def _deadline(tx: _Tx, record: StepRecord) -> None:
+def deadline_reached(tx: Transition, record: StepRecord) -> None:
     """T26, or T27 for an `uncertain` record (only its product can settle it)."""
     if record.uncertain:
-        _unknown(tx, record, None)
+        mark_unknown(tx, record, None)
     else:
-        _expire(tx, record)
+        expire(tx, record)
 
 
-def _cancel_record(tx: _Tx, record: StepRecord) -> None:
+def cancel_record(tx: Transition, record: StepRecord) -> None:
     """A record stopped by the cancel: `cancelled`, and the run `cancelled` (07 §8)."""
     tx.update(record, state="cancelled", finished_at=tx.now, due_at=None, awaiting=None)
-    _settle(tx, "cancelled", tx.run.failure_code if tx.run.status == "failed" else None)
+    settle(tx, "cancelled", tx.run.failure_code if tx.run.status == "failed" else None)
     tx.emit(Cancelled("cancelled"))

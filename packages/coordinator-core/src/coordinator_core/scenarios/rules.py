@@ -16,8 +16,8 @@ from typing import Any, Final
 from coordinator_core import limits
 from coordinator_core.authoring.decode import AuthoredFile
 from coordinator_core.definition.ir import CallStep, Definition, WaitForStep
-from coordinator_core.engine.clock import parse_instant
 from coordinator_core.engine.codes import REPLY_CODES
+from coordinator_core.engine.instants import parse_instant
 from coordinator_core.errors import Diagnostic
 from coordinator_core.jsonschema.dialect import SchemaValidator, compile_validator
 from coordinator_core.jsonschema.violations import Violation

@@ -49,7 +49,7 @@ from coordinator_core.engine import (
     to_canonical,
 )
 from coordinator_core.engine.detail import FailureDetail
-from coordinator_core.engine.events import Event
+from coordinator_core.engine.inputs import Event
 from coordinator_core.errors import Diagnostic, Related
 from coordinator_core.functions.errors import FunctionError
 from coordinator_core.scenarios.rules import scenario_diagnostic

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from coordinator_core.engine.clock import Instant
+from coordinator_core.engine.instants import Instant
 
 __all__ = ["Clock", "wall_clock"]
 

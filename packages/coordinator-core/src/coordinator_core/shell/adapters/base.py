@@ -2,7 +2,7 @@
 
 Architecture rule 6: an external call ends in exactly one of a closed set of outcomes, and
 nothing else leaves an adapter. That set is the engine's own answers to its I/O commands
-(`engine.events`: `CallOutcome`, `PreparationDone`, `ObservationOutcome`, `ReceiptAnswer`),
+(`engine.inputs`: `CallOutcome`, `PreparationDone`, `ObservationOutcome`, `ReceiptAnswer`),
 built with the step of the command they answer; there is no second spelling of it here. They
 carry closed codes (the failure codes of 08 §10, or a refusal code matching the grammar of 01 §3)
 and, for a success, the step output as canonical JSON; never a request value, a response body
@@ -23,7 +23,7 @@ from coordinator_core.engine.commands import (
     ObtainCredential,
     Prepare,
 )
-from coordinator_core.engine.events import (
+from coordinator_core.engine.inputs import (
     CallOutcome,
     ObservationOutcome,
     PreparationDone,

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from coordinator_core.engine.events import CallOutcome
+from coordinator_core.engine.inputs import CallOutcome
 from coordinator_core.jsonschema.dialect import check_schema, compile_validator
 from coordinator_core.shell.adapters.base import Connection, PreparedCommand, ProductConnection
 from coordinator_core.shell.adapters.http import ProductAnswer, path_segment, problem_of

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from coordinator_core.engine.events import CallOutcome, ObservationOutcome
+from coordinator_core.engine.inputs import CallOutcome, ObservationOutcome
 from coordinator_core.shell.adapters.base import PreparedCommand
 from coordinator_core.shell.adapters.http import ProductAnswer, path_segment
 from coordinator_core.shell.adapters.product import Attempt, ProductAdapter, Stop

@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from coordinator_core.engine.events import CallOutcome
+from coordinator_core.engine.inputs import CallOutcome
 from coordinator_core.shell.adapters.base import AccessToken, ClientCredentials
 from coordinator_core.shell.adapters.destinations import DestinationRefused
 from coordinator_core.shell.adapters.http import HttpSettings, exchange, json_body

@@ -18,7 +18,7 @@ import math
 import re
 from typing import Any, Final
 
-from coordinator_core.engine.events import CallOutcome
+from coordinator_core.engine.inputs import CallOutcome
 from coordinator_core.shell.adapters.base import (
     EVALUATION,
     AccessToken,

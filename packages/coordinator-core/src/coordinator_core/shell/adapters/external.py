@@ -13,7 +13,7 @@ import re
 from typing import Any, Final
 from urllib.parse import quote
 
-from coordinator_core.engine.events import CallOutcome
+from coordinator_core.engine.inputs import CallOutcome
 from coordinator_core.shell.adapters.base import (
     EXTERNAL_HTTP,
     AccessToken,

@@ -22,7 +22,7 @@ from coordinator_core.engine.commands import (
     ObtainCredential,
     Prepare,
 )
-from coordinator_core.engine.events import (
+from coordinator_core.engine.inputs import (
     CallOutcome,
     ObservationOutcome,
     PreparationDone,

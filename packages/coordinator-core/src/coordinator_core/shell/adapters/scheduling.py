@@ -11,7 +11,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from coordinator_core.engine.commands import LookupReceipt
-from coordinator_core.engine.events import CallOutcome, ReceiptAnswer
+from coordinator_core.engine.inputs import CallOutcome, ReceiptAnswer
 from coordinator_core.shell.adapters.base import PreparedCommand
 from coordinator_core.shell.adapters.product import Attempt, ProductAdapter, receipt_lookup
 from coordinator_core.shell.adapters.validation import (

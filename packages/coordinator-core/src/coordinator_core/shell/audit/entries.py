@@ -79,9 +79,9 @@ _JOURNAL_RECORDS: Final[dict[str, frozenset[str]]] = {
 }
 _WORKER_OUTCOMES: Final[frozenset[str]] = frozenset(get_args(WorkerOutcome))
 _RESPONSE_OUTCOMES: Final[frozenset[str]] = frozenset(get_args(ResponseOutcome))
-_REFERENCE_CLASSES: Final[frozenset[str]] = frozenset(get_args(ReferenceClass))
-_ROLES: Final[frozenset[str]] = frozenset(get_args(Role))
-_PHASES: Final[frozenset[str]] = frozenset(get_args(Phase))
+REFERENCE_CLASSES: Final[frozenset[str]] = frozenset(get_args(ReferenceClass))
+ROLES: Final[frozenset[str]] = frozenset(get_args(Role))
+PHASES: Final[frozenset[str]] = frozenset(get_args(Phase))
 
 # --------------------------------------------------------------------------------------------
 # Entries
@@ -90,13 +90,13 @@ _PHASES: Final[frozenset[str]] = frozenset(get_args(Phase))
 _UUID: Final = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 _REF: Final = r"hmac-sha256:[0-9a-f]{64}"
 _REFERENCE_RE: Final = re.compile(_REF)
-_UUID_RE: Final = re.compile(_UUID)
+UUID_PATTERN: Final = re.compile(_UUID)
 _WORKER_CORRELATION_RE: Final = re.compile(
     rf"{_UUID}:(?:attempt|dispatch|observation|transition):{_REF}"
 )
 _DIGEST_RE: Final = re.compile(r"sha256:[0-9a-f]{64}")
 _ACTIVATION_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-_TIME_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
+TIME_PATTERN: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z")
 _MAX_COUNTER: Final = 2**53 - 1
 
 _REFERENCE_MEMBERS: Final = frozenset(
@@ -188,7 +188,7 @@ def _correlation_ok(phase: str, correlation: object, record: Mapping[str, object
         return False
     if phase == "record" and record.get("action") not in _JOURNAL_RECORDS:
         return _WORKER_CORRELATION_RE.fullmatch(correlation) is not None
-    return _UUID_RE.fullmatch(correlation) is not None
+    return UUID_PATTERN.fullmatch(correlation) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +208,7 @@ class AuditEntry:
 
 
 def check_entry(phase: object, correlation: object, record: object) -> None:
-    if not isinstance(phase, str) or phase not in _PHASES:
+    if not isinstance(phase, str) or phase not in PHASES:
         raise ValueError("The audit phase is not request, response or record.")
     if not isinstance(record, Mapping):
         raise ValueError("The audit record is not one of the shapes of 07 §11.")

@@ -8,8 +8,8 @@ from typing import Final
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.audit.entries import (
-    _REFERENCE_CLASSES,
     MIN_AUDIT_KEY_BYTES,
+    REFERENCE_CLASSES,
     ReferenceClass,
 )
 
@@ -68,7 +68,7 @@ class AuditReferences:
         known = self._recent.get(key)
         if known is not None:
             return known
-        if reference_class not in _REFERENCE_CLASSES:
+        if reference_class not in REFERENCE_CLASSES:
             raise ValueError("The reference class is not one of 07 §11.")
         parts = [_utf8(reference_class), _utf8(self._scope), _utf8(value)]
         message = _REFERENCE_CONTEXT.encode("ascii") + b"".join(

@@ -12,12 +12,12 @@ from typing import BinaryIO, Final
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.audit.entries import (
-    _PHASES,
-    _TIME_RE,
-    _UUID_RE,
     AUDIT_SCHEMA,
     JOURNAL_FILE_RE,
     MAX_ENTRY_BYTES,
+    PHASES,
+    TIME_PATTERN,
+    UUID_PATTERN,
     ZERO_HASH,
     check_entry,
 )
@@ -289,12 +289,12 @@ def chained_entry(line: bytes, sequence: int, previous: str) -> dict[str, object
     if entry["previous"] != previous:
         raise BrokenLine("/previous", "The previous hash does not match the line before.")
     event_id = entry["eventId"]
-    if not isinstance(event_id, str) or _UUID_RE.fullmatch(event_id) is None:
+    if not isinstance(event_id, str) or UUID_PATTERN.fullmatch(event_id) is None:
         raise BrokenLine("/eventId", "The event id is not a UUID.")
     if not _time_ok(entry["time"]):
         raise BrokenLine("/time", "The time is not a UTC time with milliseconds.")
     phase = entry["phase"]
-    if not isinstance(phase, str) or phase not in _PHASES:
+    if not isinstance(phase, str) or phase not in PHASES:
         raise BrokenLine("/phase", "The phase is not request, response or record.")
     if not isinstance(entry["correlation"], str) or not entry["correlation"]:
         raise BrokenLine("/correlation", "The correlation is not a string.")
@@ -319,7 +319,7 @@ def _canonical_object(line: bytes) -> dict[str, object] | None:
 
 
 def _time_ok(value: object) -> bool:
-    if not isinstance(value, str) or _TIME_RE.fullmatch(value) is None:
+    if not isinstance(value, str) or TIME_PATTERN.fullmatch(value) is None:
         return False
     try:
         datetime.strptime(value[:19], "%Y-%m-%dT%H:%M:%S")

@@ -20,10 +20,10 @@ from typing import Final, Protocol
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.audit.entries import (
-    _ROLES,
     AUDIT_SCHEMA,
     FILE_ROTATE_BYTES,
     MAX_ENTRY_BYTES,
+    ROLES,
     ZERO_HASH,
     AuditEntry,
     Role,
@@ -177,7 +177,7 @@ class AuditWriter:
         position of the last one, before the appends it covers return; what it raises is a
         failed write. Each file of the group is held under an exclusive `flock` while it is
         written, so that another process can tell a live group from a dead one."""
-        if role not in _ROLES:
+        if role not in ROLES:
             raise ValueError("The audit role is not serve, worker or ctl.")
         path = Path(directory)
         try:

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Any, Final
 
-from coordinator_core.engine.clock import Instant
+from coordinator_core.engine.instants import Instant
 from coordinator_core.shell.clock import Clock, wall_clock
 from coordinator_core.shell.store import NextInstants
 

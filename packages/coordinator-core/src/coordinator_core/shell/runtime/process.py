@@ -52,20 +52,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Final, Protocol
 
+from coordinator_core.config.model import (
+    Deployment,
+    DeploymentRefused,
+    DeploymentSettings,
+    SqliteDatabase,
+)
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.audit import AuditWriter
 from coordinator_core.shell.audit.witness import RestoreWitness
 from coordinator_core.shell.clock import wall_clock
-from coordinator_core.shell.deployment import (
-    Deployment,
-    DeploymentRefused,
-    DeploymentSettings,
-    Secrets,
-    SqliteDatabase,
-    load_deployment,
-    package_binding_problems,
-    resolve_secrets,
-)
+from coordinator_core.shell.deployment import load_deployment, package_binding_problems
 from coordinator_core.shell.execution.wakeup import Wakeup
 from coordinator_core.shell.observe import metrics, tracing
 from coordinator_core.shell.package_files import LoadedPackage, load_package
@@ -85,6 +82,7 @@ from coordinator_core.shell.runtime.argv import (
 from coordinator_core.shell.runtime.outage import Backoff, StoreOutage
 from coordinator_core.shell.runtime.service_log import ServiceLog, install
 from coordinator_core.shell.runtime.streams import guard_output
+from coordinator_core.shell.secrets import Secrets, resolve_secrets
 from coordinator_core.shell.service import Runtime, StoreRunService
 from coordinator_core.shell.store import Store
 

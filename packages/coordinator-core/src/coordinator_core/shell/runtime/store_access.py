@@ -16,12 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from coordinator_core.shell.deployment import (
-    Deployment,
-    DeploymentSettings,
-    PostgresqlDatabase,
-    Secrets,
-)
+from coordinator_core.config.model import Deployment, DeploymentSettings, PostgresqlDatabase
+from coordinator_core.shell.secrets import Secrets
 from coordinator_core.shell.store import DeploymentIdentity
 
 __all__ = ["identity", "namespace_of", "store_url"]

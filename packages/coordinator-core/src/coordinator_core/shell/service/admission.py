@@ -99,7 +99,9 @@ def insert_run(
     result = context.store.writes.admit(prepared, now, announce=taking is None)
     if result.created:  # its definition's snapshot is stored (inserted or already there)
         context.stored_definitions.add(prepared.run.definition_digest)
-    if taking is not None and result.claim is not None:
+    if taking is None or not result.created:
+        return result
+    if result.claim is not None:
         taking.adopt(
             Written(
                 RunSnapshot(result.claim.snapshot.control, result.run, result.steps), result.claim
@@ -107,6 +109,11 @@ def insert_run(
             now,
         )
         context.wakeup.hand(taking, result.claim)
+    elif result.control is not None:
+        # The admission's claim left the first record pending, due later (a wait-until not yet
+        # due): nothing is handed over, and nobody was told, so its instant is scheduled here
+        # (and announced to the other processes when earlier than anything this one knew).
+        context.ports.after_write(RunSnapshot(result.control, result.run, result.steps), now)
     return result
 
 

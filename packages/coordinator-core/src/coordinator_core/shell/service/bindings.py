@@ -12,10 +12,10 @@ from __future__ import annotations
 import threading
 from typing import Final
 
+from coordinator_core.config.model import Deployment, DeploymentRefused, binding_digest
 from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import DefinitionError, Instant
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell.deployment import Deployment, DeploymentRefused, binding_digest
 from coordinator_core.shell.execution.codec import DefinitionCache
 from coordinator_core.shell.store import Store, StoredRun
 

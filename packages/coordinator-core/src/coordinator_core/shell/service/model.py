@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Final, Literal, Protocol, get_args, runtime_checkable
 from uuid import UUID
 
-from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.detail import FailureDetail
+from coordinator_core.engine.instants import Instant
 from coordinator_core.engine.state import RunStatusValue, StepRecord, StepRoute
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.jsonschema.violations import Violation

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from coordinator_core.config.model import Deployment
 from coordinator_core.definition.snapshot import Snapshot
 from coordinator_core.engine import (
     CallStep,
@@ -36,7 +37,7 @@ from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.audit import AuditWriter
 from coordinator_core.shell.clock import Clock, wall_clock
-from coordinator_core.shell.deployment import Deployment, Secrets, bound_connections
+from coordinator_core.shell.deployment import bound_connections
 from coordinator_core.shell.execution.attempt import Ports, WorkerAudit
 from coordinator_core.shell.execution.codec import DefinitionCache, RunKeys, state_of, write_of
 from coordinator_core.shell.execution.run_log import RunEvents
@@ -45,6 +46,7 @@ from coordinator_core.shell.execution.worker import Worker
 from coordinator_core.shell.observe import metrics
 from coordinator_core.shell.package_files import LoadedPackage
 from coordinator_core.shell.sealing import AdmissionKey, Sealer
+from coordinator_core.shell.secrets import Secrets
 from coordinator_core.shell.service.bindings import LiveBindings
 from coordinator_core.shell.service.model import Caller, RunStatus, ServiceRefusal
 from coordinator_core.shell.service.shapes import run_status_of

@@ -1,7 +1,7 @@
 """`StoreRunService`: the `RunService` of one deployment over its `Runtime` (06 §5–§9, 07 §6–§13).
 
 A plain class with real methods: each runs the function of its concern (admission, views,
-recovery, holds, events) on the runtime and returns the 06 §11 shape. The methods are
+interventions, holds, deliveries) on the runtime and returns the 06 §11 shape. The methods are
 synchronous (they run store transactions); the HTTP edge calls them from a thread
 (`coordinator_api`). A core refusal leaves a method as the `ServiceRefusal` of its code, and an
 action that may make a record claimable now wakes the idle worker loops of this process when it
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from coordinator_core.engine import Instant
 from coordinator_core.errors import CoordinatorError
-from coordinator_core.shell.service import admission, events, holds, recovery, views
+from coordinator_core.shell.service import admission, deliveries, holds, interventions, views
 from coordinator_core.shell.service.model import (
     AdmissionRequest,
     AttemptPage,
@@ -91,7 +91,7 @@ class StoreRunService:
         run_events = self.runtime.events
         with self._changing():
             try:
-                admitted = events.admit_event(self.runtime, delivery)
+                admitted = deliveries.admit_event(self.runtime, delivery)
             except CoordinatorError as error:
                 run_events.refused("event", error.code)
                 raise
@@ -122,15 +122,15 @@ class StoreRunService:
 
     def cancel(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
         with self._changing():
-            return recovery.cancel(self.runtime, caller, run_id, reason)
+            return interventions.cancel(self.runtime, caller, run_id, reason)
 
     def retry_same(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
         with self._changing():
-            return recovery.retry_same(self.runtime, caller, run_id, reason)
+            return interventions.retry_same(self.runtime, caller, run_id, reason)
 
     def reconcile(self, caller: Caller, run_id: uuid.UUID, reason: str) -> ReconcileResult:
         with self._changing():
-            return recovery.reconcile(self.runtime, caller, run_id, reason)
+            return interventions.reconcile(self.runtime, caller, run_id, reason)
 
     # -- holds, retention, completions ------------------------------------------------------------
 
@@ -152,4 +152,4 @@ class StoreRunService:
 
     def complete_review(self, connection: str, request_id: uuid.UUID) -> None:
         with self._changing():
-            events.complete_review(self.runtime, connection, request_id)
+            deliveries.complete_review(self.runtime, connection, request_id)

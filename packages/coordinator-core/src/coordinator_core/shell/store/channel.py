@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
-from coordinator_core.engine.clock import Instant
+from coordinator_core.engine.instants import Instant
 from coordinator_core.shell.store.transactor import Transactor
 
 __all__ = ["Channel", "ConnectionWatch", "announced"]

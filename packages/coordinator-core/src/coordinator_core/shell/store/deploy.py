@@ -14,7 +14,7 @@ from typing import Any, Final
 from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.engine import Connection, Engine
 
-from coordinator_core.engine.clock import Instant
+from coordinator_core.engine.instants import Instant
 from coordinator_core.shell.clock import wall_clock
 from coordinator_core.shell.store.dialect import (
     NAMESPACE_MARKER,

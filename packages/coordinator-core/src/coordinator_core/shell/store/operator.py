@@ -10,7 +10,7 @@ from typing import Any, Final
 from sqlalchemy import delete, not_, or_, select, update
 from sqlalchemy.engine import Connection
 
-from coordinator_core.engine.clock import Instant
+from coordinator_core.engine.instants import Instant
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.store.dialect import Prepared, lock_rows
 from coordinator_core.shell.store.guards import refuse

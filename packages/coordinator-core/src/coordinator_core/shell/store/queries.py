@@ -13,8 +13,8 @@ from sqlalchemy import and_, case, exists, literal_column, not_, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.expression import FromClause
 
-from coordinator_core.engine.clock import Instant
 from coordinator_core.engine.codes import NON_RECOVERABLE_CODES
+from coordinator_core.engine.instants import Instant
 from coordinator_core.shell.store.schema import RUNS, STEPS, TERMINAL_STATUSES
 
 __all__ = [

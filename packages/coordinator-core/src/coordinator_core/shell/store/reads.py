@@ -13,7 +13,7 @@ from typing import Any, Final
 from sqlalchemy import and_, bindparam, func, not_, or_, select
 from sqlalchemy.engine import Connection
 
-from coordinator_core.engine.clock import Instant
+from coordinator_core.engine.instants import Instant
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.observe.metrics import StoreGauges
 from coordinator_core.shell.store.dialect import Prepared, UTCDateTime

@@ -17,7 +17,7 @@ from typing import Self
 
 from sqlalchemy.engine import Connection
 
-from coordinator_core.engine.clock import Instant
+from coordinator_core.engine.instants import Instant
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.store.channel import Channel
 from coordinator_core.shell.store.dialect import (

@@ -22,7 +22,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import select, text
 from sqlalchemy.engine import Connection, Engine
 
-from coordinator_core.engine.clock import Instant
+from coordinator_core.engine.instants import Instant
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.observe import metrics, tracing
 from coordinator_core.shell.store.dialect import (

@@ -18,7 +18,7 @@ from typing import Any, Final
 from sqlalchemy import Integer, and_, bindparam, insert, not_, select, true, tuple_, update
 from sqlalchemy.engine import Connection
 
-from coordinator_core.engine.clock import Instant
+from coordinator_core.engine.instants import Instant
 from coordinator_core.engine.state import TERMINAL_STATUSES, StepRecord
 from coordinator_core.evolve import evolve
 from coordinator_core.shell.store.dialect import (

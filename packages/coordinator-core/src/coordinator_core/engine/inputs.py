@@ -1,4 +1,4 @@
-"""Events fed to `advance`: what happened to a run (admission, claims, product answers, time,
+"""The engine's inputs: the events fed to `advance`, what happened to a run (admission, claims, product answers, time,
 cancel and operator recovery). Each is a frozen value with a JSON form.
 
 JSON payloads travel as canonical JSON text (see `state`); the `of`/`success`/`complete`/

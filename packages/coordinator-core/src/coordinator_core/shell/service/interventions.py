@@ -1,5 +1,5 @@
-"""The run commands (06 §5.5–§5.7, 07 §8–§9): cancel, retry-same and reconcile, each an engine
-event applied to the locked run by the store's transaction."""
+"""A caller's interventions on one run (06 §5.5–§5.7, 07 §8–§9): cancel, retry-same and
+reconcile, each an engine event applied to the locked run by the store's transaction."""
 
 from __future__ import annotations
 
