@@ -1,6 +1,7 @@
 """ARCHITECTURE rule 11: no import cycle, not even through `TYPE_CHECKING` — a cycle means a
 concept has no home yet. Read with grimp (the graph import-linter checks the layers on), so a
-cycle anywhere in the core fails here with its modules named."""
+cycle anywhere in the three packages (the core, the API, the CLI) fails here with its modules
+named."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ import grimp
 import pytest
 
 
+PACKAGES = ("coordinator_core", "coordinator_api", "coordinatorctl")
+
+
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
-    """The import graph of the installed core (the wheel the session installed)."""
-    return grimp.build_graph("coordinator_core", cache_dir=None)
+    """The import graph of the installed packages (the wheels the session installed)."""
+    return grimp.build_graph(*PACKAGES, cache_dir=None)
 
 
 def _cycles(graph: grimp.ImportGraph, package: str) -> list[list[str]]:
@@ -72,8 +76,9 @@ def _cycles(graph: grimp.ImportGraph, package: str) -> list[list[str]]:
     return found
 
 
-def test_the_core_has_no_import_cycle(graph: grimp.ImportGraph) -> None:
-    assert _cycles(graph, "coordinator_core") == []
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_package_has_an_import_cycle(graph: grimp.ImportGraph, package: str) -> None:
+    assert _cycles(graph, package) == []
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

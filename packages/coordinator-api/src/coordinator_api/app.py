@@ -81,6 +81,7 @@ from coordinator_api.spec import (
     locate_openapi,
     operation_table,
 )
+from coordinator_api.state import AppState
 from coordinator_api.wire import encode
 from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.shell.observe import tracing
@@ -89,19 +90,6 @@ from coordinator_core.shell.service import AuditJournal, BlockReason, RunService
 __all__ = ["AppState", "create_app"]
 
 logger = logging.getLogger("coordinator_api")
-
-
-@dataclass(frozen=True, slots=True)
-class AppState:
-    """Everything a request needs, built once per app."""
-
-    settings: ApiSettings
-    service: RunService
-    journal: AuditJournal
-    access: AccessVerifier
-    bodies: BodySchemas
-    operations: Mapping[str, OperationInfo]
-    routes: RouteTable
 
 
 # ---------------------------------------------------------------------------------------------

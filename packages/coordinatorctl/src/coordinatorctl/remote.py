@@ -40,7 +40,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from coordinator_core.errors import Diagnostic
-from coordinatorctl.remote_exchange import Failure, RemoteAnswer, send
+from coordinatorctl.remote_exchange import RemoteAnswer, exchange
 from coordinatorctl.remote_inputs import parse_origin, read_token
 from coordinatorctl.remote_outcome import outcome_of
 from coordinatorctl.remote_request import ApiRequest, StartInputs, build_request, start_inputs
@@ -66,15 +66,6 @@ def _from_environment(flag_value: str | None, variable: str) -> tuple[str | None
 
 def _usage(message: str, hint: str) -> Diagnostic:
     return Diagnostic("coordinator.command.usage", path="", message=message, hint=hint)
-
-
-def exchange(origin: str, request: ApiRequest, token: str) -> RemoteAnswer | Failure:
-    """One request under the client policy of 09 §4; an answer that repeats the caller's token
-    is no valid answer of the service (06 §12) and never reaches the output."""
-    answer = send(origin, request, token)
-    if isinstance(answer, RemoteAnswer) and token.encode("ascii") in answer.body:
-        return "invalid"
-    return answer
 
 
 def run(options: argparse.Namespace) -> Outcome:

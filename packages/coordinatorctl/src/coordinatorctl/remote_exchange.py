@@ -23,6 +23,7 @@ __all__ = [
     "TOTAL_TIMEOUT_SECONDS",
     "Failure",
     "RemoteAnswer",
+    "exchange",
     "send",
 ]
 
@@ -156,3 +157,12 @@ def send(origin: str, request: ApiRequest, token: str | None) -> RemoteAnswer | 
     import asyncio
 
     return asyncio.run(_exchange(origin, request, token))
+
+
+def exchange(origin: str, request: ApiRequest, token: str) -> RemoteAnswer | Failure:
+    """One request under the client policy of 09 §4; an answer that repeats the caller's token
+    is no valid answer of the service (06 §12) and never reaches the output."""
+    answer = send(origin, request, token)
+    if isinstance(answer, RemoteAnswer) and token.encode("ascii") in answer.body:
+        return "invalid"
+    return answer

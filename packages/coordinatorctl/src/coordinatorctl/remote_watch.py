@@ -1,7 +1,7 @@
 """Following a run: `start --wait` and `status --watch` (09 §4, an addition of this build).
 
 After the command's own call (`POST /v1/runs` or `GET /v1/runs/{run}`) the run is read again with
-`GET /v1/runs/{run}`, each call under the client policy of 09 §4 (remote.exchange), until it
+`GET /v1/runs/{run}`, each call under the client policy of 09 §4 (remote_exchange.exchange), until it
 settles: 1 s after a change, the pause growing by half up to 5 s while nothing changes, and never
 past `--timeout`. A run has settled for the watch when nothing will move it without an operator:
 `finished`, `failed`, `cancelled`, `cancelled-after-effect`, `expired` or `attention` (06 §11.5).
@@ -378,7 +378,7 @@ def watch(
 ) -> Outcome:
     """Send the command's own request, then follow its run until it settles (module docstring).
     `announce` is a generated Idempotency-Key, named with the run id first."""
-    from coordinatorctl.remote import exchange
+    from coordinatorctl.remote_exchange import exchange
 
     started = time.monotonic()
     deadline = started + timeout if timeout is not None else None

@@ -3,7 +3,7 @@
 The command checks what the remote commands check (`--url`, the token file; `--project` when
 given), binds 127.0.0.1 only, prints the console's address and serves until interrupted. The
 token is read from its file for each API call (a renewed file is picked up), sent by this
-process under the client policy of 09 §4 (remote.exchange) and never reaches the browser.
+process under the client policy of 09 §4 (remote_exchange.exchange) and never reaches the browser.
 """
 
 from __future__ import annotations
@@ -120,8 +120,7 @@ def _serve(
         console_refusals,
         create_app,
     )
-    from coordinatorctl.remote import exchange
-    from coordinatorctl.remote_exchange import Failure, RemoteAnswer
+    from coordinatorctl.remote_exchange import Failure, RemoteAnswer, exchange
     from coordinatorctl.remote_inputs import read_token
     from coordinatorctl.remote_request import ApiRequest
 
