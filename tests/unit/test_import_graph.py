@@ -8,7 +8,6 @@ from __future__ import annotations
 import grimp
 import pytest
 
-
 PACKAGES = ("coordinator_core", "coordinator_api", "coordinatorctl")
 
 

@@ -146,7 +146,7 @@ def configure(environ: Mapping[str, str], *, process: str) -> Callable[[], None]
         return None
     try:
         # The SDK and the exporter are imported only here, when tracing is configured: a
-        # process without it never loads them (tests/unit/test_tracing.py).
+        # process without it never loads them (tests/unit/shell/observe/test_tracing.py).
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415
             OTLPSpanExporter,
         )

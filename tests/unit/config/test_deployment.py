@@ -41,7 +41,7 @@ from coordinator_core.shell.deployment import load_deployment
 from coordinator_core.shell.secrets import Secrets, resolve_secrets
 from coordinator_core.values import canonical_json
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "tests" / "data" / "deployment"
 DEVELOPMENT = DATA / "development-sqlite.yaml"
 PRODUCTION = DATA / "production-postgresql.yaml"
