@@ -473,3 +473,13 @@ def test_a_relative_runtime_config_is_the_working_directory_s(
     # An absolute path keeps its rule: no `.` or `..` segments.
     code, document = report(capsys, "check", "--runtime-config", f"{example}/../x/runtime.yaml")
     assert code == 2 and "must not have . or .. segments" in document["diagnostics"][0]["message"]
+
+
+def test_every_subcommand_of_the_parser_has_one_handler_and_no_handler_is_orphaned() -> None:
+    import argparse
+
+    from coordinatorctl import cli
+
+    parser = cli.build_parser()
+    (subparsers,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(subparsers.choices) == set(cli._HANDLERS)

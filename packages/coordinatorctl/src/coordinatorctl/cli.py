@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -352,8 +352,6 @@ def _sniff_format(arguments: Sequence[str]) -> str:
 
 
 def _run(options: argparse.Namespace) -> Outcome:
-    from coordinatorctl import commands
-
     runtime = options.runtime_config
     if runtime is not None and not runtime.startswith("/"):
         # A relative path is the working directory's (resolved once, here, so that the file
@@ -388,109 +386,174 @@ def _run(options: argparse.Namespace) -> Outcome:
             ],
         )
 
-    if options.command == "init":
-        return commands.init(Path(options.directory))
-    if options.command == "check":
-        if options.project is None and options.runtime_config is None:
-            return Outcome("check", [Diagnostic("coordinator.command.usage", path="")])
-        return commands.check(
-            Path(options.project) if options.project is not None else None,
-            runtime_config=_runtime_path(options.runtime_config),
-            explain=options.explain,
-            deny_warnings=options.deny_warnings,
-            environment=dict(os.environ) if options.environment else None,
-        )
-    if options.command == "explain":
-        return commands.explain(
-            Path(options.project),
-            runtime_config=_runtime_path(options.runtime_config),
-            graph=options.graph,
-            output=options.output,
-            deny_warnings=options.deny_warnings,
-        )
-    if options.command == "package":
-        return commands.package(
-            Path(options.project),
-            Path(options.output),
-            runtime_config=_runtime_path(options.runtime_config),
-        )
-    if options.command == "test":
-        scenarios = Path(options.scenarios) if options.scenarios is not None else None
-        junit = Path(options.junit) if options.junit is not None else None
-        return commands.test(
-            Path(options.project),
-            scenarios,
-            junit,
-            runtime_config=_runtime_path(options.runtime_config),
-        )
-    if options.command == "audit":
-        if getattr(options, "audit_command", None) != "verify":
-            return _usage_outcome(
-                UsageMistake(
-                    "The command `coordinatorctl audit` needs a command: `verify`.",
-                    "Run `coordinatorctl audit verify --directory DIR`.",
-                )
-            )
-        heads = None
-        if options.runtime_config is not None:
-            missing = installed.require_deploy_extra()
-            if missing is not None:
-                return Outcome("audit verify", [missing])
-            from coordinatorctl import deploy
+    handler = _HANDLERS.get(options.command)
+    return _usage_outcome() if handler is None else handler(options)
 
-            found = deploy.journal_heads(options.runtime_config)
-            if isinstance(found, Outcome):
-                return found
-            heads = found
-        return commands.audit_verify(Path(options.directory), heads)
-    if options.command == "schema":
-        if options.name == "operation":
-            return commands.schema_operation(options.operation_id, options.completion)
-        if options.operation_id is not None or options.completion is not None:
-            return _usage_outcome(
-                UsageMistake(
-                    f"`coordinatorctl schema {options.name}` takes no further argument.",
-                    "Run `coordinatorctl schema workflow|runtime|scenarios`, or"
-                    " `coordinatorctl schema operation [ID [--completion NAME]]`.",
-                )
-            )
-        return commands.schema(SCHEMA_NAMES[options.name])
-    if options.command == "openapi":
-        from coordinatorctl import describe
 
-        return describe.openapi(options.url)
-    if options.command == "eval":
-        return commands.evaluate(Path(options.functions), options.function, options.arguments)
-    if options.command in DEPLOYMENT_COMMANDS:
-        if options.runtime_config is None:
-            return Outcome(
-                options.command, [Diagnostic("coordinator.command.runtime-config-required")]
+# -- the subcommands: one handler each, registered in `_HANDLERS` -----------------------------
+
+
+def _init(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import commands
+
+    return commands.init(Path(options.directory))
+
+
+def _check(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import commands
+
+    if options.project is None and options.runtime_config is None:
+        return Outcome("check", [Diagnostic("coordinator.command.usage", path="")])
+    return commands.check(
+        Path(options.project) if options.project is not None else None,
+        runtime_config=_runtime_path(options.runtime_config),
+        explain=options.explain,
+        deny_warnings=options.deny_warnings,
+        environment=dict(os.environ) if options.environment else None,
+    )
+
+
+def _explain(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import commands
+
+    return commands.explain(
+        Path(options.project),
+        runtime_config=_runtime_path(options.runtime_config),
+        graph=options.graph,
+        output=options.output,
+        deny_warnings=options.deny_warnings,
+    )
+
+
+def _package(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import commands
+
+    return commands.package(
+        Path(options.project),
+        Path(options.output),
+        runtime_config=_runtime_path(options.runtime_config),
+    )
+
+
+def _test(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import commands
+
+    scenarios = Path(options.scenarios) if options.scenarios is not None else None
+    junit = Path(options.junit) if options.junit is not None else None
+    return commands.test(
+        Path(options.project),
+        scenarios,
+        junit,
+        runtime_config=_runtime_path(options.runtime_config),
+    )
+
+
+def _audit(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import commands
+
+    if getattr(options, "audit_command", None) != "verify":
+        return _usage_outcome(
+            UsageMistake(
+                "The command `coordinatorctl audit` needs a command: `verify`.",
+                "Run `coordinatorctl audit verify --directory DIR`.",
             )
+        )
+    heads = None
+    if options.runtime_config is not None:
         missing = installed.require_deploy_extra()
         if missing is not None:
-            return Outcome(options.command, [missing])
+            return Outcome("audit verify", [missing])
         from coordinatorctl import deploy
 
-        return deploy.run(options)
-    if options.command in remote_args.COMMANDS:
-        from coordinatorctl import remote
+        found = deploy.journal_heads(options.runtime_config)
+        if isinstance(found, Outcome):
+            return found
+        heads = found
+    return commands.audit_verify(Path(options.directory), heads)
 
-        return remote.run(options)
-    if options.command == "console":
-        from coordinatorctl import console
 
-        return console.run(options)
-    if options.command == "dev":
-        from coordinatorctl import dev
+def _schema(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import commands
 
-        return dev.run(options)
-    if options.command == "completion":
-        script = completion.script(options.shell)
-        return Outcome(
-            "completion", status="printed", result={"shell": options.shell, "script": script},
-            text=script,
-        )  # fmt: skip
-    return _usage_outcome()
+    if options.name == "operation":
+        return commands.schema_operation(options.operation_id, options.completion)
+    if options.operation_id is not None or options.completion is not None:
+        return _usage_outcome(
+            UsageMistake(
+                f"`coordinatorctl schema {options.name}` takes no further argument.",
+                "Run `coordinatorctl schema workflow|runtime|scenarios`, or"
+                " `coordinatorctl schema operation [ID [--completion NAME]]`.",
+            )
+        )
+    return commands.schema(SCHEMA_NAMES[options.name])
+
+
+def _openapi(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import describe
+
+    return describe.openapi(options.url)
+
+
+def _eval(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import commands
+
+    return commands.evaluate(Path(options.functions), options.function, options.arguments)
+
+
+def _deployment(options: argparse.Namespace) -> Outcome:
+    if options.runtime_config is None:
+        return Outcome(options.command, [Diagnostic("coordinator.command.runtime-config-required")])
+    missing = installed.require_deploy_extra()
+    if missing is not None:
+        return Outcome(options.command, [missing])
+    from coordinatorctl import deploy
+
+    return deploy.run(options)
+
+
+def _remote(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import remote
+
+    return remote.run(options)
+
+
+def _console(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import console
+
+    return console.run(options)
+
+
+def _dev(options: argparse.Namespace) -> Outcome:
+    from coordinatorctl import dev
+
+    return dev.run(options)
+
+
+def _completion(options: argparse.Namespace) -> Outcome:
+    script = completion.script(options.shell)
+    return Outcome(
+        "completion", status="printed", result={"shell": options.shell, "script": script},
+        text=script,
+    )  # fmt: skip
+
+
+_HANDLERS: Final[Mapping[str, Callable[[argparse.Namespace], Outcome]]] = {
+    "init": _init,
+    "check": _check,
+    "explain": _explain,
+    "package": _package,
+    "test": _test,
+    "audit": _audit,
+    "schema": _schema,
+    "openapi": _openapi,
+    "eval": _eval,
+    **dict.fromkeys(DEPLOYMENT_COMMANDS, _deployment),
+    **dict.fromkeys(remote_args.COMMANDS, _remote),
+    "console": _console,
+    "dev": _dev,
+    "completion": _completion,
+}
+"""Every subcommand's handler, by the name `build_parser` registered it under."""
 
 
 def _runtime_path(value: str | None) -> Path | None:
