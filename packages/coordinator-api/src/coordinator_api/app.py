@@ -81,7 +81,7 @@ from coordinator_api.spec import (
     locate_openapi,
     operation_table,
 )
-from coordinator_api.state import AppState
+from coordinator_api.app_state import AppState
 from coordinator_api.wire import encode
 from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.shell.observe import tracing

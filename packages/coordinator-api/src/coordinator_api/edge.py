@@ -31,7 +31,7 @@ from coordinator_api.spec import RouteTable
 from coordinator_core.shell.observe import tracing
 
 if TYPE_CHECKING:
-    from coordinator_api.state import AppState
+    from coordinator_api.app_state import AppState
 
 __all__ = ["CONTEXT_KEY", "SECURITY_HEADERS", "EdgeMiddleware", "RequestContext"]
 
