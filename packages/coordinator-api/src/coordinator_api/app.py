@@ -62,6 +62,7 @@ from connexion.validators.parameter import ParameterValidator  # type: ignore[im
 from starlette.exceptions import HTTPException
 
 from coordinator_api.access import AccessVerifier, bearer_token, match_secret
+from coordinator_api.app_state import AppState
 from coordinator_api.bodies import BodySchemas
 from coordinator_api.edge import EdgeMiddleware, context_of
 from coordinator_api.explorer import SelfDescription, explorer_assets, render_document
@@ -81,7 +82,6 @@ from coordinator_api.spec import (
     locate_openapi,
     operation_table,
 )
-from coordinator_api.app_state import AppState
 from coordinator_api.wire import encode
 from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.shell.observe import tracing
