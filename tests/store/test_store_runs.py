@@ -110,6 +110,18 @@ def test_listing_filters_by_owner_workflow_and_reported_status(store: Store) -> 
     assert len(store.reads.list_runs(owner=None, workflows=("wf",), limit=100).runs) == 4
 
 
+def test_a_page_carries_each_run_snapshot_from_the_same_read(store: Store) -> None:
+    """The list answers each run's status from its records: they are read with the page (one
+    read, its records fetched together), not one snapshot read per run."""
+    runs = [admit(store, f"s{index}", T0 + index * SECOND) for index in range(3)]
+    _finish(store, runs[1].run_id)
+    page = store.reads.list_runs(owner=None, limit=10)
+    assert [snapshot.run.run_id for snapshot in page.snapshots] == [r.run_id for r in page.runs]
+    for snapshot in page.snapshots:
+        assert snapshot == _snapshot(store, snapshot.run.run_id)
+    assert store.reads.list_runs(owner=None, workflow="other").snapshots == ()
+
+
 # -- cancel and other API transitions -----------------------------------------------------------
 
 

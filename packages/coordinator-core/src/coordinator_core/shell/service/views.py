@@ -101,11 +101,7 @@ def list_runs(context: Runtime, caller: Caller, query: RunQuery) -> RunList:
         after=after,
         limit=query.limit,
     )
-    statuses: list[RunStatus] = []
-    for run in page.runs:
-        snapshot = reads.get_run_snapshot(run.run_id)
-        if snapshot is not None:
-            statuses.append(context.status(snapshot))
+    statuses = [context.status(snapshot) for snapshot in page.snapshots]
     cursor = None if page.next is None else _encode_cursor(context, page.next, query, caller)
     return RunList(statuses, cursor)
 

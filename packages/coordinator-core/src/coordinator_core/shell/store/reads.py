@@ -140,7 +140,13 @@ class RunReads:
             last = page[-1] if page else None
             more = len(rows) > limit
             position = RunPosition(last.state.admitted_at, last.run_id) if more and last else None
-            return RunPage(page, position)
+            control = _control_txn(conn)
+            records = STEPS_OF.rows_of_each(conn, [{"run_id": run.run_id} for run in page])
+            snapshots = tuple(
+                RunSnapshot(control, run, tuple(step_of(step) for step in steps))
+                for run, steps in zip(page, records, strict=True)
+            )
+            return RunPage(page, position, snapshots)
 
         return self._tx.transact("list-runs", work, read_only=True)
 

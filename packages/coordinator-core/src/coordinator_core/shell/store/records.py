@@ -384,10 +384,12 @@ class RunPosition:
 
 @dataclass(frozen=True, slots=True)
 class RunPage:
-    """One page of runs and the position after its last run (None on the last page)."""
+    """One page of runs and the position after its last run (None on the last page), with
+    each run's snapshot (its records and the control row) from the same read."""
 
     runs: tuple[StoredRun, ...]
     next: RunPosition | None
+    snapshots: tuple[RunSnapshot, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
