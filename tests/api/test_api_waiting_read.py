@@ -14,10 +14,21 @@ from typing import Any
 
 import httpx
 import pytest
-from api_fakes import BASE_URL, FakeJournal, FakeRunService, SigningKeys, bearer, settings
+from api_fakes import (
+    BASE_URL,
+    ISSUER,
+    WORKFLOW,
+    FakeJournal,
+    FakeRunService,
+    SigningKeys,
+    bearer,
+    settings,
+)
 from test_api_contract import start
 
 from coordinator_api import create_app
+from coordinator_api.waits import StatusWaits
+from coordinator_core.shell.service import Caller
 from coordinator_core.shell.store import StepOutcome
 
 pytestmark = pytest.mark.anyio
@@ -197,3 +208,34 @@ async def test_a_waiting_read_is_journaled_once_as_a_status_read(
     entries = journal.entries[before:]
     assert [kind for kind, _, _ in entries] == ["request", "response"]
     assert all(entry.action == "status" for _, _, entry in entries)
+
+
+async def test_a_client_that_goes_away_ends_its_wait_and_frees_its_place(
+    client: httpx.AsyncClient, keys: SigningKeys, service: FakeRunService
+) -> None:
+    run_id = await _admitted(client, keys)
+    status = service.runs[run_id].status
+    waits = StatusWaits(service, limit=1)
+    left = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    waiting = asyncio.create_task(
+        waits.until_changed(
+            Caller(ISSUER, "operator-1", "ops-console", True, frozenset({WORKFLOW}), frozenset()),
+            status,
+            status.fingerprint,
+            20,
+            receive,
+        )
+    )
+    await asyncio.sleep(0.3)
+    assert waits.waiting == 1
+    began = time.monotonic()
+    left.set()
+    answered = await waiting
+    assert answered.fingerprint == status.fingerprint
+    assert time.monotonic() - began < 5
+    assert waits.waiting == 0

@@ -26,6 +26,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Final
 
+from starlette.types import Receive
+
 from coordinator_api.limits import STATUS_LOOK_SECONDS
 from coordinator_api.problems import ApiProblem
 from coordinator_core.engine.state import TERMINAL_STATUSES
@@ -41,6 +43,14 @@ _LOOK_FAILED: Final = "coordinator.service.status-look-failed"
 def ended(status: RunStatus) -> bool:
     """A run whose watched members cannot change any more: a wait for it answers at once."""
     return status.run.state.status in TERMINAL_STATUSES
+
+
+async def _went_away(receive: Receive, event: asyncio.Event) -> None:
+    """Returns (setting `event`) once the client has gone away: after the body, the only
+    message left on a request's channel is `http.disconnect`."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    event.set()
 
 
 @dataclass(eq=False, slots=True)
@@ -68,11 +78,17 @@ class StatusWaits:
         return self._count
 
     async def until_changed(
-        self, caller: Caller, status: RunStatus, seen: str, seconds: int
+        self,
+        caller: Caller,
+        status: RunStatus,
+        seen: str,
+        seconds: int,
+        receive: Receive | None = None,
     ) -> RunStatus:
         """The run to answer for a read that found `status` matching `seen`: after a change,
-        the end of the wait (`seconds`), or the stop of the service; at once past the bound.
-        A run that became invisible meanwhile answers `run-absent`."""
+        the end of the wait (`seconds`), the stop of the service, or the client going away
+        (heard on `receive`, the request's ASGI channel once its body was read); at once past
+        the bound. A run that became invisible meanwhile answers `run-absent`."""
         changes = self._service.changes
         if seconds <= 0 or self._count >= self._limit or changes.closed:
             return status
@@ -90,6 +106,7 @@ class StatusWaits:
         self._count += 1
         self._look_soon(loop)
         deadline = loop.time() + seconds
+        gone = None if receive is None else loop.create_task(_went_away(receive, waiter.event))
         try:
             while True:
                 remaining = deadline - loop.time()
@@ -101,13 +118,15 @@ class StatusWaits:
                 except TimeoutError:
                     break
                 waiter.event.clear()
-                if self._service.changes.closed:
-                    return status  # the service stops: answer what was read, at once
+                if self._service.changes.closed or (gone is not None and gone.done()):
+                    return status  # the service stops, or nobody listens: answer at once
                 status = await self._read(caller, run_id)
                 if status.fingerprint != seen or ended(status):
                     return status
             return await self._read(caller, run_id)
         finally:
+            if gone is not None:
+                gone.cancel()
             unwatch()
             self._count -= 1
             waiters = self._runs.get(run_id)

@@ -129,7 +129,9 @@ async def get_run(
         await audit.begin()
         status = await visible_run(coordinator, caller, run_id, "status")
         if seen is not None and wait > 0 and status.fingerprint == seen and not ended(status):
-            status = await state.waits.until_changed(caller, status, seen, wait)
+            status = await state.waits.until_changed(
+                caller, status, seen, wait, coordinator.receive
+            )
         return json_reply(run_status_body(status), headers={"ETag": f'W/"{status.fingerprint}"'})
 
 
