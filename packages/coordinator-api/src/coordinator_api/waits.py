@@ -9,7 +9,8 @@ A waiting read holds neither a thread nor a store connection while it waits: it 
 * one poller per process while any read waits, which every `STATUS_LOOK_SECONDS` reads the
   fingerprints of all waited-for runs in one small store read (`RunService.fingerprints`), for
   what another process (`coordinator worker`) committed;
-* the stop of the service (`RunChanges.close`), which answers at once.
+* the stop of the service (`RunChanges.close`), which answers at once;
+* the client going away (`http.disconnect` on the request's channel), which ends the wait.
 
 A woken read reads the run in full (in a worker thread, as every read) and answers if its
 fingerprint differs from `seen` or it has ended; otherwise it waits on. When the wait runs out
