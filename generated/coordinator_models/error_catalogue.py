@@ -1174,6 +1174,13 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
         "error",
         413,
     ),
+    "coordinator.request.wait-invalid": (
+        "The `wait` or `seen` query parameter of the status read is out of its bounds.",
+        "Send `wait` as whole seconds from 0 to 20 and `seen` as the opaque tag (16 lowercase hex digits) of an earlier answer's `ETag`, or leave both out for a plain read.",
+        1,
+        "error",
+        400,
+    ),
     "coordinator.runtime-config.refused": (
         "A secret reference names an undeclared or unsuitable provider, or a connection name is bound more than once or too many are bound.",
         "Declare the provider each reference uses (keys and signing keys take `secret:file/` only), and bind each connection name once, in at most 16 entries across `connections`, `externalHttpConnections` and `evaluationConnections`.",

@@ -7,7 +7,7 @@ import base64
 import dataclasses
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,6 +36,7 @@ from coordinator_core.shell.service import (
     ReconcileResult,
     Recovery,
     RunAdmitted,
+    RunChanges,
     RunInspection,
     RunList,
     RunQuery,
@@ -300,6 +301,8 @@ class FakeRunService:
         self.is_ready = True
         self.refusal: ServiceRefusal | None = None  # raised by the next command when set
         self.clock_step = 0
+        self.changes = RunChanges()
+        self.looks = 0  # `fingerprints` calls (the waiting reads' looks at the store)
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
@@ -384,6 +387,21 @@ class FakeRunService:
     def get_run(self, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
         run = self.runs.get(run_id)
         return run.status if run is not None and self._visible(caller, run) else None
+
+    def fingerprints(self, run_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+        self.looks += 1
+        return {
+            run_id: self.runs[run_id].status.fingerprint
+            for run_id in run_ids
+            if run_id in self.runs
+        }
+
+    def move(self, run_id: uuid.UUID, **changes: Any) -> None:
+        """Change a run's state as a worker would (without telling `changes`)."""
+        run = self.runs[run_id]
+        stored = run.status.run
+        state = dataclasses.replace(stored.state, **changes)
+        run.status = RunStatus(run=dataclasses.replace(stored, state=state))
 
     def list_runs(self, caller: Caller, query: RunQuery) -> RunList:
         filters = [query.status, query.workflow]

@@ -187,3 +187,32 @@ def test_a_scrape_does_not_wait_for_another_that_is_still_reading_the_store() ->
         release.set()
         first.join(30)
         metrics.watch_store(None)
+
+
+def test_a_commit_of_the_worker_wakes_the_waiting_reads_of_its_run_in_this_process(
+    sqlite_deployed: Deployed,
+) -> None:
+    # 06 §5.3, the waiting read: `RunChanges` is told by the store's observer on the committing
+    # thread; a watcher of another run is not woken, an ended watch is not either, and the
+    # stop wakes every watcher (and every later one at once).
+    deployed = sqlite_deployed
+    changes = deployed.service.changes
+    run_id = deployed.admit(run_input(), key=f"key-{uuid.uuid4()}").run.run_id
+    woken: list[str] = []
+    unwatch = changes.watch(run_id, lambda: woken.append("run"))
+    ended = changes.watch(run_id, lambda: woken.append("ended"))
+    ended()
+    other = changes.watch(uuid.uuid4(), lambda: woken.append("other"))
+    before = deployed.service.fingerprints([run_id])[run_id]
+    status, _ = deployed.drive(run_id)
+    assert status.status == "finished"
+    assert woken and set(woken) == {"run"}
+    assert deployed.service.fingerprints([run_id]) == {run_id: status.fingerprint}
+    assert status.fingerprint != before
+    unwatch()
+    woken.clear()
+    changes.close()
+    assert woken == ["other"]  # the stop wakes who still watches
+    changes.watch(run_id, lambda: woken.append("late"))
+    assert woken == ["other", "late"]
+    other()

@@ -476,3 +476,32 @@ def test_gauges_count_what_a_scrape_reports(store: Store) -> None:
     assert gauges.holds == {"restore": 0, "admissions": 0, "restore-review": 1}
     quiet = store.reads.gauges(T0)
     assert (quiet.due, quiet.oldest_due_lag_seconds) == (0, 0.0)
+
+
+# -- what a waiting status read follows (06 §5.3) -------------------------------------------------
+
+
+def _fingerprint(store: Store, run_id: uuid.UUID) -> str:
+    from coordinator_core.shell.service.shapes import run_status_of
+
+    return run_status_of(_snapshot(store, run_id), lambda _: None).fingerprint
+
+
+def test_watched_runs_fingerprint_as_the_full_status_does_in_one_read(store: Store) -> None:
+    running = admit(store, "watched-running").run_id
+    finished = admit(store, "watched-finished").run_id
+    _finish(store, finished)
+    reviewed = admit(store, "watched-reviewed").run_id
+    absent = uuid.uuid4()
+    before = store.reads.watched_runs([running, finished, reviewed, absent])
+    assert set(before) == {running, finished, reviewed}
+    for run_id, watched in before.items():
+        assert watched.fingerprint(run_id) == _fingerprint(store, run_id)
+    assert before[finished].status == "finished"
+    _set(store, reviewed, restore_review=True)  # reads `attention`
+    after = store.reads.watched_runs([running, reviewed])
+    assert after[reviewed].status == "attention"
+    assert after[reviewed].fingerprint(reviewed) == _fingerprint(store, reviewed)
+    assert after[reviewed].fingerprint(reviewed) != before[reviewed].fingerprint(reviewed)
+    assert after[running] == before[running]
+    assert store.reads.watched_runs([]) == {}

@@ -73,6 +73,9 @@ PRODUCT_CODES = (
     # The connection guard of `coordinator serve` (docs/operations.md, HTTP edge limits): the
     # contract bounds bodies and tokens but not request heads or open connections.
     "coordinator.request.headers-too-large",
+    # The waiting status read (`GET /v1/runs/{run}?wait=&seen=`, docs/reference/api.md), an
+    # addition of this build that the contract's 06 §5.3 does not have.
+    "coordinator.request.wait-invalid",
     "coordinator.request.connections-exhausted",
     "coordinator.request.peer-connections-exhausted",
     # A deployment command of a `coordinatorctl` installed without its `deploy` extra (the
@@ -148,6 +151,7 @@ HTTP_STATUS = {
     400: [
         "coordinator.request.invalid",
         "coordinator.request.cursor-invalid",
+        "coordinator.request.wait-invalid",  # of this implementation (PRODUCT_CODES)
         "coordinator.command.start-key-invalid",
         "coordinator.command.input-invalid",
         "coordinator.definition.input",

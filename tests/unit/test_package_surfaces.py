@@ -33,6 +33,7 @@ MODULES = {
         "AdmissionRequest",
         "AttemptPage",
         "RunAdmitted",
+        "RunChanges",
         "AuditAction",
         "AuditJournal",
         "AuditOutcome",

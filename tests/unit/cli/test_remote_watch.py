@@ -8,6 +8,7 @@ goes through `coordinatorctl.cli.main`; every output is checked for the token an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections.abc import Iterator
@@ -85,6 +86,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: bytes
+    query: str = ""
 
 
 @dataclass
@@ -92,6 +94,7 @@ class Script:
     answers: dict[tuple[str, str], list[tuple[int, bytes, str]]] = field(default_factory=dict)
     seen: list[Seen] = field(default_factory=list)
     url: str = ""
+    tags: bool = False  # answer a run status with the weak ETag of the waiting read (06 §5.3)
 
     def on(self, method: str, path: str, *bodies: Any, status: int = 200) -> None:
         self.answers[(method, path)] = [
@@ -121,18 +124,21 @@ def server() -> Iterator[Script]:
 
         def _answer(self) -> None:
             length = int(self.headers.get("content-length") or 0)
-            path = self.path.split("?", 1)[0]
+            path, _, query = self.path.partition("?")
             script.seen.append(
                 Seen(
                     self.command,
                     path,
                     {k.lower(): v for k, v in self.headers.items()},
                     self.rfile.read(length),
+                    query,
                 )
             )
             status, body, media = script.take(self.command, path)
             self.send_response(status)
             self.send_header("Content-Type", media)
+            if script.tags and self.command == "GET" and path == RUN_PATH and status == 200:
+                self.send_header("ETag", f'W/"{tag_of(body)}"')
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -150,10 +156,15 @@ def server() -> Iterator[Script]:
     httpd.server_close()
 
 
+def tag_of(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()[:16]
+
+
 @pytest.fixture
 def service(server: Script, monkeypatch: pytest.MonkeyPatch) -> Script:
     server.answers = {}
     server.seen = []
+    server.tags = False
     monkeypatch.delenv("COORDINATOR_URL", raising=False)
     monkeypatch.delenv("COORDINATOR_TOKEN_FILE", raising=False)
     return server
@@ -477,6 +488,76 @@ def test_the_pause_grows_from_1_s_by_half_to_5_s_and_resets_on_a_change(
     code, _ = report(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
     assert code == 0
     assert pauses == [1.0, 1.5, 2.25, 3.375, 5.0, 5.0, 5.0, 1.0, 1.5]
+
+
+def test_status_watch_sends_waiting_reads_naming_the_last_tag_and_never_pauses(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service.tags = True
+    pauses: list[float] = []
+    monkeypatch.setattr(remote_watch.time, "sleep", pauses.append)
+    service.on("GET", RUN_PATH, RUNNING, WAITING, FINISHED)
+    code, _ = report(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
+    assert code == 0
+    assert pauses == []  # each read answered a change: the client never sleeps
+    reads = [seen.query for seen in service.seen]
+    tags = [tag_of(json.dumps(body).encode()) for body in (RUNNING, WAITING)]
+    assert reads == ["", *(f"wait=20&seen={tag}" for tag in tags)]
+
+
+def test_start_wait_fetches_the_tag_with_one_plain_read_then_waits(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    service.tags = True
+    pauses: list[float] = []
+    monkeypatch.setattr(remote_watch.time, "sleep", pauses.append)
+    service.on("POST", "/v1/runs", RUNNING, status=201)
+    service.on("GET", RUN_PATH, RUNNING, FINISHED)
+    code, _ = report(capsys, *flags(service, token_file), *start_argv(tmp_path), "--wait")
+    assert code == 0 and pauses == []
+    reads = [seen.query for seen in service.seen if seen.method == "GET"]
+    assert reads == ["", f"wait=20&seen={tag_of(json.dumps(RUNNING).encode())}"]
+
+
+def test_a_waiting_read_answered_unchanged_at_once_is_followed_by_a_pause(
+    capsys: pytest.CaptureFixture[str],
+    service: Script,
+    token_file: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A service past its bound of waiting reads answers at once: the watch must not spin.
+    service.tags = True
+    pauses: list[float] = []
+    monkeypatch.setattr(remote_watch.time, "sleep", pauses.append)
+    service.on("GET", RUN_PATH, RUNNING, RUNNING, RUNNING, FINISHED)
+    code, _ = report(capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch")
+    assert code == 0
+    assert pauses == [1.5, 2.25]
+    assert all(seen.query.startswith("wait=20&seen=") for seen in service.seen[1:])
+
+
+def test_a_waiting_read_never_outlasts_the_timeout(
+    capsys: pytest.CaptureFixture[str], service: Script, token_file: Path, fast: None
+) -> None:
+    service.tags = True
+    service.on("GET", RUN_PATH, WAITING)
+    code, document = report(
+        capsys, *flags(service, token_file), "status", "--run", RUN_ID, "--watch", "--timeout", "3"
+    )
+    assert code == 1 and codes(document) == ["coordinator.command.watch-timeout"]
+    waits = [
+        int(seen.query.split("&")[0].removeprefix("wait="))
+        for seen in service.seen[1:]
+        if seen.query  # the last reads, under a second before the deadline, are plain
+    ]
+    assert waits and all(1 <= wait <= 3 for wait in waits)
 
 
 def test_the_timeout_ends_the_watch_with_exit_1_and_cancels_nothing(

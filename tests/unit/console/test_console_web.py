@@ -101,6 +101,7 @@ class FakeService:
         self.operator = operator
         self.sent: list[ApiRequest] = []
         self.inspection = inspection()
+        self.tag: str | None = "0123456789abcdef"  # the ETag tag of a run status read
 
     def __call__(self, request: ApiRequest) -> RemoteAnswer | Failure:
         self.sent.append(request)
@@ -122,6 +123,9 @@ class FakeService:
             )  # fmt: skip
         if path.endswith("/inspect"):
             return ok(self.inspection)
+        if path == f"/v1/runs/{RUN}":
+            answer = ok(run_status())
+            return RemoteAnswer(answer.status, answer.media_type, answer.body, self.tag)
         if path.endswith("/cancel"):
             return ok(run_status(status="cancelled"))
         if path.endswith("/reconcile"):
@@ -441,7 +445,40 @@ def test_instants_carry_their_live_countdown(client: TestClient) -> None:
         '2026-12-02T10:00:00.000Z <span class="countdown" data-until="2026-12-02T10:00:00.000Z">'
         in page
     )
-    assert '<main data-live="5">' in page
+    assert '<main data-live="5" data-follow=' in page
+
+
+def test_a_live_run_page_follows_the_run_through_the_waiting_read(
+    client: TestClient, service: FakeService
+) -> None:
+    assert "data-follow" not in client.get(f"/runs/{RUN}").text
+    page = client.get(f"/runs/{RUN}?auto=5").text
+    assert f'<main data-live="5" data-follow="/runs/{RUN}/changes">' in page
+    first = client.get(f"/runs/{RUN}/changes")
+    assert first.status_code == 200 and first.json() == {"tag": "0123456789abcdef"}
+    assert first.headers["content-security-policy"] == CSP
+    assert service.sent[-1] == ApiRequest("GET", f"/v1/runs/{RUN}")  # no tag yet: a plain read
+    waited = client.get(f"/runs/{RUN}/changes", params={"seen": "fedcba9876543210"})
+    assert waited.json() == {"tag": "0123456789abcdef"}
+    assert service.sent[-1].query == (("wait", "20"), ("seen", "fedcba9876543210"))
+
+
+def test_the_follow_forwards_no_malformed_tag_and_falls_back_without_one(
+    client: TestClient, service: FakeService
+) -> None:
+    answer = client.get(f"/runs/{RUN}/changes", params={"seen": CANARY})
+    assert answer.status_code == 200 and CANARY not in answer.text
+    assert service.sent[-1].query == ()  # never sent on: a plain read
+    service.tag = None  # a service without the waiting read
+    assert client.get(f"/runs/{RUN}/changes").status_code == 204
+    assert client.get("/runs/not-a-run/changes").status_code == 404
+
+
+def test_the_script_follows_a_run_page_and_keeps_the_timer_as_its_fallback(
+    client: TestClient,
+) -> None:
+    script = client.get("/console.js").text
+    assert "data-follow" in script and "?seen=" in script and "setInterval" in script
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,11 @@ from typing import Any, ClassVar
 
 import connexion  # type: ignore[import-untyped]
 from connexion.datastructures import MediaTypeDict  # type: ignore[import-untyped]
-from connexion.exceptions import ProblemException  # type: ignore[import-untyped]
+from connexion.exceptions import (  # type: ignore[import-untyped]
+    BadRequestProblem,
+    ExtraParameterProblem,
+    ProblemException,
+)
 from connexion.lifecycle import ConnexionResponse  # type: ignore[import-untyped]
 from connexion.middleware.context import ContextMiddleware  # type: ignore[import-untyped]
 from connexion.middleware.exceptions import ExceptionMiddleware  # type: ignore[import-untyped]
@@ -64,7 +68,7 @@ from starlette.exceptions import HTTPException
 from coordinator_api.access import AccessVerifier, bearer_token, match_secret
 from coordinator_api.app_state import AppState
 from coordinator_api.bodies import BodySchemas
-from coordinator_api.edge import EdgeMiddleware, context_of
+from coordinator_api.edge import CONTEXT_KEY, EdgeMiddleware, context_of
 from coordinator_api.explorer import SelfDescription, explorer_assets, render_document
 from coordinator_api.handlers import OPERATIONS, handler_of
 from coordinator_api.problems import (
@@ -82,6 +86,7 @@ from coordinator_api.spec import (
     locate_openapi,
     operation_table,
 )
+from coordinator_api.waits import StatusWaits
 from coordinator_api.wire import encode
 from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.shell.observe import tracing
@@ -100,6 +105,14 @@ def _operation_of(request: Any) -> OperationInfo:
     # Routing reports the operationId it resolved (`getRun`).
     operation_id = str(request.scope["extensions"]["connexion_routing"]["operation_id"])
     info = context_of(request).state.operations[operation_id]
+    assert isinstance(info, OperationInfo)
+    return info
+
+
+def _operation_of_scope(scope: Any) -> OperationInfo:
+    operation_id = str(scope["extensions"]["connexion_routing"]["operation_id"])
+    context = scope["extensions"]["connexion_context"][CONTEXT_KEY]
+    info = context.state.operations[operation_id]
     assert isinstance(info, OperationInfo)
     return info
 
@@ -172,7 +185,17 @@ class _QueryParameterValidator:
         )
 
     def validate(self, scope: Any) -> None:
-        self._inner.validate(scope)
+        try:
+            self._inner.validate(scope)
+        except ExtraParameterProblem:
+            raise  # an unknown parameter: `coordinator.request.invalid`
+        except BadRequestProblem:
+            # A documented parameter out of its bounds: the operation's own code when it names
+            # one (`x-query-invalid`), never the value.
+            code = _operation_of_scope(scope).query_invalid_code
+            if code is None:
+                raise
+            raise ApiProblem(code) from None
 
 
 class _ResponseBodyValidator(JSONResponseBodyValidator):  # type: ignore[misc]
@@ -315,6 +338,7 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
         bodies=BodySchemas(bundled_document),
         operations=operations,
         routes=RouteTable.from_document(connexion_document),
+        waits=StatusWaits(service, limit=settings.status_waiters),
     )
 
     @asynccontextmanager

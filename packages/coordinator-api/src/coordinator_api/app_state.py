@@ -11,6 +11,7 @@ from coordinator_api.access import AccessVerifier
 from coordinator_api.bodies import BodySchemas
 from coordinator_api.settings import ApiSettings
 from coordinator_api.spec import OperationInfo, RouteTable
+from coordinator_api.waits import StatusWaits
 from coordinator_core.shell.service import AuditJournal, RunService
 
 __all__ = ["AppState"]
@@ -27,3 +28,4 @@ class AppState:
     bodies: BodySchemas
     operations: Mapping[str, OperationInfo]
     routes: RouteTable
+    waits: StatusWaits

@@ -57,6 +57,9 @@ class RequestContext:
     method: bytes
     target: bytes
     traceparent: str | None = None
+    receive: Receive | None = None
+    """The request's ASGI `receive` once its body was read: what is left to hear is the
+    client going away (`http.disconnect`), which a waiting status read listens for."""
 
     def header(self, name: str) -> list[str]:
         """Every value of header `name` (latin-1 decoded, as HTTP defines header bytes)."""
@@ -167,6 +170,8 @@ class EdgeMiddleware:
                 else None
             ),
         )
+        replayed = _replay(data, receive)
+        context.receive = replayed
         downstream: MutableMapping[str, Any] = dict(scope)
         downstream["headers"] = [
             (key, b"application/json" if bytes(key).lower() == b"content-type" else value)
@@ -176,7 +181,7 @@ class EdgeMiddleware:
         extensions["connexion_context"] = {CONTEXT_KEY: context}
         downstream["extensions"] = extensions
         if not tracing.enabled():
-            await self.app(downstream, _replay(data, receive), send)
+            await self.app(downstream, replayed, send)
             return
         with tracing.request(
             route.operation_ids[scope["method"]],
@@ -184,7 +189,7 @@ class EdgeMiddleware:
             route.template,
             context.traceparent,
         ) as span:
-            await self.app(downstream, _replay(data, receive), _observed(send, span))
+            await self.app(downstream, replayed, _observed(send, span))
 
 
 def _observed(send: Send, span: object) -> Send:

@@ -74,3 +74,18 @@ CLOSE_LINGER_SECONDS: Final = 2.0
 """After a refusal the service sends its answer, stops writing and reads (and drops) what the
 client still sends for at most this long, so that the client can read the answer before the
 connection is reset."""
+
+# -- the waiting status read (06 §5.3, an addition of this build; coordinator_api.waits) --------
+
+STATUS_WAIT_MAX_SECONDS: Final = 20
+"""`GET /v1/runs/{run}?wait=`: the longest wait (the document's `maximum`), below the client's
+30 s total timeout of 09 §4, so that a waiting read is never cut by `coordinatorctl`."""
+
+STATUS_WAITERS_MAX: Final = 64
+"""Reads waiting at once in one service process; past it a waiting read answers at once, as a
+plain read. A quarter of `MAX_CONNECTIONS`: waiting reads never take the connections others
+need, and the look at the store (`STATUS_LOOK_SECONDS`) stays one small read."""
+
+STATUS_LOOK_SECONDS: Final = 0.25
+"""How often the waiting reads of a process look at the store, all in one read, for what
+another process committed (what this process commits wakes them at once)."""

@@ -46,6 +46,7 @@ _INTERNAL_HINT: Final = (
 _TITLES: Final[Mapping[str, str]] = {
     "coordinator.request.invalid": "Invalid request",
     "coordinator.request.cursor-invalid": "Invalid cursor",
+    "coordinator.request.wait-invalid": "Invalid wait",
     "coordinator.request.too-large": "Request too large",
     "coordinator.request.content-type-invalid": "Unsupported media type",
     "coordinator.request.not-found": "Not found",

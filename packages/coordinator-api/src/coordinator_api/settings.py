@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from coordinator_api.limits import STATUS_WAITERS_MAX
 from coordinator_core.config.model import Authentication
 
 if TYPE_CHECKING:
@@ -86,3 +87,5 @@ class ApiSettings:
     openapi_dir: Path | None = None
     clock: Callable[[], datetime] = utc_now
     jwks_transport: httpx.AsyncBaseTransport | None = None
+    status_waiters: int = STATUS_WAITERS_MAX
+    """How many status reads may wait at once (06 §5.3 `wait`; `limits.STATUS_WAITERS_MAX`)."""

@@ -90,6 +90,7 @@ class OperationInfo:
     action: str | None  # `x-policy-action`: the policy action a bearer route needs
     operator_only: bool  # `x-operator-only`
     unauthenticated_code: str  # the 401 code of this route's authentication
+    query_invalid_code: str | None = None  # `x-query-invalid`: a query parameter out of bounds
 
 
 def operation_table(document: Mapping[str, Any]) -> dict[str, OperationInfo]:
@@ -120,6 +121,9 @@ def operation_table(document: Mapping[str, Any]) -> dict[str, OperationInfo]:
                 action=action if isinstance(action, str) else None,
                 operator_only=operation.get("x-operator-only") is True,
                 unauthenticated_code=unauthenticated,
+                query_invalid_code=(
+                    str(operation["x-query-invalid"]) if "x-query-invalid" in operation else None
+                ),
             )
     return table
 

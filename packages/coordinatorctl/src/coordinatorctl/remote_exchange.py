@@ -9,6 +9,7 @@ the `Authorization` header, the URL and the cause stay out of every result.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
@@ -36,11 +37,13 @@ Failure = Literal["unreachable", "tls", "timeout", "oversize", "invalid", "redir
 
 @dataclass(frozen=True, slots=True)
 class RemoteAnswer:
-    """A complete answer: status, media type (lowercase, without parameters) and body."""
+    """A complete answer: status, media type (lowercase, without parameters), body and, for a
+    run's status read, the opaque tag of its weak `ETag` (06 §5.3: what `seen` takes)."""
 
     status: int
     media_type: str
     body: bytes = field(repr=False)
+    tag: str | None = None
 
 
 def _user_agent() -> str:
@@ -84,6 +87,15 @@ def _certificate_refused(error: BaseException) -> bool:
 
 def _media_type(value: str | None) -> str:
     return (value or "").split(";", 1)[0].strip().lower()
+
+
+_WEAK_TAG: Final = re.compile(r'^W/"([0-9a-f]{16})"$')
+
+
+def _weak_tag(value: str | None) -> str | None:
+    """The opaque tag of a run status's weak `ETag`, or None (absent or of another form)."""
+    found = _WEAK_TAG.match(value.strip()) if value is not None else None
+    return found.group(1) if found is not None else None
 
 
 async def _exchange(origin: str, request: ApiRequest, token: str | None) -> RemoteAnswer | Failure:
@@ -140,7 +152,10 @@ async def _exchange(origin: str, request: ApiRequest, token: str | None) -> Remo
                 if len(body) > MAX_RESPONSE_BYTES:
                     return "oversize"
             return RemoteAnswer(
-                status, _media_type(response.headers.get("content-type")), bytes(body)
+                status,
+                _media_type(response.headers.get("content-type")),
+                bytes(body),
+                _weak_tag(response.headers.get("etag")),
             )
     except (TimeoutError, httpx.TimeoutException):
         return "timeout"

@@ -2,8 +2,13 @@
 
 After the command's own call (`POST /v1/runs` or `GET /v1/runs/{run}`) the run is read again with
 `GET /v1/runs/{run}`, each call under the client policy of 09 §4 (remote_exchange.exchange), until it
-settles: 1 s after a change, the pause growing by half up to 5 s while nothing changes, and never
-past `--timeout`. A run has settled for the watch when nothing will move it without an operator:
+settles, never past `--timeout`. Each read is the service's waiting read (06 §5.3, `wait` and
+`seen`): it names the `ETag` of the last answer and the service answers when the run changes, or
+after `WAIT_SECONDS` without a change, and the next read is sent at once, so a change is shown
+as it happens and nothing is polled in between. An answer that came back unchanged well before
+its wait was over (a service past its bound of waiting reads, or stopping) is followed by a
+pause, as is every read of a service that sends no `ETag` (one without the waiting read): 1 s
+after a change, growing by half up to 5 s while nothing changes. A run has settled for the watch when nothing will move it without an operator:
 `finished`, `failed`, `cancelled`, `cancelled-after-effect`, `expired` or `attention` (06 §11.5).
 
 What the caller sees while it runs depends on the output mode:
@@ -42,6 +47,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from coordinator_core.errors import Diagnostic
+from coordinatorctl.remote_exchange import RemoteAnswer
 from coordinatorctl.remote_outcome import RemoteOutcome, outcome_of, report_line
 from coordinatorctl.remote_request import ApiRequest
 from coordinatorctl.report import Outcome, sanitize
@@ -56,9 +62,13 @@ __all__ = [
     "MAX_INTERVAL_SECONDS",
     "POLL_ATTEMPTS",
     "SETTLED",
+    "WAIT_SECONDS",
     "watch",
 ]
 
+WAIT_SECONDS: int = 20
+"""The `wait` of a waiting read: the service's maximum (06 §5.3), under the 30 s total timeout
+of one exchange (09 §4)."""
 FIRST_INTERVAL_SECONDS: float = 1.0
 MAX_INTERVAL_SECONDS: float = 5.0
 INTERVAL_GROWTH: Final = 1.5
@@ -366,6 +376,19 @@ def _final_text(command: str, status_word: str, run_text: str | None, run_id: st
 # The loop.
 
 
+def _next_read(
+    run_id: str, tag: str | None, deadline: float | None, now: float
+) -> tuple[ApiRequest, int]:
+    """The next read of the run and how long the service may wait with it: the waiting read
+    naming the last `ETag` (at most `WAIT_SECONDS`, never past the deadline), or a plain read
+    (0) when there is no tag or less than a second is left."""
+    wait = WAIT_SECONDS if deadline is None else min(WAIT_SECONDS, int(deadline - now))
+    if tag is None or wait <= 0:
+        return ApiRequest("GET", f"/v1/runs/{run_id}"), 0
+    query = (("wait", str(wait)), ("seen", tag))
+    return ApiRequest("GET", f"/v1/runs/{run_id}", query=query), wait
+
+
 def watch(
     command: str,
     origin: str,
@@ -386,9 +409,8 @@ def watch(
     last: Mapping[str, Any] | None = None
     try:
         with display:
-            outcome = outcome_of(
-                command, exchange(origin, request, token), stdout_is_terminal=False
-            )
+            answered = exchange(origin, request, token)
+            outcome = outcome_of(command, answered, stdout_is_terminal=False)
             if outcome.exit_code != 0:
                 return outcome
             status_word = outcome.status
@@ -400,7 +422,6 @@ def watch(
             if announce is not None:
                 line += f" (Idempotency-Key {sanitize(announce)})"
             display.following(line + "; following it until it settles (Ctrl-C stops watching)")
-            poll = ApiRequest("GET", f"/v1/runs/{run_id}")
             if isinstance(display, _LivePanel):
 
                 def inspect() -> Mapping[str, Any] | None:
@@ -413,6 +434,13 @@ def watch(
                 display.inspect = inspect
             interval = FIRST_INTERVAL_SECONDS
             failures = 0
+            tag = answered.tag if isinstance(answered, RemoteAnswer) else None
+            # Whether the next read waits out a pause first: after a failed read, a read of a
+            # service without the waiting read (no tag), and a waiting read that came back
+            # unchanged before half its wait (a service past its bound, or stopping). The read
+            # after `start`'s admission goes at once: an admission's answer has no tag, and
+            # that plain read fetches it.
+            pause = tag is None and request.method == "GET"
             while True:
                 changed = run != last
                 last = run
@@ -433,10 +461,17 @@ def watch(
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     return _ended(command, "coordinator.command.watch-timeout", run, forced_exit=1)
-                time.sleep(interval if deadline is None else min(interval, deadline - now))
-                polled = outcome_of(
-                    "status", exchange(origin, poll, token), stdout_is_terminal=False
-                )
+                read, wait = _next_read(run_id, tag, deadline, now)
+                if pause or (wait == 0 and tag is not None):  # or under a second is left
+                    time.sleep(interval if deadline is None else min(interval, deadline - now))
+                    read, wait = _next_read(run_id, tag, deadline, time.monotonic())
+                seen, began = tag, time.monotonic()
+                answered = exchange(origin, read, token)
+                polled = outcome_of("status", answered, stdout_is_terminal=False)
+                if isinstance(answered, RemoteAnswer) and answered.status == 200:
+                    tag = answered.tag
+                early = time.monotonic() - began < wait / 2 and tag == seen
+                pause = polled.exit_code != 0 or tag is None or early
                 if polled.exit_code == 3 and failures + 1 < POLL_ATTEMPTS:
                     failures += 1  # unreachable, timed out or 5xx: read again at the next pause
                     display.trouble(failures)

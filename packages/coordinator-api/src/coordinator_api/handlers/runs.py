@@ -27,6 +27,7 @@ from coordinator_api.handlers._shared import (
     visible_run,
 )
 from coordinator_api.problems import ApiProblem
+from coordinator_api.waits import ended
 from coordinator_api.wire import (
     Body,
     ReasonRequest,
@@ -111,8 +112,15 @@ async def list_runs(
         return json_reply(run_page_body(page))
 
 
-async def get_run(run: str, token_info: dict[str, Any], coordinator: RequestContext) -> Response:
-    """06 §5.3."""
+async def get_run(
+    run: str,
+    token_info: dict[str, Any],
+    coordinator: RequestContext,
+    wait: int = 0,
+    seen: str | None = None,
+) -> Response:
+    """06 §5.3, with the waiting read (`wait`, `seen`: coordinator_api.waits); the query
+    parameters are validated by Connexion against the document."""
     caller = caller_of(token_info)
     state = coordinator.state
     async with Audited(state.journal, AuditRequest(action="status", caller=caller)) as audit:
@@ -120,7 +128,11 @@ async def get_run(run: str, token_info: dict[str, Any], coordinator: RequestCont
         audit.note(run_id=run_id)
         await audit.begin()
         status = await visible_run(coordinator, caller, run_id, "status")
-        return json_reply(run_status_body(status))
+        if seen is not None and wait > 0 and status.fingerprint == seen and not ended(status):
+            status = await state.waits.until_changed(
+                caller, status, seen, wait, coordinator.receive
+            )
+        return json_reply(run_status_body(status), headers={"ETag": f'W/"{status.fingerprint}"'})
 
 
 async def inspect_run(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -275,6 +276,11 @@ def attention_reason(run: RunStatus) -> str | None:
     return "operator needed"
 
 
+_TAG: Final = re.compile(r"[0-9a-f]{16}")
+FOLLOW_WAIT_SECONDS: Final = 20
+"""The `wait` of the run page's follow: the service's maximum (06 §5.3)."""
+
+
 def _refresh(auto: str | None) -> int | None:
     """`?auto=N`: refresh every N seconds (2–300), else None."""
     return int(auto) if auto is not None and auto.isdigit() and 2 <= int(auto) <= 300 else None
@@ -305,6 +311,7 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
 
     def page(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         context.setdefault("auto", None)
+        context.setdefault("follow", None)
         text = templates.get_template(name).render(csrf=settings.csrf, **context)
         return HTMLResponse(text, status_code=status_code)
 
@@ -414,13 +421,33 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
             result=result,
             action=action,
             auto=auto,
+            follow=f"/runs/{run_id}/changes" if auto else None,
         )
+
+    async def run_changes(request: Request) -> Response:
+        """The run page's live follow (console.js): one waiting status read of the service
+        (06 §5.3) naming the tag the page last saw (`?seen=`, else a plain read); answers the
+        run's tag now as `{"tag": …}`, or 204 when there is none to give (a failed read, a
+        service without the waiting read): the page then refreshes on its timer."""
+        run_id = run_id_of(request)
+        if run_id is None:
+            return PlainTextResponse("No such run.", status_code=404)
+        seen = request.query_params.get("seen")
+        query: tuple[tuple[str, str], ...] = ()
+        if seen is not None and _TAG.fullmatch(seen):
+            query = (("wait", str(FOLLOW_WAIT_SECONDS)), ("seen", seen))
+        read = ApiRequest("GET", f"/v1/runs/{run_id}", query=query)
+        answer = await run_in_threadpool(api, read)
+        if not isinstance(answer, RemoteAnswer) or answer.status != 200 or answer.tag is None:
+            return Response(status_code=204)
+        return Response(json.dumps({"tag": answer.tag}), media_type="application/json")
 
     async def run_page(request: Request) -> Response:
         run_id = run_id_of(request)
         if run_id is None:
             return page("message.html", 404, title="No such run", text="That is not a run id.")
-        return await inspection_page(run_id, auto=_refresh(request.query_params.get("auto")))
+        auto = _refresh(request.query_params.get("auto"))
+        return await inspection_page(run_id, auto=auto)
 
     def form_refusal(request: Request) -> str | None:
         """The guards of a POST that need no byte of its body: its Origin (or, under
@@ -600,6 +627,7 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
         routes=[
             Route("/", runs),
             Route("/runs/{run}", run_page),
+            Route("/runs/{run}/changes", run_changes, methods=["GET"]),
             Route("/runs/{run}/{action}", confirm, methods=["GET"]),
             Route("/runs/{run}/{action}", run_action, methods=["POST"]),
             Route("/holds", holds),

@@ -447,6 +447,7 @@ def start(
     with _step():
         runtime = Runtime.build(deployment, secrets, store, package, audit=writer)
     service = StoreRunService(runtime)
+    shutdown.on_stop.append(runtime.changes.close)  # waiting status reads answer at once
     runtime.events.write_to(log)
     # Spans only when the environment names an exporter (shell.observe.tracing); flushed at stop.
     stop_tracing = tracing.configure(environment, process="serve" if serving else "worker")

@@ -6,6 +6,7 @@ engine: the HTTP API (coordinator-api) parses, calls it and renders.
 
 from __future__ import annotations
 
+from coordinator_core.shell.service.changes import RunChanges
 from coordinator_core.shell.service.journal import (
     AuditAction,
     AuditJournal,
@@ -69,6 +70,7 @@ __all__ = [
     "ReconcileResult",
     "Recovery",
     "RunAdmitted",
+    "RunChanges",
     "RunInspection",
     "RunList",
     "RunQuery",

@@ -15,7 +15,7 @@ the commands.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, get_args, runtime_checkable
 from uuid import UUID
@@ -26,7 +26,8 @@ from coordinator_core.engine.state import RunStatusValue, StepRecord, StepRoute
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.operations import OperationDescriptor
-from coordinator_core.shell.store.records import HoldState, StepAttempt, StoredRun
+from coordinator_core.shell.service.changes import RunChanges
+from coordinator_core.shell.store.records import HoldState, StepAttempt, StoredRun, WatchedRun
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -147,6 +148,19 @@ class RunStatus:
     def status(self) -> RunStatusValue:
         """The reported status (a non-terminal run under restore review reads `attention`)."""
         return self.run.state.reported_status
+
+    @property
+    def fingerprint(self) -> str:
+        """What a follower watches, as the waiting read compares it (06 §5.3 `ETag`)."""
+        state = self.run.state
+        watched = WatchedRun(
+            status=self.status,
+            current_step=state.current_step,
+            cancel_requested=state.cancel_requested,
+            uncertain=self.uncertain,
+            failure_code=state.failure_code,
+        )
+        return watched.fingerprint(self.run.run_id)
 
 
 WaitResult = Literal["waiting", "completed", "timed-out", "cancelled", "failed", "expired"]
@@ -393,6 +407,17 @@ class RunService(Protocol):
 
     def get_run(self, caller: Caller, run_id: UUID) -> RunStatus | None:
         """06 §5.3; None when absent or not visible to `caller`."""
+        ...
+
+    @property
+    def changes(self) -> RunChanges:
+        """Who waits for a run's change in this process (the waiting read of 06 §5.3)."""
+        ...
+
+    def fingerprints(self, run_ids: Collection[UUID]) -> Mapping[UUID, str]:
+        """The `RunStatus.fingerprint` of each of `run_ids` in one cheap read, no visibility
+        check (the waiting read compares them only with what the caller already saw); a run
+        absent from the answer is absent from the store."""
         ...
 
     def list_runs(self, caller: Caller, query: RunQuery) -> RunList:

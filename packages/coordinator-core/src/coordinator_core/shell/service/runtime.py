@@ -17,7 +17,7 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,9 +48,17 @@ from coordinator_core.shell.package_files import LoadedPackage
 from coordinator_core.shell.sealing import AdmissionKey, Sealer
 from coordinator_core.shell.secrets import Secrets
 from coordinator_core.shell.service.bindings import LiveBindings
+from coordinator_core.shell.service.changes import RunChanges
 from coordinator_core.shell.service.model import Caller, RunStatus, ServiceRefusal
 from coordinator_core.shell.service.shapes import run_status_of
-from coordinator_core.shell.store import Decide, RunSnapshot, RunWrite, Store, StoredRun
+from coordinator_core.shell.store import (
+    Committed,
+    Decide,
+    RunSnapshot,
+    RunWrite,
+    Store,
+    StoredRun,
+)
 
 __all__ = ["Runtime"]
 
@@ -78,6 +86,8 @@ class Runtime:
     """The binding digest of the served definition under this runtime file."""
     wakeup: Wakeup
     events: RunEvents
+    changes: RunChanges
+    """Who waits for a run's change in this process (06 §5.3); told by the store's observer."""
     stored_definitions: set[str] = field(default_factory=set)
     """Definition digests whose sealed snapshot this process saw committed (07 §7.7: stored
     once per digest; later admissions send none)."""
@@ -100,7 +110,8 @@ class Runtime:
         the process's journal (worker `record` entries, `doctor.auditHead`, readiness),
         reporting its appends and fsyncs to the process's metrics (06 §14); `adapters`
         replaces the HTTP adapters built from the runtime file (tests). The store's observer
-        is the run events (the metrics and log lines of every committed change)."""
+        tells the run events (the metrics and log lines of every committed change) and the
+        run changes (the waiting reads of this process)."""
         settings = deployment.deployment
         if settings is None:
             raise ValueError("The runtime file has no deployment block.")
@@ -120,7 +131,13 @@ class Runtime:
                 if isinstance(spec, CallStep)
             },
         )
-        store.observe(events.committed)
+        changes = RunChanges()
+
+        def committed(items: Sequence[Committed]) -> None:
+            events.committed(items)
+            changes.committed(items)
+
+        store.observe(committed)
         return cls(
             deployment=deployment,
             secrets=secrets,
@@ -141,6 +158,7 @@ class Runtime:
             binding=bindings.of(package.snapshot),
             wakeup=Wakeup(),
             events=events,
+            changes=changes,
         )
 
     # -- the worker -----------------------------------------------------------------------------

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 from coordinator_core.engine import Instant
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.service import admission, deliveries, holds, interventions, views
+from coordinator_core.shell.service.changes import RunChanges
 from coordinator_core.shell.service.model import (
     AdmissionRequest,
     AttemptPage,
@@ -103,6 +104,15 @@ class StoreRunService:
     def get_run(self, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
         with _refusals():
             return views.get_run(self.runtime, caller, run_id)
+
+    @property
+    def changes(self) -> RunChanges:
+        return self.runtime.changes
+
+    def fingerprints(self, run_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+        with _refusals():
+            watched = self.runtime.store.reads.watched_runs(run_ids)
+        return {run_id: run.fingerprint(run_id) for run_id, run in watched.items()}
 
     def list_runs(self, caller: Caller, query: RunQuery) -> RunList:
         with _refusals():

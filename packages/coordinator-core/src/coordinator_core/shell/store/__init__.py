@@ -57,6 +57,7 @@ from coordinator_core.shell.store.records import (
     StoredStep,
     StoreSummary,
     SweepKind,
+    WatchedRun,
     Written,
 )
 from coordinator_core.shell.store.store import Store
@@ -108,6 +109,7 @@ __all__ = [
     "StoredStep",
     "SweepKind",
     "Transactor",
+    "WatchedRun",
     "Written",
     "apply_activation",
     "inspect_deployment",

@@ -23,6 +23,7 @@ from coordinator_core.shell.store.queries import (
     among,
     claimable,
     fixed,
+    has_unknown_effect,
     reported_status,
     settled,
     unknown_effect,
@@ -37,6 +38,7 @@ from coordinator_core.shell.store.records import (
     StepAttempt,
     StoredRun,
     StoreSummary,
+    WatchedRun,
 )
 from coordinator_core.shell.store.schema import (
     CONTROL,
@@ -78,6 +80,34 @@ class RunReads:
             return None if row is None else run_of(row)
 
         return self._tx.transact("get-run", work, read_only=True)
+
+    def watched_runs(self, run_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, WatchedRun]:
+        """What the waiting status reads of a process follow (06 §5.3), for all their runs in
+        one read of the run rows: a run absent here is absent (or erased) in the store."""
+
+        def work(conn: Connection) -> dict[uuid.UUID, WatchedRun]:
+            statement = select(
+                RUNS.c.run_id,
+                reported_status().label("reported"),
+                RUNS.c.current_step,
+                RUNS.c.cancel_requested,
+                has_unknown_effect().label("unknown"),
+                RUNS.c.failure_code,
+            ).where(RUNS.c.run_id.in_(sorted(run_ids)))
+            return {
+                row.run_id: WatchedRun(
+                    status=row.reported,
+                    current_step=row.current_step,
+                    cancel_requested=bool(row.cancel_requested),
+                    uncertain=bool(row.unknown),
+                    failure_code=row.failure_code,
+                )
+                for row in conn.execute(statement)
+            }
+
+        if not run_ids:
+            return {}
+        return self._tx.transact("watched-runs", work, read_only=True)
 
     def find_run(self, start_identity: str) -> StoredRun | None:
         """The run admitted under a start identity (the event path's lookup-first, 06 §8)."""

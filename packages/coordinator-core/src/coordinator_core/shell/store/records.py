@@ -13,6 +13,7 @@ shell's codec opens them, `shell.execution.codec`). Callers change a value with
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ __all__ = [
     "StoredRun",
     "StoredStep",
     "SweepKind",
+    "WatchedRun",
     "Written",
 ]
 
@@ -369,6 +371,36 @@ class StatusChange:
     after: str
     admitted_at: Instant
     at: Instant
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedRun:
+    """What a follower of a run watches (06 §5.3, the waiting read and its `ETag`): the
+    reported status, the current step, whether a cancel was requested or an effect is
+    unknown, and the failure code. Read cheaply for many runs at once
+    (`RunReads.watched_runs`) and computed from a full status alike, so both give one
+    fingerprint."""
+
+    status: str
+    current_step: str
+    cancel_requested: bool
+    uncertain: bool
+    failure_code: str | None
+
+    def fingerprint(self, run_id: uuid.UUID) -> str:
+        """16 lowercase hex digits, the same for the same run and members (never secret: every
+        member is in the run's status body)."""
+        text = "\x1f".join(
+            (
+                str(run_id),
+                self.status,
+                self.current_step,
+                "c" if self.cancel_requested else "-",
+                "u" if self.uncertain else "-",
+                self.failure_code or "",
+            )
+        )
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 # -- reads ----------------------------------------------------------------------------------------

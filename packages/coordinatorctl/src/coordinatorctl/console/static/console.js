@@ -5,8 +5,14 @@
  * - A page whose <main> has `data-live="N"` (the "Refresh every N s" link) refreshes its main
  *   part in place every N seconds from the same address, without reloading the page; it waits
  *   while a form on the page is being filled in, and while the tab is hidden.
- * Nothing is sent but a GET of the page's own address; the page is the console's own,
- * server-rendered and escaped.
+ * - A run page that also has `data-follow="/runs/<id>/changes"` refreshes instead when the run
+ *   changes: it asks that address again and again, naming the tag it last saw, and the console
+ *   answers when the service's waiting read does (the run's status, step, cancel request,
+ *   unknown effect or failure code changed, or 20 s passed). Without a tag to follow (204), or
+ *   when the answer came back unchanged at once (a service past its bound of waiting reads),
+ *   it falls back to the N-second refresh, or pauses N seconds.
+ * Nothing is sent but a GET of the page's own address (or its follow address); the page is
+ * the console's own, server-rendered and escaped.
  */
 "use strict";
 (function () {
@@ -61,14 +67,43 @@
       .catch(function () { /* the next round tries again */ });
   }
 
+  function every(main, seconds) {
+    window.setInterval(function () { refresh(main); }, seconds * 1000);
+  }
+
+  function follow(main, path, seconds) {
+    var seen = null;
+    function round() {
+      if (document.hidden) { window.setTimeout(round, 1000); return; }
+      var began = Date.now();
+      var address = seen === null ? path : path + "?seen=" + encodeURIComponent(seen);
+      fetch(address, { credentials: "same-origin", cache: "no-store" })
+        .then(function (answer) { return answer.status === 200 ? answer.json() : null; })
+        .then(function (body) {
+          if (!body || typeof body.tag !== "string") { every(main, seconds); return; }
+          var changed = seen !== null && body.tag !== seen;
+          var early = seen !== null && !changed && Date.now() - began < 2000;
+          if (changed) refresh(main);
+          seen = body.tag;
+          window.setTimeout(round, early ? seconds * 1000 : 0);
+        })
+        .catch(function () { window.setTimeout(round, seconds * 1000); });
+    }
+    round();
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     countdowns();
     window.setInterval(countdowns, 1000);
     var main = document.querySelector("main[data-live]");
     if (!main) return;
     var seconds = parseInt(main.getAttribute("data-live"), 10);
-    if (seconds >= 2) {
-      window.setInterval(function () { refresh(main); }, seconds * 1000);
+    if (!(seconds >= 2)) return;
+    var path = main.getAttribute("data-follow");
+    if (path && /^\/runs\/[0-9a-f-]{36}\/changes$/.test(path)) {
+      follow(main, path, seconds);
+    } else {
+      every(main, seconds);
     }
   });
 })();
