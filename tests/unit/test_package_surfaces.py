@@ -56,6 +56,7 @@ MODULES = {
         "RunStatus",
         "RunStatusValue",
         "ServiceRefusal",
+        "StepAttempt",
         "StepRoute",
         "StepStatus",
         "Runtime",
