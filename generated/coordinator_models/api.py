@@ -747,7 +747,7 @@ class StepAttempt(BaseModel):
 
 class StepStatus(BaseModel):
     """
-    One step the run has entered (contract 06 §11.3). `operation`, `effect`, `commandPrepared`, `uncertain` and `receiptExpired` appear on calls only; `wait` on waits only. `mappingFailure` appears on a step a mapping stopped.
+    One step the run has entered (contract 06 §11.3). `operation`, `effect`, `commandPrepared`, `uncertain` and `receiptExpired` appear on calls only; `wait` on waits only. `mappingFailure` appears on a step a mapping stopped. `attempts` and `attemptCount` are on every step this service answers (a client reading an older service finds them absent).
     """
 
     model_config = ConfigDict(
@@ -780,11 +780,11 @@ class StepStatus(BaseModel):
     """
     How the run left this step, or null while it has not.
     """
-    attempts: Annotated[list[StepAttempt], Field(max_length=10)]
+    attempts: Annotated[list[StepAttempt] | None, Field(max_length=10)] = None
     """
     The step's latest ended attempts, newest first, at most 10 (a wait's observations are its attempts); `GET /v1/runs/{run}/steps/{step}/attempts` pages them all.
     """
-    attempt_count: Annotated[int, Field(alias="attemptCount", ge=0)]
+    attempt_count: Annotated[int | None, Field(alias="attemptCount", ge=0)] = None
     """
     How many ended attempts the step has in all.
     """
