@@ -77,6 +77,28 @@ def test_sqlite_run_finishes_once_and_sends_one_message(project: Project) -> Non
     assert [e["state"] for e in inspection["effects"]] == ["accepted"]
     assert len(sandbox.requests(MESSAGING)) == 1
     assert len(sandbox.messages()) == 1
+    # Each step's attempts: in the inspection, and paged by `attempts` (no value of the run).
+    steps = {step["step"]: step for step in inspection["steps"]}
+    assert all(step["attemptCount"] >= 1 for step in steps.values()), steps
+    notify = steps["notify"]
+    assert (notify["attemptCount"], [a["outcome"] for a in notify["attempts"]]) == (
+        1,
+        ["delivered"],
+    )
+    attempts = project.remote(token, "attempts", "--run", run_id, "--step", "notify")
+    assert (attempts["runId"], attempts["step"], attempts["nextCursor"]) == (
+        run_id,
+        "notify",
+        None,
+    )
+    assert attempts["attempts"] == notify["attempts"]
+    assert attempts["attempts"][0]["startedAt"] <= attempts["attempts"][0]["endedAt"]
+    assert application not in json.dumps(attempts)
+    absent = project.remote(
+        token, "attempts", "--run", run_id, "--step", "no-such-step", check=False
+    )
+    assert absent["exitCode"] == 1
+    assert [d["code"] for d in absent["diagnostics"]] == ["coordinator.command.step-absent"]
 
     # SQLite is one process: a second service is refused while the first holds the store.
     busy = project.start_service("serve-2")
