@@ -199,6 +199,21 @@ class WaitResult(StrEnum):
     expired = "expired"
 
 
+class AttemptOutcome(StrEnum):
+    """
+    How one attempt of a step ended (the journal's worker outcome words, contract 07 §11): `delivered` (the step completed), `retry` (a call's attempt failed and the call is due again), `pending` (a wait's observation found it still waiting), `timed-out` (a wait's timeout), `dead-lettered` (failed for good), `unknown` (a call's effect is unknown), `expired` or `cancelled` (the run's deadline or a cancel ended it).
+    """
+
+    delivered = "delivered"
+    retry = "retry"
+    pending = "pending"
+    timed_out = "timed-out"
+    dead_lettered = "dead-lettered"
+    unknown = "unknown"
+    expired = "expired"
+    cancelled = "cancelled"
+
+
 class OperationEffect(StrEnum):
     """
     What a call of the operation may do.
@@ -698,9 +713,41 @@ class WaitFor(BaseModel):
     result: WaitResult
 
 
+class StepAttempt(BaseModel):
+    """
+    One ended attempt of a step: a call's attempt, a wait's observation or a pure step's work. Times and closed words only, never a value of the run.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+    )
+    generation: Annotated[int, Field(ge=1)]
+    """
+    The step's generation the attempt belongs to (incremented by each `retry-same`).
+    """
+    attempt: Annotated[int, Field(ge=1)]
+    """
+    The attempt's number in its generation, from 1.
+    """
+    started_at: Annotated[AwareDatetime | None, Field(alias="startedAt")]
+    """
+    When the attempt was claimed; null when the store holds no start for it.
+    """
+    ended_at: Annotated[AwareDatetime, Field(alias="endedAt")]
+    """
+    When the attempt ended (for a wait, the observation's time).
+    """
+    outcome: AttemptOutcome
+    failure_code: Annotated[FailureCode | None, Field(alias="failureCode")]
+    """
+    The failure code the attempt left on the step, if any.
+    """
+
+
 class StepStatus(BaseModel):
     """
-    One step the run has entered (contract 06 §11.3). `operation`, `effect`, `commandPrepared`, `uncertain` and `receiptExpired` appear on calls only; `wait` on waits only. `mappingFailure` appears on a step a mapping stopped.
+    One step the run has entered (contract 06 §11.3). `operation`, `effect`, `commandPrepared`, `uncertain` and `receiptExpired` appear on calls only; `wait` on waits only. `mappingFailure` appears on a step a mapping stopped. `attempts` and `attemptCount` are on every step this service answers (a client reading an older service finds them absent).
     """
 
     model_config = ConfigDict(
@@ -732,6 +779,14 @@ class StepStatus(BaseModel):
     route: StepRoute | None
     """
     How the run left this step, or null while it has not.
+    """
+    attempts: Annotated[list[StepAttempt] | None, Field(max_length=10)] = None
+    """
+    The step's latest ended attempts, newest first, at most 10 (a wait's observations are its attempts); `GET /v1/runs/{run}/steps/{step}/attempts` pages them all.
+    """
+    attempt_count: Annotated[int | None, Field(alias="attemptCount", ge=0)] = None
+    """
+    How many ended attempts the step has in all.
     """
     mapping_failure: Annotated[MappingFailure | None, Field(alias="mappingFailure")] = (
         None
@@ -1078,4 +1133,30 @@ class Problem(BaseModel):
     ] = None
     """
     An extension, only on `coordinator.request.invalid` (and the member codes of a request body, such as `coordinator.command.reason-invalid`) and on `coordinator.definition.input`: where the request body or the run input fails its schema — at most 10 places, each the failing instance location, the schema keyword that failed and, for `required`, `additionalProperties` and `unevaluatedProperties`, the names of the members concerned. Never a value.
+    """
+
+
+class AttemptPage(BaseModel):
+    """
+    One page of a step's ended attempts, newest first by `(generation, attempt)`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+    )
+    run_id: Annotated[UUID, Field(alias="runId")]
+    """
+    A run id as the service returns it: a version 4 UUID, lowercase and hyphenated.
+    """
+    step: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
+    """
+    A local identifier (contract 01 §3): workflow, step, outcome, trigger and connection ids.
+    """
+    attempts: Annotated[list[StepAttempt], Field(max_length=100)]
+    next_cursor: Annotated[
+        str | None, Field(alias="nextCursor", max_length=512, min_length=1)
+    ]
+    """
+    The cursor of the next (older) page; null on the last page.
     """

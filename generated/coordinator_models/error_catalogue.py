@@ -474,6 +474,13 @@ CODES: Final[dict[str, tuple[str, str, int, Literal["error", "warning"], int | N
         "error",
         None,
     ),
+    "coordinator.command.step-absent": (
+        "The run's definition has no step with this id.",
+        "Take the step id from the run's inspection (`coordinatorctl inspect --run`) or its workflow.",
+        1,
+        "error",
+        404,
+    ),
     "coordinator.command.store-busy": (
         "The SQLite store is in use by a running service.",
         "Stop `coordinator serve` before running `migrate` or `apply`, and run only one service on a SQLite file.",

@@ -45,7 +45,7 @@ from coordinator_core.shell.service import (
     StepRoute,
     StepStatus,
 )
-from coordinator_core.shell.store import StoredRun
+from coordinator_core.shell.store import StepAttempt, StoredRun
 from coordinator_core.values import canonical_json
 
 NOW = datetime(2026, 3, 2, 9, 0, 0, tzinfo=UTC)  # the delivery time of 05 §7.1 test vector 2
@@ -439,6 +439,7 @@ class FakeRunService:
         if status is None:
             return None
         entered = status.run.state.admitted_at
+        attempts = self._attempts(run_id, entered)
         operation = descriptor("casework.submit-review-request/v1")
         return RunInspection(
             run=status,
@@ -455,7 +456,9 @@ class FakeRunService:
                         operation="casework.submit-review-request/v1",
                         effect="mutation",
                         command_prepared=True,
-                    )
+                    ),
+                    attempts=attempts["request-review"],
+                    attempt_count=2,
                 ),
                 StepStatus(
                     StepRecord(
@@ -469,6 +472,8 @@ class FakeRunService:
                         interval_seconds=900,
                     ),
                     awaits=("request-review", "result"),
+                    attempts=attempts["await-review"][:2],
+                    attempt_count=3,
                 ),
                 StepStatus(
                     StepRecord(
@@ -499,12 +504,46 @@ class FakeRunService:
             ),
         )
 
+    def _attempts(self, run_id: uuid.UUID, entered: int) -> dict[str, tuple[StepAttempt, ...]]:
+        """Each step's ended attempts, newest first: a call retried once, a wait observed
+        three times, none for the wait-until."""
+        review = (
+            StepAttempt(run_id, "request-review", 1, 2, entered + 600, entered + 900, "delivered"),
+            StepAttempt(
+                run_id,
+                "request-review",
+                1,
+                1,
+                entered + 10,
+                entered + 100,
+                "retry",
+                "transport-unavailable",
+            ),
+        )
+        observations = tuple(
+            StepAttempt(run_id, "await-review", 1, n, None, entered + 1000 + n * 60_000, "pending")
+            for n in (3, 2, 1)
+        )
+        return {"request-review": review, "await-review": observations, "pause": ()}
+
     def step_attempts(
         self, caller: Caller, run_id: uuid.UUID, step: str, cursor: str | None, limit: int
     ) -> AttemptPage | None:
-        if self.get_run(caller, run_id) is None:
+        """Pages by position (the real cursor is a keyset bound to caller, run and step)."""
+        status = self.get_run(caller, run_id)
+        if status is None:
             return None
-        return AttemptPage(attempts=(), next_cursor=None)
+        attempts = self._attempts(run_id, status.run.state.admitted_at)
+        if step not in attempts:
+            raise ServiceRefusal("coordinator.command.step-absent")
+        start = 0
+        if cursor is not None:
+            if not cursor.startswith(f"{step}:") or not cursor[len(step) + 1 :].isdigit():
+                raise ServiceRefusal("coordinator.request.cursor-invalid")
+            start = int(cursor[len(step) + 1 :])
+        found = attempts[step]
+        following = f"{step}:{start + limit}" if start + limit < len(found) else None
+        return AttemptPage(attempts=found[start : start + limit], next_cursor=following)
 
     def cancel(self, caller: Caller, run_id: uuid.UUID, reason: str) -> RunStatus:
         self._command("cancel")

@@ -243,6 +243,7 @@ async def test_no_policy_matching_the_scopes_is_denied(
         ("POST", "/v1/retention", "starter"),
         ("POST", "/v1/runs", "reader"),  # no `start`
         ("GET", "/v1/runs/00000000-0000-4000-8000-000000000000/inspect", "reader"),
+        ("GET", "/v1/runs/00000000-0000-4000-8000-000000000000/steps/a/attempts", "reader"),
         ("POST", "/v1/runs/not-a-uuid/cancel", "reader"),  # 403 before the run id check
     ],
 )

@@ -36,6 +36,7 @@ ENDPOINTS = [
     ("get", "/v1/runs", "status", {"200"}),
     ("get", "/v1/runs/{run}", "status", {"200"}),
     ("get", "/v1/runs/{run}/inspect", "inspect", {"200"}),
+    ("get", "/v1/runs/{run}/steps/{step}/attempts", "inspect", {"200"}),
     ("post", "/v1/runs/{run}/cancel", "cancel", {"200"}),
     ("post", "/v1/runs/{run}/retry-same", "retry-same", {"200"}),
     ("post", "/v1/runs/{run}/reconcile", "reconcile", {"200"}),

@@ -151,6 +151,106 @@ async def test_run_routes_conform(
     assert cancelled.json()["status"] == "cancelled" and cancelled.json()["cancelRequested"]
 
 
+async def test_the_inspection_shows_each_steps_latest_attempts(
+    client: httpx.AsyncClient, keys: SigningKeys, conforms: Any
+) -> None:
+    run_id = (await start(client, keys)).json()["runId"]
+    inspection = conforms(await client.get(f"/v1/runs/{run_id}/inspect", headers=bearer(keys)))
+    steps = {step["step"]: step for step in inspection.json()["steps"]}
+    review = steps["request-review"]
+    assert review["attemptCount"] == 2
+    assert [(a["attempt"], a["outcome"], a["failureCode"]) for a in review["attempts"]] == [
+        (2, "delivered", None),
+        (1, "retry", "transport-unavailable"),
+    ]
+    assert set(review["attempts"][0]) == {
+        "generation",
+        "attempt",
+        "startedAt",
+        "endedAt",
+        "outcome",
+        "failureCode",
+    }
+    observations = steps["await-review"]
+    assert (observations["attemptCount"], len(observations["attempts"])) == (3, 2)
+    assert observations["attempts"][0]["startedAt"] is None
+    assert (steps["pause"]["attempts"], steps["pause"]["attemptCount"]) == ([], 0)
+
+
+async def test_a_steps_attempts_are_paged_with_the_cursor_of_the_previous_page(
+    client: httpx.AsyncClient, keys: SigningKeys, journal: FakeJournal, conforms: Any
+) -> None:
+    run_id = (await start(client, keys)).json()["runId"]
+    route = f"/v1/runs/{run_id}/steps/await-review/attempts"
+    first = conforms(await client.get(route, params={"limit": 2}, headers=bearer(keys))).json()
+    assert (first["runId"], first["step"]) == (run_id, "await-review")
+    assert [a["attempt"] for a in first["attempts"]] == [3, 2]
+    assert first["nextCursor"]
+    params = {"limit": 2, "cursor": first["nextCursor"]}
+    second = conforms(await client.get(route, params=params, headers=bearer(keys))).json()
+    assert ([a["attempt"] for a in second["attempts"]], second["nextCursor"]) == ([1], None)
+    whole = conforms(await client.get(route, headers=bearer(keys))).json()  # limit 20
+    assert (len(whole["attempts"]), whole["nextCursor"]) == (3, None)
+    entered = conforms(
+        await client.get(route.replace("await-review", "pause"), headers=bearer(keys))
+    )
+    assert entered.json()["attempts"] == []
+    # Journaled as the read action `attempts`, with the run.
+    reads = [e for kind, _, e in journal.entries if kind == "request" and e.action == "attempts"]
+    assert len(reads) == 4 and {str(e.run_id) for e in reads} == {run_id}
+
+
+async def test_a_steps_attempts_refuse_with_stable_codes(
+    client: httpx.AsyncClient, keys: SigningKeys, conforms: Any
+) -> None:
+    alice = claims(client="starter", scopes="coordinator:start", subject="alice")
+    bob = claims(client="starter", scopes="coordinator:start", subject="bob")
+    run_id = (await start(client, keys, payload=alice)).json()["runId"]
+    route = f"/v1/runs/{run_id}/steps/await-review/attempts"
+    absent: list[bytes] = []
+    for path, who in (
+        (f"/v1/runs/{uuid.uuid4()}/steps/await-review/attempts", alice),
+        ("/v1/runs/not-a-uuid/steps/await-review/attempts", alice),
+        (route, bob),  # another owner's run answers exactly like an absent one
+    ):
+        response = conforms(await client.get(path, headers=bearer(keys, who)))
+        assert (response.status_code, response.json()["code"]) == (
+            404,
+            "coordinator.command.run-absent",
+        )
+        absent.append(response.content)
+    assert len(set(absent)) == 1
+    for step in ("no-such-step", "Not_A_Step"):
+        missing = conforms(
+            await client.get(
+                f"/v1/runs/{run_id}/steps/{step}/attempts", headers=bearer(keys, alice)
+            )
+        )
+        assert (missing.status_code, missing.json()["code"]) == (
+            404,
+            "coordinator.command.step-absent",
+        )
+        assert step not in missing.text
+    for limit in ("0", "101", "x"):
+        bounded = conforms(
+            await client.get(route, params={"limit": limit}, headers=bearer(keys, alice))
+        )
+        assert (bounded.status_code, bounded.json()["code"]) == (400, "coordinator.request.invalid")
+    other_step = conforms(
+        await client.get(
+            route.replace("await-review", "request-review"),
+            params={"limit": 1},
+            headers=bearer(keys, alice),
+        )
+    ).json()["nextCursor"]
+    wrong = conforms(
+        await client.get(route, params={"cursor": other_step}, headers=bearer(keys, alice))
+    )
+    assert (wrong.status_code, wrong.json()["code"]) == (400, "coordinator.request.cursor-invalid")
+    unknown = conforms(await client.get(route, params={"extra": "1"}, headers=bearer(keys, alice)))
+    assert (unknown.status_code, unknown.json()["code"]) == (400, "coordinator.request.invalid")
+
+
 async def test_run_ids_are_accepted_in_any_uuid_form_and_returned_lowercase(
     client: httpx.AsyncClient, keys: SigningKeys, conforms: Any
 ) -> None:

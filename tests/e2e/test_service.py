@@ -77,6 +77,50 @@ def test_sqlite_run_finishes_once_and_sends_one_message(project: Project) -> Non
     assert [e["state"] for e in inspection["effects"]] == ["accepted"]
     assert len(sandbox.requests(MESSAGING)) == 1
     assert len(sandbox.messages()) == 1
+    # Each step's attempts: in the inspection, and paged by `attempts` (no value of the run).
+    steps = {step["step"]: step for step in inspection["steps"]}
+    assert all(step["attemptCount"] >= 1 for step in steps.values()), steps
+    notify = steps["notify"]
+    assert (notify["attemptCount"], [a["outcome"] for a in notify["attempts"]]) == (
+        1,
+        ["delivered"],
+    )
+    attempts = project.remote(token, "attempts", "--run", run_id, "--step", "notify")
+    assert (attempts["runId"], attempts["step"], attempts["nextCursor"]) == (
+        run_id,
+        "notify",
+        None,
+    )
+    assert attempts["attempts"] == notify["attempts"]
+    assert attempts["attempts"][0]["startedAt"] <= attempts["attempts"][0]["endedAt"]
+    assert application not in json.dumps(attempts)
+    absent = project.remote(
+        token, "attempts", "--run", run_id, "--step", "no-such-step", check=False
+    )
+    assert absent["exitCode"] == 1
+    assert [d["code"] for d in absent["diagnostics"]] == ["coordinator.command.step-absent"]
+    # A send answered 503 once is retried: notify's two attempts, paged one at a time.
+    sandbox.fault({"operation": MESSAGING, "kind": "fail", "status": 503})
+    retried_application = str(uuid.uuid4())
+    sandbox.seed_application(retried_application)
+    retried = project.start_run(token, retried_application, delay=0.5)["run"]["runId"]
+    finished = _wait_status(project, token, retried, {"finished", "failed", "attention"})
+    assert finished["status"] == "finished"
+    page = ("attempts", "--run", retried, "--step", "notify", "--limit", "1")
+    newest = project.remote(token, *page)
+    assert [(a["attempt"], a["outcome"]) for a in newest["attempts"]] == [(2, "delivered")]
+    assert newest["nextCursor"]
+    older = project.remote(token, *page, "--cursor", newest["nextCursor"])
+    assert [(a["attempt"], a["outcome"]) for a in older["attempts"]] == [(1, "retry")]
+    assert older["attempts"][0]["failureCode"] is not None and older["nextCursor"] is None
+    assert older["attempts"][0]["endedAt"] <= newest["attempts"][0]["startedAt"]
+    other_step = project.remote(
+        token, "attempts", "--run", retried, "--step", "due", "--cursor", newest["nextCursor"],
+        check=False,
+    )  # fmt: skip
+    assert [d["code"] for d in other_step["diagnostics"]] == ["coordinator.request.cursor-invalid"]
+    sent = len(sandbox.requests(MESSAGING))
+    assert sent == 3
 
     # SQLite is one process: a second service is refused while the first holds the store.
     busy = project.start_service("serve-2")
@@ -88,7 +132,7 @@ def test_sqlite_run_finishes_once_and_sends_one_message(project: Project) -> Non
     assert "coordinator.command.store-single-process" in project.processes.log("worker")
 
     assert project.processes.stop(service, signal.SIGINT) == 0
-    assert len(sandbox.requests(MESSAGING)) == 1
+    assert len(sandbox.requests(MESSAGING)) == sent
 
     # The listener's port is taken: `listener-unavailable`, exit 3 (nothing else changes).
     with socket.socket() as taken:

@@ -1,5 +1,5 @@
 """The store-backed `RunService` (06 §5): admission and its replays, ownership, status and
-inspection shapes, lists, doctor and holds."""
+inspection shapes, lists, a step's attempts, doctor and holds."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import uuid
 from dataclasses import replace
 
 import pytest
-from integration_support import CALLER, OTHER_CALLER, WORKFLOW, Deployed, run_input
+from integration_support import CALLER, OTHER_CALLER, SUBMIT, WORKFLOW, Deployed, run_input
 
 from coordinator_core.shell.service import RunQuery, ServiceRefusal
 
@@ -170,3 +170,55 @@ def test_the_live_binding_check_restores_a_definition_it_does_not_hold_from_a_ru
     assert recorded != UNBOUND
     assert not bindings.all_match(frozenset({("sha256:" + "0" * 64, recorded)}))
     assert not bindings.all_match(frozenset({(digest, "sha256:" + "1" * 64)}))
+
+
+def test_a_steps_attempts_are_paged_newest_first_with_a_cursor_bound_to_run_step_and_caller(
+    deployed: Deployed,
+) -> None:
+    deployed.products.inject("messaging", operation=SUBMIT, kind="fail", status=503)
+    admitted = deployed.admit(run_input())
+    run_id = admitted.run.run_id
+    status, _ = deployed.drive(run_id)
+    assert status.status == "finished", status
+    inspection = deployed.inspect(run_id)
+    assert inspection is not None
+    notify = next(step for step in inspection.steps if step.record.step == "notify")
+    assert notify.attempt_count == 2
+    assert [(a.generation, a.attempt, a.outcome) for a in notify.attempts] == [
+        (1, 2, "delivered"),
+        (1, 1, "retry"),
+    ]
+    retried, delivered = notify.attempts[1], notify.attempts[0]
+    assert retried.failure_code is not None and delivered.failure_code is None
+    assert retried.started_at is not None and retried.started_at <= retried.ended_at
+    assert retried.ended_at <= (delivered.started_at or 0) <= delivered.ended_at
+
+    service = deployed.service
+    first = service.step_attempts(CALLER, run_id, "notify", None, 1)
+    assert first is not None and first.next_cursor is not None
+    assert [a.attempt for a in first.attempts] == [2]
+    second = service.step_attempts(CALLER, run_id, "notify", first.next_cursor, 1)
+    assert second is not None
+    assert ([a.attempt for a in second.attempts], second.next_cursor) == ([1], None)
+    whole = service.step_attempts(CALLER, run_id, "notify", None, 100)
+    assert whole is not None and list(whole.attempts) == list(notify.attempts)
+
+    # The cursor verifies only for its run, its step and its caller.
+    operator = replace(OTHER_CALLER, operator=True)
+    for caller, step in ((CALLER, "permission"), (operator, "notify")):
+        with pytest.raises(ServiceRefusal) as refused:
+            service.step_attempts(caller, run_id, step, first.next_cursor, 1)
+        assert refused.value.code == "coordinator.request.cursor-invalid"
+    for forged in ("x", first.next_cursor + "0", "." + first.next_cursor.partition(".")[2]):
+        with pytest.raises(ServiceRefusal) as refused:
+            service.step_attempts(CALLER, run_id, "notify", forged, 1)
+        assert refused.value.code == "coordinator.request.cursor-invalid"
+    # Another owner sees no run; a step the definition lacks is absent; an operator sees it.
+    assert service.step_attempts(OTHER_CALLER, run_id, "notify", None, 10) is None
+    assert service.step_attempts(CALLER, uuid.uuid4(), "notify", None, 10) is None
+    for unknown in ("no-such-step", "Not A Step"):
+        with pytest.raises(ServiceRefusal) as absent:
+            service.step_attempts(CALLER, run_id, unknown, None, 10)
+        assert absent.value.code == "coordinator.command.step-absent"
+    seen = service.step_attempts(operator, run_id, "notify", None, 10)
+    assert seen is not None and len(seen.attempts) == 2

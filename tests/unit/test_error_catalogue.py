@@ -110,6 +110,9 @@ PRODUCT_CODES = (
     # says plainly that it cannot check the tail against the store; both are warnings.
     "coordinator.audit.torn-tail",
     "coordinator.audit.heads-unchecked",
+    # Issue 24 item 6 (06 §5.4, beyond upstream): `GET /v1/runs/{run}/steps/{step}/attempts`
+    # names a step the run's definition does not have.
+    "coordinator.command.step-absent",
 )
 
 EXIT_3 = {
@@ -170,6 +173,7 @@ HTTP_STATUS = {
     404: [
         "coordinator.request.not-found",
         "coordinator.command.run-absent",
+        "coordinator.command.step-absent",  # of this implementation (PRODUCT_CODES)
         "coordinator.command.workflow-absent",
         "coordinator.event.trigger-unknown",
     ],

@@ -57,6 +57,7 @@ MODULES = {
         "RunStatus",
         "RunStatusValue",
         "ServiceRefusal",
+        "StepAttempt",
         "StepRoute",
         "StepStatus",
         "Runtime",

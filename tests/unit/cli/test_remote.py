@@ -85,6 +85,25 @@ INSPECTION: dict[str, Any] = {
             "commandPrepared": True,
             "uncertain": False,
             "receiptExpired": False,
+            "attempts": [
+                {
+                    "generation": 1,
+                    "attempt": 2,
+                    "startedAt": "2025-01-01T10:00:00.500Z",
+                    "endedAt": "2025-01-01T10:00:01.000Z",
+                    "outcome": "delivered",
+                    "failureCode": None,
+                },
+                {
+                    "generation": 1,
+                    "attempt": 1,
+                    "startedAt": "2025-01-01T10:00:00.000Z",
+                    "endedAt": "2025-01-01T10:00:00.100Z",
+                    "outcome": "retry",
+                    "failureCode": "transport-unavailable",
+                },
+            ],
+            "attemptCount": 2,
         },
         {
             "step": "await-review",
@@ -349,6 +368,13 @@ class Case:
     status: str = "completed"
 
 
+ATTEMPT_PAGE: dict[str, Any] = {
+    "runId": RUN_ID,
+    "step": "request-review",
+    "attempts": INSPECTION["steps"][0]["attempts"],
+    "nextCursor": "next.page",
+}
+
 CASES = {
     "workflow": Case(("workflow",), "GET", "/v1/workflow", WORKFLOW_INFO),
     "status": Case(("status", "--run", RUN_ID.upper()), "GET", f"/v1/runs/{RUN_ID}", RUN_STATUS),
@@ -363,6 +389,20 @@ CASES = {
         (("limit", "5"), ("cursor", "abc.def"), ("status", "attention"), ("workflow", "w")),
     ),
     "inspect": Case(("inspect", "--run", RUN_ID), "GET", f"/v1/runs/{RUN_ID}/inspect", INSPECTION),
+    "attempts": Case(
+        ("attempts", "--run", RUN_ID.upper(), "--step", "request-review"),
+        "GET",
+        f"/v1/runs/{RUN_ID}/steps/request-review/attempts",
+        ATTEMPT_PAGE,
+        (("limit", "20"),),
+    ),
+    "attempts-paged": Case(
+        ("attempts", "--run", RUN_ID, "--step", "await-review", "--limit", "2", "--cursor", "c.1"),
+        "GET",
+        f"/v1/runs/{RUN_ID}/steps/await-review/attempts",
+        {**ATTEMPT_PAGE, "step": "await-review", "attempts": [], "nextCursor": None},
+        (("limit", "2"), ("cursor", "c.1")),
+    ),
     "cancel": Case(
         ("cancel", "--run", "{" + RUN_ID + "}", "--reason", "INC-1042"),
         "POST",
@@ -1217,6 +1257,85 @@ def test_inspect_text_shows_effects_wait_timing_and_observations(
     assert "every 900 s; 4 observations" in out
     assert "Recovery:   retry-same blocked (not-uncertain); reconcile allowed" in out
     assert "request-review" in out and "Steps:" in out
+    timeline = out[out.index("Attempts (newest first):") :].splitlines()
+    assert timeline[1] == "  request-review: 2 ended"
+    assert timeline[2].split() == [
+        "gen", "1", "#2", "delivered", "started", "2025-01-01T10:00:00.500Z",
+        "ended", "2025-01-01T10:00:01.000Z",
+    ]  # fmt: skip
+    assert timeline[3].split()[3:4] + timeline[3].split()[-1:] == [
+        "retry",
+        "transport-unavailable",
+    ]
+    assert len(timeline) == 4  # a step without ended attempts has no timeline
+
+
+def test_inspect_text_bounds_each_steps_timeline_and_names_the_command_for_the_rest(
+    capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path
+) -> None:
+    observation = {
+        "generation": 1,
+        "startedAt": None,
+        "endedAt": "2025-01-01T10:15:00.000Z",
+        "outcome": "pending",
+        "failureCode": None,
+    }
+    wait = {
+        **INSPECTION["steps"][1],
+        "attempts": [{**observation, "attempt": n} for n in range(10, 0, -1)],
+        "attemptCount": 42,
+    }
+    service.answer(200, {**INSPECTION, "steps": [INSPECTION["steps"][0], wait]})
+    code, out, _ = run(capsys, *remote_args(service, token_file), "inspect", "--run", RUN_ID)
+    assert code == 0
+    timeline = out[out.index("  await-review: 42 ended") :].splitlines()
+    assert [line.split()[1] for line in timeline[1:4]] == ["1", "1", "1"]
+    assert [line.split()[2] for line in timeline[1:4]] == ["#10", "#9", "#8"]
+    assert "started -" in timeline[1]
+    assert timeline[4] == (
+        f"    … 39 more: coordinatorctl attempts --run {RUN_ID} --step await-review"
+    )
+    assert len(timeline) == 5
+
+
+def test_attempts_text_is_a_table_of_the_page_with_its_cursor(
+    capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path
+) -> None:
+    service.answer(200, ATTEMPT_PAGE)
+    argv = ("attempts", "--run", RUN_ID, "--step", "request-review")
+    code, out, _ = run(capsys, *remote_args(service, token_file), *argv)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[:2] == [f"Run:        {RUN_ID}", "Step:       request-review"]
+    assert lines[2].split() == ["GEN", "ATTEMPT", "OUTCOME", "STARTED", "ENDED", "FAILURE"]
+    assert lines[3].split() == [
+        "1", "2", "delivered", "2025-01-01T10:00:00.500Z", "2025-01-01T10:00:01.000Z", "-"
+    ]  # fmt: skip
+    assert lines[4].split()[2::3] == ["retry", "transport-unavailable"]
+    assert lines[5] == "Next cursor: next.page"
+    service.answer(200, {**ATTEMPT_PAGE, "attempts": [], "nextCursor": None})
+    code, out, _ = run(capsys, *remote_args(service, token_file), *argv)
+    assert (code, out.splitlines()[2:]) == (0, ["No ended attempts."])
+
+
+@pytest.mark.parametrize("step", ["Request", "a/b", "../inspect", "x" * 65, "a?b"])
+def test_attempts_refuses_a_step_that_is_no_step_id_before_sending(
+    capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path, step: str
+) -> None:
+    argv = ("attempts", "--run", RUN_ID, "--step", step)
+    code, document = report(capsys, *remote_args(service, token_file), *argv)
+    assert (code, codes(document)) == (1, ["coordinator.command.input-invalid"])
+    assert service.seen == []
+    assert step not in json.dumps(document)
+
+
+def test_attempts_of_a_step_the_run_lacks_is_the_services_refusal(
+    capsys: pytest.CaptureFixture[str], service: FakeService, token_file: Path
+) -> None:
+    service.answer(404, problem(404, "coordinator.command.step-absent"), media_type=PROBLEM)
+    argv = ("attempts", "--run", RUN_ID, "--step", "no-such-step")
+    code, document = report(capsys, *remote_args(service, token_file), *argv)
+    assert (code, codes(document)) == (1, ["coordinator.command.step-absent"])
 
 
 def test_reconcile_text_leads_with_the_result(

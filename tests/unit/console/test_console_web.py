@@ -1,7 +1,8 @@
 """The operator console's web application against a fake service (docs/console.md): the
 loopback Host check, the CSRF token and Origin check on every state change, the security headers
 on every answer, escaping, attention runs first, the forms only where recovery allows them,
-and no operator page for a token that may not call doctor."""
+a step's attempts on the run page and paged on their own, and no operator page for a token that
+may not call doctor."""
 
 from __future__ import annotations
 
@@ -24,6 +25,15 @@ DIGEST = "sha256:" + "a" * 64
 RUN = str(uuid.UUID(int=1, version=4))
 ATTENTION_RUN = str(uuid.UUID(int=2, version=4))
 CANARY = "canary-input-7f3a"
+
+
+ATTEMPTS: list[dict[str, Any]] = [
+    {"generation": 1, "attempt": 2, "startedAt": "2026-12-01T10:00:05.000Z",
+     "endedAt": "2026-12-01T10:00:06.000Z", "outcome": "delivered", "failureCode": None},
+    {"generation": 1, "attempt": 1, "startedAt": "2026-12-01T10:00:00.000Z",
+     "endedAt": "2026-12-01T10:00:01.000Z", "outcome": "retry",
+     "failureCode": "transport-unavailable"},
+]  # fmt: skip
 
 
 def run_status(run_id: str = RUN, **changes: Any) -> dict[str, Any]:
@@ -55,6 +65,7 @@ def inspection(**changes: Any) -> dict[str, Any]:
                 "nextDueAt": None, "leaseExpiresAt": None, "failureCode": None, "route": None,
                 "operation": "messaging.submit-message/v1", "effect": "mutation",
                 "commandPrepared": True, "uncertain": False, "receiptExpired": False,
+                "attempts": [ATTEMPTS[0]], "attemptCount": 2,
             }
         ],
         "effects": [
@@ -126,6 +137,15 @@ class FakeService:
         if path == f"/v1/runs/{RUN}":
             answer = ok(run_status())
             return RemoteAnswer(answer.status, answer.media_type, answer.body, self.tag)
+        if path == f"/v1/runs/{RUN}/steps/notify/attempts":
+            # Pages of one attempt: the first page's cursor leads to the older one.
+            older = ("cursor", "older.page") in request.query
+            return ok(
+                {"runId": RUN, "step": "notify", "attempts": [ATTEMPTS[1 if older else 0]],
+                 "nextCursor": None if older else "older.page"}
+            )  # fmt: skip
+        if "/steps/" in path:
+            return problem(404, "coordinator.command.step-absent", "Step not found")
         if path.endswith("/cancel"):
             return ok(run_status(status="cancelled"))
         if path.endswith("/reconcile"):
@@ -243,6 +263,46 @@ def test_the_run_page_shows_steps_effects_and_only_the_allowed_forms(
     page = client.get(f"/runs/{RUN}").text
     assert 'id="form-cancel"' not in page
     assert "x-1" in page  # the declared output of a finished run
+
+
+def test_the_run_page_shows_each_steps_latest_attempts_and_links_the_rest(
+    client: TestClient,
+) -> None:
+    page = client.get(f"/runs/{RUN}").text
+    section = page[page.index('id="attempts"') : page.index('id="effects-title"')]
+    assert '<h3 data-attempts-of="notify">notify · 2 ended</h3>' in section
+    assert '<tr data-attempt="1-2"><td>1</td><td>2</td><td>delivered</td>' in section
+    assert "2026-12-01T10:00:05.000Z" in section and "2026-12-01T10:00:06.000Z" in section
+    assert 'data-attempt="1-1"' not in section  # only what the inspection carries
+    assert f'href="/runs/{RUN}/steps/notify/attempts">All 2 attempts</a>' in section
+
+
+def test_the_attempts_page_pages_a_steps_attempts_with_the_services_cursor(
+    client: TestClient, service: FakeService
+) -> None:
+    first = client.get(f"/runs/{RUN}/steps/notify/attempts")
+    assert first.status_code == 200
+    assert first.headers["content-security-policy"] == CSP
+    assert 'data-attempt="1-2"' in first.text and 'data-attempt="1-1"' not in first.text
+    link = f'href="/runs/{RUN}/steps/notify/attempts?cursor=older.page" rel="next"'
+    assert link in first.text
+    sent = service.sent[-1]
+    assert (sent.path, sent.query) == (f"/v1/runs/{RUN}/steps/notify/attempts", (("limit", "50"),))
+    older = client.get(f"/runs/{RUN}/steps/notify/attempts?cursor=older.page").text
+    assert 'data-attempt="1-1"' in older and "transport-unavailable" in older
+    assert 'rel="next"' not in older and "Newest page" in older
+    absent = client.get(f"/runs/{RUN}/steps/gone/attempts")
+    assert absent.status_code == 404 and "coordinator.command.step-absent" in absent.text
+    before = len(service.sent)
+    for path in (
+        f"/runs/{RUN}/steps/Not%20A%20Step/attempts",
+        "/runs/not-a-run/steps/notify/attempts",
+        f"/runs/{RUN}/steps/notify/attempts?cursor=%01",
+    ):
+        refused = client.get(path)
+        assert refused.status_code in (400, 404), path
+        assert "Not A Step" not in refused.text
+    assert len(service.sent) == before  # refused before anything was sent
 
 
 def test_a_post_needs_the_csrf_token_and_the_console_origin(

@@ -63,6 +63,7 @@ _TITLES: Final[Mapping[str, str]] = {
     "coordinator.command.reason-invalid": "Invalid reason",
     "coordinator.command.retention-invalid": "Invalid retention request",
     "coordinator.command.run-absent": "Run not found",
+    "coordinator.command.step-absent": "Step not found",
     "coordinator.command.workflow-absent": "Workflow not found",
     "coordinator.command.recovery-only": "Recovery-only mode",
     "coordinator.command.restore-hold": "Restore hold in place",

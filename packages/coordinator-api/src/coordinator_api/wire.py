@@ -26,6 +26,7 @@ from coordinator_core.shell.service import RUN_STATUSES, RunStatusValue
 from coordinator_models import api
 
 __all__ = [
+    "AttemptPage",
     "Body",
     "BodyRefused",
     "Doctor",
@@ -45,6 +46,7 @@ __all__ = [
     "RunStatus",
     "StartRunRequest",
     "WorkflowInfo",
+    "attempt_page_body",
     "doctor_body",
     "encode",
     "hold_state_body",
@@ -60,6 +62,7 @@ __all__ = [
 ]
 
 Body = BaseModel
+AttemptPage = api.AttemptPage
 Doctor = api.Doctor
 EventAdmitted = api.EventAdmitted
 HoldState = api.HoldState
@@ -280,6 +283,8 @@ def _step_body(step: service.StepStatus) -> api.StepStatus:
         lease_expires_at=_maybe(step.lease_expires_at),
         failure_code=_optional_code(record.failure_code),
         route=route,
+        attempts=[_attempt_body(attempt) for attempt in step.attempts],
+        attempt_count=step.attempt_count,
         operation=record.operation if call else None,
         effect=api.OperationEffect(record.effect) if call and record.effect else None,
         command_prepared=record.command_prepared if call else None,
@@ -297,6 +302,27 @@ def _step_body(step: service.StepStatus) -> api.StepStatus:
         "receipt_expired",
         "wait",
         "mapping_failure",
+    )
+
+
+def _attempt_body(attempt: service.StepAttempt) -> api.StepAttempt:
+    """One ended attempt: its numbers, times, outcome word and failure code, nothing else."""
+    return api.StepAttempt(
+        generation=attempt.generation,
+        attempt=attempt.attempt,
+        started_at=_maybe(attempt.started_at),
+        ended_at=_moment(attempt.ended_at),
+        outcome=api.AttemptOutcome(attempt.outcome),
+        failure_code=_optional_code(attempt.failure_code),
+    )
+
+
+def attempt_page_body(run_id: UUID, step: str, page: service.AttemptPage) -> api.AttemptPage:
+    return api.AttemptPage(
+        run_id=run_id,
+        step=step,
+        attempts=[_attempt_body(attempt) for attempt in page.attempts],
+        next_cursor=page.next_cursor,
     )
 
 

@@ -44,7 +44,8 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "migrate", "plan", "apply", "deployment-status", "audit",
     )),
     ("remote commands (--url, --token-file)", (
-        "workflow", "start", "status", "list", "inspect", "cancel", "retry-same", "reconcile",
+        "workflow", "start", "status", "list", "inspect", "attempts", "cancel", "retry-same",
+        "reconcile",
     )),
     ("operator commands (--url, --token-file)", (
         "doctor", "restore-hold", "release-restore-hold", "release-admission-hold", "retain",

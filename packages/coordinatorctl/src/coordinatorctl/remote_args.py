@@ -19,6 +19,7 @@ COMMANDS: Final = frozenset(
         "status",
         "list",
         "inspect",
+        "attempts",
         "cancel",
         "retry-same",
         "reconcile",
@@ -30,6 +31,7 @@ COMMANDS: Final = frozenset(
     }
 )
 LIST_DEFAULT_LIMIT: Final = 20
+ATTEMPTS_DEFAULT_LIMIT: Final = 20
 RETAIN_DEFAULT_LIMIT: Final = 100
 MAX_WATCH_TIMEOUT_SECONDS: Final = 31_536_000  # a year: longer than any run deadline worth a watch
 
@@ -125,6 +127,19 @@ def add_remote_commands(command: Callable[[str, str], argparse.ArgumentParser]) 
         "--project", metavar="DIR", help="the run's project (its definition digest must match)"
     )
     inspect.add_argument("--output", metavar="FILE", help="write the --graph picture to FILE")
+
+    attempts = command(
+        "attempts",
+        "list a step's attempts, newest first (GET /v1/runs/{run}/steps/{step}/attempts)",
+    )
+    attempts.add_argument("--run", required=True, metavar="UUID", help="the run id")
+    attempts.add_argument(
+        "--step", required=True, metavar="STEP", help="the step id (as `inspect` shows it)"
+    )
+    attempts.add_argument(
+        "--limit", type=_limit, default=ATTEMPTS_DEFAULT_LIMIT, metavar="1..100", help="page size"
+    )
+    attempts.add_argument("--cursor", metavar="C", help="the nextCursor of the previous page")
 
     for name, what in (
         ("cancel", "cancel a run"),

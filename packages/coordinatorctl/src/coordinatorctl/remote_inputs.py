@@ -205,6 +205,19 @@ def check_text_argument(flag: str, value: str | None) -> Diagnostic | None:
     return None
 
 
+_STEP_ID: Final = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+
+
+def check_step_id(text: str) -> Diagnostic | None:
+    """A step id (01 §3), checked before it becomes a segment of the request's path."""
+    if _STEP_ID.fullmatch(text):
+        return None
+    return _input_invalid(
+        "--step is not a step id: a lowercase letter, then up to 63 lowercase letters,"
+        " digits, `-` or `_`."
+    )
+
+
 def parse_run_id(text: str) -> str | Diagnostic:
     """A run id in any textual UUID form, sent lowercase and hyphenated (06 §1 item 5)."""
     import uuid

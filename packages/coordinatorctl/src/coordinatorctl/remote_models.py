@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from coordinator_models.api import (
+    AttemptPage,
     Doctor,
     HoldState,
     Problem,
@@ -37,12 +38,14 @@ from coordinator_models.api import (
     RunList,
     RunStatus,
     StartRunRequest,
+    StepAttempt,
     Violation,
     WaitUntil,
     WorkflowInfo,
 )
 
 __all__ = [
+    "AttemptPage",
     "Doctor",
     "HoldState",
     "Problem",
@@ -55,6 +58,7 @@ __all__ = [
     "RunList",
     "RunStatus",
     "StartRunRequest",
+    "StepAttempt",
     "Violation",
     "WaitUntil",
     "WorkflowInfo",

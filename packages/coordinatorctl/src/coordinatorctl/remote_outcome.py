@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from coordinator_core.errors import Diagnostic, entry
 from coordinatorctl.remote_exchange import Failure, RemoteAnswer
 from coordinatorctl.remote_models import (
+    AttemptPage,
     Doctor,
     HoldState,
     Problem,
@@ -77,6 +78,7 @@ SPECS: Final[Mapping[str, _Spec]] = {
     "status": _Spec("run", RunStatus, "read"),
     "list": _Spec("runs", RunList, "read"),
     "inspect": _Spec("inspection", RunInspection, "read"),
+    "attempts": _Spec("merged", AttemptPage, "read"),
     "cancel": _Spec("run", RunStatus, "run"),
     "retry-same": _Spec("run", RunStatus, "run"),
     "reconcile": _Spec("reconcile", ReconcileResult, "run"),

@@ -21,6 +21,7 @@ from coordinator_core.errors import Diagnostic
 from coordinatorctl.remote_inputs import (
     check_date_time,
     check_reason,
+    check_step_id,
     check_text_argument,
     parse_run_id,
     refused_member,
@@ -166,6 +167,13 @@ def build_request(
         request = ApiRequest("GET", "/v1/runs", query=tuple(query))
     elif name == "inspect":
         request = ApiRequest("GET", f"{run_path}/inspect")
+    elif name == "attempts":
+        note("step", check_step_id(options.step))
+        note("cursor", check_text_argument("--cursor", options.cursor))
+        query = [("limit", str(options.limit))]
+        if options.cursor is not None:
+            query.append(("cursor", options.cursor))
+        request = ApiRequest("GET", f"{run_path}/steps/{options.step}/attempts", tuple(query))
     elif name in ("cancel", "retry-same", "reconcile"):
         reasoned = body(request_body(ReasonRequest, reason=reason))
         if reasoned is not None:

@@ -1,7 +1,8 @@
 """Text mode of the remote commands (09 §4, RECOMMENDED): a readable summary of a run
 (`start`, `status`, `cancel`, `retry-same`) and of an inspection (`inspect`, `reconcile`:
-status, current step, effects with `accepted`/`unknown`, wait timing, observation count), and
-a table for `list` (rich on a terminal, plain aligned text otherwise).
+status, current step, effects with `accepted`/`unknown`, wait timing, observation count, and
+each step's latest attempts), a table for `list` (rich on a terminal, plain aligned text
+otherwise) and one for `attempts` (a page of a step's attempts).
 
 It reads the answer as its generated model (remote_models.py), already validated by
 remote_outcome.py; instants are shown in the service's form, `YYYY-MM-DDTHH:MM:SS.mmmZ` in UTC.
@@ -16,10 +17,12 @@ from typing import TYPE_CHECKING, Final
 
 from coordinator_core.engine.detail import FailureDetail
 from coordinatorctl.remote_models import (
+    AttemptPage,
     ReconcileResult,
     RunInspection,
     RunList,
     RunStatus,
+    StepAttempt,
     WaitUntil,
 )
 from coordinatorctl.report import sanitize
@@ -27,7 +30,10 @@ from coordinatorctl.report import sanitize
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-__all__ = ["LIST_COLUMNS", "render_text"]
+__all__ = ["ATTEMPT_COLUMNS", "INSPECT_ATTEMPTS_SHOWN", "LIST_COLUMNS", "render_text"]
+
+INSPECT_ATTEMPTS_SHOWN: Final = 3
+"""The attempts `inspect` shows per step in text mode (the newest; `attempts` pages them all)."""
 
 
 def _show(value: object) -> str:
@@ -175,7 +181,66 @@ def _inspection_lines(inspection: RunInspection) -> list[str]:
                     tuple(found.labels or ()),
                 )
                 lines.append(f"  {_show(s.step)}: {_show(why.sentence())}")
+        lines.extend(_attempt_lines(inspection))
     return lines
+
+
+def _attempt_cells(attempt: StepAttempt) -> list[str]:
+    """One attempt as cells: its number, outcome, start, end and failure code (no value)."""
+    return [
+        f"gen {_show(attempt.generation)} #{_show(attempt.attempt)}",
+        _show(attempt.outcome),
+        f"started {_show(attempt.started_at)}",
+        f"ended {_show(attempt.ended_at)}",
+        _show(attempt.failure_code) if attempt.failure_code is not None else "",
+    ]
+
+
+def _attempt_lines(inspection: RunInspection) -> list[str]:
+    """The timeline of each step with ended attempts: the newest few, newest first, and how to
+    page the rest (`attempts --run … --step …`)."""
+    run_id = _show(str(inspection.run.run_id))
+    lines: list[str] = []
+    for s in inspection.steps:
+        attempts = s.attempts or []
+        total = s.attempt_count if s.attempt_count is not None else len(attempts)
+        if not attempts:
+            continue
+        lines.append(f"  {_show(s.step)}: {_show(total)} ended")
+        shown = attempts[:INSPECT_ATTEMPTS_SHOWN]
+        lines.extend("    " + row for row in _aligned([_attempt_cells(a) for a in shown]))
+        if total > len(shown):
+            lines.append(
+                f"    … {total - len(shown)} more:"
+                f" coordinatorctl attempts --run {run_id} --step {_show(s.step)}"
+            )
+    return ["Attempts (newest first):", *lines] if lines else []
+
+
+# What each column of `attempts` holds: the generation (raised by `retry-same`) and the attempt's
+# number in it, how it ended (06 `AttemptOutcome`), when it was claimed and when it ended (for a
+# wait, the observation's time), and the failure code it left. `-` where an attempt has none.
+ATTEMPT_COLUMNS: Final = ("GEN", "ATTEMPT", "OUTCOME", "STARTED", "ENDED", "FAILURE")
+
+
+def _attempts_text(page: AttemptPage) -> str:
+    head = f"{'Run:':<11} {_show(str(page.run_id))}\n{'Step:':<11} {_show(page.step)}\n"
+    cursor = page.next_cursor
+    footer = f"Next cursor: {_show(cursor)}\n" if cursor is not None else ""
+    if not page.attempts:
+        return head + "No ended attempts.\n" + footer
+    rows = [
+        [
+            _show(a.generation),
+            _show(a.attempt),
+            _show(a.outcome),
+            _show(a.started_at),
+            _show(a.ended_at),
+            _show(a.failure_code),
+        ]
+        for a in page.attempts
+    ]
+    return head + "\n".join(_aligned([list(ATTEMPT_COLUMNS), *rows])) + "\n" + footer
 
 
 def _aligned(rows: Sequence[Sequence[str]]) -> list[str]:
@@ -242,7 +307,7 @@ def render_text(command: str, status_word: str, answer: BaseModel, *, terminal: 
     """The text-mode stdout of a success; None prints the result as indented JSON.
 
     `answer` is the success body read as the command's model (remote_outcome.SPECS): a run,
-    a page of runs, an inspection or a reconcile result have a text form; the other bodies are
+    a page of runs, an inspection, a reconcile result or a page of attempts have a text form; the other bodies are
     printed as JSON. Every string from the service is rendered through `sanitize`, so a value
     cannot break a line or steer the terminal; every instant is shown in the service's form.
     """
@@ -253,6 +318,8 @@ def render_text(command: str, status_word: str, answer: BaseModel, *, terminal: 
         return "\n".join(lines) + "\n"
     if isinstance(answer, RunList):
         return _list_text(answer, terminal)
+    if isinstance(answer, AttemptPage):
+        return _attempts_text(answer)
     if isinstance(answer, RunInspection):
         return "\n".join(_inspection_lines(answer)) + "\n"
     if isinstance(answer, ReconcileResult):

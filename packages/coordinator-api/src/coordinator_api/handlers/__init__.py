@@ -20,6 +20,7 @@ OPERATIONS: Final[Mapping[str, Callable[..., Any]]] = {
     "listRuns": runs.list_runs,
     "getRun": runs.get_run,
     "inspectRun": runs.inspect_run,
+    "listStepAttempts": runs.list_step_attempts,
     "cancelRun": runs.cancel_run,
     "retrySame": runs.retry_same,
     "reconcileRun": runs.reconcile_run,

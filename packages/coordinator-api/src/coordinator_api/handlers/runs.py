@@ -1,4 +1,5 @@
-"""Run routes (06 §5): admission, list, status, inspection, cancel, retry-same, reconcile.
+"""Run routes (06 §5): admission, list, status, inspection, a step's attempts, cancel,
+retry-same, reconcile.
 
 Each handler runs the checks of 06 §1 item 6 in order after Connexion's security layer has done
 (1) the token and (2) the route's action: (3) run id and visibility, (4) media type and size,
@@ -32,6 +33,7 @@ from coordinator_api.wire import (
     Body,
     ReasonRequest,
     StartRunRequest,
+    attempt_page_body,
     inspection_body,
     reconcile_body,
     run_page_body,
@@ -51,6 +53,7 @@ __all__ = [
     "get_run",
     "inspect_run",
     "list_runs",
+    "list_step_attempts",
     "reconcile_run",
     "retry_same",
     "start_run",
@@ -149,6 +152,31 @@ async def inspect_run(
         if inspection is None or not caller.may("inspect", inspection.run.run.workflow_id):
             raise ApiProblem("coordinator.command.run-absent")
         return json_reply(inspection_body(inspection))
+
+
+async def list_step_attempts(
+    run: str,
+    step: str,
+    token_info: dict[str, Any],
+    coordinator: RequestContext,
+    limit: int = 20,
+    cursor: str | None = None,
+) -> Response:
+    """A step's ended attempts, a page at a time: the inspection's action and visibility, the
+    step checked against the run's definition (the query parameters are validated by
+    Connexion against the document)."""
+    caller = caller_of(token_info)
+    state = coordinator.state
+    async with Audited(state.journal, AuditRequest(action="attempts", caller=caller)) as audit:
+        run_id = parse_run_id(run)
+        audit.note(run_id=run_id)
+        await audit.begin()
+        page = await asyncio.to_thread(
+            state.service.step_attempts, caller, run_id, step, cursor, limit
+        )
+        if page is None:
+            raise ApiProblem("coordinator.command.run-absent")
+        return json_reply(attempt_page_body(run_id, step, page))
 
 
 async def _run_command(

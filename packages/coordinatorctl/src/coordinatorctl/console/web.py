@@ -49,10 +49,12 @@ from coordinatorctl.remote_exchange import Failure, RemoteAnswer
 from coordinatorctl.remote_inputs import (
     check_date_time,
     check_reason,
+    check_step_id,
     check_text_argument,
     parse_run_id,
 )
 from coordinatorctl.remote_models import (
+    AttemptPage,
     Doctor,
     HoldState,
     Problem,
@@ -91,6 +93,7 @@ TERMINAL: Final = frozenset({"finished", "cancelled", "cancelled-after-effect", 
 RUN_ACTIONS: Final = ("cancel", "retry-same", "reconcile")
 HOLD_ACTIONS: Final = ("restore-hold", "release-restore-hold", "release-admission-hold")
 PAGE_SIZE: Final = 50
+ATTEMPTS_PAGE_SIZE: Final = 50  # a step's attempts per page (`/runs/{run}/steps/{step}/attempts`)
 MAX_FORM_BYTES: Final = 4096
 Form = dict[str, str]
 FAILURE_TEXT: Final = {
@@ -442,6 +445,39 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
             return Response(status_code=204)
         return Response(json.dumps({"tag": answer.tag}), media_type="application/json")
 
+    async def attempts_page(request: Request) -> Response:
+        """One page of a step's attempts, newest first; the next page by the service's cursor."""
+        run_id = run_id_of(request)
+        step = request.path_params["step"]
+        if run_id is None or check_step_id(step) is not None:
+            return page("message.html", 404, title="Not found", text="No such run or step.")
+        cursor = request.query_params.get("cursor") or None
+        if cursor is not None and (check_text_argument("cursor", cursor) or len(cursor) > 512):
+            return page(
+                "message.html", 400, title="Bad cursor", text="The cursor is not valid text."
+            )
+        query = [("limit", str(ATTEMPTS_PAGE_SIZE))]
+        if cursor is not None:
+            query.append(("cursor", cursor))
+        listed = await call(
+            ApiRequest("GET", f"/v1/runs/{run_id}/steps/{step}/attempts", query=tuple(query)),
+            AttemptPage,
+        )
+        next_link = None
+        if listed.ok and listed.value.next_cursor is not None:
+            next_link = f"/runs/{run_id}/steps/{step}/attempts?" + urlencode(
+                {"cursor": listed.value.next_cursor}
+            )
+        return page(
+            "attempts.html",
+            200 if listed.ok or listed.problem is None else listed.status,
+            run_id=run_id,
+            step=step,
+            listed=listed,
+            next_link=next_link,
+            later_page=cursor is not None,
+        )
+
     async def run_page(request: Request) -> Response:
         run_id = run_id_of(request)
         if run_id is None:
@@ -628,6 +664,7 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
             Route("/", runs),
             Route("/runs/{run}", run_page),
             Route("/runs/{run}/changes", run_changes, methods=["GET"]),
+            Route("/runs/{run}/steps/{step}/attempts", attempts_page, methods=["GET"]),
             Route("/runs/{run}/{action}", confirm, methods=["GET"]),
             Route("/runs/{run}/{action}", run_action, methods=["POST"]),
             Route("/holds", holds),

@@ -24,6 +24,7 @@ ApiAction = Literal[
     "list",
     "status",
     "inspect",
+    "attempts",
     "cancel",
     "retry-same",
     "reconcile",
@@ -34,7 +35,7 @@ ApiAction = Literal[
     "retention",
 ]
 READ_ACTIONS: Final[frozenset[str]] = frozenset(
-    {"workflow-read", "list", "status", "inspect", "doctor"}
+    {"workflow-read", "list", "status", "inspect", "attempts", "doctor"}
 )
 """The API read actions: journaled, but their answers need not wait for the fsync (07 §7.7
 item 5)."""

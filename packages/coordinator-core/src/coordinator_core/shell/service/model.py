@@ -53,6 +53,7 @@ __all__ = [
     "RunStatus",
     "RunStatusValue",
     "ServiceRefusal",
+    "StepAttempt",
     "StepRoute",
     "StepStatus",
     "WaitResult",
@@ -432,8 +433,9 @@ class RunService(Protocol):
         self, caller: Caller, run_id: UUID, step: str, cursor: str | None, limit: int
     ) -> AttemptPage | None:
         """A step's ended attempts, newest first, a page at a time; None when the run is
-        absent or not visible. `coordinator.request.cursor-invalid` for a cursor that does not
-        verify for this caller, run and step."""
+        absent or not visible. `coordinator.command.step-absent` for a step the run's definition
+        does not have; `coordinator.request.cursor-invalid` for a cursor that does not verify for
+        this caller, run and step."""
         ...
 
     def cancel(self, caller: Caller, run_id: UUID, reason: str) -> RunStatus:

@@ -7,9 +7,10 @@ import base64
 import binascii
 import hmac
 import json
+import re
 import uuid
 from collections.abc import Mapping
-from typing import cast
+from typing import Final, cast
 
 from coordinator_core.engine import (
     CallStep,
@@ -189,6 +190,9 @@ def inspect_run(context: Runtime, caller: Caller, run_id: uuid.UUID) -> RunInspe
 
 # -- a step's attempts, paged ---------------------------------------------------------------------
 
+_STEP_ID: Final = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+"""A step id's form (01 §3), the check left when the run's definition does not restore."""
+
 
 def _attempts_cursor(
     context: Runtime, caller: Caller, run_id: uuid.UUID, step: str, position: tuple[int, int]
@@ -233,11 +237,16 @@ def step_attempts(
     limit: int,
 ) -> AttemptPage | None:
     """A step's ended attempts, newest first, a page at a time (None when the run is absent or
-    not visible)."""
+    not visible). `coordinator.command.step-absent` for a step its definition does not have (a
+    step it has but the run has not entered has no attempts: an empty page)."""
     reads = context.store.reads
     run = reads.get_run(run_id)
     if run is None or not context.visible(caller, run):
         return None
+    found = context.definition_of(run)
+    known = _STEP_ID.fullmatch(step) if found is None else step in found[1].steps
+    if not known:
+        raise ServiceRefusal("coordinator.command.step-absent")
     before = None if cursor is None else _attempts_position(context, caller, run_id, step, cursor)
     page, after = reads.attempts(run_id, step, before=before, limit=limit)
     following = None if after is None else _attempts_cursor(context, caller, run_id, step, after)
