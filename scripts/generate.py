@@ -32,7 +32,7 @@ SERVED_DOCUMENT = "openapi.json"
 
 # Schema file stem → generated module name. Only the schemas whose models the code uses
 # (ARCHITECTURE rule 3): `api`, the bodies of the service API, read and written by
-# coordinator_api.wire and coordinatorctl.remote_models. The authored formats (project, runtime,
+# coordinator_api.wire and coordinatorctl.remote.models. The authored formats (project, runtime,
 # scenarios) and the ctl report are decoded and checked by coordinator_core against their
 # published schemas with positions; a second, unused model of them is not generated.
 MODELS = {

@@ -32,7 +32,7 @@ ADAPTERS = {
     ),
     "coordinatorctl": (
         ROOT / "packages" / "coordinatorctl" / "src",
-        "coordinatorctl/remote_models.py",
+        "coordinatorctl/remote/models.py",
     ),
 }
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from coordinatorctl import cli, remote_args
+from coordinatorctl import cli
 from coordinatorctl.cli import main
+from coordinatorctl.remote import args as remote_args
 
 REPO = Path(__file__).resolve().parents[3]
 PROJECT = str(REPO / "examples" / "delayed-follow-up")

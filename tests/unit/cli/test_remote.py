@@ -28,9 +28,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from coordinator_models import api
-from coordinatorctl import remote_exchange, remote_inputs, remote_outcome, remote_text
 from coordinatorctl.cli import main
-from coordinatorctl.remote_args import COMMANDS
+from coordinatorctl.remote import checks as remote_inputs
+from coordinatorctl.remote import exchange as remote_exchange
+from coordinatorctl.remote import outcome as remote_outcome
+from coordinatorctl.remote import text as remote_text
+from coordinatorctl.remote.args import COMMANDS
 
 REPO = Path(__file__).resolve().parents[3]
 REPORT_SCHEMA = json.loads(
@@ -1455,7 +1458,7 @@ def test_a_known_problem_code_without_suggested_action_gets_the_catalogue_hint(
 
 
 # --------------------------------------------------------------------------------------------
-# The typed boundary (remote_models.py): request bodies are the generated models' dumps and
+# The typed boundary (remote/models.py): request bodies are the generated models' dumps and
 # answers are read through the models of spec/openapi.yaml.
 
 # The request body model of each command that sends one (spec/openapi.yaml).

@@ -1,5 +1,5 @@
 """Remote ergonomics: `COORDINATOR_URL` / `COORDINATOR_TOKEN_FILE` defaults, a relative token
-path, `start --wait` / `status --watch` (remote_watch.py), the `list` columns and `--format jsonl`.
+path, `start --wait` / `status --watch` (remote/watch.py), the `list` columns and `--format jsonl`.
 
 A scripted fake service (the standard library's threading HTTP server on loopback) answers each
 route from a queue: every request takes the next answer, the last one repeats. Every invocation
@@ -20,9 +20,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from coordinatorctl import remote_watch
 from coordinatorctl.cli import main
-from coordinatorctl.remote_text import LIST_COLUMNS
+from coordinatorctl.remote import watch as remote_watch
+from coordinatorctl.remote.text import LIST_COLUMNS
 
 REPO = Path(__file__).resolve().parents[3]
 REPORT_SCHEMA = json.loads(

@@ -16,8 +16,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from coordinatorctl.console.web import CSP, ConsoleSettings, create_app
-from coordinatorctl.remote_exchange import Failure, RemoteAnswer
-from coordinatorctl.remote_request import ApiRequest
+from coordinatorctl.remote.exchange import Failure, RemoteAnswer
+from coordinatorctl.remote.request import ApiRequest
 
 PORT = 8470
 BASE = f"http://127.0.0.1:{PORT}"

@@ -25,7 +25,8 @@ from coordinator_core.shell.runtime.argv import (
     add_version_flag,
 )
 from coordinator_core.shell.runtime.streams import guard_output
-from coordinatorctl import completion, installed, remote_args
+from coordinatorctl import completion, installed
+from coordinatorctl.remote import args as remote_args
 from coordinatorctl.report import Outcome, emit, render_text
 
 __all__ = ["main"]
@@ -513,7 +514,7 @@ def _deployment(options: argparse.Namespace) -> Outcome:
 
 
 def _remote(options: argparse.Namespace) -> Outcome:
-    from coordinatorctl import remote
+    from coordinatorctl.remote import command as remote
 
     return remote.run(options)
 

@@ -78,9 +78,9 @@ def openapi(url: str | None) -> Outcome:
     """The shipped document, or with `url` the document that service serves (no token)."""
     if url is None:
         return _printed(files("coordinator_models").joinpath(SHIPPED_DOCUMENT).read_text("utf-8"))
-    from coordinatorctl.remote_exchange import RemoteAnswer, send
-    from coordinatorctl.remote_inputs import parse_origin
-    from coordinatorctl.remote_request import ApiRequest
+    from coordinatorctl.remote.checks import parse_origin
+    from coordinatorctl.remote.exchange import RemoteAnswer, send
+    from coordinatorctl.remote.request import ApiRequest
 
     origin = parse_origin(url)
     if origin is None:
@@ -92,7 +92,7 @@ def openapi(url: str | None) -> Outcome:
         if answer.status >= 500:
             return _unavailable(f"The service answered GET /openapi.json with {answer.status}.")
         from coordinator_core.errors import catalogue
-        from coordinatorctl.remote_outcome import problem_of
+        from coordinatorctl.remote.outcome import problem_of
 
         problem = problem_of(answer)
         code = problem.code if problem is not None else "coordinator.command.service-refused"

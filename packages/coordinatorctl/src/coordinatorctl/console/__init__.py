@@ -3,7 +3,7 @@
 The command checks what the remote commands check (`--url`, the token file; `--project` when
 given), binds 127.0.0.1 only, prints the console's address and serves until interrupted. The
 token is read from its file for each API call (a renewed file is picked up), sent by this
-process under the client policy of 09 §4 (remote_exchange.exchange) and never reaches the browser.
+process under the client policy of 09 §4 (remote.exchange.exchange) and never reaches the browser.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def _usage(message: str, hint: str) -> Diagnostic:
 
 def run(options: argparse.Namespace) -> Outcome:
     """Serve the console until interrupted; the outcome of a refusal, else `stopped`."""
-    from coordinatorctl.remote import TOKEN_FILE_VARIABLE, URL_VARIABLE
-    from coordinatorctl.remote_inputs import parse_origin, read_token
+    from coordinatorctl.remote.checks import parse_origin, read_token
+    from coordinatorctl.remote.command import TOKEN_FILE_VARIABLE, URL_VARIABLE
 
     usage: list[Diagnostic] = []
     url = options.url if options.url is not None else (os.environ.get(URL_VARIABLE) or None)
@@ -120,9 +120,9 @@ def _serve(
         console_refusals,
         create_app,
     )
-    from coordinatorctl.remote_exchange import Failure, RemoteAnswer, exchange
-    from coordinatorctl.remote_inputs import read_token
-    from coordinatorctl.remote_request import ApiRequest
+    from coordinatorctl.remote.checks import read_token
+    from coordinatorctl.remote.exchange import Failure, RemoteAnswer, exchange
+    from coordinatorctl.remote.request import ApiRequest
 
     def api(request: ApiRequest) -> RemoteAnswer | Failure:
         token = read_token(token_path)

@@ -2,7 +2,7 @@
 service API, served on loopback only.
 
 Every page is one or two API calls made by this process with the operator's token (the
-browser never holds it); the answers are read through the generated models (remote_models.py)
+browser never holds it); the answers are read through the generated models (remote/models.py)
 and rendered by Jinja2 with autoescaping. Nothing of a run but its ids, closed words, timing
 and the declared output of a finished run reaches a page: never an input, a product response,
 a command, a reason or the token (ARCHITECTURE rule 4, contract 06 §12).
@@ -45,15 +45,15 @@ from coordinator_core.shell.runtime.guard import (
     PEER_CONNECTIONS_EXHAUSTED,
     ConnectionLimits,
 )
-from coordinatorctl.remote_exchange import Failure, RemoteAnswer
-from coordinatorctl.remote_inputs import (
+from coordinatorctl.remote.checks import (
     check_date_time,
     check_reason,
     check_step_id,
     check_text_argument,
     parse_run_id,
 )
-from coordinatorctl.remote_models import (
+from coordinatorctl.remote.exchange import Failure, RemoteAnswer
+from coordinatorctl.remote.models import (
     AttemptPage,
     Doctor,
     HoldState,
@@ -70,7 +70,7 @@ from coordinatorctl.remote_models import (
     answer_of,
     request_body,
 )
-from coordinatorctl.remote_request import ApiRequest
+from coordinatorctl.remote.request import ApiRequest
 
 __all__ = ["CONSOLE_LIMITS", "CSP", "Api", "ConsoleSettings", "console_refusals", "create_app"]
 
@@ -401,7 +401,7 @@ def create_app(api: Api, settings: ConsoleSettings) -> ASGIApp:
         graph = None
         graph_note = None
         if inspected.ok and settings.explained is not None:
-            from coordinatorctl.remote_graph import run_path
+            from coordinatorctl.remote.drawing import run_path
 
             path = run_path(inspected.value, dict(settings.explained))
             if isinstance(path, Diagnostic):

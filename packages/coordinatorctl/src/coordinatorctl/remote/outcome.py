@@ -2,7 +2,7 @@
 follow-up advice, and one answer (or failed exchange) to the command's outcome, whose exit code
 comes from that mapping (02 §3), not from the catalogue's class of a code the service chose.
 
-Answers are read through the generated models (remote_models.py): a success body through the
+Answers are read through the generated models (remote/models.py): a success body through the
 schema its route answers (spec/openapi.yaml), a problem body through Problem. A body the model
 refuses is the `shape` failure (exit 3), or for a problem no problem at all. The result members
 of the report keep the service's body as received; text mode reads the typed model.
@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from coordinator_core.errors import Diagnostic, entry
-from coordinatorctl.remote_exchange import Failure, RemoteAnswer
-from coordinatorctl.remote_models import (
+from coordinatorctl.remote.exchange import Failure, RemoteAnswer
+from coordinatorctl.remote.models import (
     AttemptPage,
     Doctor,
     HoldState,
@@ -119,7 +119,7 @@ class RemoteOutcome(Outcome):
 
     forced_exit: int | None = None
     # The process's exit code when it is none of the report's classes (130 for an interrupted
-    # watch, remote_watch.py); the report itself follows `forced_exit`.
+    # watch, remote/watch.py); the report itself follows `forced_exit`.
     process_exit: int | None = None
 
     @property
@@ -380,7 +380,7 @@ def outcome_of(
         return _unavailable(command, "shape")
     result, typed = shaped
     outcome = RemoteOutcome(command, status=status_word, result=result, forced_exit=0)
-    from coordinatorctl.remote_text import render_text
+    from coordinatorctl.remote.text import render_text
 
     outcome.text = render_text(command, status_word, typed, terminal=stdout_is_terminal)
     return outcome

@@ -75,7 +75,7 @@ def request_body(model: type[BaseModel], **members: object) -> dict[str, Any] | 
     members (never their values).
 
     Validation is lax so that a member the model types (an RFC 3339 `before`) is given as text;
-    the local checks (remote_inputs.py) have already held every value to its form.
+    the local checks (remote/checks.py) have already held every value to its form.
     """
     try:
         built = model.model_validate(members)

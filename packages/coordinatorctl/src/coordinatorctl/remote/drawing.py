@@ -23,7 +23,7 @@ from typing import Any
 from coordinator_core.checking.graph_svg import RunPath, StepMark
 from coordinator_core.errors import Diagnostic
 from coordinatorctl import graphs
-from coordinatorctl.remote_models import RunInspection, answer_of
+from coordinatorctl.remote.models import RunInspection, answer_of
 from coordinatorctl.report import Outcome
 
 __all__ = ["GraphRequest", "draw", "prepare", "run_path"]

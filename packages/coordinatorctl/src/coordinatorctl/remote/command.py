@@ -13,10 +13,10 @@ diagnostic, result or text line carries it, nor the URL (which could carry user 
 exception text. A problem's `detail` and `suggestedAction` are the service's fixed sentences and
 are passed through, but stripped of control and format characters and capped in length.
 
-This module runs one command; its steps live beside it: remote_inputs.py (the local checks),
-remote_request.py (the API call of each command), remote_exchange.py (the HTTP exchange) and
-remote_outcome.py (answers to outcomes). remote_args.py holds the command lines and
-remote_text.py the text mode. remote_models.py is their typed boundary: request bodies are built
+This module runs one command; its steps live beside it: remote/checks.py (the local checks),
+remote/request.py (the API call of each command), remote/exchange.py (the HTTP exchange) and
+remote/outcome.py (answers to outcomes). remote/args.py holds the command lines and
+remote/text.py the text mode. remote/models.py is their typed boundary: request bodies are built
 and answers read through the generated models of the API's bodies (spec/schemas/api.schema.json).
 
 `--url` and `--token-file` default to the environment variables `COORDINATOR_URL` and
@@ -25,7 +25,7 @@ absolute token path: a relative one is resolved against the current directory he
 anything is read, so the file that is read is always named by an absolute path.
 
 `start --wait` and `status --watch` follow the run after the command's own call with further
-`GET /v1/runs/{run}` calls, each under the same client policy (remote_watch.py).
+`GET /v1/runs/{run}` calls, each under the same client policy (remote/watch.py).
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from coordinator_core.errors import Diagnostic
-from coordinatorctl.remote_exchange import RemoteAnswer, exchange
-from coordinatorctl.remote_inputs import parse_origin, read_token
-from coordinatorctl.remote_outcome import outcome_of
-from coordinatorctl.remote_request import ApiRequest, StartInputs, build_request, start_inputs
+from coordinatorctl.remote.checks import parse_origin, read_token
+from coordinatorctl.remote.exchange import RemoteAnswer, exchange
+from coordinatorctl.remote.outcome import outcome_of
+from coordinatorctl.remote.request import ApiRequest, StartInputs, build_request, start_inputs
 from coordinatorctl.report import Outcome
 
 if TYPE_CHECKING:
-    from coordinatorctl.remote_graph import GraphRequest
+    from coordinatorctl.remote.drawing import GraphRequest
 
 __all__ = ["TOKEN_FILE_VARIABLE", "URL_VARIABLE", "exchange", "run"]
 
@@ -121,7 +121,7 @@ def run(options: argparse.Namespace) -> Outcome:
     local: list[Diagnostic] = []
     graph: GraphRequest | None = None
     if command == "inspect":
-        from coordinatorctl import remote_graph
+        from coordinatorctl.remote import drawing as remote_graph
 
         prepared = remote_graph.prepare(options)  # --graph … --project DIR (docs/graphs.md)
         if isinstance(prepared, list):
@@ -156,7 +156,7 @@ def run(options: argparse.Namespace) -> Outcome:
         return Outcome(command, request or [])
     output_format: str = getattr(options, "format", "text")
     if watching:
-        from coordinatorctl.remote_watch import watch
+        from coordinatorctl.remote.watch import watch
 
         watched = watch(
             command,
@@ -171,11 +171,11 @@ def run(options: argparse.Namespace) -> Outcome:
     answer = exchange(origin, request, token)
     outcome = outcome_of(command, answer, stdout_is_terminal=sys.stdout.isatty())
     if graph is not None and isinstance(answer, RemoteAnswer) and outcome.exit_code == 0:
-        from coordinatorctl import remote_graph
+        from coordinatorctl.remote import drawing as remote_graph
 
         return remote_graph.draw(graph, answer.body, outcome)
     if output_format == "jsonl" and command == "list" and outcome.exit_code == 0:
-        from coordinatorctl.remote_outcome import list_lines
+        from coordinatorctl.remote.outcome import list_lines
 
         outcome.raw = list_lines(outcome)
     return _with_run(_with_key(outcome, start), _run_id(options, outcome))
@@ -228,7 +228,7 @@ def _run_id(options: argparse.Namespace, outcome: Outcome) -> str | None:
     """The run a command is about: `--run`, or the run its answer (or watch) names."""
     given = getattr(options, "run", None)
     if isinstance(given, str):
-        from coordinatorctl.remote_inputs import parse_run_id
+        from coordinatorctl.remote.checks import parse_run_id
 
         parsed = parse_run_id(given)
         if isinstance(parsed, str):

@@ -4,8 +4,8 @@ status, current step, effects with `accepted`/`unknown`, wait timing, observatio
 each step's latest attempts), a table for `list` (rich on a terminal, plain aligned text
 otherwise) and one for `attempts` (a page of a step's attempts).
 
-It reads the answer as its generated model (remote_models.py), already validated by
-remote_outcome.py; instants are shown in the service's form, `YYYY-MM-DDTHH:MM:SS.mmmZ` in UTC.
+It reads the answer as its generated model (remote/models.py), already validated by
+remote/outcome.py; instants are shown in the service's form, `YYYY-MM-DDTHH:MM:SS.mmmZ` in UTC.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
 from coordinator_core.engine.detail import FailureDetail
-from coordinatorctl.remote_models import (
+from coordinatorctl.remote.models import (
     AttemptPage,
     ReconcileResult,
     RunInspection,

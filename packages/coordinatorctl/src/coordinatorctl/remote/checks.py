@@ -1,6 +1,6 @@
 """The local inputs of the remote commands (09 §4), read and checked before anything is sent:
 `--url` (09 §1), the token file, `--run`, `--reason`, free-text flags, `--input`, `--key-file` and
-`--before`; and the diagnostic of a value its request's model (remote_models.py) refuses.
+`--before`; and the diagnostic of a value its request's model (remote/models.py) refuses.
 
 Files are read bounded and never block on a FIFO or a device; no diagnostic quotes a file's
 content or a submitted value.

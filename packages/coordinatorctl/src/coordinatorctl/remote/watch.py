@@ -1,7 +1,7 @@
 """Following a run: `start --wait` and `status --watch` (09 §4, an addition of this build).
 
 After the command's own call (`POST /v1/runs` or `GET /v1/runs/{run}`) the run is read again with
-`GET /v1/runs/{run}`, each call under the client policy of 09 §4 (remote_exchange.exchange), until it
+`GET /v1/runs/{run}`, each call under the client policy of 09 §4 (remote.exchange.exchange), until it
 settles, never past `--timeout`. Each read is the service's waiting read (06 §5.3, `wait` and
 `seen`): it names the `ETag` of the last answer and the service answers when the run changes, or
 after `WAIT_SECONDS` without a change, and the next read is sent at once, so a change is shown
@@ -47,9 +47,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from coordinator_core.errors import Diagnostic
-from coordinatorctl.remote_exchange import RemoteAnswer
-from coordinatorctl.remote_outcome import RemoteOutcome, outcome_of, report_line
-from coordinatorctl.remote_request import ApiRequest
+from coordinatorctl.remote.exchange import RemoteAnswer
+from coordinatorctl.remote.outcome import RemoteOutcome, outcome_of, report_line
+from coordinatorctl.remote.request import ApiRequest
 from coordinatorctl.report import Outcome, sanitize
 
 if TYPE_CHECKING:
@@ -401,7 +401,7 @@ def watch(
 ) -> Outcome:
     """Send the command's own request, then follow its run until it settles (module docstring).
     `announce` is a generated Idempotency-Key, named with the run id first."""
-    from coordinatorctl.remote_exchange import exchange
+    from coordinatorctl.remote.exchange import exchange
 
     started = time.monotonic()
     deadline = started + timeout if timeout is not None else None

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
-from coordinatorctl.remote_request import ApiRequest
+from coordinatorctl.remote.request import ApiRequest
 
 if TYPE_CHECKING:
     import ssl

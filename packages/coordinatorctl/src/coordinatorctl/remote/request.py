@@ -1,7 +1,7 @@
 """The one service API call (file 06) of each remote command (09 §4), built from its parsed
 options once its local inputs hold.
 
-A request body is built through its generated model (remote_models.py): `start` through
+A request body is built through its generated model (remote/models.py): `start` through
 StartRunRequest, the commands that carry only a reason through ReasonRequest,
 `release-admission-hold` through ReleaseAdmissionHoldRequest and `retain` through
 RetentionRequest. What is sent is the model's JSON dump by alias, except that `before` keeps the
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from coordinator_core.errors import Diagnostic
-from coordinatorctl.remote_inputs import (
+from coordinatorctl.remote.checks import (
     check_date_time,
     check_reason,
     check_step_id,
@@ -28,7 +28,7 @@ from coordinatorctl.remote_inputs import (
     start_input,
     start_key,
 )
-from coordinatorctl.remote_models import (
+from coordinatorctl.remote.models import (
     ReasonRequest,
     ReleaseAdmissionHoldRequest,
     RetentionRequest,
