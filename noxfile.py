@@ -36,6 +36,8 @@ SOURCE_ROOTS = tuple(
 TEST_TOOLS = (
     "pytest",
     "pytest-xdist",
+    # Every test has its tier's timeout (tests/conftest.py); a required plugin (pyproject.toml).
+    "pytest-timeout",
     "hypothesis",
     "schemathesis",
     "openapi-core",
@@ -112,7 +114,7 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (unit, acceptance, …) against the workspace installed from wheels."""
     install_workspace(session, *TEST_TOOLS)
     args = session.posargs or ["-n", "2", "-q"]
-    session.run("pytest", *args)
+    session.run("pytest", "--durations=25", *args)
 
 
 # The browser suite's driver: Playwright on the system's Chromium (never a downloaded browser).
