@@ -1,10 +1,12 @@
 """The test tree collects in one pytest run: test modules are imported by their base name
 (rootdir-relative, no packages), so two test files with the same name in different tiers make
 the whole collection fail with an import-file mismatch. Every tier has a default timeout
-(tests/conftest.py)."""
+(tests/conftest.py) and, but for the suites with sessions of their own, a nox session of its
+name (noxfile.py's TIERS)."""
 
 from __future__ import annotations
 
+import ast
 from collections import defaultdict
 from pathlib import Path
 from types import ModuleType
@@ -12,6 +14,8 @@ from types import ModuleType
 import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
+# The suites with nox sessions of their own, outside `nox -s tests`.
+OWN_SESSIONS = {"chaos", "browser"}
 
 
 def test_every_test_module_has_a_base_name_of_its_own() -> None:
@@ -20,6 +24,22 @@ def test_every_test_module_has_a_base_name_of_its_own() -> None:
         seen[path.name].append(str(path.relative_to(TESTS)))
     repeated = {name: sorted(paths) for name, paths in seen.items() if len(paths) > 1}
     assert repeated == {}, f"rename one of each: {repeated}"
+
+
+def tier_folders() -> set[str]:
+    return {path.name for path in TESTS.iterdir() if path.is_dir() and any(path.rglob("test_*.py"))}
+
+
+def noxfile_tiers() -> set[str]:
+    tree = ast.parse((TESTS.parent / "noxfile.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["TIERS"]:
+            return set(ast.literal_eval(node.value))
+    raise AssertionError("noxfile.py has no TIERS")
+
+
+def test_every_tier_has_a_nox_session() -> None:
+    assert noxfile_tiers() == tier_folders() - OWN_SESSIONS
 
 
 def root_conftest(config: pytest.Config) -> ModuleType:
