@@ -49,6 +49,12 @@ TEST_TOOLS = (
     "openapi-python-client",
     # tests/unit/test_import_graph.py reads the import graph (no cycles, ARCHITECTURE rule 11).
     "grimp",
+    # The differential tests: canonical JSON against rfc8785 (tests/unit/test_values_rfc8785.py),
+    # the format checkers against jsonschema's, which need fqdn and rfc3986-validator for
+    # hostname and uri (tests/unit/definition/test_schema_formats_jsonschema.py).
+    "rfc8785",
+    "fqdn",
+    "rfc3986-validator",
 )
 
 # Benchmark targets whose script takes the arguments that follow them.
