@@ -16,10 +16,12 @@ import os
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from typing import NoReturn
 
 import psycopg
 import pytest
+from support.databases import database_url
+from support.needs import unavailable
 
 TESTS = Path(__file__).resolve().parent
 # The timeout of a test in each tier (the folder under tests/), in seconds, fixtures included:
@@ -44,20 +46,10 @@ ADMIN_URL_VARIABLE = "COORDINATOR_TEST_POSTGRES_URL"
 DEFAULT_ADMIN_URL = "postgresql://root@127.0.0.1:5432/root"
 
 
-def database_url(url: str, database: str, user: str | None = None) -> str:
-    """`url` pointing at another database (and, optionally, logging in as another user)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if user is not None:
-        netloc = user + "@" + netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, "/" + database, parts.query, parts.fragment))
-
-
-def postgres_unavailable(reason: str) -> None:
-    message = f"PostgreSQL is unavailable: {reason}"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message + " (CI=true: PostgreSQL tests must run)", pytrace=False)
-    pytest.skip(message + f" (set {ADMIN_URL_VARIABLE} or start PostgreSQL; CI=true fails)")
+def postgres_unavailable(reason: str) -> NoReturn:
+    unavailable(
+        f"PostgreSQL is unavailable: {reason}", f"set {ADMIN_URL_VARIABLE} or start PostgreSQL"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 (rootdir-relative, no packages), so two test files with the same name in different tiers make
 the whole collection fail with an import-file mismatch. Every tier has a default timeout
 (tests/conftest.py) and, but for the suites with sessions of their own, a nox session of its
-name (noxfile.py's TIERS)."""
+name (noxfile.py's TIERS). A missing tool skips a test, and fails it under CI=true."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from support.needs import unavailable
 
 TESTS = Path(__file__).resolve().parents[1]
 # The suites with nox sessions of their own, outside `nox -s tests`.
@@ -66,3 +67,14 @@ def test_a_test_with_its_own_timeout_keeps_it(request: pytest.FixtureRequest) ->
     marker = request.node.get_closest_marker("timeout")
     assert marker is not None
     assert marker.args == (7,)
+
+
+@pytest.mark.parametrize(
+    ("ci", "outcome"), [("", pytest.skip.Exception), ("true", pytest.fail.Exception)]
+)
+def test_a_missing_tool_skips_but_fails_under_ci(
+    monkeypatch: pytest.MonkeyPatch, ci: str, outcome: type[BaseException]
+) -> None:
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="pg_dump is not installed"):
+        unavailable("pg_dump is not installed", "apt-get install postgresql-client")
