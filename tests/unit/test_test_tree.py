@@ -78,3 +78,15 @@ def test_a_missing_tool_skips_but_fails_under_ci(
     monkeypatch.setenv("CI", ci)
     with pytest.raises(outcome, match="pg_dump is not installed"):
         unavailable("pg_dump is not installed", "apt-get install postgresql-client")
+
+
+def test_no_test_sets_an_alarm_of_its_own() -> None:
+    """pytest-timeout times a test with SIGALRM: a test's own alarm would replace its handler
+    and cancel its timer. A test that needs a shorter bound says so with the timeout marker."""
+    armed = [
+        str(path.relative_to(TESTS))
+        for path in TESTS.rglob("*.py")
+        if path != Path(__file__).resolve()
+        and any(word in path.read_text(encoding="utf-8") for word in ("SIGALRM", "setitimer"))
+    ]
+    assert armed == []
