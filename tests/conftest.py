@@ -47,6 +47,7 @@ DEFAULT_ADMIN_URL = "postgresql://root@127.0.0.1:5432/root"
 
 
 def postgres_unavailable(reason: str) -> NoReturn:
+    __tracebackhide__ = True
     unavailable(
         f"PostgreSQL is unavailable: {reason}", f"set {ADMIN_URL_VARIABLE} or start PostgreSQL"
     )

@@ -26,6 +26,7 @@ CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 
 
 def browser_unavailable(reason: str) -> NoReturn:
+    __tracebackhide__ = True
     unavailable(
         f"The browser tests cannot run: {reason}",
         f"run `nox -s browser`, or set {CHROMIUM_VARIABLE}",

@@ -18,7 +18,8 @@ def in_ci() -> bool:
 
 def unavailable(message: str, hint: str = "") -> NoReturn:
     """Fail the test under `CI=true`, else skip it: `message` says what is missing, `hint`
-    how to provide it."""
+    how to provide it. The report names the caller's line, not this one."""
+    __tracebackhide__ = True
     if in_ci():
         pytest.fail(f"{message} (CI=true: this test must run)", pytrace=False)
     pytest.skip(f"{message} ({hint + '; ' if hint else ''}CI=true fails)")

@@ -51,6 +51,7 @@ START_TIMEOUT = 60.0
 
 
 def _unavailable(reason: str) -> NoReturn:
+    __tracebackhide__ = True
     unavailable(
         f"a private PostgreSQL cluster cannot be run: {reason}",
         f"install PostgreSQL server binaries or set {BIN_VARIABLE}",
