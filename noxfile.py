@@ -36,6 +36,8 @@ SOURCE_ROOTS = tuple(
 TEST_TOOLS = (
     "pytest",
     "pytest-xdist",
+    # Every test has its tier's timeout (tests/conftest.py); a required plugin (pyproject.toml).
+    "pytest-timeout",
     "hypothesis",
     "schemathesis",
     "openapi-core",
@@ -47,6 +49,12 @@ TEST_TOOLS = (
     "openapi-python-client",
     # tests/unit/test_import_graph.py reads the import graph (no cycles, ARCHITECTURE rule 11).
     "grimp",
+    # The differential tests: canonical JSON against rfc8785 (tests/unit/test_values_rfc8785.py),
+    # the format checkers against jsonschema's, which need fqdn and rfc3986-validator for
+    # hostname and uri (tests/unit/definition/test_schema_formats_jsonschema.py).
+    "rfc8785",
+    "fqdn",
+    "rfc3986-validator",
 )
 
 # Benchmark targets whose script takes the arguments that follow them.
@@ -75,9 +83,17 @@ def build_wheels(run: Callable[..., object], out: Path) -> None:
         )  # fmt: skip
 
 
+# The wheels built in this nox run, by the first session that built them: the later sessions of
+# the same run (`nox -s unit store api`) install those, the checkout being the same.
+BUILT_THIS_RUN: list[Path] = []
+
+
 def session_wheels(session: nox.Session) -> Path:
-    """The wheels of this session, built afresh beside its environment with `run_install`:
-    `--install-only` builds them, `--no-install` keeps the last build."""
+    """The wheels of this session, built afresh beside its environment with `run_install`
+    (or the ones an earlier session of this nox run built): `--install-only` builds them,
+    `--no-install` keeps the last build."""
+    if BUILT_THIS_RUN:
+        return BUILT_THIS_RUN[0]
     out = Path(session.virtualenv.location).parent / f"{session.name}-wheels"
     fresh = out.with_name(out.name + ".new")
     shutil.rmtree(fresh, ignore_errors=True)
@@ -85,6 +101,7 @@ def session_wheels(session: nox.Session) -> Path:
     if fresh.is_dir():
         shutil.rmtree(out, ignore_errors=True)
         fresh.rename(out)
+        BUILT_THIS_RUN.append(out)
     return out
 
 
@@ -107,12 +124,37 @@ def install_workspace(session: nox.Session, *extra: str) -> None:
     session.env[WHEELS_VARIABLE] = str(out)
 
 
+# The tiers of the test suite: each folder of tests/ that `nox -s tests` runs has a session of
+# its name that runs it alone (tests/chaos and tests/browser have their own sessions).
+TIERS = ("unit", "store", "adapters", "api", "sandbox", "integration", "acceptance", "e2e")
+# pytest's options when no arguments follow `--`, and the slowest tests every run prints.
+PYTEST_DEFAULTS = ("-n", "2", "-q")
+DURATIONS = "--durations=25"
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (unit, acceptance, …) against the workspace installed from wheels."""
+    """Run the test suite (every tier in one pytest run) against the workspace installed from
+    wheels; arguments after `--` replace `-n 2 -q` (and may name paths)."""
     install_workspace(session, *TEST_TOOLS)
-    args = session.posargs or ["-n", "2", "-q"]
-    session.run("pytest", *args)
+    args = session.posargs or PYTEST_DEFAULTS
+    session.run("pytest", DURATIONS, *args)
+
+
+def tier_session(tier: str) -> Callable[[nox.Session], None]:
+    def run(session: nox.Session) -> None:
+        install_workspace(session, *TEST_TOOLS)
+        args = session.posargs or PYTEST_DEFAULTS
+        session.run("pytest", DURATIONS, *args, f"tests/{tier}")
+
+    run.__doc__ = (
+        f"tests/{tier} alone, installed as `tests` is; arguments after `--` replace `-n 2 -q`."
+    )
+    return run
+
+
+for _tier in TIERS:
+    nox.session(name=_tier, default=False)(tier_session(_tier))
 
 
 # The browser suite's driver: Playwright on the system's Chromium (never a downloaded browser).

@@ -4,6 +4,10 @@ The server is the one named by `COORDINATOR_TEST_POSTGRES_URL` (default
 `postgresql://root@127.0.0.1:5432/root`); each test session creates its own database and drops
 it afterwards. An unreachable server **fails** the PostgreSQL tests when `CI=true` (CI must run
 them) and skips them with a message everywhere else.
+
+Every test has a timeout (pytest-timeout, a required plugin): its tier's default from
+`TIER_TIMEOUTS` unless the test, its class or its module carries its own
+`@pytest.mark.timeout(seconds)`. A hung test fails with its stacks instead of hanging the suite.
 """
 
 from __future__ import annotations
@@ -12,29 +16,41 @@ import os
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from typing import NoReturn
 
 import psycopg
 import pytest
+from support.databases import database_url
+from support.needs import unavailable
+
+TESTS = Path(__file__).resolve().parent
+# The timeout of a test in each tier (the folder under tests/), in seconds, fixtures included:
+# several times what the slowest test of the tier takes on a loaded 2-core machine, so that
+# only a hang reaches it. A test outside these folders gets the longest.
+TIER_TIMEOUTS = {
+    "unit": 60,
+    "sandbox": 120,
+    "store": 120,
+    "adapters": 120,
+    "api": 120,
+    "integration": 300,
+    "acceptance": 600,
+    "e2e": 600,
+    "browser": 600,
+    "chaos": 1800,
+}
+# The chaos suite's long profile (`nox -s chaos -- --long`) runs for hours.
+CHAOS_LONG_TIMEOUT = 4 * 3600
 
 ADMIN_URL_VARIABLE = "COORDINATOR_TEST_POSTGRES_URL"
 DEFAULT_ADMIN_URL = "postgresql://root@127.0.0.1:5432/root"
 
 
-def database_url(url: str, database: str, user: str | None = None) -> str:
-    """`url` pointing at another database (and, optionally, logging in as another user)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if user is not None:
-        netloc = user + "@" + netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, "/" + database, parts.query, parts.fragment))
-
-
-def postgres_unavailable(reason: str) -> None:
-    message = f"PostgreSQL is unavailable: {reason}"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message + " (CI=true: PostgreSQL tests must run)", pytrace=False)
-    pytest.skip(message + f" (set {ADMIN_URL_VARIABLE} or start PostgreSQL; CI=true fails)")
+def postgres_unavailable(reason: str) -> NoReturn:
+    __tracebackhide__ = True
+    unavailable(
+        f"PostgreSQL is unavailable: {reason}", f"set {ADMIN_URL_VARIABLE} or start PostgreSQL"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -99,6 +115,29 @@ def pytest_ignore_collect(collection_path: object, config: pytest.Config) -> boo
     if name == "browser" and parent == "tests" and not config.getoption("--browser"):
         return True
     return None
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier of a test file: the folder under tests/ it lies in."""
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 else None
+
+
+def tier_timeout(tier: str | None, config: pytest.Config) -> int:
+    if tier == "chaos" and config.getoption("--long", default=False):
+        return CHAOS_LONG_TIMEOUT
+    return TIER_TIMEOUTS.get(tier or "", max(TIER_TIMEOUTS.values()))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tier's timeout on every test that does not carry its own."""
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            seconds = tier_timeout(tier_of(item.path), config)
+            item.add_marker(pytest.mark.timeout(seconds))
 
 
 @pytest.fixture(scope="session")

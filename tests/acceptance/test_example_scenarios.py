@@ -9,9 +9,6 @@ The per-example requirements of the scenario task are checked from the report to
 list of `coverage` equals the routes `explain` shows, at least one case ends `failed` with a
 failure code and one ends in `attention`, and reviewed-notice keeps the cases of contract 04 §6
 plus the required additions.
-
-These tests skip, with a message saying so, only while the `test` subcommand does not exist
-(exit 2 with `coordinator.cli.usage`).
 """
 
 from __future__ import annotations
@@ -106,8 +103,7 @@ def _codes(report: dict[str, Any]) -> list[str]:
 
 def _test_run(directory: Path) -> Run:
     run = _coordinatorctl("test", "--project", str(directory))
-    if run.exit == 2 and "coordinator.cli.usage" in _codes(run.report):
-        pytest.skip("`coordinatorctl test` is not implemented yet (exit 2, coordinator.cli.usage)")
+    assert "coordinator.cli.usage" not in _codes(run.report), run.report.get("diagnostics")
     return run
 
 
@@ -214,7 +210,6 @@ def test_reviewed_notice_required_cases() -> None:
 
 
 def test_check_runs_the_scenarios(example: Path) -> None:
-    _test_run(example)  # skip together with `test` while the runner is missing
     run = _coordinatorctl("check", "--project", str(example))
     assert run.exit == 0, (run.report.get("diagnostics"), run.stderr)
     assert run.report["status"] == "valid"

@@ -198,16 +198,6 @@ class Workspace:
 
 
 @pytest.fixture(scope="session")
-def cli() -> None:
-    try:
-        import coordinatorctl.cli  # noqa: F401
-    except ImportError as exc:
-        pytest.skip(
-            f"coordinatorctl.cli is not importable yet ({exc}); the acceptance corpus waits for it"
-        )
-
-
-@pytest.fixture(scope="session")
 def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     yield Workspace(tmp_path_factory.mktemp("acceptance-projects"))
 
@@ -413,7 +403,7 @@ def _assert_expectations(expect: dict[str, Any], diagnostics: list[dict[str, Any
 
 
 @pytest.mark.parametrize("project", ACCEPTED, ids=_ids(ACCEPTED))
-def test_project_is_accepted(cli: None, workspace: Workspace, project: Path) -> None:
+def test_project_is_accepted(workspace: Workspace, project: Path) -> None:
     run = workspace.check(project, "json")
     report = _report(run)
     assert run.returncode == 0, f"exit {run.returncode}:\n" + _listing(report["diagnostics"])
@@ -432,7 +422,7 @@ def test_project_is_accepted(cli: None, workspace: Workspace, project: Path) -> 
 
 
 @pytest.mark.parametrize("project", ACCEPTED, ids=_ids(ACCEPTED))
-def test_project_is_accepted_in_text_mode(cli: None, workspace: Workspace, project: Path) -> None:
+def test_project_is_accepted_in_text_mode(workspace: Workspace, project: Path) -> None:
     run = workspace.check(project, "text")
     report = _report(workspace.check(project, "json"))
     assert run.returncode == 0, run.stderr
@@ -446,7 +436,7 @@ def test_project_is_accepted_in_text_mode(cli: None, workspace: Workspace, proje
 
 
 @pytest.mark.parametrize("project", REFUSED, ids=_ids(REFUSED))
-def test_project_is_refused_as_expected(cli: None, workspace: Workspace, project: Path) -> None:
+def test_project_is_refused_as_expected(workspace: Workspace, project: Path) -> None:
     expect = _expectation(project)
     run = workspace.check(project, "json")
     report = _report(run)
@@ -464,7 +454,7 @@ def test_project_is_refused_as_expected(cli: None, workspace: Workspace, project
 
 
 @pytest.mark.parametrize("project", REFUSED, ids=_ids(REFUSED))
-def test_project_is_refused_in_text_mode(cli: None, workspace: Workspace, project: Path) -> None:
+def test_project_is_refused_in_text_mode(workspace: Workspace, project: Path) -> None:
     expect = _expectation(project)
     run = workspace.check(project, "text")
     report = _report(workspace.check(project, "json"))

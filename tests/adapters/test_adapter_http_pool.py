@@ -314,19 +314,26 @@ def test_a_reused_connection_dropped_after_sending_is_not_resent(server):
 
 # -- deadlines on reused connections ----------------------------------------------------------------
 
+# The slow answers below take this long, or (a byte every 0.15 s) longer, and the connection's
+# first request had a budget this long: a read that the new, 0.4-second budget did not clip
+# could not end before it. The tests bound the time generously below it (a loaded machine
+# cannot make them flaky) and above by the budget (the read waited for it).
+UNCLIPPED = 15.0
+WELL_BEFORE_UNCLIPPED = UNCLIPPED / 3
+
 
 @pytest.mark.parametrize("slow", ["delay", "trickle"])
 def test_a_reused_connection_is_clipped_to_the_new_requests_attempt_budget(server, slow):
     """Every read is clipped to the deadline of the request using the socket now: a slow
     answer, or one trickling in over many short reads, ends at the new, shorter budget."""
     product = server()
-    get(product.url("/a"), seconds=30)  # the connection is opened under a long budget
-    setattr(product, slow, 1.5 if slow == "delay" else 0.05)
+    get(product.url("/a"), seconds=UNCLIPPED)  # the connection is opened under a long budget
+    setattr(product, slow, UNCLIPPED if slow == "delay" else 0.15)
     started = time.monotonic()
     with pytest.raises(TransportFailure) as failure:
         get(product.url("/b"), seconds=0.4)
     elapsed = time.monotonic() - started
-    assert 0.35 <= elapsed < 1.0
+    assert 0.35 <= elapsed < WELL_BEFORE_UNCLIPPED
     assert failure.value.timeout and failure.value.budget and failure.value.sent
     assert [s.connection for s in product.served] == [1, 1]  # it was the reused connection
 
@@ -334,12 +341,12 @@ def test_a_reused_connection_is_clipped_to_the_new_requests_attempt_budget(serve
 @pytest.mark.parametrize("slow", ["delay", "trickle"])
 def test_a_reused_connection_is_clipped_to_the_new_requests_total_timeout(server, slow):
     product = server()
-    get(product.url("/a"), HttpSettings(total_timeout=5.0))
-    setattr(product, slow, 1.5 if slow == "delay" else 0.05)
+    get(product.url("/a"), HttpSettings(total_timeout=UNCLIPPED))
+    setattr(product, slow, UNCLIPPED if slow == "delay" else 0.15)
     started = time.monotonic()
     with pytest.raises(TransportFailure) as failure:
         get(product.url("/b"), HttpSettings(total_timeout=0.4))
-    assert time.monotonic() - started < 1.0
+    assert 0.35 <= time.monotonic() - started < WELL_BEFORE_UNCLIPPED
     assert failure.value.timeout and not failure.value.budget and failure.value.sent
     assert [s.connection for s in product.served] == [1, 1]
 

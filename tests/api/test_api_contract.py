@@ -9,7 +9,10 @@ from typing import Any
 import httpx
 import pytest
 from api_fakes import (
+    ALL_ACTIONS,
+    ISSUER,
     REVISION,
+    RUN_ACTIONS,
     WORKFLOW,
     FakeJournal,
     FakeRunService,
@@ -19,7 +22,7 @@ from api_fakes import (
 )
 
 from coordinator_core.jsonschema.violations import Violation
-from coordinator_core.shell.service import ServiceRefusal
+from coordinator_core.shell.service import Caller, ServiceRefusal
 
 pytestmark = pytest.mark.anyio
 
@@ -272,22 +275,60 @@ async def test_absent_and_malformed_run_ids_answer_alike(
     assert b"coordinator.command.run-absent" in bodies[0]
 
 
-async def test_runs_are_visible_to_their_owner_and_operators_only(
+async def test_the_service_is_asked_for_the_verified_caller_of_the_token(
+    client: httpx.AsyncClient, keys: SigningKeys, service: FakeRunService
+) -> None:
+    """Who may see a run is the service's rule (06 §2; held on the wire by
+    tests/e2e/test_run_ownership.py): the API's part is to hand it, on every run route, the
+    caller the token proves, with the one policy that applies: ownership `(iss, sub)`, the
+    client, the operator flag, the policy's workflows and actions."""
+    alice = claims(client="starter", scopes="coordinator:start", subject="alice")
+    run_id = (await start(client, keys, payload=alice)).json()["runId"]
+    starter = Caller(
+        issuer=ISSUER,
+        subject="alice",
+        client_id="starter",
+        operator=False,
+        workflows=frozenset({WORKFLOW}),
+        actions=RUN_ACTIONS,
+    )
+    operator = Caller(
+        issuer=ISSUER,
+        subject="operator-1",
+        client_id="ops-console",
+        operator=True,
+        workflows=frozenset({WORKFLOW, "retired-flow"}),
+        actions=ALL_ACTIONS,
+    )
+    for payload, caller in ((alice, starter), (None, operator)):
+        headers = bearer(keys) if payload is None else bearer(keys, payload)
+        service.callers.clear()
+        for method, path, body in (
+            ("GET", f"/v1/runs/{run_id}", None),
+            ("GET", f"/v1/runs/{run_id}/inspect", None),
+            ("GET", "/v1/runs", None),
+            ("POST", f"/v1/runs/{run_id}/cancel", {"reason": "x"}),
+        ):
+            answer = await client.request(method, path, json=body, headers=headers)
+            assert answer.status_code == 200, (path, answer.text)
+        assert service.callers and set(service.callers) == {caller}
+
+
+async def test_a_run_the_service_does_not_find_is_absent_on_every_run_route(
     client: httpx.AsyncClient, keys: SigningKeys, conforms: Any
 ) -> None:
-    alice = claims(client="starter", scopes="coordinator:start", subject="alice")
-    bob = claims(client="starter", scopes="coordinator:start", subject="bob")
-    run_id = (await start(client, keys, payload=alice)).json()["runId"]
-    assert (await client.get(f"/v1/runs/{run_id}", headers=bearer(keys, alice))).status_code == 200
-    hidden = conforms(await client.get(f"/v1/runs/{run_id}", headers=bearer(keys, bob)))
-    assert (hidden.status_code, hidden.json()["code"]) == (404, "coordinator.command.run-absent")
-    cancel = await client.post(
-        f"/v1/runs/{run_id}/cancel", json={"reason": "x"}, headers=bearer(keys, bob)
-    )
-    assert cancel.status_code == 404
-    assert (await client.get(f"/v1/runs/{run_id}", headers=bearer(keys))).status_code == 200
-    listed = conforms(await client.get("/v1/runs", headers=bearer(keys, bob))).json()
-    assert listed == {"runs": [], "nextCursor": None}
+    absent = uuid.uuid4()
+    for method, path in (
+        ("GET", f"/v1/runs/{absent}"),
+        ("GET", f"/v1/runs/{absent}/inspect"),
+        ("POST", f"/v1/runs/{absent}/cancel"),
+    ):
+        body = {"reason": "x"} if method == "POST" else None
+        answer = conforms(await client.request(method, path, json=body, headers=bearer(keys)))
+        assert (answer.status_code, answer.json()["code"]) == (
+            404,
+            "coordinator.command.run-absent",
+        )
 
 
 async def test_list_paginates_with_a_cursor_bound_to_the_filters(

@@ -16,7 +16,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from support.wheels import DISTRIBUTIONS, WHEELS_VARIABLE, in_ci
+from support.needs import in_ci
+from support.wheels import DISTRIBUTIONS, WHEELS_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = ("openapi.bundled.yaml", "openapi.connexion.yaml")

@@ -14,9 +14,10 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
+from support.needs import unavailable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 
@@ -24,11 +25,12 @@ CHROMIUM_VARIABLE = "COORDINATOR_TEST_CHROMIUM"
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 
 
-def browser_unavailable(reason: str) -> None:
-    message = f"The browser tests cannot run: {reason}"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message + " (CI=true: the browser tests must run)", pytrace=False)
-    pytest.skip(message + f" (run `nox -s browser`, or set {CHROMIUM_VARIABLE}; CI=true fails)")
+def browser_unavailable(reason: str) -> NoReturn:
+    __tracebackhide__ = True
+    unavailable(
+        f"The browser tests cannot run: {reason}",
+        f"run `nox -s browser`, or set {CHROMIUM_VARIABLE}",
+    )
 
 
 def chromium_path() -> str | None:

@@ -7,18 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from e2e_support import Processes, Project
-
-
-def with_database(url: str, database: str, user: str | None = None) -> str:
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if user is not None:
-        netloc = user + "@" + netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, "/" + database, parts.query, parts.fragment))
 
 
 @pytest.fixture

@@ -339,6 +339,19 @@ class Project:
         )
         self.runtime.write_text(text)
 
+    def allow_starters(self) -> None:
+        """A second client in the runtime file, `starter`: tokens with the `coordinator:start`
+        scope get a policy that is not an operator's (start, status, inspect, cancel), so
+        each caller sees and acts on the runs it started only (06 §2). After `write_runtime`."""
+        text = self.runtime.read_text()
+        clients = "    allowedClients: [ops-console]\n"
+        assert clients in text and "    policies:\n" in text
+        text = text.replace(clients, "    allowedClients: [ops-console, starter]\n")
+        text = text.replace(
+            "    policies:\n", "    policies:\n" + STARTER_POLICY.format(workflow=self.workflow)
+        )
+        self.runtime.write_text(text)
+
     def write_postgres_runtime(
         self,
         sandbox: Sandbox,
@@ -392,13 +405,27 @@ class Project:
 
         wait_for(healthy, READY_TIMEOUT, f"{name} to answer /health", interval=0.2)
 
-    def token_file(self) -> Path:
+    def token_file(
+        self,
+        *,
+        subject: str | None = None,
+        client_id: str | None = None,
+        scopes: tuple[str, ...] = (),
+        name: str = "token",
+    ) -> Path:
+        """A caller token signed by the sandbox's issuer, in a file (0600) named `name`: the
+        operator's (`ops-console`, `coordinator:operate`) unless a subject, client and scopes
+        are given (the `starter` client of `allow_starters`, for one)."""
+        options = [] if subject is None else ["--subject", subject]
+        options += [] if client_id is None else ["--client-id", client_id]
+        for scope in scopes:
+            options += ["--scope", scope]
         token = subprocess.run(
             [PYTHON, "-m", "coordinator_sandbox", "caller-token", "--state-dir",
-             str(self.sandbox_state), "--expires-in", "3600"],
+             str(self.sandbox_state), "--expires-in", "3600", *options],
             check=True, capture_output=True, text=True, timeout=60,
         ).stdout.strip()  # fmt: skip
-        path = self.root / "token"
+        path = self.root / name
         path.write_text(token + "\n")
         path.chmod(0o600)
         return path
@@ -471,6 +498,13 @@ class Project:
         run: dict[str, Any] = self.remote(token, "status", "--run", run_id)["run"]
         return run
 
+
+# The policy `allow_starters` adds: a caller of the `starter` client, not an operator.
+STARTER_POLICY = """      - clientId: starter
+        requiredScopes: [coordinator:start]
+        workflows: [{workflow}]
+        actions: [start, status, inspect, cancel]
+"""
 
 DEPLOYMENT_BLOCK = """deployment:
   databaseId: follow-up-e2e

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-import pytest
-from conftest import with_database
 from e2e_support import Project, Sandbox, wait_for
+from support.databases import database_url
+from support.needs import unavailable
 
 MESSAGING = "messaging.submit-message/v1"
 
@@ -89,13 +89,13 @@ def test_pg_dump_and_audit_hold_no_canary(
 ) -> None:
     pg_dump = shutil.which("pg_dump")
     if pg_dump is None:
-        pytest.skip("pg_dump is not installed")
+        unavailable("pg_dump is not installed", "apt-get install postgresql-client")
     sandbox = project.start_sandbox()
     role = postgres_role()
     database = postgres_url.rpartition("/")[2]
     project.write_postgres_runtime(
         sandbox,
-        runtime_url=with_database(postgres_url, database, user=role),
+        runtime_url=database_url(postgres_url, database, user=role),
         migration_url=postgres_url,
         namespace=f"coordinator_sealed_{uuid.uuid4().hex[:8]}",
         runtime_role=role,

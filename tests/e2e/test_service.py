@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import with_database
 from e2e_support import Processes, Project, Sandbox, wait_for
+from support.databases import database_url
 
 MESSAGING = "messaging.submit-message/v1"
 RUN_TIMEOUT = 30.0
@@ -164,7 +164,7 @@ def _postgres_runtime(
     database = postgres_url.rpartition("/")[2]
     project.write_postgres_runtime(
         sandbox,
-        runtime_url=with_database(postgres_url, database, user=role),
+        runtime_url=database_url(postgres_url, database, user=role),
         migration_url=postgres_url,
         namespace=namespace,
         runtime_role=role,

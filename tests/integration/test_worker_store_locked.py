@@ -10,6 +10,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,27 @@ def quickly_busy(
     return deploy(products, package, tmp_path)
 
 
+class CountedOutage(StoreOutage):
+    """The process's outage record, counting the looks that could not reach the store."""
+
+    def __init__(self, log: ServiceLog) -> None:
+        super().__init__(log)
+        self.failures = 0
+
+    def lost(self, began: float) -> None:
+        self.failures += 1
+        super().lost(began)
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 30.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _lines(stream: io.StringIO) -> list[dict[str, str]]:
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
@@ -51,7 +73,7 @@ def test_a_locked_sqlite_store_never_ends_the_loop_and_the_run_finishes_after(
     try:
         stream = io.StringIO()
         shutdown = Shutdown(ServiceLog(stream))
-        outage = StoreOutage(shutdown.log)
+        outage = CountedOutage(shutdown.log)
         due = format_instant(wall_clock() + ms(seconds=1))
         admitted = deployed.admit(run_input(send_after=due))
         path = deployed.store.location.path
@@ -65,11 +87,9 @@ def test_a_locked_sqlite_store_never_ends_the_loop_and_the_run_finishes_after(
         )
         loop.start()
         try:
-            deadline = time.monotonic() + 30
-            while not outage.unreachable and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert outage.unreachable, "no tick found the store locked"
-            time.sleep(4)  # the lock stays: ticks keep failing (more than three in a row)
+            assert _wait_for(lambda: outage.unreachable), "no tick found the store locked"
+            # The lock stays: ticks keep failing, more than three in a row, and back off.
+            assert _wait_for(lambda: outage.failures > 3), f"{outage.failures} failed ticks"
             assert loop.is_alive()
             assert not shutdown.stop.is_set()
             holder.rollback()

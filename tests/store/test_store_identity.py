@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from store_support import T0, Backend, admit, changed, claim
+from support.needs import unavailable
 
 from coordinator_core.errors import CoordinatorError
 from coordinator_core.shell.audit import AuditReferences, AuditWriter, worker_record
@@ -73,7 +74,9 @@ def pg_tool(name: str) -> str:
         return str(candidate)
     found = shutil.which(name)
     if found is None:
-        pytest.skip(f"the PostgreSQL client tool {name} is missing")
+        unavailable(
+            f"the PostgreSQL client tool {name} is missing", "apt-get install postgresql-client"
+        )
     return found
 
 

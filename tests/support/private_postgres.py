@@ -36,9 +36,11 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import psycopg
-import pytest
+
+from support.needs import unavailable
 
 __all__ = ["PrivatePostgres", "postgres_binaries"]
 
@@ -48,11 +50,12 @@ OS_USER = "postgres"
 START_TIMEOUT = 60.0
 
 
-def _unavailable(reason: str) -> None:
-    message = f"a private PostgreSQL cluster cannot be run: {reason}"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message + " (CI=true: these tests must run)", pytrace=False)
-    pytest.skip(message + f" (install PostgreSQL server binaries or set {BIN_VARIABLE})")
+def _unavailable(reason: str) -> NoReturn:
+    __tracebackhide__ = True
+    unavailable(
+        f"a private PostgreSQL cluster cannot be run: {reason}",
+        f"install PostgreSQL server binaries or set {BIN_VARIABLE}",
+    )
 
 
 def postgres_binaries() -> Path | None:

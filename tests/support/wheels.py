@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from support.needs import unavailable
+
 ROOT = Path(__file__).resolve().parents[2]
 WHEELS_VARIABLE = "COORDINATOR_TEST_WHEELS"
 # Each distribution and its project directory (as noxfile.py's DISTRIBUTIONS).
@@ -22,17 +24,11 @@ DISTRIBUTIONS = {
 }
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() == "true"
-
-
 def uv_or_skip() -> str:
     """The uv executable; without it the test fails under CI=true and is skipped elsewhere."""
     uv = shutil.which("uv")
     if uv is None:
-        if in_ci():
-            pytest.fail("uv is needed to build and install the wheels (nox installs it)")
-        pytest.skip("uv is not on PATH: the wheels cannot be built here (CI=true fails)")
+        unavailable("uv is not on PATH: the wheels cannot be built here", "nox installs it")
     return uv
 
 

@@ -150,6 +150,8 @@ def test_the_offline_commands_import_nothing_of_the_service_half(tmp_path: Path)
     assert (probe["codes"], probe["loaded"]) == ([0] * 8, []), probe["stderr"]
 
 
+# Builds the wheels (outside nox), makes a virtual environment and installs into it.
+@pytest.mark.timeout(600)
 def test_an_install_without_the_extras_runs_the_offline_commands(
     workspace_wheels: dict[str, Path], tmp_path: Path
 ) -> None:

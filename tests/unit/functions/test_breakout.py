@@ -1,7 +1,9 @@
 """Trying to break out: hostile scripts and inputs are refused with the right category.
 
 Nothing reaches Python objects or builtins, nothing runs unbounded, no Python exception
-escapes, and no refusal message repeats a runtime value, a thrown value or source text.
+escapes, and no refusal message repeats a runtime value, a thrown value or source text. A script
+that ran unbounded would reach the test's timeout (the unit tier's, tests/conftest.py), far
+above anything a bounded interpreter needs: a hang detector, not a speed measure.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ import sys
 from typing import Any
 
 import pytest
-from hang_guard import no_hang
 
 from coordinator_core.functions import FunctionError, compile_functions
 
@@ -43,8 +44,7 @@ def outcome(source: str, *args: object, name: str = "f") -> tuple[str, Any]:
 
 
 def refused(source: str, code: str, *args: object) -> None:
-    with no_hang():
-        assert outcome(source, *args) == ("error", code)
+    assert outcome(source, *args) == ("error", code)
 
 
 # ------------------------------------------------------------- Python attribute access
@@ -339,8 +339,7 @@ def test_ten_thousand_nested_constructs_are_a_depth_error(opening: str, closing:
     ],
 )
 def test_deep_or_degenerate_sources_fail_fast_without_python_errors(source: str) -> None:
-    with no_hang():
-        result = compile_functions(source)
+    result = compile_functions(source)
     assert result.program is None
     assert all(error.code == DEFINITION for error in result.errors)
 

@@ -2,7 +2,8 @@
 
 Random token soups and random well-formed programs are compiled and run on random JSON
 arguments; every outcome must be a JSON result or a FunctionError with a contract code,
-each call must finish quickly, and compiling and calling twice must agree (determinism).
+each call must finish (a hang reaches the test's timeout, the unit tier's), and compiling and
+calling twice must agree (determinism).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from hang_guard import no_hang
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -100,8 +100,7 @@ def _run_everything(source: str, args_pool: list[Any]) -> list[tuple[str, object
             continue
         args = [args_pool[i % len(args_pool)] for i in range(info.parameters)]
         try:
-            with no_hang():
-                value = result.program.call(name, args)
+            value = result.program.call(name, args)  # a hang reaches the test's timeout
         except FunctionError as error:
             assert error.code in CODES
             outcomes.append(("error", error.code))

@@ -3,8 +3,9 @@
 # RFC 8785 is implemented here rather than taken from PyPI `rfc8785` (trailofbits, 0.1.4):
 # that library refuses every integer outside ±(2**53 − 1) (`IntegerDomainError`), while this
 # contract accepts any integer exactly representable as binary64 (10**20, 2**60, −2**63) and
-# prints it as ECMAScript prints that double. It also recurses without bound, serialises tuples
-# and enums, and lets a lone surrogate in a member name escape as a bare UnicodeEncodeError.
+# prints it as ECMAScript prints that double. It also recurses without bound, serialises tuples,
+# and lets a lone surrogate in a member name escape as a bare UnicodeEncodeError
+# (tests/unit/test_values_rfc8785.py compares the two).
 # (`canonicaljson` on PyPI implements Matrix's canonical JSON, not RFC 8785.) The number
 # layout below follows ECMA-262 Number::toString over the shortest round-trip digits of
 # `repr(float)`, which is the same digit choice (shortest, then nearest) ECMAScript requires.

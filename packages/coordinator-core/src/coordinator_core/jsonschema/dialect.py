@@ -526,6 +526,10 @@ def check_schema(schema: object, base: str) -> list[SchemaFinding]:
 
 # -- formats (01 §12 item 7) ---------------------------------------------------------------------
 
+# Ours rather than jsonschema's checkers, which differ from the contract's table (leap seconds, the
+# year 0000, trailing newlines, absolute and non-ASCII host names, a bare "@" email, uuid.UUID's
+# leniency): tests/unit/definition/test_schema_formats_jsonschema.py holds every difference.
+
 _DATE: Final = _lazy(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
 _TIME: Final = _lazy(
     r"([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]+)?(?:[Zz]|[+-]([0-9]{2}):([0-9]{2}))"
