@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import with_database
 from e2e_support import Project
+from support.databases import database_url
 
 BOUND = 20  # the documented maximum of `wait`
 _ETAG = re.compile(r'^W/"([0-9a-f]{16})"$')
@@ -88,7 +88,7 @@ def test_a_separate_worker_finishing_a_run_ends_a_waiting_read(
     role = postgres_role()
     project.write_postgres_runtime(
         sandbox,
-        runtime_url=with_database(postgres_url, postgres_url.rpartition("/")[2], user=role),
+        runtime_url=database_url(postgres_url, postgres_url.rpartition("/")[2], user=role),
         migration_url=postgres_url,
         namespace=f"coordinator_e2e_{uuid.uuid4().hex[:8]}",
         runtime_role=role,
