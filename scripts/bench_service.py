@@ -52,13 +52,17 @@ transactions other databases of the PostgreSQL server committed meanwhile, and r
 The SQLite windows have none of the PostgreSQL figures (transaction ids, WAL flushes,
 transactions, the server's CPU: printed `—`; the server's CPU then counts among the other
 processes'). Their client polls the status the same way as on PostgreSQL, by reading the
-store, for both sides alike: it opens the SQLite file read-only (`mode=ro`) with a short busy
-timeout and reads our `runs` row or DBOS's `workflow_status` row. The HTTP status API would
-not be fair instead: the peer has none of its own, and a status GET costs the serving process
-CPU in the very window being measured, at hundreds of polls a second. A reader of a WAL file
-never blocks its writer; in DBOS's default rollback-journal mode a poll that holds its shared
-lock at the instant DBOS commits makes the commit wait (for about 1 ms, SQLite's first busy
-back-off), which the poll's length (tens of microseconds every 2 or 5 ms) makes rare.
+store, for both sides alike: it opens the SQLite file read-only (`mode=ro`) and reads our
+`runs` row or DBOS's `workflow_status` row, without waiting for a lock (busy timeout 0): a poll
+that finds the file locked — DBOS's rollback journal locks readers out while it commits; a
+WAL reader, ours, is never locked out — is a "not yet", and the next poll comes at the usual
+interval, so both sides are polled at the same pace (the window line counts such polls). The
+HTTP status API would not be fair instead: the peer has none of its own, and a status GET
+costs the serving process CPU in the very window being measured, at hundreds of polls a
+second. A reader of a WAL file never blocks its writer; in the rollback journal a poll that
+holds its shared lock at the instant DBOS commits makes the commit wait (for about 1 ms,
+SQLite's first busy back-off), which the poll's length (tens of microseconds every 2 or 5 ms)
+makes rare.
 
 Each printed figure is the median over the rounds; the ratios ours/peer and ours/bound are
 taken within each round, then their median, each against the peer and the bound on the same
@@ -148,10 +152,13 @@ SMOKE_COMMIT_ROWS = 200
 WARM_UP_RUNS = 5
 MAIN = "serve+worker"
 # Our store's SQLite settings (coordinator_core.shell.store.dialect, 07 §14.3), which the
-# SQLite bound uses too; the client's read-only polls wait at most POLL_BUSY_MS for a lock.
+# SQLite bound uses too. The client's read-only polls do not wait for a lock (busy timeout 0):
+# a poll that finds the file locked is a "not yet", and the next comes at the usual interval,
+# so that the client polls both sides at the same pace (waiting, a poll of DBOS's rollback
+# journal lost tens of ms behind each of DBOS's commits; a WAL reader is never locked out).
 SQLITE_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL")
 SQLITE_BUSY_TIMEOUT_MS = 5000
-POLL_BUSY_MS = 50
+POLL_BUSY_MS = 0
 SETTLED = {"finished", "failed", "attention", "expired", "cancelled"}
 DBOS_SETTLED = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
 ONE_POLL_SECONDS = 0.002  # the client's status poll of the one run in flight (concurrency 1)
@@ -657,7 +664,7 @@ class Poller:
 class SqlitePoller(Poller):
     """The same view of a SQLite store: the file opened read-only (it never writes, never
     creates the file, never checkpoints), waiting at most POLL_BUSY_MS for a lock; a poll that
-    still finds the file locked counts as "not yet" and the next one reads again. `key` turns
+    finds the file locked counts as "not yet" and the next one reads again. `key` turns
     the run id the admission answered into the table's form of it."""
 
     def __init__(
