@@ -663,8 +663,9 @@ class Poller:
 
 class SqlitePoller(Poller):
     """The same view of a SQLite store: the file opened read-only (it never writes, never
-    creates the file, never checkpoints), waiting at most POLL_BUSY_MS for a lock; a poll that
-    finds the file locked counts as "not yet" and the next one reads again. `key` turns
+    creates the file, never checkpoints), waiting POLL_BUSY_MS (none) for a lock; a poll that
+    finds the file locked counts as "not yet" and the next one, at the usual interval, reads
+    again. `key` turns
     the run id the admission answered into the table's form of it."""
 
     def __init__(
@@ -687,7 +688,7 @@ class SqlitePoller(Poller):
         self.finished, self.settled = finished, sorted(settled)
         self.by_executor = ""
         self.statements = 0
-        self.busy = 0  # polls that found the file locked beyond POLL_BUSY_MS
+        self.busy = 0  # polls that found the file locked
 
     def _rows(self, sql: str, parameters: Sequence[str]) -> list[tuple[Any, ...]]:
         self.statements += 1
