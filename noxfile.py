@@ -283,8 +283,9 @@ def bench(session: nox.Session) -> None:
 
     `nox -s bench -- functions`, `-- check`, `-- sealing`, `-- service` or `-- parked`; no
     argument runs the first three (`service`, our service beside DBOS Transact in one and in
-    `--peer-processes` processes and PostgreSQL's commit rate, and `parked`, many runs parked
-    in waits, take minutes). Arguments after a `service` or `parked` target go to its script:
+    `--peer-processes` processes and PostgreSQL's commit rate, and on the embedded SQLite store
+    beside DBOS on SQLite and SQLite's commit rate, and `parked`, many runs parked in waits,
+    take minutes). Arguments after a `service` or `parked` target go to its script:
     `nox -s bench -- service --runs 40 --rounds 1`, `nox -s bench -- parked --runs 20000`.
     `nox -s bench_smoke` runs every target once at a smoke size (CI).
     """

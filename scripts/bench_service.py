@@ -1,18 +1,30 @@
-"""Benchmark: whole runs through `coordinator serve` on PostgreSQL, side by side with a peer.
+"""Benchmark: whole runs through `coordinator serve`, side by side with a peer, on PostgreSQL
+and on the embedded SQLite store.
 
 Writes a small project into a temporary directory (read a BReg record → choose on a field →
 send a Messaging notice → finish; the other case finishes at once) with scenarios of its own,
-packages and checks it, migrates and applies it on a fresh PostgreSQL database and starts the
-sandbox products. Then, in one time window and in rounds, it measures these configurations:
+packages and checks it, migrates and applies it on a fresh PostgreSQL database and on a fresh
+SQLite file (the SQLite store `coordinatorctl init` writes into the runtime file), and starts
+the sandbox products. Then, in one time window and in rounds, it measures these
+configurations:
 
-* `serve`: `coordinator serve` alone (its own worker loops);
-* `serve+worker`: `coordinator serve` plus one `coordinator worker` process;
+* `serve`: `coordinator serve` alone (its own worker loops), on PostgreSQL;
+* `serve+worker`: `coordinator serve` plus one `coordinator worker` process, on PostgreSQL;
 * `dbos`: the peer, DBOS Transact (`scripts/bench_peer/dbos_app.py`, in its own virtual
-  environment given by `--peer-python`), doing the same job on its own system database, in
-  one process;
+  environment given by `--peer-python`), doing the same job on its own PostgreSQL system
+  database, in one process;
 * `dbos-multi`: the same peer as `--peer-processes` processes (default 2, as many as
   `serve+worker` runs) on that one system database, sharing the port;
-* `bound`: single-row INSERT+COMMIT on one connection and on eight, the physical bound.
+* `bound`: single-row INSERT+COMMIT on one PostgreSQL connection and on eight, the physical
+  bound;
+* `serve-sqlite`: `coordinator serve` alone on the embedded SQLite store (one process holds a
+  SQLite store, so there is no `serve+worker` on it);
+* `dbos-sqlite`: the peer, one process, with a SQLite system database (`sqlite:///<file>`,
+  DBOS's own SQLite settings: its default rollback journal; `--peer-sqlite-journal wal` puts
+  the file in WAL mode, as ours is, before DBOS opens it);
+* `bound-sqlite`: single-row `BEGIN IMMEDIATE`; INSERT; COMMIT on a SQLite file with our
+  store's settings (WAL, `synchronous=FULL`, the same busy timeout) on one connection, and on
+  eight threads with a connection each.
 
 Each service configuration is measured at concurrency 1 (admit a run, wait until the store
 shows it finished, admit the next) and 8 (eight admissions in flight, back to back). Every
@@ -24,7 +36,7 @@ admissions. The windows of a round (configuration × concurrency) run in the ord
 previous round reversed (`--order alternate`, the default) or shuffled with a printed seed
 (`--order shuffle [--seed N]`), so that a drift of the machine's load does not read as a
 ratio. Per window it prints the 1-minute load average at its start and end and the
-transactions other databases of the server committed meanwhile, and records:
+transactions other databases of the PostgreSQL server committed meanwhile, and records:
 
 * finished runs/s; p50/p99 of admission → finished (from the start of the admission request
   to the moment the client's poll of the run's status — our `runs` table, DBOS's
@@ -37,21 +49,40 @@ transactions other databases of the server committed meanwhile, and records:
   transactions in all per run (`xact_commit + xact_rollback` of the configuration's database,
   less the client's own status polls).
 
+The SQLite windows have none of the PostgreSQL figures (transaction ids, WAL flushes,
+transactions, the server's CPU: printed `—`; the server's CPU then counts among the other
+processes'). Their client polls the status the same way as on PostgreSQL, by reading the
+store, for both sides alike: it opens the SQLite file read-only (`mode=ro`) and reads our
+`runs` row or DBOS's `workflow_status` row, without waiting for a lock (busy timeout 0): a poll
+that finds the file locked — DBOS's rollback journal locks readers out while it commits; a
+WAL reader, ours, is never locked out — is a "not yet", and the next poll comes at the usual
+interval, so both sides are polled at the same pace (the window line counts such polls). The
+HTTP status API would not be fair instead: the peer has none of its own, and a status GET
+costs the serving process CPU in the very window being measured, at hundreds of polls a
+second. A reader of a WAL file never blocks its writer; in the rollback journal a poll that
+holds its shared lock at the instant DBOS commits makes the commit wait (for about 1 ms,
+SQLite's first busy back-off), which the poll's length (tens of microseconds every 2 or 5 ms)
+makes rare.
+
 Each printed figure is the median over the rounds; the ratios ours/peer and ours/bound are
-taken within each round, then their median. Prints two aligned tables (speed, cost per run)
-and plain `name value` lines. Loopback only, bounded in time; every process started is
-stopped and every database dropped whatever happens. PostgreSQL is the server named by
-`COORDINATOR_TEST_POSTGRES_URL` (default `postgresql://root@127.0.0.1:5432/root`).
+taken within each round, then their median, each against the peer and the bound on the same
+store (`serve-sqlite` against `dbos-sqlite` and `bound-sqlite`). Prints two aligned tables
+(speed, cost per run) and plain `name value` lines. Loopback only, bounded in time; every
+process started is stopped, every database dropped and every file removed whatever happens.
+PostgreSQL is the server named by `COORDINATOR_TEST_POSTGRES_URL` (default
+`postgresql://root@127.0.0.1:5432/root`); the SQLite files live in the temporary directory.
 
 Run: `nox -s bench -- service` (which builds the peer's environment), or
 `python scripts/bench_service.py --peer-python PATH [--runs N] [--rounds R]
-[--configurations serve,dbos,…] [--peer-processes N] [--order alternate|shuffle]`;
-`--smoke` runs every configuration once at a few runs (CI: `nox -s bench_smoke`).
+[--configurations serve,dbos,…] [--peer-processes N] [--order alternate|shuffle]
+[--peer-sqlite-journal default|wal]`; every configuration runs by default. `--smoke` runs every
+configuration once at a few runs (CI: `nox -s bench_smoke`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -59,6 +90,7 @@ import random
 import secrets
 import signal
 import socket
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -90,14 +122,43 @@ WORKFLOW = "bench-service"
 READY_TIMEOUT = 60.0
 COMMIT_ROWS = 2000
 CONCURRENCIES = (1, 8)
-CONFIGURATIONS = ("serve", "serve+worker", "dbos", "dbos-multi", "bound")
-OURS = ("serve", "serve+worker")
-PEERS = ("dbos", "dbos-multi")
+CONFIGURATIONS = (
+    "serve",
+    "serve+worker",
+    "dbos",
+    "dbos-multi",
+    "bound",
+    "serve-sqlite",
+    "dbos-sqlite",
+    "bound-sqlite",
+)
+OURS = ("serve", "serve+worker", "serve-sqlite")
+PEERS = ("dbos", "dbos-multi", "dbos-sqlite")
+BOUNDS = ("bound", "bound-sqlite")
+SQLITE = ("serve-sqlite", "dbos-sqlite", "bound-sqlite")  # the embedded store's windows
+# What ours is compared with on each store: (peer, key of runs/s ratio, key of CPU ratio), and
+# the bound.
+PEER_RATIOS = {
+    "postgresql": (
+        ("dbos", "ratio_to_peer", "cpu_ratio_to_peer"),
+        ("dbos-multi", "ratio_to_peer_multi", "cpu_ratio_to_peer_multi"),
+    ),
+    "sqlite": (("dbos-sqlite", "ratio_to_peer", "cpu_ratio_to_peer"),),
+}
+BOUND_OF = {"postgresql": "bound", "sqlite": "bound-sqlite"}
 # --smoke: every configuration once, a few runs (CI runs it so that a broken bench fails).
 SMOKE_RUNS = 6
 SMOKE_COMMIT_ROWS = 200
 WARM_UP_RUNS = 5
 MAIN = "serve+worker"
+# Our store's SQLite settings (coordinator_core.shell.store.dialect, 07 §14.3), which the
+# SQLite bound uses too. The client's read-only polls do not wait for a lock (busy timeout 0):
+# a poll that finds the file locked is a "not yet", and the next comes at the usual interval,
+# so that the client polls both sides at the same pace (waiting, a poll of DBOS's rollback
+# journal lost tens of ms behind each of DBOS's commits; a WAL reader is never locked out).
+SQLITE_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL")
+SQLITE_BUSY_TIMEOUT_MS = 5000
+POLL_BUSY_MS = 0
 SETTLED = {"finished", "failed", "attention", "expired", "cancelled"}
 DBOS_SETTLED = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
 ONE_POLL_SECONDS = 0.002  # the client's status poll of the one run in flight (concurrency 1)
@@ -269,8 +330,7 @@ cases:
 
 DEPLOYMENT_BLOCK = """deployment:
   databaseId: bench-service
-  runtimeRole: {role}
-  package:
+{role}  package:
     root: {package}
     expectedDigest: "{digest}"
   listener:
@@ -533,9 +593,10 @@ class Sample:
     elapsed: float
     latencies: list[float]
     cpu: dict[str, float]
-    write_transactions: int = 0
-    wal_flushes: int = 0
-    transactions: int = 0
+    # PostgreSQL's counters per window; nan on the SQLite windows, which have none of them
+    write_transactions: float = math.nan
+    wal_flushes: float = math.nan
+    transactions: float = math.nan
     other_databases: dict[str, int] = field(default_factory=dict)  # their transactions
     admission_latencies: list[float] = field(default_factory=list)
     load: tuple[float, float] = (math.nan, math.nan)  # 1-minute load average: start, end
@@ -544,6 +605,9 @@ class Sample:
     other_cpu: float = math.nan
     cpu_span: float = math.nan  # wall-clock seconds between the CPU readings
     executors: dict[str, int] = field(default_factory=dict)  # the peer's runs per process
+    # SQLite: the client's polls that found the store locked (SqlitePoller); for the bound, the
+    # transactions that found it locked after the busy timeout and were retried
+    busy: int = 0
 
     @property
     def rate(self) -> float:
@@ -575,6 +639,7 @@ class Poller:
         self.one, self.many, self.by_executor = one, many, by_executor
         self.finished, self.settled = finished, sorted(settled)
         self.statements = 0
+        self.busy = 0  # SQLite only: polls that found the file locked
 
     def status(self, run_id: str) -> str | None:
         self.statements += 1
@@ -596,6 +661,68 @@ class Poller:
 
     def close(self) -> None:
         self.connection.close()
+
+
+class SqlitePoller(Poller):
+    """The same view of a SQLite store: the file opened read-only (it never writes, never
+    creates the file, never checkpoints), waiting POLL_BUSY_MS (none) for a lock; a poll that
+    finds the file locked counts as "not yet" and the next one, at the usual interval, reads
+    again. `key` turns
+    the run id the admission answered into the table's form of it."""
+
+    def __init__(
+        self,
+        path: Path,
+        table: str,
+        column: str,
+        finished: str,
+        settled: set[str],
+        key: Callable[[str], str] = str,
+    ) -> None:
+        self.lite = sqlite3.connect(
+            f"file:{path}?mode=ro",
+            uri=True,
+            timeout=POLL_BUSY_MS / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        self.table, self.column, self.key = table, column, key
+        self.finished, self.settled = finished, sorted(settled)
+        self.by_executor = ""
+        self.statements = 0
+        self.busy = 0  # polls that found the file locked
+
+    def _rows(self, sql: str, parameters: Sequence[str]) -> list[tuple[Any, ...]]:
+        self.statements += 1
+        try:
+            return self.lite.execute(sql, parameters).fetchall()
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            self.busy += 1
+            return []
+
+    def status(self, run_id: str) -> str | None:
+        sql = f"SELECT status FROM {self.table} WHERE {self.column} = ?"
+        rows = self._rows(sql, (self.key(run_id),))
+        return str(rows[0][0]) if rows else None
+
+    def settled_among(self, run_ids: Sequence[str]) -> list[tuple[str, str]]:
+        keys = {self.key(run_id): run_id for run_id in run_ids}
+        marks = ", ".join("?" * len(keys))
+        states = ", ".join("?" * len(self.settled))
+        sql = (
+            f"SELECT {self.column}, status FROM {self.table}"
+            f" WHERE {self.column} IN ({marks}) AND status IN ({states})"
+        )
+        rows = self._rows(sql, [*keys, *self.settled])
+        return [(keys[str(key)], str(status)) for key, status in rows]
+
+    def executors(self, run_ids: Sequence[str]) -> dict[str, int]:
+        return {}  # one process on a SQLite store
+
+    def close(self) -> None:
+        self.lite.close()
 
 
 def ours_poller(url: str, namespace: str) -> Poller:
@@ -620,6 +747,17 @@ def dbos_poller(url: str) -> Poller:
         DBOS_SETTLED,
         f"SELECT executor_id, count(*) FROM {table} WHERE workflow_uuid = ANY(%s) GROUP BY 1",
     )
+
+
+def ours_sqlite_poller(path: Path) -> Poller:
+    # The store keeps a run id as its 32 hex digits (SQLAlchemy's Uuid type on SQLite).
+    return SqlitePoller(
+        path, "runs", "run_id", "finished", SETTLED, key=lambda run_id: uuid.UUID(run_id).hex
+    )
+
+
+def dbos_sqlite_poller(path: Path) -> Poller:
+    return SqlitePoller(path, "workflow_status", "workflow_uuid", "SUCCESS", DBOS_SETTLED)
 
 
 def admission(client: httpx.Client, revision: str, application: str) -> str:
@@ -762,6 +900,66 @@ def postgres_commits(url: str, rows: int, connections: int) -> float:
     return elapsed
 
 
+def sqlite_connect(path: Path) -> sqlite3.Connection:
+    """A connection set up as our store sets up its own (07 §14.3): WAL, `synchronous=FULL`,
+    the same busy timeout, transactions begun by hand (`BEGIN IMMEDIATE`)."""
+    connection = sqlite3.connect(
+        path, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+    )
+    for pragma in SQLITE_PRAGMAS:
+        connection.execute(pragma)
+    return connection
+
+
+def sqlite_commits(path: Path, rows: int, connections: int) -> tuple[float, int]:
+    """`BEGIN IMMEDIATE`; single-row INSERT; COMMIT into `bench_commit` of a fresh SQLite file
+    at `path`, `rows` in all over `connections` threads at once, each with its own connection
+    (they queue on the one writer lock, each waiting through the busy timeout, as our store's
+    connections do); the elapsed seconds, and how many `BEGIN IMMEDIATE` found the file still
+    locked after the busy timeout and were retried (as our store retries such a transaction:
+    SQLite's busy wait is not a queue, and a loaded machine can starve one connection)."""
+    with contextlib.closing(sqlite_connect(path)) as setup:
+        setup.execute("CREATE TABLE bench_commit (id INTEGER PRIMARY KEY, body TEXT)")
+    share = rows // connections
+    opened = [sqlite_connect(path) for _ in range(connections)]
+    barrier = threading.Barrier(connections + 1)
+    retried = [0] * connections
+
+    def insert(index: int) -> None:
+        connection = opened[index]
+        barrier.wait()
+        for row in range(index * share, (index + 1) * share):
+            while True:
+                try:
+                    connection.execute("BEGIN IMMEDIATE")
+                    break
+                except sqlite3.OperationalError as error:
+                    if "locked" not in str(error) and "busy" not in str(error):
+                        raise
+                    retried[index] += 1
+            connection.execute("INSERT INTO bench_commit (id, body) VALUES (?, ?)", (row, "x" * 64))
+            connection.execute("COMMIT")
+
+    try:
+        with ThreadPoolExecutor(max_workers=connections) as pool:
+            futures = [pool.submit(insert, index) for index in range(connections)]
+            barrier.wait()
+            began = time.perf_counter()
+            for future in futures:
+                future.result()
+            elapsed = time.perf_counter() - began
+    finally:
+        for connection in opened:
+            connection.close()
+    return elapsed, sum(retried)
+
+
+def remove_sqlite(path: Path) -> None:
+    """The SQLite file and whatever journal, WAL or shared-memory file it left."""
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
 # -- the service and its peer -------------------------------------------------------------------
 
 
@@ -827,13 +1025,17 @@ def write_runtime(
     port: int,
     concurrency: int,
     poll_ms: int = 20,
+    sqlite_runtime: Path | None = None,
 ) -> str:
-    """Point runtime.yaml at the sandbox and PostgreSQL, package, add the deployment block."""
+    """Point runtime.yaml at the sandbox and PostgreSQL, package, add the deployment block.
+    With `sqlite_runtime`, write that runtime file too: the same, on the SQLite store `init`
+    wrote into runtime.yaml (no runtime role there), with an audit directory of its own."""
     runtime = root / "runtime.yaml"
     text = runtime.read_text()
     text = text.replace("http://127.0.0.1:8100/oauth/token", endpoints["tokenEndpoint"])
     text = text.replace("http://127.0.0.1:8101", endpoints["breg"])
     text = text.replace("http://127.0.0.1:8103", endpoints["messaging"])
+    sqlite_text = text  # init's `database: {sqlite: {path: …}}`
     start, end = text.index("database:\n"), text.index("connections:\n")
     text = (
         text[:start]
@@ -846,17 +1048,22 @@ def write_runtime(
     text = text.replace("secretProviders:\n", "secretProviders:\n  environment: {}\n")
     package = root / "dist" / "package"
     packaged = ctl(env, "package", "--project", str(root), "--output", str(package))
-    text += DEPLOYMENT_BLOCK.format(
-        role=role,
-        package=json.dumps(str(package)),
-        digest=packaged["packageDigest"],
-        port=port,
-        issuer=endpoints["issuer"],
-        audit=json.dumps(str(root / ".coordinator" / "audit")),
-        poll_ms=poll_ms,
-        concurrency=concurrency,
-    )
-    runtime.write_text(text)
+
+    def deployment(role_line: str, audit: str) -> str:
+        return DEPLOYMENT_BLOCK.format(
+            role=role_line,
+            package=json.dumps(str(package)),
+            digest=packaged["packageDigest"],
+            port=port,
+            issuer=endpoints["issuer"],
+            audit=json.dumps(str(root / ".coordinator" / audit)),
+            poll_ms=poll_ms,
+            concurrency=concurrency,
+        )
+
+    runtime.write_text(text + deployment(f"  runtimeRole: {role}\n", "audit"))
+    if sqlite_runtime is not None:
+        sqlite_runtime.write_text(sqlite_text + deployment("", "audit-sqlite"))
     revision: str = packaged["revision"]
     return revision
 
@@ -940,6 +1147,11 @@ class Bench:
     origin: str = ""
     peer_origin: str = ""
     peer_config: Path = Path()
+    sqlite_runtime: str = ""  # the runtime file on the SQLite store
+    sqlite_store: Path = Path()  # our SQLite store (the file that runtime names)
+    peer_sqlite_config: Path = Path()
+    peer_sqlite_store: Path = Path()  # the peer's SQLite system database
+    bound_file: Path = Path()  # the SQLite bound's file, made afresh for each window
     token: str = ""
     sandbox_pid: int = 0
     applications: list[str] = field(default_factory=list)
@@ -961,17 +1173,19 @@ class Bench:
                 # executor id of its own for each (DBOS__VMID).
                 name = "peer" if index == 1 else f"peer.{index}"
                 log_offsets[name] = self.processes.log_size(name)
+                config = self.peer_sqlite_config if configuration in SQLITE else self.peer_config
                 started[name] = self.processes.start(
                     name,
-                    [str(PEER_APP), "--config", str(self.peer_config)],
+                    [str(PEER_APP), "--config", str(config)],
                     env={**os.environ, "DBOS__VMID": f"peer-{index}"},
                     python=self.arguments.peer_python,
                 )
             origin = self.peer_origin
         else:
+            runtime = self.sqlite_runtime if configuration in SQLITE else self.runtime
             started["serve"] = self.processes.start(
                 "serve",
-                ["-m", "coordinator_api.serve", "serve", "--runtime-config", self.runtime],
+                ["-m", "coordinator_api.serve", "serve", "--runtime-config", runtime],
                 env=self.env,
             )
             if configuration == "serve+worker":
@@ -1002,13 +1216,25 @@ class Bench:
         wait_for(healthy, READY_TIMEOUT, f"{configuration} to answer /health", 0.05)
         return started
 
+    def poller(self, configuration: str) -> Poller:
+        """The client's status poll of the configuration's store."""
+        if configuration == "serve-sqlite":
+            return ours_sqlite_poller(self.sqlite_store)
+        if configuration == "dbos-sqlite":
+            return dbos_sqlite_poller(self.peer_sqlite_store)
+        if configuration in PEERS:
+            return dbos_poller(self.peer_url)
+        return ours_poller(self.url, self.namespace)
+
     def window(self, configuration: str, concurrency: int, applications: Sequence[str]) -> Sample:
         """One measured window of a service configuration, processes started and stopped."""
         peer = configuration in PEERS
-        database = self.peer_database if peer else self.database
+        sqlite = configuration in SQLITE
+        # On SQLite the PostgreSQL server is someone else's: only its other databases are read.
+        database = self.peer_database if peer and not sqlite else self.database
         before = read_counters(self.admin_url, database, self.own_databases)
         started = self.start_configuration(configuration)
-        poller = dbos_poller(self.peer_url) if peer else ours_poller(self.url, self.namespace)
+        poller = self.poller(configuration)
         pids = {name: process.pid for name, process in started.items()}
         pids["sandbox"] = self.sandbox_pid
         try:
@@ -1034,7 +1260,8 @@ class Bench:
             if peer:  # the peer's processes together
                 cpu["peer"] = sum(v for name, v in spent.items() if name.startswith("peer"))
             cpu["client"] = time.process_time() - client_before
-            cpu["postgres"] = postgres_cpu_seconds() - postgres_before
+            if not sqlite:  # on SQLite the server's CPU is other processes' CPU
+                cpu["postgres"] = postgres_cpu_seconds() - postgres_before
             other_cpu = machine_cpu_seconds() - machine_before - sum(cpu.values())
             cpu_span = time.monotonic() - span_began
             load = (load_before, os.getloadavg()[0])
@@ -1045,59 +1272,77 @@ class Bench:
         for name, process in started.items():
             if process.returncode not in (0, -signal.SIGTERM):
                 raise BenchError(f"{name} exited {process.returncode}: {self.processes.log(name)}")
-        wait_sessions_gone(self.admin_url, database)
+        if not sqlite:
+            wait_sessions_gone(self.admin_url, database)
         after = read_counters(self.admin_url, database, self.own_databases)
-        return Sample(
+        sample = Sample(
             runs=len(measured.latencies),
             elapsed=measured.elapsed,
             latencies=measured.latencies,
             cpu=cpu,
-            write_transactions=after.next_xid - before.next_xid,
-            wal_flushes=after.wal_sync - before.wal_sync,
-            transactions=after.transactions - before.transactions - poller.statements,
             other_databases=after.others_since(before),
             admission_latencies=measured.admissions,
             load=load,
             other_cpu=other_cpu,
             cpu_span=cpu_span,
             executors=executors,
+            busy=poller.busy,
         )
+        if not sqlite:
+            sample.write_transactions = after.next_xid - before.next_xid
+            sample.wal_flushes = after.wal_sync - before.wal_sync
+            sample.transactions = after.transactions - before.transactions - poller.statements
+        return sample
 
-    def bound(self, connections: int) -> Sample:
-        """The raw commit rate on `connections` connections, with the same counters."""
-        with psycopg.connect(self.url, autocommit=True) as connection:
-            connection.execute("CREATE TABLE bench_commit (id bigint PRIMARY KEY, body text)")
-        wait_sessions_gone(self.admin_url, self.database)
+    def bound(self, configuration: str, connections: int) -> Sample:
+        """The raw commit rate on `connections` connections, with the same counters (on SQLite
+        the client's CPU and the other databases' transactions only)."""
+        sqlite = configuration == "bound-sqlite"
+        if sqlite:
+            remove_sqlite(self.bound_file)
+        else:
+            with psycopg.connect(self.url, autocommit=True) as connection:
+                connection.execute("CREATE TABLE bench_commit (id bigint PRIMARY KEY, body text)")
+            wait_sessions_gone(self.admin_url, self.database)
         before = read_counters(self.admin_url, self.database, self.own_databases)
         load_before = os.getloadavg()[0]
         client_before, postgres_before = time.process_time(), postgres_cpu_seconds()
         machine_before, span_began = machine_cpu_seconds(), time.monotonic()
-        elapsed = postgres_commits(self.url, self.arguments.commit_rows, connections)
-        cpu = {
-            "client": time.process_time() - client_before,
-            "postgres": postgres_cpu_seconds() - postgres_before,
-        }
+        rows, retried = self.arguments.commit_rows, 0
+        if sqlite:
+            elapsed, retried = sqlite_commits(self.bound_file, rows, connections)
+        else:
+            elapsed = postgres_commits(self.url, rows, connections)
+        cpu = {"client": time.process_time() - client_before}
+        if not sqlite:
+            cpu["postgres"] = postgres_cpu_seconds() - postgres_before
         other_cpu = machine_cpu_seconds() - machine_before - sum(cpu.values())
         cpu_span = time.monotonic() - span_began
         load = (load_before, os.getloadavg()[0])
-        wait_sessions_gone(self.admin_url, self.database)
+        if sqlite:
+            remove_sqlite(self.bound_file)
+        else:
+            wait_sessions_gone(self.admin_url, self.database)
         after = read_counters(self.admin_url, self.database, self.own_databases)
-        with psycopg.connect(self.url, autocommit=True) as connection:
-            connection.execute("DROP TABLE bench_commit")
-        rows = self.arguments.commit_rows // connections * connections
-        return Sample(
-            runs=rows,
+        if not sqlite:
+            with psycopg.connect(self.url, autocommit=True) as connection:
+                connection.execute("DROP TABLE bench_commit")
+        sample = Sample(
+            runs=rows // connections * connections,
             elapsed=elapsed,
             latencies=[],
             cpu=cpu,
-            write_transactions=after.next_xid - before.next_xid,
-            wal_flushes=after.wal_sync - before.wal_sync,
-            transactions=after.transactions - before.transactions,
             other_databases=after.others_since(before),
             load=load,
             other_cpu=other_cpu,
             cpu_span=cpu_span,
+            busy=retried,
         )
+        if not sqlite:
+            sample.write_transactions = after.next_xid - before.next_xid
+            sample.wal_flushes = after.wal_sync - before.wal_sync
+            sample.transactions = after.transactions - before.transactions
+        return sample
 
 
 # -- rounds ---------------------------------------------------------------------------------
@@ -1118,6 +1363,8 @@ def prepare(bench: Bench, directory: Path, role: str) -> None:
     endpoints = start_sandbox(bench.processes, state, bench.origin)
     bench.sandbox_pid = bench.processes.started[-1].pid
     bench.namespace = f"coordinator_bench_{secrets.token_hex(4)}"
+    selected = set(arguments.configurations)
+    sqlite_runtime = directory / "runtime-sqlite.yaml" if "serve-sqlite" in selected else None
     bench.revision = write_runtime(
         root,
         env,
@@ -1127,31 +1374,50 @@ def prepare(bench: Bench, directory: Path, role: str) -> None:
         port=port,
         concurrency=arguments.worker_concurrency,
         poll_ms=arguments.poll_ms,
+        sqlite_runtime=sqlite_runtime,
     )
     bench.runtime = str(root / "runtime.yaml")
     check_project(env, root, bench.runtime, bench.revision)
     ctl(env, "--runtime-config", bench.runtime, "migrate")
     ctl(env, "--runtime-config", bench.runtime, "apply", "--reference", "BENCH-1")
+    if sqlite_runtime is not None:
+        bench.sqlite_runtime = str(sqlite_runtime)
+        bench.sqlite_store = Path(
+            yaml.safe_load(sqlite_runtime.read_text())["database"]["sqlite"]["path"]
+        )
+        ctl(env, "--runtime-config", bench.sqlite_runtime, "migrate")
+        ctl(env, "--runtime-config", bench.sqlite_runtime, "apply", "--reference", "BENCH-1")
+    bench.bound_file = directory / "bound.sqlite"
     bench.applications = [str(uuid.uuid4()) for _ in range(arguments.runs)]
     seed(endpoints, bench.applications)  # every window reads the same records
     bench.token = run_tool(
         ["-m", "coordinator_sandbox", "caller-token", "--state-dir", str(state),
          "--expires-in", "3600"]
     ).strip()  # fmt: skip
-    if any(name in PEERS for name in arguments.configurations):
+    if selected & set(PEERS):
         peer_port = free_port()
         bench.peer_origin = f"http://127.0.0.1:{peer_port}"
         bench.peer_config = directory / "peer.json"
-        write_peer_config(
-            bench.peer_config,
-            Path(bench.runtime),
-            endpoints,
-            port=peer_port,
-            url=bench.peer_url,
-            start=arguments.peer_start,
-            concurrency=arguments.peer_concurrency or arguments.worker_concurrency,
-            poll_ms=arguments.poll_ms,
-        )
+        bench.peer_sqlite_config = directory / "peer-sqlite.json"
+        bench.peer_sqlite_store = directory / "dbos.sqlite"
+        for config, url in (
+            (bench.peer_config, bench.peer_url),
+            (bench.peer_sqlite_config, f"sqlite:///{bench.peer_sqlite_store}"),
+        ):
+            write_peer_config(
+                config,
+                Path(bench.runtime),
+                endpoints,
+                port=peer_port,
+                url=url,
+                start=arguments.peer_start,
+                concurrency=arguments.peer_concurrency or arguments.worker_concurrency,
+                poll_ms=arguments.poll_ms,
+            )
+        if arguments.peer_sqlite_journal == "wal":
+            # journal_mode=WAL is a property of the file: DBOS's connections find it so.
+            with contextlib.closing(sqlite3.connect(bench.peer_sqlite_store)) as lite:
+                lite.execute("PRAGMA journal_mode=WAL")
 
 
 Results = dict[str, dict[int, list[Sample]]]
@@ -1181,7 +1447,11 @@ def describe(configuration: str, concurrency: int, sample: Sample) -> str:
         shares = "; runs per peer process " + "/".join(
             str(count) for count in sample.executors.values()
         )
-    unit = "commits/s" if configuration == "bound" else "runs/s"
+    if sample.busy and configuration in BOUNDS:
+        shares += f"; {sample.busy} transactions retried after the busy timeout"
+    elif sample.busy:
+        shares += f"; {sample.busy} polls found the store locked"
+    unit = "commits/s" if configuration in BOUNDS else "runs/s"
     others = ", ".join(
         f"{name} {count}"
         for name, count in sorted(sample.other_databases.items(), key=lambda item: -item[1])[:3]
@@ -1199,12 +1469,13 @@ def run_rounds(bench: Bench) -> Results:
     selected = [name for name in CONFIGURATIONS if name in arguments.configurations]
     # Not measured: DBOS creates its system tables at its first launch (in one process, before
     # several launch at once); both sides pay their first-use costs (imports from a cold
-    # cache, the sandbox's first tokens) here.
+    # cache, the sandbox's first tokens, a store's first pages) here, on each store.
     warm_ups = []
-    if any(name in OURS for name in selected):
+    if any(name in ("serve", "serve+worker") for name in selected):
         warm_ups.append("serve")
-    if any(name in PEERS for name in selected):
+    if any(name in ("dbos", "dbos-multi") for name in selected):
         warm_ups.append("dbos")
+    warm_ups += [name for name in ("serve-sqlite", "dbos-sqlite") if name in selected]
     for configuration in warm_ups:
         bench.window(configuration, 1, bench.applications[:WARM_UP_RUNS])
     windows = [
@@ -1220,8 +1491,8 @@ def run_rounds(bench: Bench) -> Results:
             flush=True,
         )
         for number, (configuration, concurrency) in enumerate(order, 1):
-            if configuration == "bound":
-                sample = bench.bound(concurrency)
+            if configuration in BOUNDS:
+                sample = bench.bound(configuration, concurrency)
             else:
                 sample = bench.window(configuration, concurrency, bench.applications)
             results[configuration].setdefault(concurrency, []).append(sample)
@@ -1282,11 +1553,6 @@ def bench(admin_url: str, arguments: argparse.Namespace) -> Results:
 
 PROCESSES = ("serve", "worker", "peer", "sandbox", "client", "postgres")
 OWN_PROCESSES = ("serve", "worker", "peer")
-# The ratios of ours to each peer configuration: (peer, key of runs/s ratio, key of CPU ratio).
-PEER_RATIOS = (
-    ("dbos", "ratio_to_peer", "cpu_ratio_to_peer"),
-    ("dbos-multi", "ratio_to_peer_multi", "cpu_ratio_to_peer_multi"),
-)
 
 
 def median(values: Sequence[float]) -> float:
@@ -1330,10 +1596,11 @@ def summarise(results: Results) -> list[Row]:
                     figures["cpu." + process] = median(
                         [1000 * s.per_run(s.cpu[process]) for s in samples]
                     )
-            if configuration != "bound":
+            if configuration not in BOUNDS:
                 figures["cpu.ours"] = median([1000 * s.per_run(_own_cpu(s)) for s in samples])
             if configuration in OURS:
-                for peer, rate_key, cpu_key in PEER_RATIOS:
+                store = "sqlite" if configuration in SQLITE else "postgresql"
+                for peer, rate_key, cpu_key in PEER_RATIOS[store]:
                     theirs = results.get(peer, {}).get(concurrency)
                     if theirs is None:
                         continue
@@ -1342,7 +1609,7 @@ def summarise(results: Results) -> list[Row]:
                     figures[cpu_key] = median(
                         [s.per_run(_own_cpu(s)) / t.per_run(_own_cpu(t)) for s, t in pairs]
                     )
-                bound = results.get("bound", {}).get(concurrency)
+                bound = results.get(BOUND_OF[store], {}).get(concurrency)
                 if bound is not None:
                     figures["ratio_to_bound"] = median(
                         [s.rate / t.rate for s, t in zip(samples, bound, strict=True)]
@@ -1393,6 +1660,9 @@ def labels(peer_processes: int) -> dict[str, str]:
         "dbos": "peer: DBOS 3.4.0",
         "dbos-multi": f"peer: DBOS 3.4.0 x {peer_processes} processes",
         "bound": "bound: INSERT+COMMIT",
+        "serve-sqlite": "ours: serve, SQLite",
+        "dbos-sqlite": "peer: DBOS 3.4.0, SQLite",
+        "bound-sqlite": "bound: SQLite INSERT+COMMIT",
     }
 
 
@@ -1403,7 +1673,7 @@ def table(rows: Sequence[Row], columns: Sequence[Column], names: Mapping[str, st
         cells = [names[row.configuration], str(row.concurrency)]
         for _, key, form in columns:
             value = row.figures.get(key)
-            cells.append("-" if value is None or math.isnan(value) else form.format(value))
+            cells.append("—" if value is None or math.isnan(value) else form.format(value))
         lines.append(cells)
     widths = [max(len(line[index]) for line in lines) for index in range(len(header))]
     text = []
@@ -1421,7 +1691,7 @@ def plain_lines(rows: Sequence[Row], runs: int) -> list[str]:
         prefix = f"service.{name}.c{row.concurrency}"
         for key, value in row.figures.items():
             name = key
-            if row.configuration == "bound" and key == "runs_per_second":
+            if row.configuration in BOUNDS and key == "runs_per_second":
                 name = "commits_per_second"
             elif key in ("p50_ms", "p99_ms"):
                 name = "finished_" + key
@@ -1439,7 +1709,7 @@ def plain_lines(rows: Sequence[Row], runs: int) -> list[str]:
             lines.append(f"{prefix}.{name} {shown}")
     by_key = {(row.configuration, row.concurrency): row.figures for row in rows}
     main = by_key.get((MAIN, 8)) or next(
-        (by_key[(name, 8)] for name in OURS if (name, 8) in by_key), None
+        (by_key[(name, 8)] for name in ("serve", "serve+worker") if (name, 8) in by_key), None
     )
     if main is not None:
         # The names the earlier script printed, for the main configuration (serve + 1 worker,
@@ -1456,6 +1726,9 @@ def plain_lines(rows: Sequence[Row], runs: int) -> list[str]:
         if main is not None:
             ratio = main["runs_per_second"] / bound["runs_per_second"]
             lines.append(f"service.ratio_runs_to_commits {ratio:.4f}")
+    sqlite_bound = by_key.get(("bound-sqlite", 1))
+    if sqlite_bound is not None:
+        lines.append(f"service.sqlite_commits_per_second {sqlite_bound['runs_per_second']:.0f}")
     return lines
 
 
@@ -1464,9 +1737,10 @@ c: concurrency (1: admit, wait until finished, admit the next; 8: eight admissio
 runs/s: finished runs per second (bound: commits per second on c connections); p50/p99:
 admission request start -> the client's poll sees the run finished; adm p50: the admission
 request alone. ours/peer, ours/peerN, ours/bound: runs/s over the peer's in one process, over
-the peer's in N processes, over the bound's commits/s at the same c (per round, then the
-median). load: the 1-minute load average at the end of the windows (median; load max: the
-highest at any window's start or end; both count the benchmark's own processes too); other
+the peer's in N processes, over the bound's commits/s, at the same c and on the same store
+(SQLite: serve-sqlite over dbos-sqlite and bound-sqlite; per round, then the median). load:
+the 1-minute load average at the end of the windows (median; load max: the highest at any
+window's start or end; both count the benchmark's own processes too); other
 cpu%: CPU the machine spent outside the measured processes during a window, in % of one core
 (other users, the kernel; median); other xact: transactions other databases of the server
 committed or rolled back during a window (median; each peer process's DBOS launch reads the
@@ -1476,7 +1750,8 @@ server); own: serve + worker, or the peer's; own/peer, own/peerN: ours over the 
 machine's speed cancels out). wxact*: write transactions (transaction ids consumed), walsync*:
 WAL flushes, xact: transactions of the configuration's database less the client's polls, all
 per finished run (per commit for the bound). * server-wide: whatever else the server runs
-counts too."""
+counts too. —: no such figure (the SQLite windows have no PostgreSQL counters, and there the
+PostgreSQL server's CPU counts in other cpu%)."""
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
@@ -1544,6 +1819,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(default: --worker-concurrency)",
     )
     parser.add_argument(
+        "--peer-sqlite-journal",
+        choices=("default", "wal"),
+        default="default",
+        help="dbos-sqlite's journal: DBOS's own (SQLite's rollback journal, the default) or WAL, "
+        "as our store's, set on the file before DBOS opens it",
+    )
+    parser.add_argument(
         "--commit-rows",
         type=int,
         default=None,
@@ -1601,7 +1883,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"# {arguments.runs} runs per window, {arguments.rounds} rounds ({order}), medians over "
         f"the rounds; worker concurrency {arguments.worker_concurrency}, poll "
         f"{arguments.poll_ms} ms; peer start {arguments.peer_start}, peerN: "
-        f"{arguments.peer_processes} peer processes"
+        f"{arguments.peer_processes} peer processes; dbos-sqlite journal "
+        f"{'WAL' if arguments.peer_sqlite_journal == 'wal' else 'DBOS default (rollback)'}"
     )
     print(table(rows, SPEED_COLUMNS, names))
     print("# CPU ms and transactions per finished run:")

@@ -27,10 +27,14 @@ user would write it (DBOS's documented defaults, one HTTP client per process) an
   loop, in fact: the workflows of one process run on one loop), with httpx's default limits:
   connections are kept alive and reused (at most 20 idle, for 5 s). Ours pools keep-alive
   connections per destination too (at most 8 idle per destination, for 30 s).
-* The system database is PostgreSQL (`systemDatabaseUrl`, a database of its own). DBOS commits
+* The system database is PostgreSQL (`systemDatabaseUrl`, a database of its own), or, for the
+  benchmark's `dbos-sqlite` configuration, a SQLite file (`sqlite:///<path>`). DBOS commits
   the workflow's status row before the admission answers, each step's output once the step
   returns and the final status: four write transactions per run, with DBOS's default
-  `synchronous_commit`.
+  `synchronous_commit` on PostgreSQL and DBOS's own SQLite settings on SQLite (every
+  transaction `BEGIN IMMEDIATE`, `busy_timeout` 30 s, SQLite's default rollback journal and
+  `synchronous=FULL`; `bench_service.py --peer-sqlite-journal wal` puts the file in WAL mode
+  before DBOS opens it).
 
 Processes: `bench_service.py --peer-processes N` starts N copies of this script on the one
 system database, as DBOS documents for several processes: each with an executor id of its own
