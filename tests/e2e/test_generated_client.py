@@ -35,7 +35,7 @@ from coordinator_sandbox.delivery import delivery_signature
 
 OPERATIONS = {
     "getHealth", "getReady", "getMetrics", "getWorkflow", "startRun", "listRuns", "getRun", "inspectRun",
-    "cancelRun", "retrySame", "reconcileRun", "getDoctor", "setRestoreHold",
+    "listStepAttempts", "cancelRun", "retrySame", "reconcileRun", "getDoctor", "setRestoreHold",
     "releaseRestoreHold", "releaseAdmissionHold", "retainRuns", "admitEvent", "reviewCompleted",
 }  # fmt: skip
 PACKAGE = "coordinator_client"

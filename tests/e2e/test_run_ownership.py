@@ -1,6 +1,6 @@
 """Ownership on the wire (06 §2): `coordinator serve` on PostgreSQL, two callers with real
 tokens of the same non-operator policy (the sandbox issuer's, subjects `alice` and `bob`) and
-an operator. A run is its owner's: the other caller's status, inspect, cancel and list answer
+an operator. A run is its owner's: the other caller's status, inspect, attempts, cancel and list answer
 exactly as for a run that does not exist, and its cancel changes nothing; the owner and the
 operator see it. The API tests' fake service carries no such rule: this is where it is held."""
 
@@ -72,6 +72,7 @@ def test_a_run_is_visible_to_its_owner_and_operators_only(
     for method, route, reason in (
         ("GET", "/v1/runs/{}", None),
         ("GET", "/v1/runs/{}/inspect", None),
+        ("GET", "/v1/runs/{}/steps/due/attempts", None),
         ("POST", "/v1/runs/{}/cancel", "not mine"),
     ):
         extra = {} if reason is None else {"reason": reason}
@@ -87,6 +88,7 @@ def test_a_run_is_visible_to_its_owner_and_operators_only(
     assert mine.status_code == 200, mine.text
     assert mine.json()["status"] == "running" and not mine.json()["cancelRequested"]
     assert _call(project, alice, "GET", f"/v1/runs/{run}/inspect").status_code == 200
+    assert _call(project, alice, "GET", f"/v1/runs/{run}/steps/due/attempts").status_code == 200
     assert _listed(project, alice) == [run]
     assert _call(project, operator, "GET", f"/v1/runs/{run}").json() == mine.json()
     assert set(_listed(project, operator)) == {run, bobs}
