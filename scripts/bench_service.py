@@ -870,6 +870,25 @@ def many_at_once(
 # -- the physical bound ---------------------------------------------------------------------
 
 
+def _timed_threads(
+    insert: Callable[[int], None], barrier: threading.Barrier, opened: Sequence[Any]
+) -> float:
+    """Run `insert(index)` on a thread per connection of `opened`, all released at once by
+    `barrier` (which counts them and this thread); the elapsed seconds until the last ends. The
+    connections are closed whatever happens."""
+    try:
+        with ThreadPoolExecutor(max_workers=len(opened)) as pool:
+            futures = [pool.submit(insert, index) for index in range(len(opened))]
+            barrier.wait()
+            began = time.perf_counter()
+            for future in futures:
+                future.result()
+            return time.perf_counter() - began
+    finally:
+        for connection in opened:
+            connection.close()
+
+
 def postgres_commits(url: str, rows: int, connections: int) -> float:
     """Single-row INSERT then COMMIT into `bench_commit`, `rows` in all over `connections`
     connections at once; the elapsed seconds."""
@@ -886,18 +905,7 @@ def postgres_commits(url: str, rows: int, connections: int) -> float:
             )
             connection.commit()
 
-    try:
-        with ThreadPoolExecutor(max_workers=connections) as pool:
-            futures = [pool.submit(insert, index) for index in range(connections)]
-            barrier.wait()
-            began = time.perf_counter()
-            for future in futures:
-                future.result()
-            elapsed = time.perf_counter() - began
-    finally:
-        for connection in opened:
-            connection.close()
-    return elapsed
+    return _timed_threads(insert, barrier, opened)
 
 
 def sqlite_connect(path: Path) -> sqlite3.Connection:
@@ -940,18 +948,7 @@ def sqlite_commits(path: Path, rows: int, connections: int) -> tuple[float, int]
             connection.execute("INSERT INTO bench_commit (id, body) VALUES (?, ?)", (row, "x" * 64))
             connection.execute("COMMIT")
 
-    try:
-        with ThreadPoolExecutor(max_workers=connections) as pool:
-            futures = [pool.submit(insert, index) for index in range(connections)]
-            barrier.wait()
-            began = time.perf_counter()
-            for future in futures:
-                future.result()
-            elapsed = time.perf_counter() - began
-    finally:
-        for connection in opened:
-            connection.close()
-    return elapsed, sum(retried)
+    return _timed_threads(insert, barrier, opened), sum(retried)
 
 
 def remove_sqlite(path: Path) -> None:
