@@ -191,7 +191,8 @@ def test_postgres_serve_and_worker_finish_every_run_once(
     send_after = datetime.now(UTC) + timedelta(seconds=2)
     # Every key is sent twice at once: concurrent admissions with one key resolve to one run.
     # Eight in flight: one peer may have at most `headsPerPeer` (8) connections still sending
-    # their head, beyond which the service answers 503 with Retry-After (docs/operations.md §10).
+    # their head, beyond which the service answers 503 with Retry-After (docs/operations.md,
+    # "HTTP edge limits").
     requests = [(a, k) for a, k in zip(applications, keys, strict=True)] * 2
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(
