@@ -116,7 +116,7 @@ def test_a_page_carries_each_run_snapshot_from_the_same_read(store: Store) -> No
     runs = [admit(store, f"s{index}", T0 + index * SECOND) for index in range(3)]
     _finish(store, runs[1].run_id)
     page = store.reads.list_runs(owner=None, limit=10)
-    assert [snapshot.run.run_id for snapshot in page.snapshots] == [r.run_id for r in page.runs]
+    assert [snapshot.run.run_id for snapshot in page.snapshots] == [r.run_id for r in runs[::-1]]
     for snapshot in page.snapshots:
         assert snapshot == _snapshot(store, snapshot.run.run_id)
     assert store.reads.list_runs(owner=None, workflow="other").snapshots == ()

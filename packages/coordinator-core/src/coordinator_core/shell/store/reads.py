@@ -176,7 +176,7 @@ class RunReads:
                 RunSnapshot(control, run, tuple(step_of(step) for step in steps))
                 for run, steps in zip(page, records, strict=True)
             )
-            return RunPage(page, position, snapshots)
+            return RunPage(snapshots, position)
 
         return self._tx.transact("list-runs", work, read_only=True)
 

@@ -419,9 +419,12 @@ class RunPage:
     """One page of runs and the position after its last run (None on the last page), with
     each run's snapshot (its records and the control row) from the same read."""
 
-    runs: tuple[StoredRun, ...]
+    snapshots: tuple[RunSnapshot, ...]
     next: RunPosition | None
-    snapshots: tuple[RunSnapshot, ...] = ()
+
+    @property
+    def runs(self) -> tuple[StoredRun, ...]:
+        return tuple(snapshot.run for snapshot in self.snapshots)
 
 
 @dataclass(frozen=True, slots=True)
