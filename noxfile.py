@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import nox
@@ -72,10 +73,14 @@ def uv_command() -> str:
     return shutil.which("uv", path=str(Path(sys.executable).parent)) or "uv"
 
 
-def build_wheels(run: Callable[..., object], out: Path) -> None:
+def build_wheels(
+    run: Callable[..., object],
+    out: Path,
+    distributions: Sequence[tuple[str, Path]] = DISTRIBUTIONS,
+) -> None:
     """One wheel per distribution, built from the checkout into `out` (`uv build --wheel`,
     hatchling pinned by constraints.txt), with `run` (a session's `run` or `run_install`)."""
-    for _, directory in DISTRIBUTIONS:
+    for _, directory in distributions:
         run(
             uv_command(), "build", "--quiet", "--wheel", "--build-constraints",
             str(ROOT / "constraints.txt"), "--out-dir", str(out), str(directory),
@@ -86,42 +91,111 @@ def build_wheels(run: Callable[..., object], out: Path) -> None:
 # The wheels built in this nox run, by the first session that built them: the later sessions of
 # the same run (`nox -s unit store api`) install those, the checkout being the same.
 BUILT_THIS_RUN: list[Path] = []
+# Beside a session's wheels, the digest of the sources each was built from; in the session's
+# environment, what its last install of the workspace was (the wheels' digests and the tools).
+DIGESTS_FILE = "sources.json"
+INSTALLED_FILE = "coordinator-workspace.json"
+
+
+def source_digest(directory: Path) -> str | None:
+    """A digest of what a wheel of `directory` is built from: every file git does not ignore
+    under it (tracked or not, as hatchling selects them), with the build constraints; None
+    outside a git checkout (the wheel is then always built)."""
+    import hashlib
+    import subprocess
+
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
+            cwd=directory, capture_output=True, check=True, timeout=60,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    digest = hashlib.sha256((ROOT / "constraints.txt").read_bytes())
+    for name in sorted(set(listed.decode().split("\0")) - {""}):
+        path = directory / name
+        if path.is_file():  # a deleted file git still tracks is not part of the wheel
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def session_wheels(session: nox.Session) -> Path:
-    """The wheels of this session, built afresh beside its environment with `run_install`
-    (or the ones an earlier session of this nox run built): `--install-only` builds them,
-    `--no-install` keeps the last build."""
+    """The wheels of this session, beside its environment, brought up to date with
+    `run_install` (or the ones an earlier session of this nox run built): a wheel whose sources
+    have not changed since it was built is kept, the others are built afresh. `--install-only`
+    builds them, `--no-install` keeps the last build."""
     if BUILT_THIS_RUN:
         return BUILT_THIS_RUN[0]
     out = Path(session.virtualenv.location).parent / f"{session.name}-wheels"
+    recorded_file = out / DIGESTS_FILE
+    recorded = json.loads(recorded_file.read_text()) if recorded_file.is_file() else {}
+    digests = {name: source_digest(directory) for name, directory in DISTRIBUTIONS}
+    stale = [
+        (name, directory)
+        for name, directory in DISTRIBUTIONS
+        if digests[name] is None
+        or recorded.get(name) != digests[name]
+        or next(out.glob(wheel_glob(name)), None) is None
+    ]
+    if not stale:
+        BUILT_THIS_RUN.append(out)
+        return out
     fresh = out.with_name(out.name + ".new")
     shutil.rmtree(fresh, ignore_errors=True)
-    build_wheels(session.run_install, fresh)
-    if fresh.is_dir():
-        shutil.rmtree(out, ignore_errors=True)
-        fresh.rename(out)
+    build_wheels(session.run_install, fresh, stale)
+    if fresh.is_dir():  # not with --no-install
+        out.mkdir(exist_ok=True)
+        for name, _ in stale:
+            for old in out.glob(wheel_glob(name)):
+                old.unlink()
+            for built in fresh.glob(wheel_glob(name)):
+                built.rename(out / built.name)
+            recorded[name] = digests[name]
+        shutil.rmtree(fresh)
+        recorded_file.write_text(json.dumps(recorded, indent=2, sort_keys=True))
         BUILT_THIS_RUN.append(out)
     return out
 
 
+def wheel_glob(name: str) -> str:
+    return name.replace("-", "_") + "-*.whl"
+
+
 def install_workspace(session: nox.Session, *extra: str) -> None:
     """Install the built wheels (with the service and deploy extras) and `extra` into the
-    session's environment, replacing any earlier install of the workspace, editable or not."""
+    session's environment, replacing any earlier install of the workspace, editable or not.
+    When the environment already holds these very wheels and tools (the same sources, as
+    `session_wheels` records them) nothing is installed again."""
     out = session_wheels(session)
     references = []
     for name, _ in DISTRIBUTIONS:
-        wheel = next(out.glob(name.replace("-", "_") + "-*.whl"), None)
+        wheel = next(out.glob(wheel_glob(name)), None)
         if wheel is None:
             session.error(f"no wheel of {name} in {out}: run the session without --no-install")
         references.append(f"{name}{EXTRAS.get(name, '')} @ {wheel.resolve().as_uri()}")
+    session.env[WHEELS_VARIABLE] = str(out)
+    digests = out / DIGESTS_FILE
+    wanted = {
+        "sources": json.loads(digests.read_text()) if digests.is_file() else None,
+        "requirements": [*references, *extra],
+        "constraints": (ROOT / "constraints.txt").read_text(),
+    }
+    # Outside a git checkout the sources have no digest: then the wheels are always installed.
+    known = isinstance(wanted["sources"], dict) and None not in wanted["sources"].values()
+    installed = Path(session.virtualenv.location) / INSTALLED_FILE
+    if known and installed.is_file():
+        if json.loads(installed.read_text()) == wanted:
+            session.log("the workspace's wheels and the tools are installed already")
+            return
+    installed.unlink(missing_ok=True)
     if session.venv_backend == "uv":
         reinstall = [f"--reinstall-package={name}" for name, _ in DISTRIBUTIONS]
         session.install(*CONSTRAINTS, *reinstall, *references, *extra)
     else:
         session.install("--force-reinstall", "--no-deps", *references)
         session.install(*CONSTRAINTS, *references, *extra)
-    session.env[WHEELS_VARIABLE] = str(out)
+    if known:
+        installed.write_text(json.dumps(wanted, indent=2))
 
 
 # The tiers of the test suite: each folder of tests/ that `nox -s tests` runs has a session of
@@ -130,6 +204,10 @@ TIERS = ("unit", "store", "adapters", "api", "sandbox", "integration", "acceptan
 # pytest's options when no arguments follow `--`, and the slowest tests every run prints.
 PYTEST_DEFAULTS = ("-n", "2", "-q")
 DURATIONS = "--durations=25"
+# pytest keeps each test module it rewrote (its assertions) as bytecode in `__pycache__` (ignored by
+# git) unless PYTHONDONTWRITEBYTECODE is set, as it is on this machine: then every run, and every
+# xdist worker, rewrites and compiles the whole test tree again (seconds of each run's start).
+PYTEST_ENV: dict[str, str | None] = {"PYTHONDONTWRITEBYTECODE": None}
 
 
 @nox.session
@@ -138,14 +216,14 @@ def tests(session: nox.Session) -> None:
     wheels; arguments after `--` replace `-n 2 -q` (and may name paths)."""
     install_workspace(session, *TEST_TOOLS)
     args = session.posargs or PYTEST_DEFAULTS
-    session.run("pytest", DURATIONS, *args)
+    session.run("pytest", DURATIONS, *args, env=PYTEST_ENV)
 
 
 def tier_session(tier: str) -> Callable[[nox.Session], None]:
     def run(session: nox.Session) -> None:
         install_workspace(session, *TEST_TOOLS)
         args = session.posargs or PYTEST_DEFAULTS
-        session.run("pytest", DURATIONS, *args, f"tests/{tier}")
+        session.run("pytest", DURATIONS, *args, f"tests/{tier}", env=PYTEST_ENV)
 
     run.__doc__ = (
         f"tests/{tier} alone, installed as `tests` is; arguments after `--` replace `-n 2 -q`."
@@ -182,7 +260,7 @@ def browser(session: nox.Session) -> None:
             session.log(f"no {CHROMIUM} and not root with apt-get: the browser tests skip")
     install_workspace(session, *TEST_TOOLS, *BROWSER_TOOLS)
     session.run("pytest", "--browser", "-q", "-p", "no:warnings", "-p", "no:cacheprovider",
-                "tests/browser", *session.posargs)  # fmt: skip
+                "tests/browser", *session.posargs, env=PYTEST_ENV)  # fmt: skip
 
 
 @nox.session
@@ -193,7 +271,7 @@ def chaos(session: nox.Session) -> None:
     long one."""
     install_workspace(session, *TEST_TOOLS)
     session.run("pytest", "--chaos", "-p", "no:cacheprovider", "-s", "-q", "tests/chaos",
-                *session.posargs)  # fmt: skip
+                *session.posargs, env=PYTEST_ENV)  # fmt: skip
 
 
 @nox.session
