@@ -183,10 +183,9 @@ def install_workspace(session: nox.Session, *extra: str) -> None:
     # Outside a git checkout the sources have no digest: then the wheels are always installed.
     known = isinstance(wanted["sources"], dict) and None not in wanted["sources"].values()
     installed = Path(session.virtualenv.location) / INSTALLED_FILE
-    if known and installed.is_file():
-        if json.loads(installed.read_text()) == wanted:
-            session.log("the workspace's wheels and the tools are installed already")
-            return
+    if known and installed.is_file() and json.loads(installed.read_text()) == wanted:
+        session.log("the workspace's wheels and the tools are installed already")
+        return
     installed.unlink(missing_ok=True)
     if session.venv_backend == "uv":
         reinstall = [f"--reinstall-package={name}" for name, _ in DISTRIBUTIONS]
