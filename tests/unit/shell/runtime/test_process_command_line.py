@@ -1,5 +1,6 @@
 """`coordinator` (09 §5): a bare command line and `--help` print help (exit 0), `--version`
-the distribution version, and a usage error names the option, never a value (issue 13)."""
+the distribution version, and a usage error names the option, never a value (issue 13). The
+installed console script itself runs in tests/e2e/test_coordinator_script.py."""
 
 from __future__ import annotations
 
@@ -65,18 +66,3 @@ def test_a_usage_error_names_what_is_wrong(argv: list[str], message: str) -> Non
     assert line["code"] == "coordinator.cli.usage"
     assert line["message"].startswith(message)
     assert VALUE not in json.dumps(logged)
-
-
-def test_the_installed_coordinator_console_script() -> None:
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    program = str(Path(sys.executable).parent / "coordinator")
-    bare = subprocess.run([program], capture_output=True, text=True, timeout=60, check=False)
-    assert bare.returncode == 0 and "serve" in bare.stdout and "worker" in bare.stdout
-    version = subprocess.run(
-        [program, "--version"], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert version.returncode == 0
-    assert version.stdout == f"coordinator {metadata.version('coordinator-api')}\n"
