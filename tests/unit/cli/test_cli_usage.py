@@ -319,27 +319,3 @@ def test_force_color_colours_and_no_color_wins(
     assert "\x1b[" in run(capsys, "chek")[2]
     code, out, _ = run(capsys, "chek", "--format", "json")
     assert code == 2 and "\x1b[" not in out  # JSON is never coloured
-
-
-def test_the_installed_console_script(tmp_path: Path) -> None:
-    def ctl(*argv: str) -> subprocess.CompletedProcess[str]:
-        environment = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR",)}
-        return subprocess.run(
-            [CTL, *argv], capture_output=True, text=True, timeout=60, check=False, env=environment
-        )
-
-    bare = ctl()
-    assert bare.returncode == 0 and "authoring commands (offline):" in bare.stdout
-    version = ctl("--version")
-    assert (version.returncode, version.stdout) == (
-        0, f"coordinatorctl {metadata.version('coordinatorctl')}\n"
-    )  # fmt: skip
-    typo = ctl("chek")
-    assert typo.returncode == 2 and typo.stdout == ""
-    assert "Unknown command `chek`; did you mean `check`?" in typo.stderr
-    option = ctl("check", "--projekt", VALUE, "--format", "json")
-    assert option.returncode == 2 and VALUE not in option.stdout + option.stderr
-    [diagnostic] = json.loads(option.stdout)["diagnostics"]
-    assert diagnostic["message"].startswith("Unknown option `--projekt`")
-    script = ctl("completion", "bash")
-    assert script.returncode == 0 and "coordinatorctl" in script.stdout

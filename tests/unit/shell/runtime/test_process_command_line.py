@@ -1,6 +1,6 @@
 """`coordinator` (09 §5): a bare command line and `--help` print help (exit 0), `--version`
 the distribution version, and a usage error names the option, never a value (issue 13). The
-installed console script itself runs in tests/e2e/test_coordinator_script.py."""
+installed console script itself runs in tests/e2e/test_console_scripts.py."""
 
 from __future__ import annotations
 
