@@ -19,6 +19,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from support.sources import parsed
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = "coordinator_models"
@@ -44,7 +45,7 @@ def _is_models(name: str) -> bool:
 def model_imports(path: Path) -> list[int]:
     """The lines of `path` that import `coordinator_models` (or a module of it)."""
     lines: list[int] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             if any(_is_models(alias.name) for alias in node.names):
                 lines.append(node.lineno)

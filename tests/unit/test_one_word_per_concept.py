@@ -20,6 +20,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+from support.sources import parsed
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [
     ROOT / "packages" / "coordinator-core" / "src",
@@ -75,7 +77,7 @@ def public_classes(sources: list[Path]) -> dict[str, list[str]]:
     defined: dict[str, list[str]] = defaultdict(list)
     for source in sources:
         for path in sorted(source.rglob("*.py")):
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            tree = parsed(path)
             for name in type_names(tree):
                 defined[name].append(path.relative_to(source).as_posix())
     return defined

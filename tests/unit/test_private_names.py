@@ -18,6 +18,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from support.sources import parsed
+
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [
     ROOT / "packages" / "coordinator-core" / "src",
@@ -63,7 +65,7 @@ def private_imports(sources: list[Path]) -> list[str]:
     known = modules(sources)
     found: list[str] = []
     for name, (path, package) in sorted(known.items()):
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = parsed(path)
         here = name if package else _parent(name)
         bound: dict[str, str] = {}  # a local name -> the module of the packages it is bound to
         for node in ast.walk(tree):

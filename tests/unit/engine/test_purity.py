@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support.sources import parsed
+
 import coordinator_core.engine
 import coordinator_core.scenarios
 
@@ -48,7 +50,7 @@ BANNED_AT_RUNTIME = ("sqlmodel", "psycopg", "httpx", "cryptography", "sqlalchemy
 
 def _imports(path: Path) -> set[str]:
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module is not None:
