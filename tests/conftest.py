@@ -8,6 +8,12 @@ them) and skips them with a message everywhere else.
 Every test has a timeout (pytest-timeout, a required plugin): its tier's default from
 `TIER_TIMEOUTS` unless the test, its class or its module carries its own
 `@pytest.mark.timeout(seconds)`. A hung test fails with its stacks instead of hanging the suite.
+
+Property tests (hypothesis) draw as many examples as the loaded profile says (`HYPOTHESIS_PROFILES`),
+never a number of their own unless their examples are unusually dear: `default` everywhere,
+`ci` under `CI=true` (CI runs three times as many, a different draw each run), and `thorough`
+when asked for (`pytest --hypothesis-profile=thorough`). No profile has a per-example deadline: a
+loaded 2-core machine makes any such bound flaky, and every test has its timeout.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from typing import NoReturn
 
 import psycopg
 import pytest
+from hypothesis import settings
 from support.databases import database_url
-from support.needs import unavailable
+from support.needs import in_ci, unavailable
 
 TESTS = Path(__file__).resolve().parent
 # The timeout of a test in each tier (the folder under tests/), in seconds, fixtures included:
@@ -41,6 +48,13 @@ TIER_TIMEOUTS = {
 }
 # The chaos suite's long profile (`nox -s chaos -- --long`) runs for hours.
 CHAOS_LONG_TIMEOUT = 4 * 3600
+
+# The examples each property test draws, by hypothesis profile.
+HYPOTHESIS_PROFILES = {"default": 100, "ci": 300, "thorough": 2000}
+for _name, _examples in HYPOTHESIS_PROFILES.items():
+    settings.register_profile(_name, max_examples=_examples, deadline=None, print_blob=True)
+# `--hypothesis-profile NAME` (hypothesis's pytest plugin) replaces this choice.
+settings.load_profile("ci" if in_ci() else "default")
 
 ADMIN_URL_VARIABLE = "COORDINATOR_TEST_POSTGRES_URL"
 DEFAULT_ADMIN_URL = "postgresql://root@127.0.0.1:5432/root"

@@ -7,7 +7,7 @@ import struct
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator_core.limits import (
@@ -498,7 +498,6 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
 @given(json_values)
 def test_canonical_round_trip_is_a_fixed_point(value: object) -> None:
     canonical = canonical_json(value)
@@ -516,7 +515,6 @@ def _shuffled(value: object, rng: random.Random) -> object:
     return value
 
 
-@settings(max_examples=200, deadline=None)
 @given(json_values, st.integers(min_value=0, max_value=2**32))
 def test_canonical_form_ignores_member_order(value: object, seed: int) -> None:
     assert canonical_json(_shuffled(value, random.Random(seed))) == canonical_json(value)
@@ -547,7 +545,6 @@ def test_an_inexact_integer_token_that_is_no_double_rendering_stays_refused() ->
         assert caught.value.kind == "integer"
 
 
-@settings(max_examples=200, deadline=None)
 @given(_floats)
 def test_float_text_round_trips_to_the_same_double(value: float) -> None:
     text = canonical_json(value).decode()

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 import rfc8785
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator_core.values import CanonicalJsonError, canonical_json, is_binary64_integer
@@ -45,13 +45,11 @@ values = st.recursive(
 )
 
 
-@settings(max_examples=200)
 @given(values)
 def test_the_same_bytes_as_rfc8785_for_every_json_value_it_accepts(value: object) -> None:
     assert canonical_json(value) == rfc8785.dumps(value)
 
 
-@settings(max_examples=400)
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_every_double_prints_as_rfc8785_prints_it(number: float) -> None:
     assert canonical_json(number) == rfc8785.dumps(number)
@@ -63,7 +61,6 @@ large_exact_integers = st.floats(min_value=2.0**53, max_value=1.7976931348623157
 ) | st.integers(min_value=53, max_value=1023).map(lambda exponent: 2**exponent)
 
 
-@settings(max_examples=200)
 @given(large_exact_integers, st.booleans())
 def test_an_exact_integer_beyond_2_53_prints_as_its_double_where_rfc8785_refuses(
     magnitude: int, negative: bool
@@ -78,7 +75,6 @@ def test_an_exact_integer_beyond_2_53_prints_as_its_double_where_rfc8785_refuses
     assert canonical_json({"n": [integer]}) == rfc8785.dumps({"n": [float(integer)]})
 
 
-@settings(max_examples=200)
 @given(st.integers(min_value=2**53 + 1, max_value=2**1100))
 def test_an_integer_binary64_cannot_hold_is_refused_by_both(magnitude: int) -> None:
     if is_binary64_integer(magnitude):

@@ -920,7 +920,7 @@ def _check_outcome(document: YamlDocument | None, diagnostics: list[Diagnostic])
             assert diagnostic.path == ""
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=400))
 def test_random_bytes_only_produce_diagnostics(data: bytes) -> None:
     _check_outcome(*read_yaml(data, file=FILE))
@@ -932,13 +932,13 @@ YAMLISH = st.text(
 )
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(YAMLISH)
 def test_random_yaml_like_text_only_produces_diagnostics(text: str) -> None:
     _check_outcome(*read_yaml(text.encode(), file=FILE))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.recursive(
         st.sampled_from(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator_core.authoring.model import model_from_json
@@ -83,7 +83,6 @@ def _brute_force(start: str, steps: dict[str, dict[str, Any]]) -> dict[str, froz
     return {node: value for node, value in seen.items() if value is not None}
 
 
-@settings(max_examples=400, deadline=None)
 @given(acyclic_workflows())
 def test_availability_agrees_with_brute_force_route_enumeration(
     steps: dict[str, dict[str, Any]],

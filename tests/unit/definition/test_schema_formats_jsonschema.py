@@ -216,7 +216,7 @@ STRATEGIES: dict[str, st.SearchStrategy[str]] = {
 def test_every_format_agrees_with_jsonschema_but_where_documented(name: str) -> None:
     differences = DIFFERENCES[name]
 
-    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(suppress_health_check=[HealthCheck.too_slow])
     @given(STRATEGIES[name] | st.text(max_size=40))
     def agree(text: str) -> None:
         if ours(name, text) != theirs(name, text):

@@ -90,8 +90,6 @@ def _check_chain(before: RunState, carried: Carried, now: int) -> None:
 
 
 _EVERY_STATE = settings(
-    max_examples=150,
-    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 

@@ -378,8 +378,6 @@ def _check_invariants(definition: Definition, script: Script) -> None:
 
 
 @settings(
-    max_examples=300,
-    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(definitions(), st.data())

@@ -36,8 +36,6 @@ CODES = frozenset(
 )
 
 FUZZ = settings(
-    max_examples=150,
-    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -417,7 +415,7 @@ def test_well_formed_programs_never_raise_anything_but_function_error(
     assert outcomes == run_everything(source, args)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)  # each example compiles and runs a program
 @given(json_values)
 def test_identity_returns_the_argument_or_refuses_it_at_the_boundary(value: Any) -> None:
     program = compile_functions("fn f(x) { x }").program

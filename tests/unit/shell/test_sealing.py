@@ -17,7 +17,7 @@ from typing import cast
 import pytest
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator_core.errors import CoordinatorError
@@ -222,7 +222,6 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
 @given(value=json_values, run=st.text(min_size=1, max_size=40).filter(str.isprintable))
 def test_any_json_value_round_trips(value: object, run: str) -> None:
     box = sealer()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from coordinator_core.errors import CoordinatorError
@@ -817,7 +817,6 @@ _SCALARS = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
 @given(
     st.dictionaries(
         _NAMES, st.one_of(_SCALARS, st.dictionaries(_NAMES, _SCALARS, max_size=6)), max_size=10
