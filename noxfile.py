@@ -23,10 +23,14 @@ DISTRIBUTIONS = (
     ("coordinator-api", ROOT / "packages" / "coordinator-api"),
     ("coordinator-sandbox", ROOT / "packages" / "coordinator-sandbox"),
 )
-# The extras the sessions install: the service half, tracing (installed, off unless configured)
-# and the deployment commands (the install without them is tested by
-# tests/unit/cli/test_offline_install.py).
-EXTRAS = {"coordinator-core": "[service,tracing]", "coordinatorctl": "[deploy]"}
+# The extras the sessions install: the service half, tracing (installed, off unless configured),
+# the deployment commands (the install without them is tested by
+# tests/e2e/test_right_sized_install.py) and the test kit's PostgreSQL driver.
+EXTRAS = {
+    "coordinator-core": "[service,tracing]",
+    "coordinatorctl": "[deploy]",
+    "coordinator-sandbox": "[testing]",
+}
 # Where tests find the wheels this session installed (tests/support/wheels.py).
 WHEELS_VARIABLE = "COORDINATOR_TEST_WHEELS"
 # The source roots of the workspace packages, for tools that read the code without installing it.
@@ -43,7 +47,7 @@ TEST_TOOLS = (
     "schemathesis",
     "openapi-core",
     "openapi-spec-validator",
-    # tests/support/wheels.py builds wheels and tests/unit/cli/test_offline_install.py makes a
+    # tests/support/wheels.py builds wheels and tests/e2e/test_right_sized_install.py makes a
     # clean environment with it; on PATH in the session even when nox runs from .venv/bin.
     "uv",
     # tests/e2e/test_generated_client.py generates a client from the served document.

@@ -82,16 +82,11 @@ from bench_service import (
     READY_TIMEOUT,
     TLS,
     BenchError,
-    Processes,
     check_project,
     ctl,
-    free_port,
     percentile,
     postgres_cpu_seconds,
-    run_tool,
     seed,
-    wait_for,
-    with_database,
     write_project,
     write_runtime,
 )
@@ -99,7 +94,16 @@ from bench_service import cpu_seconds as process_cpu_seconds
 from sqlalchemy.dialects import postgresql
 
 from coordinator_core.shell.store.writes import hot_statements
-from coordinator_sandbox.launch import endpoints_in
+from coordinator_sandbox.testing import (
+    KitFailure,
+    Processes,
+    Sandbox,
+    ScratchPostgres,
+    caller_token,
+    database_url,
+    free_port,
+    wait_for,
+)
 
 WORKFLOW = "bench-parked"
 CONCURRENCY = 8  # admissions in flight
@@ -425,10 +429,7 @@ class Token:
     def current(self) -> str:
         with self.lock:
             if time.monotonic() - self.minted > TOKEN_REFRESH_SECONDS:
-                self.value = run_tool(
-                    ["-m", "coordinator_sandbox", "caller-token", "--state-dir", str(self.state),
-                     "--expires-in", "3600"]
-                ).strip()  # fmt: skip
+                self.value = caller_token(self.state)
                 self.minted = time.monotonic()
             return self.value
 
@@ -474,7 +475,7 @@ class Parked:
     runtime: str = ""
     revision: str = ""
     origin: str = ""
-    endpoints: dict[str, str] = field(default_factory=dict)
+    sandbox: Sandbox | None = None
     token: Token | None = None
     pids: dict[str, int] = field(default_factory=dict)
     figures: dict[str, float] = field(default_factory=dict)
@@ -508,7 +509,7 @@ class Parked:
 
     def prepare(self, directory: Path, role: str) -> None:
         env = dict(os.environ)
-        env["BENCH_RUNTIME_URL"] = with_database(self.url, self.database, user=role)
+        env["BENCH_RUNTIME_URL"] = database_url(self.url, self.database, user=role)
         env["BENCH_MIGRATION_URL"] = self.url
         self.env = env
         root = directory / "project"
@@ -516,16 +517,22 @@ class Parked:
         port = free_port()
         self.origin = f"http://127.0.0.1:{port}"
         state = root / ".coordinator" / "sandbox"
-        self.endpoints = self.start_sandbox(state)
-        self.pids["sandbox"] = self.processes.started[-1].pid
+        self.sandbox = sandbox = Sandbox.start(
+            self.processes,
+            state,
+            services=("identity", "breg", "casework", "messaging"),
+            coordinator_url=self.origin,
+            timeout=READY_TIMEOUT,
+        )
+        self.pids["sandbox"] = sandbox.process.pid
         runtime = root / "runtime.yaml"
         text = runtime.read_text()
         text = text.replace(
             "connections:\n",
             "connections:\n"
             + REVIEWS_CONNECTION.format(
-                base_url=self.endpoints["casework"],
-                token_endpoint=self.endpoints["tokenEndpoint"],
+                base_url=sandbox.url("casework"),
+                token_endpoint=sandbox.url("tokenEndpoint"),
             ),
         )
         runtime.write_text(text)
@@ -533,21 +540,19 @@ class Parked:
         self.revision = write_runtime(
             root,
             env,
-            self.endpoints,
+            sandbox,
             namespace=self.namespace,
             role=role,
             port=port,
             concurrency=self.arguments.worker_concurrency,
             poll_ms=self.arguments.poll_ms,
+            workflow=WORKFLOW,
         )
-        # bench_service's deployment block names its own workflow in the caller policy. The
-        # observation floor goes in after write_runtime, which rewrites what precedes
+        # The observation floor goes in after write_runtime, which rewrites what precedes
         # `connections:`.
         text = runtime.read_text()
-        policy = "workflows: [bench-service]"
-        if text.count(policy) != 1 or text.count("\ndeployment:\n") != 1:
-            raise BenchError("the runtime file's caller policy is not the expected one")
-        text = text.replace(policy, f"workflows: [{WORKFLOW}]")
+        if text.count("\ndeployment:\n") != 1:
+            raise BenchError("the runtime file has no one deployment block")
         runtime.write_text(
             text.replace("\ndeployment:\n", "\n" + OBSERVATION_BLOCK + "deployment:\n")
         )
@@ -562,25 +567,6 @@ class Parked:
         # Without autovacuum nothing analyzes the store's tables while they fill, so the
         # planner keeps the estimates of near-empty tables until the VACUUM (ANALYZE) below.
         self.autovacuum = str(row[0]) if row else "?"
-
-    def start_sandbox(self, state: Path) -> dict[str, str]:
-        process = self.processes.start(
-            "sandbox",
-            [
-                "-m", "coordinator_sandbox", "serve",
-                "--state-dir", str(state),
-                "--ports", "0",
-                "--services", "identity,breg,casework,messaging",
-                "--coordinator-url", self.origin,
-            ],
-        )  # fmt: skip
-
-        def ready() -> dict[str, str] | None:
-            if process.poll() is not None:
-                raise BenchError("the sandbox exited: " + self.processes.log("sandbox"))
-            return endpoints_in(self.processes.log("sandbox", tail=100_000))
-
-        return wait_for(ready, READY_TIMEOUT, "the sandbox", 0.1)
 
     def start_service(self) -> None:
         started = {
@@ -600,7 +586,7 @@ class Parked:
         def healthy() -> bool:
             for name, process in started.items():
                 if process.poll() is not None:
-                    raise BenchError(f"{name} exited: " + self.processes.log(name))
+                    raise BenchError(f"{name} exited: " + self.processes.log(name, tail=4000))
             try:
                 return httpx.get(self.origin + "/health", timeout=1, verify=TLS).status_code == 200
             except httpx.HTTPError:
@@ -941,7 +927,8 @@ class Parked:
         count = arguments.due
         rate = self.figures["admissions_per_second"]
         applications = [str(uuid.uuid4()) for _ in range(count)]
-        seed(self.endpoints, applications)  # their BReg reads, once they wake, succeed
+        assert self.sandbox is not None
+        seed(self.sandbox, applications)  # their BReg reads, once they wake, succeed
         margin = arguments.due_margin or max(30.0, min(600.0, 15.0 + 1.5 * count / rate))
         target = _truncated(datetime.now(UTC) + timedelta(seconds=margin))
         wake = instant(target)
@@ -1002,25 +989,16 @@ class Parked:
 
 
 def bench(admin_url: str, arguments: argparse.Namespace) -> Parked:
-    tag = secrets.token_hex(5)
-    name, role = f"coordinator_bench_parked_{tag}", f"coordinator_bench_rt_{tag}"
-    created = False
-    try:
-        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-            created = True
-            admin.execute(f'CREATE ROLE "{role}" LOGIN')
-    except psycopg.Error as error:
-        if created:
-            with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as admin:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        raise BenchError(f"PostgreSQL is unavailable at {admin_url}: {error}") from error
-    try:
+    with ScratchPostgres(admin_url, "coordinator_bench") as postgres:
+        try:
+            url, role = postgres.database("parked"), postgres.role()
+        except psycopg.Error as error:
+            raise BenchError(f"PostgreSQL is unavailable at {admin_url}: {error}") from error
         with tempfile.TemporaryDirectory(prefix="bench-parked-") as scratch:
             directory = Path(scratch)
             processes = Processes(directory)
             state = Parked(
-                arguments, admin_url, processes, url=with_database(admin_url, name), database=name
+                arguments, admin_url, processes, url=url, database=url.rpartition("/")[2]
             )
             try:
                 state.prepare(directory, role)
@@ -1037,18 +1015,14 @@ def bench(admin_url: str, arguments: argparse.Namespace) -> Parked:
                     state.fire()
                 state.figures["measured_seconds"] = time.monotonic() - began
                 return state
-            except BenchError:
+            except (BenchError, KitFailure):
                 for log in ("serve", "worker", "sandbox"):
                     tail = processes.log(log, tail=1500)
                     if tail:
                         sys.stderr.write(f"--- {log} (tail) ---\n{tail}\n")
                 raise
             finally:
-                processes.stop_all()
-    finally:
-        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+                processes.stop_all(grace=20)
 
 
 def plain_lines(figures: Mapping[str, float]) -> list[str]:
@@ -1155,7 +1129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"# bench_parked: 1-minute load average at the start {load:.2f}{smoke}", flush=True)
     try:
         state = bench(admin_url, arguments)
-    except BenchError as error:
+    except (BenchError, KitFailure) as error:
         print(f"bench_parked: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

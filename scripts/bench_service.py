@@ -89,7 +89,6 @@ import os
 import random
 import secrets
 import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -103,14 +102,27 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
 
 import httpx
 import psycopg
 import yaml
 
-from coordinator_sandbox.launch import endpoints_in
+from coordinator_sandbox.testing import (
+    KitFailure,
+    Policy,
+    Processes,
+    Sandbox,
+    ScratchPostgres,
+    caller_token,
+    database_url,
+    deployment_block,
+    free_port,
+    point_at_sandbox,
+    postgresql_database,
+    wait_for,
+    write_keys,
+)
 
 PYTHON = sys.executable
 HERE = Path(__file__).resolve().parent
@@ -167,7 +179,6 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # One TLS context for every client of this script: httpx builds one per client otherwise (it
 # loads the CA bundle each time), which would be counted as client CPU of the windows.
 TLS = httpx.create_ssl_context(trust_env=False)
-T = TypeVar("T")
 
 WORKFLOW_YAML = """\
 apiVersion: id.registrystack.org/formats/coordinator/project/v1alpha1
@@ -328,129 +339,9 @@ cases:
       effects: []
 """
 
-DEPLOYMENT_BLOCK = """deployment:
-  databaseId: bench-service
-{role}  package:
-    root: {package}
-    expectedDigest: "{digest}"
-  listener:
-    bind: 127.0.0.1:{port}
-    tlsTermination: development-loopback
-  authentication:
-    issuer: {issuer}
-    audience: coordinator
-    jwksSource:
-      type: static
-      documentRef: secret:file/caller-jwks.json
-    allowedClients: [ops-console]
-    policies:
-      - clientId: ops-console
-        requiredScopes: [coordinator:operate]
-        workflows: [bench-service]
-        actions: [start, status, inspect]
-        operator: true
-  auditDirectory: {audit}
-  auditKeyRef: secret:file/audit.key
-  activeStateKey: 1
-  stateKeys:
-    "1":
-      keyRef: secret:file/state-1.key
-  admissionKeyRef: secret:file/admission.key
-  worker:
-    pollMilliseconds: {poll_ms}
-    concurrency: {concurrency}
-"""
-
 
 class BenchError(Exception):
     """A step of the benchmark failed; the message says which (and carries a log tail)."""
-
-
-def with_database(url: str, database: str, user: str | None = None) -> str:
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if user is not None:
-        netloc = user + "@" + netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, "/" + database, parts.query, parts.fragment))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def wait_for(predicate: Callable[[], T | None], timeout: float, what: str, interval: float) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise BenchError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-
-
-class Processes:
-    """Every process this script started; `stop` ends some, `stop_all` the rest (TERM, then
-    KILL)."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.started: list[subprocess.Popen[bytes]] = []
-
-    def start(
-        self,
-        name: str,
-        arguments: Sequence[str],
-        env: Mapping[str, str] | None = None,
-        python: str = PYTHON,
-    ) -> subprocess.Popen[bytes]:
-        with (self.directory / f"{name}.log").open("ab") as log:
-            process = subprocess.Popen(
-                [python, *arguments],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=dict(env) if env is not None else None,
-                start_new_session=True,
-            )
-        self.started.append(process)
-        return process
-
-    def log(self, name: str, tail: int = 4000) -> str:
-        path = self.directory / f"{name}.log"
-        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
-
-    def log_size(self, name: str) -> int:
-        path = self.directory / f"{name}.log"
-        return path.stat().st_size if path.exists() else 0
-
-    def log_since(self, name: str, offset: int) -> str:
-        """What the log of `name` gained after it was `offset` bytes long."""
-        path = self.directory / f"{name}.log"
-        if not path.exists():
-            return ""
-        with path.open("rb") as log:
-            log.seek(offset)
-            return log.read().decode(errors="replace")
-
-    def stop(self, processes: Sequence[subprocess.Popen[bytes]]) -> None:
-        for process in reversed(processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 20
-        for process in reversed(processes):
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
-        self.started = [process for process in self.started if process not in processes]
-
-    def stop_all(self) -> None:
-        self.stop(list(self.started))
 
 
 def run_tool(arguments: Sequence[str], env: Mapping[str, str] | None = None) -> str:
@@ -973,8 +864,7 @@ def write_project(
     (root / "workflow.yaml").write_text(workflow, encoding="utf-8")
     (root / "functions.rhai").write_text(functions, encoding="utf-8")
     (root / "scenarios.yaml").write_text(scenarios, encoding="utf-8")
-    secrets_dir = str(root / ".coordinator" / "secrets")
-    run_tool(["-m", "coordinator_sandbox", "keys", "--secrets-dir", secrets_dir])
+    write_keys(root / ".coordinator" / "secrets")
 
 
 def check_project(env: Mapping[str, str], root: Path, runtime: str, revision: str) -> None:
@@ -992,30 +882,10 @@ def check_project(env: Mapping[str, str], root: Path, runtime: str, revision: st
         raise BenchError(f"coordinatorctl check: {json.dumps(checked)}")
 
 
-def start_sandbox(processes: Processes, state: Path, origin: str) -> dict[str, str]:
-    process = processes.start(
-        "sandbox",
-        [
-            "-m", "coordinator_sandbox", "serve",
-            "--state-dir", str(state),
-            "--ports", "0",
-            "--services", "identity,breg,messaging",
-            "--coordinator-url", origin,
-        ],
-    )  # fmt: skip
-
-    def ready() -> dict[str, str] | None:
-        if process.poll() is not None:
-            raise BenchError("the sandbox exited: " + processes.log("sandbox"))
-        return endpoints_in(processes.log("sandbox", tail=100_000))
-
-    return wait_for(ready, READY_TIMEOUT, "the sandbox", 0.1)
-
-
 def write_runtime(
     root: Path,
     env: Mapping[str, str],
-    endpoints: Mapping[str, str],
+    sandbox: Sandbox,
     *,
     namespace: str,
     role: str,
@@ -1023,44 +893,40 @@ def write_runtime(
     concurrency: int,
     poll_ms: int = 20,
     sqlite_runtime: Path | None = None,
+    workflow: str = WORKFLOW,
 ) -> str:
     """Point runtime.yaml at the sandbox and PostgreSQL, package, add the deployment block.
     With `sqlite_runtime`, write that runtime file too: the same, on the SQLite store `init`
     wrote into runtime.yaml (no runtime role there), with an audit directory of its own."""
     runtime = root / "runtime.yaml"
-    text = runtime.read_text()
-    text = text.replace("http://127.0.0.1:8100/oauth/token", endpoints["tokenEndpoint"])
-    text = text.replace("http://127.0.0.1:8101", endpoints["breg"])
-    text = text.replace("http://127.0.0.1:8103", endpoints["messaging"])
+    text = point_at_sandbox(runtime.read_text(), sandbox.endpoints)
     sqlite_text = text  # init's `database: {sqlite: {path: …}}`
-    start, end = text.index("database:\n"), text.index("connections:\n")
-    text = (
-        text[:start]
-        + "database:\n  postgresql:\n"
-        + "    runtimeUrlRef: secret:env/BENCH_RUNTIME_URL\n"
-        + "    migrationUrlRef: secret:env/BENCH_MIGRATION_URL\n"
-        + f"    namespace: {namespace}\n"
-        + text[end:]
+    text = postgresql_database(
+        text,
+        namespace=namespace,
+        runtime_url_variable="BENCH_RUNTIME_URL",
+        migration_url_variable="BENCH_MIGRATION_URL",
     )
-    text = text.replace("secretProviders:\n", "secretProviders:\n  environment: {}\n")
     package = root / "dist" / "package"
     packaged = ctl(env, "package", "--project", str(root), "--output", str(package))
 
-    def deployment(role_line: str, audit: str) -> str:
-        return DEPLOYMENT_BLOCK.format(
-            role=role_line,
-            package=json.dumps(str(package)),
+    def deployment(runtime_role: str | None, audit: str) -> str:
+        return deployment_block(
+            database_id="bench-service",
+            package=package,
             digest=packaged["packageDigest"],
             port=port,
-            issuer=endpoints["issuer"],
-            audit=json.dumps(str(root / ".coordinator" / audit)),
+            issuer=sandbox.url("issuer"),
+            policies=[Policy([workflow], actions=("start", "status", "inspect"))],
+            audit_directory=root / ".coordinator" / audit,
+            runtime_role=runtime_role,
             poll_ms=poll_ms,
             concurrency=concurrency,
         )
 
-    runtime.write_text(text + deployment(f"  runtimeRole: {role}\n", "audit"))
+    runtime.write_text(text + deployment(role, "audit"))
     if sqlite_runtime is not None:
-        sqlite_runtime.write_text(sqlite_text + deployment("", "audit-sqlite"))
+        sqlite_runtime.write_text(sqlite_text + deployment(None, "audit-sqlite"))
     revision: str = packaged["revision"]
     return revision
 
@@ -1068,7 +934,7 @@ def write_runtime(
 def write_peer_config(
     path: Path,
     runtime: Path,
-    endpoints: Mapping[str, str],
+    sandbox: Sandbox,
     *,
     port: int,
     url: str,
@@ -1098,7 +964,7 @@ def write_peer_config(
         "port": port,
         "systemDatabaseUrl": url,
         "issuer": deployment["issuer"],
-        "jwksUri": endpoints["jwksUri"],
+        "jwksUri": sandbox.url("jwksUri"),
         "audience": deployment["audience"],
         "allowedClients": deployment["allowedClients"],
         "requiredScopes": policy["requiredScopes"],
@@ -1111,19 +977,9 @@ def write_peer_config(
     path.write_text(json.dumps(config, indent=2), encoding="utf-8")
 
 
-def seed(endpoints: Mapping[str, str], applications: Sequence[str]) -> None:
-    with httpx.Client(timeout=10, verify=TLS) as client:
-        for application in applications:
-            client.put(
-                f"{endpoints['breg']}/sandbox/records/applications/{application}",
-                json={
-                    "domainData": {
-                        "followUpAllowed": True,
-                        "contactEmail": "applicant@example.org",
-                        "applicantName": "A. Applicant",
-                    }
-                },
-            ).raise_for_status()
+def seed(sandbox: Sandbox, applications: Sequence[str]) -> None:
+    for application in applications:
+        sandbox.seed_application(application)
 
 
 @dataclass
@@ -1198,7 +1054,7 @@ class Bench:
         def healthy() -> bool:
             for name, process in started.items():
                 if process.poll() is not None:
-                    raise BenchError(f"{name} exited: " + self.processes.log(name))
+                    raise BenchError(f"{name} exited: " + self.processes.log(name, tail=4000))
             if any(
                 "bench-peer ready" not in self.processes.log_since(name, offset)
                 for name, offset in log_offsets.items()
@@ -1265,10 +1121,11 @@ class Bench:
             executors = poller.executors(measured.run_ids)
         finally:
             poller.close()
-            self.processes.stop(list(started.values()))
+            self.processes.stop_all(started.values(), grace=20)
         for name, process in started.items():
             if process.returncode not in (0, -signal.SIGTERM):
-                raise BenchError(f"{name} exited {process.returncode}: {self.processes.log(name)}")
+                log = self.processes.log(name, tail=4000)
+                raise BenchError(f"{name} exited {process.returncode}: {log}")
         if not sqlite:
             wait_sessions_gone(self.admin_url, database)
         after = read_counters(self.admin_url, database, self.own_databases)
@@ -1349,7 +1206,7 @@ def prepare(bench: Bench, directory: Path, role: str) -> None:
     """The project, the sandbox, the store, the seeded records, the caller's token."""
     arguments = bench.arguments
     env = dict(os.environ)
-    env["BENCH_RUNTIME_URL"] = with_database(bench.url, bench.database, user=role)
+    env["BENCH_RUNTIME_URL"] = database_url(bench.url, bench.database, user=role)
     env["BENCH_MIGRATION_URL"] = bench.url
     bench.env = env
     root = directory / "project"
@@ -1357,15 +1214,16 @@ def prepare(bench: Bench, directory: Path, role: str) -> None:
     port = free_port()
     bench.origin = f"http://127.0.0.1:{port}"
     state = root / ".coordinator" / "sandbox"
-    endpoints = start_sandbox(bench.processes, state, bench.origin)
-    bench.sandbox_pid = bench.processes.started[-1].pid
+    services = ("identity", "breg", "messaging")
+    sandbox = Sandbox.start(bench.processes, state, services=services, coordinator_url=bench.origin)
+    bench.sandbox_pid = sandbox.process.pid
     bench.namespace = f"coordinator_bench_{secrets.token_hex(4)}"
     selected = set(arguments.configurations)
     sqlite_runtime = directory / "runtime-sqlite.yaml" if "serve-sqlite" in selected else None
     bench.revision = write_runtime(
         root,
         env,
-        endpoints,
+        sandbox,
         namespace=bench.namespace,
         role=role,
         port=port,
@@ -1386,11 +1244,8 @@ def prepare(bench: Bench, directory: Path, role: str) -> None:
         ctl(env, "--runtime-config", bench.sqlite_runtime, "apply", "--reference", "BENCH-1")
     bench.bound_file = directory / "bound.sqlite"
     bench.applications = [str(uuid.uuid4()) for _ in range(arguments.runs)]
-    seed(endpoints, bench.applications)  # every window reads the same records
-    bench.token = run_tool(
-        ["-m", "coordinator_sandbox", "caller-token", "--state-dir", str(state),
-         "--expires-in", "3600"]
-    ).strip()  # fmt: skip
+    seed(sandbox, bench.applications)  # every window reads the same records
+    bench.token = caller_token(state)
     if selected & set(PEERS):
         peer_port = free_port()
         bench.peer_origin = f"http://127.0.0.1:{peer_port}"
@@ -1404,7 +1259,7 @@ def prepare(bench: Bench, directory: Path, role: str) -> None:
             write_peer_config(
                 config,
                 Path(bench.runtime),
-                endpoints,
+                sandbox,
                 port=peer_port,
                 url=url,
                 start=arguments.peer_start,
@@ -1502,19 +1357,12 @@ def run_rounds(bench: Bench) -> Results:
 
 
 def bench(admin_url: str, arguments: argparse.Namespace) -> Results:
-    tag = secrets.token_hex(5)
-    name, peer_name = f"coordinator_bench_{tag}", f"coordinator_bench_dbos_{tag}"
-    role = f"coordinator_bench_rt_{tag}"
-    created: list[str] = []
-    try:
-        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as admin:
-            for database in (name, peer_name):
-                admin.execute(f'CREATE DATABASE "{database}"')
-                created.append(database)
-            admin.execute(f'CREATE ROLE "{role}" LOGIN')
-    except psycopg.Error as error:
-        raise BenchError(f"PostgreSQL is unavailable at {admin_url}: {error}") from error
-    try:
+    with ScratchPostgres(admin_url, "coordinator_bench") as postgres:
+        try:
+            url, peer_url = postgres.database(), postgres.database("dbos")
+            role = postgres.role()
+        except psycopg.Error as error:
+            raise BenchError(f"PostgreSQL is unavailable at {admin_url}: {error}") from error
         with tempfile.TemporaryDirectory(prefix="bench-service-") as scratch:
             directory = Path(scratch)
             processes = Processes(directory)
@@ -1522,27 +1370,22 @@ def bench(admin_url: str, arguments: argparse.Namespace) -> Results:
                 arguments,
                 admin_url,
                 processes,
-                url=with_database(admin_url, name),
-                database=name,
-                peer_url=with_database(admin_url, peer_name),
-                peer_database=peer_name,
+                url=url,
+                database=url.rpartition("/")[2],
+                peer_url=peer_url,
+                peer_database=peer_url.rpartition("/")[2],
             )
             try:
                 prepare(state, directory, role)
                 return run_rounds(state)
-            except BenchError:
+            except (BenchError, KitFailure):
                 for log in sorted(path.stem for path in directory.glob("*.log")):
                     tail = processes.log(log, tail=1500)
                     if tail:
                         sys.stderr.write(f"--- {log} (tail) ---\n{tail}\n")
                 raise
             finally:
-                processes.stop_all()
-    finally:
-        with psycopg.connect(admin_url, autocommit=True, connect_timeout=3) as admin:
-            for database in created:
-                admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+                processes.stop_all(grace=20)
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -1868,7 +1711,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         results = bench(admin_url, arguments)
-    except BenchError as error:
+    except (BenchError, KitFailure) as error:
         print(f"bench_service: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

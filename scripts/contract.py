@@ -21,51 +21,38 @@ The server URL comes from `COORDINATOR_TEST_POSTGRES_URL` (default
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
 
+from coordinator_sandbox.testing import Processes, ScratchPostgres, database_url
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
-from e2e_support import Processes, Project  # noqa: E402
+from e2e_support import Project  # noqa: E402
 
 ADMIN_URL = os.environ.get("COORDINATOR_TEST_POSTGRES_URL", "postgresql://root@127.0.0.1:5432/root")
 CONFIG = ROOT / "ci" / "schemathesis.toml"
 SCHEMA = ROOT / "generated" / "openapi.bundled.yaml"
 
 
-def with_database(url: str, database: str, user: str | None = None) -> str:
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if user is not None:
-        netloc = user + "@" + netloc.rpartition("@")[2]
-    return urlunsplit((parts.scheme, netloc, "/" + database, parts.query, parts.fragment))
-
-
-def run_contract(directory: Path, processes: Processes, database_url: str, role: str) -> int:
+def run_contract(directory: Path, processes: Processes, postgres: ScratchPostgres) -> int:
     project = Project.create(directory, processes)
     sandbox = project.start_sandbox()
-    project.env["E2E_RUNTIME_URL"] = with_database(
-        database_url, database_url.rpartition("/")[2], user=role
-    )
-    project.env["E2E_MIGRATION_URL"] = database_url
-    project.write_runtime(
+    url = postgres.database()
+    role = postgres.role()
+    project.write_postgres_runtime(
         sandbox,
-        database=(
-            "database:\n  postgresql:\n"
-            "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
-            "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
-            f"    namespace: coordinator_contract_{uuid.uuid4().hex[:8]}\n"
-        ),
+        runtime_url=database_url(url, url.rpartition("/")[2], user=role),
+        migration_url=url,
+        namespace=f"coordinator_contract_{uuid.uuid4().hex[:8]}",
         runtime_role=role,
         concurrency=2,
     )
@@ -119,30 +106,20 @@ def run_contract(directory: Path, processes: Processes, database_url: str, role:
 
 
 def main() -> int:
-    name = f"coordinator_contract_{secrets.token_hex(6)}"
-    role = f"coordinator_rt_{secrets.token_hex(5)}"
-    with psycopg.connect(ADMIN_URL, autocommit=True, connect_timeout=3) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        admin.execute(f'CREATE ROLE "{role}" LOGIN')
-    database_url = with_database(ADMIN_URL, name)
-    try:
-        with tempfile.TemporaryDirectory(prefix="coordinator-contract-") as temporary:
-            processes = Processes(Path(temporary))
-            try:
-                return run_contract(Path(temporary), processes, database_url, role)
-            except AssertionError as error:
-                print(f"contract set-up failed: {error}", file=sys.stderr)
-                for log in sorted(Path(temporary).glob("*.err")):
-                    print(f"--- {log.name}\n{log.read_text(errors='replace')}", file=sys.stderr)
-                return 1
-            finally:
-                processes.stop_all()
-    finally:
-        with psycopg.connect(database_url, autocommit=True) as database:
-            database.execute(f'DROP OWNED BY "{role}"')
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+    with (
+        ScratchPostgres(ADMIN_URL, "coordinator_contract") as postgres,
+        tempfile.TemporaryDirectory(prefix="coordinator-contract-") as temporary,
+    ):
+        processes = Processes(Path(temporary))
+        try:
+            return run_contract(Path(temporary), processes, postgres)
+        except (AssertionError, psycopg.Error) as error:
+            print(f"contract set-up failed: {error}", file=sys.stderr)
+            for log in sorted(Path(temporary).glob("*.log")):
+                print(f"--- {log.name}\n{log.read_text(errors='replace')}", file=sys.stderr)
+            return 1
+        finally:
+            processes.stop_all()
 
 
 if __name__ == "__main__":

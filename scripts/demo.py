@@ -22,8 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,9 +31,21 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from coordinator_sandbox.launch import endpoints_in
+from coordinator_sandbox.testing import (
+    KitFailure,
+    Policy,
+    Processes,
+    Sandbox,
+    caller_token,
+    deployment_block,
+    free_port,
+    point_at_sandbox,
+    wait_for,
+    write_keys,
+    write_token,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -43,8 +53,6 @@ PYTHON = sys.executable
 GRAPH_EXAMPLE = "reviewed-notice"
 MESSAGING = "messaging.submit-message/v1"
 SETTLED = frozenset({"finished", "failed", "cancelled", "cancelled-after-effect", "expired"})
-
-T = TypeVar("T")
 
 
 class DemoFailure(Exception):
@@ -112,13 +120,6 @@ def offline(scratch: Path) -> int:
 # -- part 2: live ---------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 class Live:
     """The live part's processes, files and deadline."""
 
@@ -131,8 +132,8 @@ class Live:
         self.deadline = time.monotonic() + timeout
         self.port = free_port()
         self.origin = f"http://127.0.0.1:{self.port}"
-        self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
-        self.endpoints: dict[str, str] = {}
+        self.processes = Processes(directory)
+        self.sandbox: Sandbox | None = None
         self.revision = ""
 
     def remaining(self) -> float:
@@ -140,14 +141,6 @@ class Live:
         if left <= 0:
             raise DemoFailure("the live demo ran out of time")
         return left
-
-    def wait(self, what: str, predicate: Callable[[], T | None], interval: float = 0.2) -> T:
-        while True:
-            self.remaining()  # raises once the time is up
-            found = predicate()
-            if found is not None:
-                return found
-            time.sleep(interval)
 
     def step(
         self, title: str, *arguments: str, quiet: bool = False
@@ -162,82 +155,29 @@ class Live:
             raise DemoFailure(f"`{title}` exited {done.returncode}")
         return done
 
-    # -- processes --------------------------------------------------------------------------
-
-    def start(self, name: str, *arguments: str) -> subprocess.Popen[bytes]:
-        log = (self.directory / f"{name}.log").open("wb")
-        process = subprocess.Popen(
-            [PYTHON, "-m", *arguments],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        log.close()
-        self.processes.append((name, process))
-        return process
-
-    def log(self, name: str) -> str:
-        path = self.directory / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def alive(self, name: str, process: subprocess.Popen[bytes]) -> None:
-        if process.poll() is not None:
-            raise DemoFailure(f"{name} exited {process.returncode}:\n{self.log(name)}")
-
-    def stop_all(self) -> list[tuple[str, int]]:
-        """SIGTERM every process (newest first), SIGKILL what has not exited after 15 s."""
-        for _, process in reversed(self.processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        codes: list[tuple[str, int]] = []
-        grace = time.monotonic() + 15
-        for name, process in reversed(self.processes):
-            try:
-                process.wait(max(0.1, grace - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
-            codes.append((name, process.returncode))
-        self.processes.clear()
-        return codes
-
     # -- the flow ---------------------------------------------------------------------------
-
-    def http(self, method: str, url: str, body: object | None = None) -> Any:
-        import httpx
-
-        answer = httpx.request(method, url, json=body, timeout=5)
-        answer.raise_for_status()
-        return answer.json() if answer.content else None
 
     def prepare(self) -> None:
         self.step(
             "coordinatorctl init --directory follow-up", "init", "--directory", str(self.project)
         )
         banner("coordinator-sandbox keys --secrets-dir follow-up/.coordinator/secrets")
-        keys = run("coordinator_sandbox", "keys", "--secrets-dir", str(self.secrets))
-        if keys.returncode != 0:
-            show(keys)
-            raise DemoFailure("coordinator-sandbox keys failed")
+        write_keys(self.secrets)
         print("client signing keys, caller JWKS and event key written (files 0600)")
 
         banner("coordinator-sandbox serve --ports 0 (identity, BReg, Messaging on loopback)")
-        sandbox = self.start(
-            "sandbox",
-            "coordinator_sandbox", "serve", "--state-dir", str(self.state), "--ports", "0",
-            "--services", "identity,breg,messaging", "--coordinator-url", self.origin,
-        )  # fmt: skip
-
-        def ready() -> dict[str, str] | None:
-            self.alive("sandbox", sandbox)
-            return endpoints_in(self.log("sandbox"))
-
-        self.endpoints = self.wait("the sandbox", ready)
+        self.sandbox = Sandbox.start(
+            self.processes,
+            self.state,
+            services=("identity", "breg", "messaging"),
+            coordinator_url=self.origin,
+            timeout=self.remaining(),
+        )
         for service in ("identity", "breg", "messaging"):
-            print(f"{service:10} {self.endpoints[service]}")
+            print(f"{service:10} {self.sandbox.url(service)}")
 
     def configure(self) -> str:
+        assert self.sandbox is not None
         packaged = self.step(
             "coordinatorctl package --project follow-up --output follow-up/dist/package",
             "package", "--project", str(self.project),
@@ -249,33 +189,22 @@ class Live:
         print(f"Package:  {report['packageDigest']}\nRevision: {self.revision}")
 
         banner("runtime.yaml: sandbox endpoints and a deployment block")
-        text = self.runtime.read_text()
-        text = text.replace("http://127.0.0.1:8100/oauth/token", self.endpoints["tokenEndpoint"])
-        text = text.replace("http://127.0.0.1:8101", self.endpoints["breg"])
-        text = text.replace("http://127.0.0.1:8103", self.endpoints["messaging"])
-        block = DEPLOYMENT.format(
-            package=json.dumps(str(self.project / "dist" / "package")),
+        block = deployment_block(
+            database_id="follow-up-demo",
+            package=self.project / "dist" / "package",
             digest=report["packageDigest"],
             port=self.port,
-            issuer=self.endpoints["issuer"],
-            audit=json.dumps(str(self.project / ".coordinator" / "audit")),
+            issuer=self.sandbox.url("issuer"),
+            policies=[Policy(["delayed-follow-up"])],
+            audit_directory=self.project / ".coordinator" / "audit",
         )
+        text = point_at_sandbox(self.runtime.read_text(), self.sandbox.endpoints)
         self.runtime.write_text(text + block)
         print(block, end="")
 
         banner("seed the BReg application record (followUpAllowed: true)")
         application = str(uuid.uuid4())
-        self.http(
-            "PUT",
-            f"{self.endpoints['breg']}/sandbox/records/applications/{application}",
-            {
-                "domainData": {
-                    "followUpAllowed": True,
-                    "contactEmail": "applicant@example.org",
-                    "applicantName": "A. Applicant",
-                }
-            },
-        )
+        self.sandbox.seed_application(application)
         print(f"applications/{application}")
         return application
 
@@ -288,30 +217,29 @@ class Live:
         banner(
             f"coordinator serve --runtime-config follow-up/runtime.yaml  (listening on {self.origin})"
         )
-        service = self.start(
-            "coordinator", "coordinator_api.serve", "serve", "--runtime-config", str(self.runtime)
+        service = self.processes.start(
+            "coordinator",
+            ["-m", "coordinator_api.serve", "serve", "--runtime-config", str(self.runtime)],
         )
         import httpx
 
-        def healthy() -> bool | None:
-            self.alive("coordinator", service)
+        def healthy() -> bool:
+            if service.poll() is not None:
+                log = self.processes.log("coordinator")
+                raise DemoFailure(f"coordinator exited {service.returncode}:\n{log}")
             try:
-                return httpx.get(self.origin + "/health", timeout=1).status_code == 200 or None
+                return httpx.get(self.origin + "/health", timeout=1).status_code == 200
             except httpx.HTTPError:
-                return None
+                return False
 
-        self.wait("the coordinator", healthy)
+        wait_for(healthy, self.remaining(), "the coordinator", interval=0.2)
         print("GET /health → 200")
 
     def start_run(self, application: str) -> tuple[Path, str]:
         banner("coordinator-sandbox caller-token (ops-console, coordinator:operate)")
-        minted = run("coordinator_sandbox", "caller-token", "--state-dir", str(self.state))
-        if minted.returncode != 0:
-            show(minted)
-            raise DemoFailure("coordinator-sandbox caller-token failed")
-        token = self.project / ".coordinator" / "caller-token"
-        token.write_text(minted.stdout.strip() + "\n")
-        token.chmod(0o600)
+        token = write_token(
+            self.project / ".coordinator" / "caller-token", caller_token(self.state)
+        )
         print(f"token written to {token.relative_to(self.directory)} (never printed)")
 
         send_after = datetime.now(UTC) + timedelta(seconds=4)
@@ -359,8 +287,8 @@ class Live:
             f"coordinatorctl inspect --run {run_id}",
             "--url", self.origin, "--token-file", str(token), "inspect", "--run", run_id,
         )  # fmt: skip
-        messages = self.http("GET", self.endpoints["messaging"] + "/sandbox/messages")
-        found = messages["messages"] if isinstance(messages, dict) else messages
+        assert self.sandbox is not None
+        found = self.sandbox.messages()
         print(f"sandbox Messaging received {len(found)} message(s)")
         if len(found) != 1:
             raise DemoFailure("Messaging did not receive exactly one message")
@@ -410,21 +338,28 @@ def live(timeout: float) -> int:
             demo.inspect(token, run_id)
             if final["status"] != "finished":
                 raise DemoFailure(f"the run ended {final['status']}, not finished")
-        except (DemoFailure, subprocess.TimeoutExpired, OSError, ValueError, KeyError) as error:
+        except (
+            DemoFailure,
+            KitFailure,
+            subprocess.TimeoutExpired,
+            OSError,
+            ValueError,
+            KeyError,
+        ) as error:
             banner("live demo failed")
             print(f"{type(error).__name__}: {error}")
-            for name, _ in demo.processes:
-                tail = demo.log(name).splitlines()[-15:]
+            for name in demo.processes.names.values():
+                tail = demo.processes.log(name).splitlines()[-15:]
                 print(f"--- {name} (last lines)\n" + "\n".join(tail))
-            demo.stop_all()
+            demo.processes.stop_all()
             return 1
         except BaseException:
-            demo.stop_all()
+            demo.processes.stop_all()
             raise
         banner("stop the coordinator and the sandbox (SIGTERM)")
-        codes = demo.stop_all()
+        codes = demo.processes.stop_all()
         print("coordinator log (JSON lines on stderr):")
-        for line in demo.log("coordinator").splitlines():
+        for line in demo.processes.log("coordinator").splitlines():
             if line.startswith("{"):
                 print("  " + line)
         for name, code in codes:
@@ -432,37 +367,6 @@ def live(timeout: float) -> int:
             if code != 0:
                 return 1
     return 0
-
-
-DEPLOYMENT = """deployment:
-  databaseId: follow-up-demo
-  package:
-    root: {package}
-    expectedDigest: "{digest}"
-  listener:
-    bind: 127.0.0.1:{port}
-    tlsTermination: development-loopback
-  authentication:
-    issuer: {issuer}
-    audience: coordinator
-    jwksSource:
-      type: static
-      documentRef: secret:file/caller-jwks.json
-    allowedClients: [ops-console]
-    policies:
-      - clientId: ops-console
-        requiredScopes: [coordinator:operate]
-        workflows: [delayed-follow-up]
-        actions: [start, status, inspect, cancel, retry-same, reconcile, doctor]
-        operator: true
-  auditDirectory: {audit}
-  auditKeyRef: secret:file/audit.key
-  activeStateKey: 1
-  stateKeys:
-    "1":
-      keyRef: secret:file/state-1.key
-  admissionKeyRef: secret:file/admission.key
-"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,6 @@ loaded 2-core machine makes any such bound flaky, and every test has its timeout
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
@@ -27,8 +26,9 @@ from typing import NoReturn
 import psycopg
 import pytest
 from hypothesis import settings
-from support.databases import database_url
 from support.needs import in_ci, unavailable
+
+from coordinator_sandbox.testing import ScratchPostgres
 
 TESTS = Path(__file__).resolve().parent
 # The timeout of a test in each tier (the folder under tests/), in seconds, fixtures included:
@@ -73,39 +73,25 @@ def postgres_admin_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def postgres_url(postgres_admin_url: str) -> Iterator[str]:
-    """A fresh database for this test session (dropped afterwards)."""
-    name = f"coordinator_test_{secrets.token_hex(6)}"
-    try:
-        with psycopg.connect(postgres_admin_url, autocommit=True, connect_timeout=3) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-    except psycopg.Error as error:
-        postgres_unavailable(type(error).__name__)
-    try:
-        yield database_url(postgres_admin_url, name)
-    finally:
-        with psycopg.connect(postgres_admin_url, autocommit=True, connect_timeout=3) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def postgres_scratch(postgres_admin_url: str) -> Iterator[ScratchPostgres]:
+    """This test session's databases and login roles on the server, dropped afterwards."""
+    with ScratchPostgres(postgres_admin_url, "coordinator_test") as scratch:
+        yield scratch
 
 
 @pytest.fixture(scope="session")
-def postgres_role(postgres_url: str, postgres_admin_url: str) -> Iterator[Callable[[], str]]:
-    """Login roles for `runtimeRole`; each is dropped after the session."""
-    created: list[str] = []
+def postgres_url(postgres_scratch: ScratchPostgres) -> str:
+    """A fresh database for this test session (dropped afterwards)."""
+    try:
+        return postgres_scratch.database()
+    except psycopg.Error as error:
+        postgres_unavailable(type(error).__name__)
 
-    def create() -> str:
-        role = f"coordinator_rt_{secrets.token_hex(5)}"
-        with psycopg.connect(postgres_admin_url, autocommit=True) as admin:
-            admin.execute(f'CREATE ROLE "{role}" LOGIN')
-        created.append(role)
-        return role
 
-    yield create
-    for role in created:
-        with psycopg.connect(postgres_url, autocommit=True) as database:
-            database.execute(f'DROP OWNED BY "{role}"')
-        with psycopg.connect(postgres_admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+@pytest.fixture(scope="session")
+def postgres_role(postgres_url: str, postgres_scratch: ScratchPostgres) -> Callable[[], str]:
+    """Login roles for `runtimeRole` (dropped after the session, with the database)."""
+    return postgres_scratch.role
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

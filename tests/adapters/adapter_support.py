@@ -372,14 +372,6 @@ class RawServer:
         self.sock.close()
 
 
-def free_port() -> int:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
-
-
 # -- TLS --------------------------------------------------------------------------------------------
 
 

@@ -16,7 +16,6 @@ from adapter_support import (
     command_key,
     credential_of,
     deadline,
-    free_port,
     problem,
     read_request,
     receipt_expired,
@@ -31,6 +30,7 @@ from coordinator_core.engine.inputs import CallOutcome
 from coordinator_core.shell.adapters import AccessToken, HttpSettings, ProductConnection
 from coordinator_core.shell.adapters.messaging import MessagingAdapter
 from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
+from coordinator_sandbox.testing import free_port
 
 READ = "scheduling.read-scheduling/v1"
 MUTATION = "messaging.submit-message/v1"

@@ -20,7 +20,6 @@ from adapter_support import (
     credential_of,
     deadline,
     ec_key,
-    free_port,
     refused,
     retryable,
     rsa_key,
@@ -40,6 +39,7 @@ from coordinator_core.shell.adapters.credentials import (
     load_signing_key,
 )
 from coordinator_core.shell.adapters.scheduling import SchedulingAdapter
+from coordinator_sandbox.testing import free_port
 
 SCHEDULING = {"schedulingId": "s-1", "policyRevision": "r-1", "policyDigest": "sha256:00"}
 READ = "scheduling.read-scheduling/v1"

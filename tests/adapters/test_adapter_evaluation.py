@@ -16,7 +16,6 @@ from adapter_support import (
     command,
     credential_of,
     deadline,
-    free_port,
     preparation_bytes,
     prepare_with,
     problem,
@@ -32,6 +31,7 @@ from coordinator_core.engine.inputs import PreparationDone
 from coordinator_core.shell.adapters import AccessToken, EvaluationConnection
 from coordinator_core.shell.adapters.evaluation import EvaluationAdapter
 from coordinator_core.values import canonical_json
+from coordinator_sandbox.testing import free_port
 
 EVALUATE = "evaluation.evaluate/v1"
 PATH = "/v1/systemone"

@@ -15,7 +15,6 @@ from adapter_support import (
     command,
     credential_of,
     deadline,
-    free_port,
     read_request,
     refused,
     reset,
@@ -29,6 +28,7 @@ from coordinator_core.shell.adapters import (
     ExternalConnection,
 )
 from coordinator_core.shell.adapters.external import ExternalHttpAdapter
+from coordinator_sandbox.testing import free_port
 
 GET = "external-http.get/v1"
 HOLIDAYS = {"holidays": ["2026-01-01", "2026-12-25"]}

@@ -15,7 +15,6 @@ from adapter_support import (
     command_key,
     confirmed,
     deadline,
-    free_port,
     problem,
     refused,
     retryable,
@@ -24,6 +23,7 @@ from adapter_support import (
 
 from coordinator_core.shell.adapters.messaging import MessagingAdapter
 from coordinator_core.values import canonical_json
+from coordinator_sandbox.testing import free_port
 
 SUBMIT = "messaging.submit-message/v1"
 TEMPLATED = {

@@ -17,18 +17,19 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_support import ROOT, Processes, Project, Sandbox, wait_for
+from e2e_support import ROOT, Project
+
+from coordinator_sandbox.testing import Policy, Processes, Sandbox, wait_for
 
 MESSAGING = "messaging.submit-message/v1"
 RUN_TIMEOUT = 60.0
 IMAGES = ROOT / "docs" / "images"
 CANARY_NAME = "Canary-Applicant-" + uuid.uuid4().hex[:12]
 CANARY_EMAIL = f"canary-{uuid.uuid4().hex[:12]}@example.org"
-VIEWER_POLICY = """      - clientId: viewer
-        requiredScopes: [coordinator:operate]
-        workflows: [delayed-follow-up]
-        actions: [status, inspect]
-"""
+# A second client of the operator's scope that may only read: the console shows it no action.
+VIEWER = Policy(
+    ["delayed-follow-up"], client_id="viewer", actions=("status", "inspect"), operator=False
+)
 
 
 @dataclass
@@ -48,18 +49,7 @@ class Live:
 
     def seed(self) -> str:
         application = str(uuid.uuid4())
-        answer = httpx.put(
-            f"{self.sandbox.url('breg')}/sandbox/records/applications/{application}",
-            json={
-                "domainData": {
-                    "followUpAllowed": True,
-                    "contactEmail": CANARY_EMAIL,
-                    "applicantName": CANARY_NAME,
-                }
-            },
-            timeout=5,
-        )
-        answer.raise_for_status()
+        self.sandbox.seed_application(application, contact=CANARY_EMAIL, name=CANARY_NAME)
         self.applications.append(application)
         return application
 
@@ -108,30 +98,13 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     try:
         project = Project.create(directory, processes)
         sandbox = project.start_sandbox()
-        project.write_runtime(sandbox)
-        text = project.runtime.read_text()
-        text = text.replace(
-            "allowedClients: [ops-console]", "allowedClients: [ops-console, viewer]"
-        )
-        text = text.replace("        operator: true\n", "        operator: true\n" + VIEWER_POLICY)
-        project.runtime.write_text(text)
+        project.write_runtime(sandbox, policies=[VIEWER])
         assert project.deploy_ctl("migrate")["status"] == "migrated"
         assert project.deploy_ctl("apply", "--reference", "BROWSER-1")["status"] == "applied"
         service = project.start_service()
         project.wait_healthy(service)
         token = project.token_file()
-        viewer_token = project.root / "viewer-token"
-        import subprocess
-        import sys
-
-        viewer_token.write_text(
-            subprocess.run(
-                [sys.executable, "-m", "coordinator_sandbox", "caller-token", "--state-dir",
-                 str(project.sandbox_state), "--client-id", "viewer", "--expires-in", "3600"],
-                check=True, capture_output=True, text=True, timeout=60,
-            ).stdout.strip() + "\n"
-        )  # fmt: skip
-        viewer_token.chmod(0o600)
+        viewer_token = project.token_file(client_id="viewer", name="viewer-token")
         operator = _start_console(project, "console", token)
         viewer = _start_console(project, "console-viewer", viewer_token)
         yield Live(project, sandbox, token, operator, viewer)
@@ -247,7 +220,7 @@ def test_an_uncertain_effect_is_reconciled_from_the_run_page(
     live: Live, recorded: tuple[Any, Recorder]
 ) -> None:
     page, recorder = recorded
-    live.sandbox.fault({"operation": MESSAGING, "kind": "commit-then-drop"})
+    live.sandbox.fault(MESSAGING, kind="commit-then-drop")
     run_id = live.start()
     held = live.wait(run_id, {"attention", "finished", "failed"})
     assert held["status"] == "attention", held
@@ -308,7 +281,7 @@ def test_a_non_operator_token_sees_no_operator_pages(
 
 def test_attention_runs_come_first_in_the_list(live: Live, recorded: tuple[Any, Recorder]) -> None:
     page, recorder = recorded
-    live.sandbox.fault({"operation": MESSAGING, "kind": "commit-then-drop"})
+    live.sandbox.fault(MESSAGING, kind="commit-then-drop")
     held = live.start()
     assert live.wait(held, {"attention", "finished", "failed"})["status"] == "attention"
     live.start(delay=3600)  # a newer run, still listed after the attention run

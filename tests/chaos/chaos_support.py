@@ -41,7 +41,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from e2e_support import Project, Sandbox, wait_for
+from e2e_support import Project
+
+from coordinator_sandbox.testing import Sandbox, wait_for
 
 MESSAGING = "messaging.submit-message/v1"
 TERMINAL = {"finished", "failed", "cancelled", "cancelled-after-effect", "expired"}
@@ -349,7 +351,7 @@ class Campaign:
                 admitted = 0
                 while admitted < self.profile.runs or not faults_done.is_set():
                     application = str(uuid.uuid4())
-                    seed_with_contact(self.sandbox, application)
+                    self.sandbox.seed_application(application, contact=f"{application}@example.org")
                     self._admit_one(application, uuid.uuid4().hex)
                     admitted += 1
                     time.sleep(self.random.uniform(0.1, 0.6))
@@ -423,7 +425,7 @@ class Campaign:
 
     def lose_response(self) -> None:
         """The product commits the next message but its answer never arrives in time."""
-        self.sandbox.fault({"operation": MESSAGING, "kind": "delay", "delaySeconds": 15})
+        self.sandbox.fault(MESSAGING, kind="delay", delaySeconds=15)
         self.tally.faults += 1
 
     def database_fault(self, index: int) -> None:
@@ -600,7 +602,7 @@ class Campaign:
 
     def count(self, states: dict[str, dict[str, Any] | None]) -> None:
         messages = self.sandbox.messages()
-        requests = self.sandbox.requests(MESSAGING)
+        requests = self.sandbox.received(MESSAGING)
         by_application: dict[str, list[dict[str, Any]]] = {}
         for message in messages:
             application = _application_of(message.get("request"))
@@ -652,26 +654,10 @@ def _application_of(body: object) -> str | None:
 
 def _tracebacks(directory: Path) -> int:
     count = 0
-    for path in directory.glob("*.err"):
+    for path in directory.glob("*.log"):
         with contextlib.suppress(OSError):
             count += path.read_text(errors="replace").count("Traceback (most recent call last)")
     return count
-
-
-def seed_with_contact(sandbox: Sandbox, application: str) -> None:
-    """An application whose contact address names it (so a message names its run)."""
-    answer = httpx.put(
-        f"{sandbox.url('breg')}/sandbox/records/applications/{application}",
-        json={
-            "domainData": {
-                "followUpAllowed": True,
-                "contactEmail": f"{application}@example.org",
-                "applicantName": "A. Applicant",
-            }
-        },
-        timeout=5,
-    )
-    answer.raise_for_status()
 
 
 def run_campaign(campaign: Campaign) -> Tally:

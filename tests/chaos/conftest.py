@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from coordinator_sandbox.testing import Processes
+
 _E2E = Path(__file__).resolve().parents[1] / "e2e"
 if str(_E2E) not in sys.path:
     sys.path.insert(0, str(_E2E))
 
 from chaos_support import Profile  # noqa: E402
-from e2e_support import Processes  # noqa: E402 - the end-to-end helpers drive the processes
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 from chaos_support import Campaign, PostgresBackend, Profile, SqliteBackend, printed, run_campaign
-from e2e_support import Processes, Project
+from e2e_support import Project
 from support.private_postgres import PrivatePostgres
+
+from coordinator_sandbox.testing import Processes
 
 RUNTIME_ROLE = "coordinator_runtime"
 DATABASE = "coordinator"

@@ -25,9 +25,11 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from chaos_support import MESSAGING, TERMINAL, _application_of, seed_with_contact
-from e2e_support import Processes, Project, wait_for
+from chaos_support import MESSAGING, TERMINAL, _application_of
+from e2e_support import Project
 from support.private_postgres import PrivatePostgres
+
+from coordinator_sandbox.testing import Processes, wait_for
 
 RUNTIME_ROLE = "coordinator_runtime"
 DATABASE = "coordinator"
@@ -98,7 +100,7 @@ def test_a_promoted_asynchronous_standby_is_refused_and_nothing_is_sent_again(
         applications: dict[str, str] = {}
         for index in range(RUNS):
             application = str(uuid.uuid4())
-            seed_with_contact(sandbox, application)
+            sandbox.seed_application(application, contact=f"{application}@example.org")
             created, body = project.api_start(
                 project.root / "token",
                 application,
@@ -107,19 +109,19 @@ def test_a_promoted_asynchronous_standby_is_refused_and_nothing_is_sent_again(
             )
             assert created == 201, body
             applications[str(body["runId"])] = application
-        wait_for(lambda: len(sandbox.requests(MESSAGING)) >= 3, TIMEOUT, "first messages")
+        wait_for(lambda: len(sandbox.received(MESSAGING)) >= 3, TIMEOUT, "first messages")
 
         # The standby falls behind (cut off), the primary goes on, then dies.
         wait_for(lambda: _dispatched_in(standby) >= 1, TIMEOUT, "the standby to replay a send")
         standby.detach()
-        cut = len(sandbox.requests(MESSAGING))
+        cut = len(sandbox.received(MESSAGING))
         wait_for(
-            lambda: len(sandbox.requests(MESSAGING)) >= cut + 2,
+            lambda: len(sandbox.received(MESSAGING)) >= cut + 2,
             TIMEOUT,
             "messages sent after the standby fell behind",
         )
         primary.kill_postmaster()
-        sent_at_loss = {r.get("idempotencyKey") for r in sandbox.requests(MESSAGING)}
+        sent_at_loss = {r.get("idempotencyKey") for r in sandbox.received(MESSAGING)}
         standby.promote()
         promoted = time.monotonic()
         lost = len(sent_at_loss) - _dispatched_in(standby)
@@ -129,11 +131,11 @@ def test_a_promoted_asynchronous_standby_is_refused_and_nothing_is_sent_again(
         assert worker.wait(TIMEOUT) == 1, processes.log("worker")
         stopped = time.monotonic() - promoted
         assert RESTORED in processes.log("serve") and RESTORED in processes.log("worker")
-        after_promotion = len(sandbox.requests(MESSAGING))
+        after_promotion = len(sandbox.received(MESSAGING))
         plain = project.start_service("serve-plain")
         assert plain.wait(TIMEOUT) == 1
         assert RESTORED in processes.log("serve-plain")
-        assert len(sandbox.requests(MESSAGING)) == after_promotion
+        assert len(sandbox.received(MESSAGING)) == after_promotion
 
         # The runbook on the new primary: hold, review every run, release.
         recovery = project.start_service("serve-recovery", "--recovery-only")
@@ -149,8 +151,8 @@ def test_a_promoted_asynchronous_standby_is_refused_and_nothing_is_sent_again(
                 _api(project, "POST", f"/v1/runs/{run_id}/reconcile", {"reason": "FAILOVER-1"})
             answer = _api(project, "POST", f"/v1/runs/{run_id}/retry-same", {"reason": "F-1"})
             assert answer.is_success, answer.text
-        assert len(sandbox.requests(MESSAGING)) == after_promotion  # recovery-only sends none
-        before_release = len(sandbox.requests(MESSAGING)) - after_promotion
+        assert len(sandbox.received(MESSAGING)) == after_promotion  # recovery-only sends none
+        before_release = len(sandbox.received(MESSAGING)) - after_promotion
         assert _api(project, "POST", "/v1/release-restore-hold", {"reason": "FENCE-1"}).is_success
         released = _api(
             project,
@@ -182,7 +184,7 @@ def test_a_promoted_asynchronous_standby_is_refused_and_nothing_is_sent_again(
         application = _application_of(message.get("request")) or "?"
         messages[application] = messages.get(application, 0) + 1
     keys: dict[str, set[str]] = {}
-    for request in sandbox.requests(MESSAGING):
+    for request in sandbox.received(MESSAGING):
         application = _application_of(request.get("body")) or "?"
         keys.setdefault(application, set()).add(str(request.get("idempotencyKey")))
     print(

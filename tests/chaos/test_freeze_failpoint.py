@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from e2e_support import Processes, Project, wait_for
+from e2e_support import Project
+
+from coordinator_sandbox.testing import Processes, wait_for
 
 PROJECT = Path(__file__).parent / "projects" / "recorded-action"
 ACTION = "record-review-decision"

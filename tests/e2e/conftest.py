@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_support import Processes, Project
+from e2e_support import Project
+
+from coordinator_sandbox.testing import Processes
 
 
 @pytest.fixture

@@ -1,8 +1,11 @@
 """Processes for the end-to-end suite: a project made by `coordinatorctl init`, the sandbox
 products, `coordinator serve`/`worker`, and the CLI, each a real process on loopback.
 
-Every process started here is registered with a `Processes` group that the fixtures stop
-(SIGTERM, then SIGKILL) whatever happens, so a failing test never leaves a server behind.
+The process group, the sandbox, caller tokens and the runtime file's pieces are the test kit's
+(`coordinator_sandbox.testing`, shared with the demo and the benchmarks); this module holds the
+project a test deploys. Every process started is registered with a `Processes` group that the
+fixtures stop (SIGTERM, then SIGKILL) whatever happens, so a failing test never leaves a server
+behind.
 """
 
 from __future__ import annotations
@@ -10,106 +13,34 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
-import signal
-import socket
 import subprocess
-import sys
-import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import httpx
 
-from coordinator_sandbox.launch import endpoints_in
+from coordinator_sandbox.testing import (
+    PYTHON,
+    Policy,
+    Processes,
+    Sandbox,
+    caller_token,
+    deployment_block,
+    free_port,
+    point_at_sandbox,
+    postgresql_database,
+    wait_for,
+    write_keys,
+    write_token,
+)
 
-PYTHON = sys.executable
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = "delayed-follow-up"
 READY_TIMEOUT = 30.0
-
-
-# Below Linux's ephemeral range (32768–60999 by default): a port handed out here is never the
-# one the kernel gives a later `bind(0)` (the sandbox's `--ports 0`, another test's client),
-# which could take it between this probe and the service's own bind.
-_LISTENER_PORTS: Final = range(20_000, 32_000)
-
-
-def free_port() -> int:
-    """A loopback port free now, outside the ephemeral range (for a listener bound later)."""
-    for port in random.sample(_LISTENER_PORTS, 64):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise AssertionError("no free loopback port below the ephemeral range")
-
-
-@dataclass
-class Processes:
-    """Every process a test started; `stop_all` ends them (TERM, then KILL after a grace)."""
-
-    directory: Path
-    started: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    def start(
-        self, name: str, arguments: Sequence[str], env: Mapping[str, str] | None = None
-    ) -> subprocess.Popen[bytes]:
-        out = (self.directory / f"{name}.out").open("ab")
-        err = (self.directory / f"{name}.err").open("ab")
-        process = subprocess.Popen(
-            [PYTHON, *arguments],
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-        )
-        out.close()
-        err.close()
-        self.started.append(process)
-        return process
-
-    def stop(
-        self,
-        process: subprocess.Popen[bytes],
-        signum: signal.Signals = signal.SIGTERM,
-        timeout: float = 20.0,
-    ) -> int:
-        if process.poll() is None:
-            process.send_signal(signum)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
-        return process.returncode
-
-    def stop_all(self) -> None:
-        for process in reversed(self.started):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for process in reversed(self.started):
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
-
-    def log(self, name: str) -> str:
-        parts = []
-        for suffix in ("out", "err"):
-            path = self.directory / f"{name}.{suffix}"
-            if path.exists():
-                parts.append(path.read_text(errors="replace"))
-        return "".join(parts)
 
 
 def descendants(pid: int) -> set[int]:
@@ -140,65 +71,16 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
-
-
-_SANDBOX_SERVICE = {"external-http": "external"}  # the product → the sandbox service
-
-
-@dataclass
-class Sandbox:
-    """A running `coordinator-sandbox serve` on ephemeral ports."""
-
-    process: subprocess.Popen[bytes]
-    endpoints: dict[str, str]
-    state_dir: Path
-
-    def url(self, service: str) -> str:
-        return self.endpoints[service]
-
-    def requests(self, operation: str) -> list[dict[str, Any]]:
-        service = _SANDBOX_SERVICE.get(operation.split(".", 1)[0], operation.split(".", 1)[0])
-        answer = httpx.get(
-            self.url(service) + "/sandbox/requests", params={"operation": operation}, timeout=5
-        )
-        answer.raise_for_status()
-        body = answer.json()
-        found = body["requests"] if isinstance(body, dict) else body
-        return list(found)
-
-    def messages(self) -> list[dict[str, Any]]:
-        answer = httpx.get(self.url("messaging") + "/sandbox/messages", timeout=5)
-        answer.raise_for_status()
-        body = answer.json()
-        return list(body["messages"] if isinstance(body, dict) else body)
-
-    def fault(self, fault: Mapping[str, Any]) -> None:
-        product = str(fault["operation"]).split(".", 1)[0]
-        service = _SANDBOX_SERVICE.get(product, product)
-        httpx.post(self.url(service) + "/sandbox/faults", json=fault, timeout=5).raise_for_status()
-
-    def seed_application(self, application_id: str, *, follow_up: bool = True) -> None:
-        answer = httpx.put(
-            f"{self.url('breg')}/sandbox/records/applications/{application_id}",
-            json={
-                "domainData": {
-                    "followUpAllowed": follow_up,
-                    "contactEmail": "applicant@example.org",
-                    "applicantName": "A. Applicant",
-                }
-            },
-            timeout=5,
-        )
-        answer.raise_for_status()
+def starter_policy(workflow: str = WORKFLOW) -> Policy:
+    """A caller of the `starter` client, not an operator: tokens with the `coordinator:start`
+    scope start runs and see and act on the ones they started only (06 §2)."""
+    return Policy(
+        [workflow],
+        client_id="starter",
+        required_scopes=("coordinator:start",),
+        actions=("start", "status", "inspect", "cancel"),
+        operator=False,
+    )
 
 
 @dataclass
@@ -261,94 +143,46 @@ class Project:
                 (project.root / name).write_text((source / name).read_text())
             runtime = (source / "runtime.yaml").read_text()
             project.runtime.write_text(runtime.replace(f"/home/dev/{example}", str(project.root)))
-        subprocess.run(
-            [PYTHON, "-m", "coordinator_sandbox", "keys", "--secrets-dir", str(project.secrets)],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
+        write_keys(project.secrets)
         project.listener_port = free_port()
         return project
 
-    def start_sandbox(self, services: str = "identity,breg,messaging") -> Sandbox:
-        name = "sandbox"
-        process = self.processes.start(
-            name,
-            [
-                "-m", "coordinator_sandbox", "serve",
-                "--state-dir", str(self.sandbox_state),
-                "--ports", "0",
-                "--services", services,
-                "--coordinator-url", self.origin,
-            ],
-        )  # fmt: skip
-
-        def ready() -> dict[str, str] | None:
-            if process.poll() is not None:
-                raise AssertionError("the sandbox exited: " + self.processes.log(name))
-            return endpoints_in(self.processes.log(name))
-
-        endpoints = wait_for(ready, READY_TIMEOUT, "the sandbox")
-        return Sandbox(process, endpoints, self.sandbox_state)
+    def start_sandbox(self, services: Sequence[str] = ("identity", "breg", "messaging")) -> Sandbox:
+        return Sandbox.start(
+            self.processes,
+            self.sandbox_state,
+            services=services,
+            coordinator_url=self.origin,
+            timeout=READY_TIMEOUT,
+        )
 
     def write_runtime(
         self,
         sandbox: Sandbox,
         *,
-        database: str | None = None,
         runtime_role: str | None = None,
         concurrency: int = 1,
         poll_ms: int = 50,
+        policies: Sequence[Policy] = (),
     ) -> None:
-        """Point the connections at the sandbox, set the database, add the deployment block."""
-        text = self.runtime.read_text()
-        text = text.replace("http://127.0.0.1:8100/oauth/token", sandbox.url("tokenEndpoint"))
-        for port, service in (
-            ("8101", "breg"),
-            ("8103", "messaging"),
-            ("8105", "external"),
-            ("8106", "evaluation"),
-        ):
-            if service in sandbox.endpoints:
-                text = text.replace(f"http://127.0.0.1:{port}", sandbox.url(service))
-        if database is not None:
-            start = text.index("database:\n")
-            end = min(
-                text.index(name)
-                for name in ("connections:\n", "externalHttpConnections:\n")
-                if name in text
-            )
-            text = text[:start] + database + text[end:]
-            text = text.replace("secretProviders:\n", "secretProviders:\n  environment: {}\n")
-        packaged = self.ctl(
-            "package", "--project", str(self.root), "--output", str(self.root / "dist" / "package")
-        )
+        """Point the connections at the sandbox, package, add the deployment block: the
+        operator's policy (`ops-console`) and `policies`."""
+        text = point_at_sandbox(self.runtime.read_text(), sandbox.endpoints)
+        package = self.root / "dist" / "package"
+        packaged = self.ctl("package", "--project", str(self.root), "--output", str(package))
         self.package_digest = packaged["packageDigest"]
         self.revision = packaged["revision"]
-        role = f"  runtimeRole: {runtime_role}\n" if runtime_role else ""
-        text += DEPLOYMENT_BLOCK.format(
-            root_audit=json.dumps(str(self.root / ".coordinator" / "audit")),
-            package=json.dumps(str(self.root / "dist" / "package")),
+        text += deployment_block(
+            database_id="follow-up-e2e",
+            package=package,
             digest=self.package_digest,
             port=self.listener_port,
             issuer=sandbox.url("issuer"),
-            role=role,
-            workflow=self.workflow,
-            concurrency=concurrency,
+            policies=[Policy([self.workflow]), *policies],
+            audit_directory=self.root / ".coordinator" / "audit",
+            runtime_role=runtime_role,
             poll_ms=poll_ms,
-        )
-        self.runtime.write_text(text)
-
-    def allow_starters(self) -> None:
-        """A second client in the runtime file, `starter`: tokens with the `coordinator:start`
-        scope get a policy that is not an operator's (start, status, inspect, cancel), so
-        each caller sees and acts on the runs it started only (06 §2). After `write_runtime`."""
-        text = self.runtime.read_text()
-        clients = "    allowedClients: [ops-console]\n"
-        assert clients in text and "    policies:\n" in text
-        text = text.replace(clients, "    allowedClients: [ops-console, starter]\n")
-        text = text.replace(
-            "    policies:\n", "    policies:\n" + STARTER_POLICY.format(workflow=self.workflow)
+            concurrency=concurrency,
         )
         self.runtime.write_text(text)
 
@@ -361,21 +195,21 @@ class Project:
         namespace: str,
         runtime_role: str,
         concurrency: int = 1,
+        policies: Sequence[Policy] = (),
     ) -> None:
         """`write_runtime` on a PostgreSQL store: the runtime role's and the migration role's
         URLs reach the runtime file as environment secrets."""
         self.env["E2E_RUNTIME_URL"] = runtime_url
         self.env["E2E_MIGRATION_URL"] = migration_url
+        text = postgresql_database(
+            self.runtime.read_text(),
+            namespace=namespace,
+            runtime_url_variable="E2E_RUNTIME_URL",
+            migration_url_variable="E2E_MIGRATION_URL",
+        )
+        self.runtime.write_text(text)
         self.write_runtime(
-            sandbox,
-            database=(
-                "database:\n  postgresql:\n"
-                "    runtimeUrlRef: secret:env/E2E_RUNTIME_URL\n"
-                "    migrationUrlRef: secret:env/E2E_MIGRATION_URL\n"
-                f"    namespace: {namespace}\n"
-            ),
-            runtime_role=runtime_role,
-            concurrency=concurrency,
+            sandbox, runtime_role=runtime_role, concurrency=concurrency, policies=policies
         )
 
     # -- the service ----------------------------------------------------------------------
@@ -415,20 +249,11 @@ class Project:
     ) -> Path:
         """A caller token signed by the sandbox's issuer, in a file (0600) named `name`: the
         operator's (`ops-console`, `coordinator:operate`) unless a subject, client and scopes
-        are given (the `starter` client of `allow_starters`, for one)."""
-        options = [] if subject is None else ["--subject", subject]
-        options += [] if client_id is None else ["--client-id", client_id]
-        for scope in scopes:
-            options += ["--scope", scope]
-        token = subprocess.run(
-            [PYTHON, "-m", "coordinator_sandbox", "caller-token", "--state-dir",
-             str(self.sandbox_state), "--expires-in", "3600", *options],
-            check=True, capture_output=True, text=True, timeout=60,
-        ).stdout.strip()  # fmt: skip
-        path = self.root / name
-        path.write_text(token + "\n")
-        path.chmod(0o600)
-        return path
+        are given (the `starter` client of `starter_policy`, for one)."""
+        token = caller_token(
+            self.sandbox_state, subject=subject, client_id=client_id, scopes=scopes
+        )
+        return write_token(self.root / name, token)
 
     def remote(self, token: Path, *arguments: str, check: bool = True) -> dict[str, Any]:
         return self.ctl("--url", self.origin, "--token-file", str(token), *arguments, check=check)
@@ -497,44 +322,3 @@ class Project:
     def status(self, token: Path, run_id: str) -> dict[str, Any]:
         run: dict[str, Any] = self.remote(token, "status", "--run", run_id)["run"]
         return run
-
-
-# The policy `allow_starters` adds: a caller of the `starter` client, not an operator.
-STARTER_POLICY = """      - clientId: starter
-        requiredScopes: [coordinator:start]
-        workflows: [{workflow}]
-        actions: [start, status, inspect, cancel]
-"""
-
-DEPLOYMENT_BLOCK = """deployment:
-  databaseId: follow-up-e2e
-{role}  package:
-    root: {package}
-    expectedDigest: "{digest}"
-  listener:
-    bind: 127.0.0.1:{port}
-    tlsTermination: development-loopback
-  authentication:
-    issuer: {issuer}
-    audience: coordinator
-    jwksSource:
-      type: static
-      documentRef: secret:file/caller-jwks.json
-    allowedClients: [ops-console]
-    policies:
-      - clientId: ops-console
-        requiredScopes: [coordinator:operate]
-        workflows: [{workflow}]
-        actions: [start, status, inspect, cancel, retry-same, reconcile, doctor, restore-hold, release-restore-hold, release-admission-hold, retain]
-        operator: true
-  auditDirectory: {root_audit}
-  auditKeyRef: secret:file/audit.key
-  activeStateKey: 1
-  stateKeys:
-    "1":
-      keyRef: secret:file/state-1.key
-  admissionKeyRef: secret:file/admission.key
-  worker:
-    pollMilliseconds: {poll_ms}
-    concurrency: {concurrency}
-"""

@@ -19,8 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-from e2e_support import Project, free_port, wait_for
+from e2e_support import Project
 from support.needs import unavailable
+
+from coordinator_sandbox.testing import free_port, wait_for
 
 NGINX_CONF = """\
 worker_processes 1;

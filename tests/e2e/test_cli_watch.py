@@ -12,7 +12,9 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from e2e_support import PYTHON, WORKFLOW, Project
+from e2e_support import WORKFLOW, Project
+
+from coordinator_sandbox.testing import PYTHON
 
 REPORT_SCHEMA = json.loads(
     (Path(__file__).resolve().parents[2] / "spec" / "schemas" / "ctl-report.schema.json").read_text(

@@ -15,7 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from e2e_support import Processes, wait_for
+
+from coordinator_sandbox.testing import Processes, wait_for
 
 MIB = 1_048_576
 WAIT = 60.0

@@ -16,9 +16,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
-from e2e_support import PYTHON, Processes, Project, Sandbox
+from e2e_support import Project
 
 from coordinator_core.shell.store.migrations import supported_migrations
+from coordinator_sandbox.testing import PYTHON, Processes, Sandbox
 
 # The connections only need well-formed endpoints: nothing here talks to a product.
 OFFLINE_SANDBOX = Sandbox(

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from e2e_support import PYTHON, alive, descendants, wait_for
+from e2e_support import alive, descendants
+
+from coordinator_sandbox.testing import PYTHON, wait_for
 
 READY_TIMEOUT = 90.0
 INPUT = {

@@ -15,7 +15,9 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_support import Processes, Project, wait_for
+from e2e_support import Project
+
+from coordinator_sandbox.testing import Processes, wait_for
 
 EXTERNAL_GET = "external-http.get/v1"
 EVALUATE = "evaluation.evaluate/v1"
@@ -59,7 +61,7 @@ def test_holiday_routing_runs_live_and_an_uncertain_evaluation_is_never_resent(
     holidays: Project,
 ) -> None:
     project = holidays
-    sandbox = project.start_sandbox("identity,external,evaluation")
+    sandbox = project.start_sandbox(("identity", "external", "evaluation"))
     project.write_runtime(sandbox)
     assert project.deploy_ctl("migrate")["status"] == "migrated"
     assert project.deploy_ctl("apply", "--reference", "E2E-HOLIDAYS")["status"] == "applied"
@@ -80,13 +82,13 @@ def test_holiday_routing_runs_live_and_an_uncertain_evaluation_is_never_resent(
     finished = _settled(project, token, _start(project, token), "finished")
     assert finished["outcome"] == "standard"
     assert finished["output"] == {"route": "standard", "returnedModel": "sandbox-router-1"}
-    [read] = sandbox.requests(EXTERNAL_GET)
+    [read] = sandbox.received(EXTERNAL_GET)
     assert (read["path"], read["query"]) == ("/v1/holidays", "year=2026")
-    [evaluation] = sandbox.requests(EVALUATE)
+    [evaluation] = sandbox.received(EVALUATE)
     assert evaluation["body"]["model"] == "sandbox-router-1"
 
     # The provider evaluates, then the answer is lost: the evaluation is held.
-    sandbox.fault({"operation": EVALUATE, "kind": "commit-then-drop"})
+    sandbox.fault(EVALUATE, kind="commit-then-drop")
     run_id = _start(project, token)
     held = _settled(project, token, run_id, "attention")
     assert held["failureCode"] == "evaluation-uncertain"
@@ -108,6 +110,6 @@ def test_holiday_routing_runs_live_and_an_uncertain_evaluation_is_never_resent(
     restarted = project.start_service("serve-2")
     project.wait_healthy(restarted, "serve-2")
     assert project.api_status(token, run_id)["status"] == "attention"
-    assert len(sandbox.requests(EVALUATE)) == 2  # one per run: the held one went out once
+    assert len(sandbox.received(EVALUATE)) == 2  # one per run: the held one went out once
     restarted.send_signal(signal.SIGTERM)
     assert restarted.wait(timeout=15) == 0

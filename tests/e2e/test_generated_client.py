@@ -28,10 +28,11 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_support import Processes, Project, wait_for
+from e2e_support import Project
 from support.needs import unavailable
 
 from coordinator_sandbox.delivery import delivery_signature
+from coordinator_sandbox.testing import Processes, wait_for
 
 OPERATIONS = {
     "getHealth", "getReady", "getMetrics", "getWorkflow", "startRun", "listRuns", "getRun", "inspectRun",
@@ -152,7 +153,7 @@ def test_a_generated_client_drives_runs_through_the_served_document(
     notice: Project, generated: tuple[Path, str]
 ) -> None:
     project = notice
-    sandbox = project.start_sandbox("identity,breg,casework,messaging")
+    sandbox = project.start_sandbox(("identity", "breg", "casework", "messaging"))
     text = project.runtime.read_text()
     project.runtime.write_text(text.replace("http://127.0.0.1:8102", sandbox.url("casework")))
     project.write_runtime(sandbox)
@@ -209,12 +210,12 @@ def test_a_generated_client_drives_runs_through_the_served_document(
 
     applications = [str(uuid.uuid4()) for _ in range(3)]
     for application in applications:
-        httpx.put(
-            f"{sandbox.url('breg')}/sandbox/records/applications/{application}",
-            json={"domainData": {"applicantName": "A. Applicant", "category": "standard",
-                                 "contactEmail": "applicant@example.org"}},
-            timeout=5,
-        ).raise_for_status()  # fmt: skip
+        sandbox.seed_record(
+            "applications",
+            application,
+            {"applicantName": "A. Applicant", "category": "standard",
+             "contactEmail": "applicant@example.org"},
+        )  # fmt: skip
 
     def start(application: str, key: str) -> Any:
         return api["startRun"].sync_detailed(

@@ -18,8 +18,10 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from e2e_support import Project, Sandbox, free_port, wait_for
+from e2e_support import Project
 from prometheus_client.parser import text_string_to_metric_families
+
+from coordinator_sandbox.testing import Sandbox, free_port, wait_for
 
 TIMEOUT = 45.0
 MESSAGING = "messaging.submit-message/v1"

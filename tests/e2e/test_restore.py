@@ -24,7 +24,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
-from e2e_support import ROOT, Project, wait_for
+from e2e_support import ROOT, Project
+
+from coordinator_sandbox.testing import wait_for
 
 MESSAGING = "messaging.submit-message/v1"
 TIMEOUT = 60.0
@@ -98,7 +100,7 @@ class Runbook:
         if command.endswith("&"):
             self.count += 1
             name = f"runbook-{self.count}"
-            out = (self.project.processes.directory / f"{name}.err").open("ab")
+            out = (self.project.processes.directory / f"{name}.log").open("ab")
             process = subprocess.Popen(
                 ["bash", "-c", "exec " + command[:-1].strip()],
                 env=env,
@@ -147,7 +149,7 @@ def test_a_restored_store_is_refused_and_the_runbook_brings_it_back(project: Pro
     # U: its message is held in flight by the product when the backup is taken; P: parked
     # until after the backup, then its message is sent (the journal's proof of that commit
     # is what the restored store cannot show).
-    sandbox.fault({"operation": MESSAGING, "kind": "delay", "delaySeconds": 4})
+    sandbox.fault(MESSAGING, kind="delay", delaySeconds=4)
     applications = [str(uuid.uuid4()), str(uuid.uuid4())]
     for application in applications:
         sandbox.seed_application(application)
@@ -160,12 +162,12 @@ def test_a_restored_store_is_refused_and_the_runbook_brings_it_back(project: Pro
     )
     assert created == 201, body
     pending_run = body["runId"]
-    wait_for(lambda: sandbox.requests(MESSAGING), TIMEOUT, "U's message to be in flight")
+    wait_for(lambda: sandbox.received(MESSAGING), TIMEOUT, "U's message to be in flight")
     copy = project.root / "backup.sqlite"
     _backup(store, copy)
     wait_for(
         lambda: (
-            len(sandbox.requests(MESSAGING)) >= 2
+            len(sandbox.received(MESSAGING)) >= 2
             and _status(project, token, pending_run) == "finished"
         ),
         TIMEOUT,
@@ -181,7 +183,7 @@ def test_a_restored_store_is_refused_and_the_runbook_brings_it_back(project: Pro
     assert plain.wait(60) == 1
     log = project.processes.log("serve-plain")
     assert "coordinator.deployment.store-behind-journal" in log
-    assert len(sandbox.requests(MESSAGING)) == 2  # it sent nothing and admitted nothing
+    assert len(sandbox.received(MESSAGING)) == 2  # it sent nothing and admitted nothing
 
     # The runbook, as written.
     commands = _runbook_commands()
@@ -215,7 +217,7 @@ def test_a_restored_store_is_refused_and_the_runbook_brings_it_back(project: Pro
             0.25,
         )
     assert len(sandbox.messages()) == 2
-    keys = [request.get("idempotencyKey") for request in sandbox.requests(MESSAGING)]
+    keys = [request.get("idempotencyKey") for request in sandbox.received(MESSAGING)]
     assert len(set(keys)) == 2, keys
     admitted, body = project.api_start(token, applications[0], uuid.uuid4().hex, now)
     assert admitted == 201, body  # admissions are open again

@@ -33,8 +33,10 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
-from e2e_support import Project, Sandbox, wait_for
+from e2e_support import Project
 from support.private_postgres import PrivatePostgres
+
+from coordinator_sandbox.testing import Sandbox, wait_for
 
 MESSAGING = "messaging.submit-message/v1"
 RUNTIME_ROLE = "coordinator_runtime"
@@ -73,7 +75,7 @@ class Drills:
         return self.project.root / ".coordinator" / "audit"
 
     def requests(self) -> int:
-        return len(self.sandbox.requests(MESSAGING))
+        return len(self.sandbox.received(MESSAGING))
 
     def start(self, name: str, runtime: Path, *extra: str) -> subprocess.Popen[bytes]:
         return self.project.processes.start(

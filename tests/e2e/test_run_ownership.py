@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from e2e_support import Project
-from support.databases import database_url
+from e2e_support import Project, starter_policy
 
-STARTER = ("starter", ("coordinator:start",))
+from coordinator_sandbox.testing import database_url
 
 
 def _call(project: Project, token: Path, method: str, path: str, **body: Any) -> httpx.Response:
@@ -47,13 +46,13 @@ def test_a_run_is_visible_to_its_owner_and_operators_only(
         migration_url=postgres_url,
         namespace=f"coordinator_owners_{uuid.uuid4().hex[:8]}",
         runtime_role=role,
+        policies=[starter := starter_policy()],
     )
-    project.allow_starters()
     assert project.deploy_ctl("migrate")["status"] == "migrated"
     assert project.deploy_ctl("apply", "--reference", "OWNERS-1")["status"] == "applied"
     service = project.start_service()
     project.wait_healthy(service)
-    client, scopes = STARTER
+    client, scopes = starter.client_id, tuple(starter.required_scopes)
     alice = project.token_file(subject="alice", client_id=client, scopes=scopes, name="alice")
     bob = project.token_file(subject="bob", client_id=client, scopes=scopes, name="bob")
     operator = project.token_file()

@@ -22,7 +22,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from e2e_support import ROOT, alive, descendants, wait_for
+from e2e_support import ROOT, alive, descendants
+
+from coordinator_sandbox.testing import wait_for
 
 PAGE = ROOT / "docs" / "running-locally.md"
 READY = "Ctrl-C stops everything."

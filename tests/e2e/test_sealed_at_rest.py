@@ -16,30 +16,19 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
-from e2e_support import Project, Sandbox, wait_for
-from support.databases import database_url
+from e2e_support import Project
 from support.needs import unavailable
 
+from coordinator_sandbox.testing import Sandbox, database_url, wait_for
+
 MESSAGING = "messaging.submit-message/v1"
-
-
-def _seed(sandbox: Sandbox, application: str, name: str, email: str) -> None:
-    answer = httpx.put(
-        f"{sandbox.url('breg')}/sandbox/records/applications/{application}",
-        json={
-            "domainData": {"followUpAllowed": True, "contactEmail": email, "applicantName": name}
-        },
-        timeout=5,
-    )
-    answer.raise_for_status()
 
 
 def _run_with_canaries(project: Project, sandbox: Sandbox) -> list[bytes]:
     application = str(uuid.uuid4())
     name = f"Canary Applicant {uuid.uuid4().hex}"
     email = f"canary-{uuid.uuid4().hex}@example.org"
-    _seed(sandbox, application, name, email)
+    sandbox.seed_application(application, contact=email, name=name)
     assert project.deploy_ctl("migrate")["status"] == "migrated"
     assert project.deploy_ctl("apply", "--reference", "SEALED-1")["status"] == "applied"
     service = project.start_service()
@@ -54,7 +43,7 @@ def _run_with_canaries(project: Project, sandbox: Sandbox) -> list[bytes]:
     run = wait_for(settled, 30, "the run to settle", 0.25)
     assert run["status"] == "finished"
     # The canaries really went through: the command carried them, the product answered them.
-    sent = sandbox.requests(MESSAGING)
+    sent = sandbox.received(MESSAGING)
     assert len(sent) == 1
     assert name in str(sent[0]) and email in str(sent[0]) and application in str(sent[0])
     assert project.processes.stop(service) == 0

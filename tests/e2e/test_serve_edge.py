@@ -18,9 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from e2e_support import Processes, Project, wait_for
+from e2e_support import Project
 
 from coordinator_api.limits import HEAD_MAX_BYTES, MAX_CONNECTIONS, TOKEN_MAX_BYTES
+from coordinator_sandbox.testing import Processes, wait_for
 
 WAIT = 60.0  # a bound on every socket read, never an expected duration
 HEADS_PER_PEER = 8  # the default of `deployment.listener.headsPerPeer`

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from e2e_support import Processes, Project, Sandbox, wait_for
-from support.databases import database_url
+from e2e_support import Project
+
+from coordinator_sandbox.testing import Processes, Sandbox, database_url, wait_for
 
 MESSAGING = "messaging.submit-message/v1"
 RUN_TIMEOUT = 30.0
@@ -75,7 +76,7 @@ def test_sqlite_run_finishes_once_and_sends_one_message(project: Project) -> Non
     assert run["outcome"] == "message-accepted"
     inspection = project.remote(token, "inspect", "--run", run_id)
     assert [e["state"] for e in inspection["effects"]] == ["accepted"]
-    assert len(sandbox.requests(MESSAGING)) == 1
+    assert len(sandbox.received(MESSAGING)) == 1
     assert len(sandbox.messages()) == 1
     # Each step's attempts: in the inspection, and paged by `attempts` (no value of the run).
     steps = {step["step"]: step for step in inspection["steps"]}
@@ -100,7 +101,7 @@ def test_sqlite_run_finishes_once_and_sends_one_message(project: Project) -> Non
     assert absent["exitCode"] == 1
     assert [d["code"] for d in absent["diagnostics"]] == ["coordinator.command.step-absent"]
     # A send answered 503 once is retried: notify's two attempts, paged one at a time.
-    sandbox.fault({"operation": MESSAGING, "kind": "fail", "status": 503})
+    sandbox.fault(MESSAGING, kind="fail", status=503)
     retried_application = str(uuid.uuid4())
     sandbox.seed_application(retried_application)
     retried = project.start_run(token, retried_application, delay=0.5)["run"]["runId"]
@@ -119,7 +120,7 @@ def test_sqlite_run_finishes_once_and_sends_one_message(project: Project) -> Non
         check=False,
     )  # fmt: skip
     assert [d["code"] for d in other_step["diagnostics"]] == ["coordinator.request.cursor-invalid"]
-    sent = len(sandbox.requests(MESSAGING))
+    sent = len(sandbox.received(MESSAGING))
     assert sent == 3
 
     # SQLite is one process: a second service is refused while the first holds the store.
@@ -132,7 +133,7 @@ def test_sqlite_run_finishes_once_and_sends_one_message(project: Project) -> Non
     assert "coordinator.command.store-single-process" in project.processes.log("worker")
 
     assert project.processes.stop(service, signal.SIGINT) == 0
-    assert len(sandbox.requests(MESSAGING)) == sent
+    assert len(sandbox.received(MESSAGING)) == sent
 
     # The listener's port is taken: `listener-unavailable`, exit 3 (nothing else changes).
     with socket.socket() as taken:
@@ -215,7 +216,7 @@ def test_postgres_serve_and_worker_finish_every_run_once(
 
     runs = wait_for(all_settled, 45, "every run to settle", interval=0.5)
     assert {run["status"] for run in runs} == {"finished"}
-    sent = sandbox.requests(MESSAGING)
+    sent = sandbox.received(MESSAGING)
     assert len(sent) == count
     assert len({r["idempotencyKey"] for r in sent}) == count
     assert len(sandbox.messages()) == count
@@ -335,7 +336,7 @@ def test_a_worker_without_http_finishes_runs_admitted_through_serve(
         run = project.status(token, run_id)
         assert (run["status"], run["outcome"]) == ("finished", "message-accepted")
         assert project.processes.stop(reader) == 0
-    assert len(sandbox.requests(MESSAGING)) == len(WORKER_COMMANDS)
+    assert len(sandbox.received(MESSAGING)) == len(WORKER_COMMANDS)
 
 
 def test_crash_after_dispatch_leaves_the_effect_unknown(
@@ -347,13 +348,13 @@ def test_crash_after_dispatch_leaves_the_effect_unknown(
     sandbox.seed_application(application)
     _deploy(project)
     # Messaging holds the request for 5 s before committing: the window to crash in.
-    sandbox.fault({"operation": MESSAGING, "kind": "delay", "delaySeconds": 5})
+    sandbox.fault(MESSAGING, kind="delay", delaySeconds=5)
 
     service = project.start_service()
     project.wait_healthy(service)
     token = project.token_file()
     run_id = project.start_run(token, application, delay=0.5)["run"]["runId"]
-    wait_for(lambda: sandbox.requests(MESSAGING), RUN_TIMEOUT, "the message to be dispatched")
+    wait_for(lambda: sandbox.received(MESSAGING), RUN_TIMEOUT, "the message to be dispatched")
     service.send_signal(signal.SIGKILL)
     service.wait(10)
 
@@ -365,9 +366,9 @@ def test_crash_after_dispatch_leaves_the_effect_unknown(
     assert run["uncertain"] is True
     inspection = project.remote(token, "inspect", "--run", run_id)
     assert [e["state"] for e in inspection["effects"]] == ["unknown"]
-    assert len(sandbox.requests(MESSAGING)) == 1
+    assert len(sandbox.received(MESSAGING)) == 1
     assert processes.stop(restarted) == 0
-    assert len(sandbox.requests(MESSAGING)) == 1
+    assert len(sandbox.received(MESSAGING)) == 1
 
 
 def test_usage_and_refusals_of_the_service_command(project: Project) -> None:

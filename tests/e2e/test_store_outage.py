@@ -28,8 +28,10 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_support import Project, Sandbox, wait_for
+from e2e_support import Project
 from support.private_postgres import PrivatePostgres
+
+from coordinator_sandbox.testing import Sandbox, wait_for
 
 MESSAGING = "messaging.submit-message/v1"
 RUNTIME_ROLE = "coordinator_runtime"
@@ -131,7 +133,7 @@ def _admit_under_load(project: Project, sandbox: Sandbox, token: Path) -> list[s
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(lambda job: project.api_start(token, *job), jobs))
     assert [status for status, _ in answers] == [201] * RUNS, answers
-    wait_for(lambda: sandbox.requests(MESSAGING), 30, "the first message to be sent", 0.05)
+    wait_for(lambda: sandbox.received(MESSAGING), 30, "the first message to be sent", 0.05)
     return [body["runId"] for _, body in answers]
 
 
@@ -145,7 +147,7 @@ def _settle(project: Project, sandbox: Sandbox, token: Path, run_ids: list[str])
         return runs if all(run["status"] in SETTLED for run in runs) else None
 
     runs = wait_for(settled, SETTLE_TIMEOUT, "every run to settle", 0.5)
-    sent = sandbox.requests(MESSAGING)
+    sent = sandbox.received(MESSAGING)
     keys = [request["idempotencyKey"] for request in sent]
     assert len(keys) == len(set(keys)), "a Messaging request was sent twice for one key"
     finished = [run for run in runs if run["status"] == "finished"]

@@ -14,11 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
-from e2e_support import Project, wait_for
+from e2e_support import Project
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+
+from coordinator_sandbox.testing import wait_for
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"

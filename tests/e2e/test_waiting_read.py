@@ -17,7 +17,8 @@ from typing import Any
 
 import httpx
 from e2e_support import Project
-from support.databases import database_url
+
+from coordinator_sandbox.testing import database_url
 
 BOUND = 20  # the documented maximum of `wait`
 _ETAG = re.compile(r'^W/"([0-9a-f]{16})"$')

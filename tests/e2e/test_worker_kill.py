@@ -22,9 +22,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
-from e2e_support import Project, Sandbox, wait_for
+from e2e_support import Project
 
 from coordinator_core.shell.audit import verify_directory
+from coordinator_sandbox.testing import Sandbox, wait_for
 
 READ = "breg.read-record/v1"
 TOKEN = "identity.token"
@@ -102,12 +103,12 @@ def test_a_worker_killed_before_the_read_finish_commit_is_taken_over_and_sends_t
     # The worker asks for two credentials: the read's, then (before the read's finish, which
     # will mark the notice dispatched) the notice's. The first goes through, the second is
     # held back.
-    assert sandbox.requests(TOKEN) == []
-    sandbox.fault({"operation": TOKEN, "kind": "delay", "delaySeconds": 0})
-    sandbox.fault({"operation": TOKEN, "kind": "delay", "delaySeconds": 30})
+    assert sandbox.received(TOKEN) == []
+    sandbox.fault(TOKEN, kind="delay", delaySeconds=0)
+    sandbox.fault(TOKEN, kind="delay", delaySeconds=30)
     worker = project.start_worker("worker")
     wait_for(
-        lambda: len(sandbox.requests(TOKEN)) >= 2 or worker.poll() is not None,
+        lambda: len(sandbox.received(TOKEN)) >= 2 or worker.poll() is not None,
         TIMEOUT,
         "the notice's credential to be asked for",
         0.02,
@@ -123,8 +124,8 @@ def test_a_worker_killed_before_the_read_finish_commit_is_taken_over_and_sends_t
     assert (read["state"], read["attempt"]) == ("leased", 1)
     notify = records.get("notify")
     assert notify is None or (notify["command_prepared"], notify["dispatched"]) == (False, False)
-    assert len(sandbox.requests(READ)) == 1
-    assert sandbox.requests(MESSAGING) == []
+    assert len(sandbox.received(READ)) == 1
+    assert sandbox.received(MESSAGING) == []
 
     httpx.delete(sandbox.url("identity") + "/sandbox/faults", timeout=5).raise_for_status()
     restarted = project.start_worker("worker-restarted")
@@ -144,8 +145,8 @@ def test_a_worker_killed_before_the_read_finish_commit_is_taken_over_and_sends_t
     )
     notify = records["notify"]
     assert (notify["state"], notify["attempt"], notify["uncertain"]) == ("delivered", 1, False)
-    assert len(sandbox.requests(READ)) == 2
-    assert len(sandbox.requests(MESSAGING)) == 1
+    assert len(sandbox.received(READ)) == 2
+    assert len(sandbox.received(MESSAGING)) == 1
     assert len(sandbox.messages()) == 1
     # Both workers' journals verify; the killed one never journaled a dispatch: the restarted
     # one journaled its intent and, once the fused fence committed, its proof (07 §12.1).

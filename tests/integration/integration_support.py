@@ -9,21 +9,15 @@ real runtime file, `migrate` + `apply_activation` prepare the store, `Store.open
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 import pytest
 
 from coordinator_core.checking.checker import check_project
@@ -50,7 +44,15 @@ from coordinator_core.shell.store import (
     apply_activation,
     migrate,
 )
-from coordinator_sandbox import launch
+from coordinator_sandbox.testing import (
+    Policy,
+    Processes,
+    Sandbox,
+    database_url,
+    deployment_block,
+    point_at_sandbox,
+    write_keys,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "delayed-follow-up"
@@ -117,68 +119,29 @@ SEED: dict[str, Any] = {
 # -- the sandbox products -------------------------------------------------------------------
 
 
-def _sandbox_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "coordinator_sandbox", *argv],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+class Products(Sandbox):
+    """The running sandbox, beside the secrets directory `keys` wrote."""
 
-
-@dataclass
-class Products:
-    """The running sandbox: service origins, the secrets directory `keys` wrote, a client."""
-
-    origins: dict[str, str]
-    secrets_dir: Path
-    http: httpx.Client
-
-    def url(self, service: str, path: str) -> str:
-        return self.origins[service] + path
-
-    def inject(self, service: str, **fault: Any) -> None:
-        answer = self.http.post(self.url(service, "/sandbox/faults"), json=fault)
-        assert answer.status_code == 201, answer.text
-
-    def clear_faults(self, service: str) -> None:
-        self.http.delete(self.url(service, "/sandbox/faults"))
-
-    def requests(self, service: str, **query: str) -> list[dict[str, Any]]:
-        answer = self.http.get(self.url(service, "/sandbox/requests"), params=query)
-        assert answer.status_code == 200
-        return list(answer.json()["requests"])
+    @property
+    def secrets_dir(self) -> Path:
+        return self.state_dir.parent / "secrets"
 
     def submissions(self, key: str) -> list[dict[str, Any]]:
         """Every message submission the sandbox received under the command key `key`."""
-        return self.requests("messaging", operation=SUBMIT, idempotencyKey=key)
+        return self.received(SUBMIT, idempotencyKey=key)
 
 
 @pytest.fixture(scope="session")
 def products(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Products]:
     root = tmp_path_factory.mktemp("products")
-    secrets_dir = root / "secrets"
-    state_dir = root / "sandbox"
-    keys = _sandbox_cli("keys", "--secrets-dir", str(secrets_dir), "--state-dir", str(state_dir))
-    assert keys.returncode == 0, keys.stderr
-    (state_dir / "sandbox.json").write_text(json.dumps(SEED))
-    stderr_path = root / "sandbox.stderr"
-    with stderr_path.open("w") as stderr:
-        try:
-            process, origins = launch.start(state_dir, stderr=stderr)
-        except launch.SandboxNotReady:
-            raise AssertionError("sandbox not ready: " + stderr_path.read_text()) from None
+    processes = Processes(root)
     try:
-        with httpx.Client(timeout=5, trust_env=False) as client:
-            yield Products(origins, secrets_dir, client)
+        write_keys(root / "secrets", root / "sandbox")
+        sandbox = Products.start(processes, root / "sandbox", seed=SEED)
+        yield sandbox
+        sandbox.close()
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        processes.stop_all()
 
 
 # -- the package ----------------------------------------------------------------------------
@@ -218,13 +181,6 @@ def holiday_package(tmp_path_factory: pytest.TempPathFactory) -> LoadedPackage:
 # -- the deployment -------------------------------------------------------------------------
 
 
-def _with_user(url: str, user: str) -> str:
-    """`url` connecting as `user` (trust authentication in the test cluster)."""
-    parts = urlsplit(url)
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urlunsplit((parts.scheme, f"{user}@{host}", parts.path, parts.query, parts.fragment))
-
-
 def _write_secret(path: Path, data: bytes) -> None:
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "wb") as stream:
@@ -234,18 +190,15 @@ def _write_secret(path: Path, data: bytes) -> None:
 def _holiday_connections(products: Products) -> str:
     """`examples/holiday-routing`'s external and evaluation connections, at the sandbox."""
     runtime = (ROOT / "examples" / "holiday-routing" / "runtime.yaml").read_text()
-    start = runtime.index("externalHttpConnections:")
-    return (
-        runtime[start:]
-        .replace("http://127.0.0.1:8105", products.origins["external"])
-        .replace("http://127.0.0.1:8106", products.origins["evaluation"])
+    return point_at_sandbox(
+        runtime[runtime.index("externalHttpConnections:") :], products.endpoints
     )
 
 
 def _connections(products: Products, workflow: str) -> str:
     if workflow == HOLIDAY_WORKFLOW:
         return _holiday_connections(products)
-    token = products.origins["tokenEndpoint"]
+    token = products.endpoints["tokenEndpoint"]
     if workflow == WORKFLOW:
         profile, scopes = "coordinator-reader", "[breg:records:read]"
     else:
@@ -253,7 +206,7 @@ def _connections(products: Products, workflow: str) -> str:
     reviews = f"""\
   reviews:
     product: casework
-    baseUrl: {products.origins["casework"]}
+    baseUrl: {products.endpoints["casework"]}
     authorization:
       tokenEndpoint: {token}
       clientId: coordinator-reviews
@@ -267,7 +220,7 @@ def _connections(products: Products, workflow: str) -> str:
 connections:
   applications:
     product: breg
-    baseUrl: {products.origins["breg"]}
+    baseUrl: {products.endpoints["breg"]}
     profile: {profile}
     authorization:
       tokenEndpoint: {token}
@@ -278,7 +231,7 @@ connections:
 {"" if workflow == WORKFLOW else reviews}\
   notices:
     product: messaging
-    baseUrl: {products.origins["messaging"]}
+    baseUrl: {products.endpoints["messaging"]}
     authorization:
       tokenEndpoint: {token}
       clientId: coordinator-notices
@@ -292,6 +245,16 @@ def _runtime_yaml(
     products: Products, package: LoadedPackage, root: Path, database: str, role: str | None
 ) -> str:
     workflow = str(package.snapshot.workflow["project"]["id"])
+    deployment = deployment_block(
+        database_id=DATABASE_ID,
+        package=package.root,
+        digest=package.package_digest,
+        port=8108,
+        issuer=ISSUER,
+        policies=[Policy([workflow])],
+        audit_directory=root / "audit",
+        runtime_role=role,
+    )
     return f"""\
 apiVersion: id.registrystack.org/formats/coordinator/runtime/v1alpha1
 kind: CoordinatorRuntimeConfig
@@ -304,35 +267,7 @@ database:
 observation:
   minimumIntervalSeconds: 30
 {_connections(products, workflow)}\
-deployment:
-  databaseId: {DATABASE_ID}
-{"" if role is None else f"  runtimeRole: {role}{chr(10)}"}  package:
-    root: {package.root}
-    expectedDigest: "{package.package_digest}"
-  listener:
-    bind: 127.0.0.1:8108
-    tlsTermination: development-loopback
-  authentication:
-    issuer: {ISSUER}
-    audience: coordinator
-    jwksSource:
-      type: static
-      documentRef: secret:file/caller-jwks.json
-    allowedClients: [ops-console]
-    policies:
-      - clientId: ops-console
-        requiredScopes: [coordinator:operate]
-        workflows: [{workflow}]
-        actions: [start, status, inspect, cancel, retry-same, reconcile, doctor]
-        operator: true
-  auditDirectory: {root / "audit"}
-  auditKeyRef: secret:file/audit.key
-  activeStateKey: 1
-  stateKeys:
-    "1":
-      keyRef: secret:file/state-1.key
-  admissionKeyRef: secret:file/admission.key
-"""
+{deployment}"""
 
 
 @dataclass
@@ -476,7 +411,9 @@ def deploy(
         namespace = f"coordinator_it{secrets.token_hex(5)}"
         assert runtime_role is not None
         environment["COORDINATOR_IT_MIGRATION_URL"] = postgres_url
-        environment["COORDINATOR_IT_RUNTIME_URL"] = _with_user(postgres_url, runtime_role)
+        environment["COORDINATOR_IT_RUNTIME_URL"] = database_url(
+            postgres_url, postgres_url.rpartition("/")[2], user=runtime_role
+        )
         database = (
             "  postgresql:\n"
             "    runtimeUrlRef: secret:env/COORDINATOR_IT_RUNTIME_URL\n"
@@ -513,7 +450,11 @@ def deploy(
         bindings_ok=lambda _pairs: True,
         namespace=namespace,
     )
-    runtime_url = url if postgres_url is None else _with_user(postgres_url, runtime_role or "")
+    runtime_url = (
+        url
+        if postgres_url is None
+        else database_url(postgres_url, postgres_url.rpartition("/")[2], user=runtime_role or "")
+    )
     store = Store.open(runtime_url, identity, namespace=namespace, pool_size=pool_size)
     witness = RestoreWitness(root / "restore-witness")  # as `store.restoreWitness` names it
     audit = AuditWriter.open(root / "audit", "worker", proofs=witness.append)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import queue
-import signal
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ import httpx
 import jwt
 import pytest
 
-from coordinator_sandbox import launch
+from coordinator_sandbox import testing
 
 ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 PROFILE = "coordinator-reader"
@@ -160,19 +159,17 @@ def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@dataclass
-class Sandbox:
-    origins: dict[str, str]
-    secrets_dir: Path
-    state_dir: Path
-    http: httpx.Client
+class Sandbox(testing.Sandbox):
+    """The running sandbox, beside the secrets directory `keys` wrote, and what a client of its
+    identity provider does (file 08 §2.2)."""
 
-    def url(self, service: str, path: str) -> str:
-        return self.origins[service] + path
+    @property
+    def secrets_dir(self) -> Path:
+        return self.state_dir.parent / "secrets"
 
     @property
     def token_endpoint(self) -> str:
-        return self.origins["tokenEndpoint"]
+        return self.endpoints["tokenEndpoint"]
 
     def private_jwk(self, client_id: str) -> dict[str, Any]:
         jwk: dict[str, Any] = json.loads((self.secrets_dir / KEY_FILES[client_id]).read_text())
@@ -231,43 +228,21 @@ class Sandbox:
         headers.update({name.replace("_", "-"): value for name, value in extra.items()})
         return headers
 
-    def inject(self, service: str, **fault: Any) -> None:
-        answer = self.http.post(self.url(service, "/sandbox/faults"), json=fault)
-        assert answer.status_code == 201, answer.text
-
-    def requests(self, service: str, **query: str) -> list[dict[str, Any]]:
-        answer = self.http.get(self.url(service, "/sandbox/requests"), params=query)
-        assert answer.status_code == 200
-        return list(answer.json()["requests"])
-
 
 @pytest.fixture(scope="session")
 def sandbox(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[Sandbox]:
-    root = tmp_path_factory.mktemp("demo")
-    secrets_dir = root / ".coordinator" / "secrets"
-    state_dir = root / ".coordinator" / "sandbox"
-    keys = run_cli("keys", "--secrets-dir", str(secrets_dir))
-    assert keys.returncode == 0, keys.stderr
-    (state_dir / "sandbox.json").write_text(json.dumps(SEED))
-    stderr_file = root / "sandbox.stderr"
+    root = tmp_path_factory.mktemp("demo") / ".coordinator"
+    processes = testing.Processes(root.parent)
     try:
-        process, origins = launch.start(
-            state_dir,
-            arguments=("--coordinator-url", receiver.url),
-            stderr=stderr_file.open("w"),
-            timeout=20,
+        testing.write_keys(root / "secrets")
+        started = Sandbox.start(
+            processes, root / "sandbox", coordinator_url=receiver.url, seed=SEED, timeout=20
         )
-    except launch.SandboxNotReady:
-        raise AssertionError("not ready: " + stderr_file.read_text()) from None
-    with httpx.Client(timeout=5, trust_env=False) as client:
-        yield Sandbox(origins, secrets_dir, state_dir, client)
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    assert process.returncode == 0, stderr_file.read_text()
+        yield started
+        started.close()
+        assert processes.stop(started.process) == 0, processes.log("sandbox")
+    finally:
+        processes.stop_all()
 
 
 @pytest.fixture

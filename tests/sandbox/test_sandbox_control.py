@@ -16,6 +16,8 @@ import jwt
 from sandbox_support import CLIENTS, PROFILE, Receiver, Sandbox, run_cli
 from test_sandbox_casework import review_request, submit
 
+from coordinator_sandbox import testing
+
 
 def control(sandbox: Sandbox, *argv: str) -> Any:
     done = run_cli(*argv, "--state-dir", str(sandbox.state_dir))
@@ -125,7 +127,7 @@ def test_bind_makes_registers_and_describes_a_connection_per_alias(
     )  # fmt: skip
     bound = json.loads(out)
     permits = bound["connections"]["permits"]
-    assert permits["baseUrl"] == sandbox.origins["breg"] and permits["profile"] == PROFILE
+    assert permits["baseUrl"] == sandbox.endpoints["breg"] and permits["profile"] == PROFILE
     authorization = permits["authorization"]
     assert authorization["clientId"] == "coordinator-permits"
     assert authorization["signingKeyRef"] == "secret:file/permits-client.jwk"
@@ -154,22 +156,15 @@ def test_bind_makes_registers_and_describes_a_connection_per_alias(
 
 def test_decide_latest_without_a_pending_review_says_so(tmp_path: Path) -> None:
     """A sandbox of its own, with Casework only and no review yet."""
-    import signal
-    import subprocess
-
-    from coordinator_sandbox import launch
-
-    process, _ = launch.start(tmp_path, arguments=("--services", "casework"))
+    processes = testing.Processes(tmp_path)
     try:
-        done = run_cli("decide", "latest", "approve", "--state-dir", str(tmp_path))
+        testing.Sandbox.start(processes, tmp_path / "state", services=["casework"])
+        state = str(tmp_path / "state")
+        done = run_cli("decide", "latest", "approve", "--state-dir", state)
         assert done.returncode == 1 and "No review request is pending" in done.stderr
-        assert run_cli("reviews", "--state-dir", str(tmp_path)).stdout == "No review requests.\n"
+        assert run_cli("reviews", "--state-dir", state).stdout == "No review requests.\n"
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        processes.stop_all()
 
 
 def test_without_a_running_sandbox_the_command_says_how_to_start_one(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from sandbox_support import CLIENTS, RESOURCES, SCOPES, Sandbox, run_cli
 
 
 def jwks_client_keys(sandbox: Sandbox) -> dict[str, jwt.PyJWK]:
-    document = sandbox.http.get(sandbox.origins["jwksUri"]).json()
+    document = sandbox.http.get(sandbox.endpoints["jwksUri"]).json()
     return {key["kid"]: jwt.PyJWK(key) for key in document["keys"]}
 
 
@@ -24,7 +24,7 @@ def verify_with_jwks(sandbox: Sandbox, token: str, audience: str) -> dict[str, A
     key = jwks_client_keys(sandbox)[header["kid"]]
     return jwt.decode(
         token, key.key, algorithms=[header["alg"]], audience=audience,
-        issuer=sandbox.origins["issuer"],
+        issuer=sandbox.endpoints["issuer"],
     )  # fmt: skip
 
 
@@ -64,7 +64,7 @@ def test_assertion_signed_by_another_key_is_refused(sandbox: Sandbox) -> None:
 
 def test_assertion_for_another_audience_is_refused(sandbox: Sandbox) -> None:
     client_id = CLIENTS["messaging"]
-    for audience in (sandbox.origins["issuer"] + "/other", "urn:registrystack:messaging"):
+    for audience in (sandbox.endpoints["issuer"] + "/other", "urn:registrystack:messaging"):
         assertion = sandbox.assertion(client_id, audience=audience)
         answer = sandbox.token_request(assertion, RESOURCES["messaging"], SCOPES["messaging"])
         assert_invalid_client(answer)
@@ -187,13 +187,13 @@ def test_caller_token_cli_verifies_with_the_caller_jwks_secret(sandbox: Sandbox)
     key = next(jwt.PyJWK(k) for k in jwks["keys"] if k["kid"] == header["kid"])
     claims = jwt.decode(
         token, key.key, algorithms=["ES256"], audience="coordinator",
-        issuer=sandbox.origins["issuer"],
+        issuer=sandbox.endpoints["issuer"],
     )  # fmt: skip
     assert claims["sub"] == "bob" and claims["registry_scopes"] == "coordinator:operate"
 
 
 def test_discovery_names_the_issuer_jwks_and_token_endpoint(sandbox: Sandbox) -> None:
     document = sandbox.http.get(sandbox.url("identity", "/.well-known/openid-configuration")).json()
-    assert document["issuer"] == sandbox.origins["issuer"]
-    assert document["jwks_uri"] == sandbox.origins["jwksUri"]
+    assert document["issuer"] == sandbox.endpoints["issuer"]
+    assert document["jwks_uri"] == sandbox.endpoints["jwksUri"]
     assert document["token_endpoint"] == sandbox.token_endpoint

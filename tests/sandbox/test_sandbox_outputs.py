@@ -56,7 +56,7 @@ def _connection(sandbox: Sandbox, product: str) -> ProductConnection:
     return ProductConnection(
         name=product,
         product=product,
-        base_url=sandbox.origins[product],
+        base_url=sandbox.endpoints[product],
         profile="coordinator-reader" if product == "breg" else None,
         authorization=ClientCredentials(
             token_endpoint=sandbox.token_endpoint,
@@ -73,13 +73,13 @@ def adapters(sandbox: Sandbox) -> Adapters:
     connections: dict[str, Any] = {product: _connection(sandbox, product) for product in CLIENT_OF}
     connections["external"] = ExternalConnection(
         name="external",
-        base_url=sandbox.origins["external"],
+        base_url=sandbox.endpoints["external"],
         paths=frozenset({"v1/holidays", "status"}),
         query_parameters=frozenset({"year"}),
         response_schema=True,
     )
     connections["evaluation"] = EvaluationConnection(
-        name="evaluation", base_url=sandbox.origins["evaluation"], model="sandbox-model"
+        name="evaluation", base_url=sandbox.endpoints["evaluation"], model="sandbox-model"
     )
     return Adapters(connections)
 

@@ -18,6 +18,27 @@ ROOTS = {
 }
 
 MODULES = {
+    # The test kit shared by the suites, the demo and the benchmarks.
+    "coordinator_sandbox.testing": [
+        "OPERATOR_ACTIONS",
+        "PYTHON",
+        "KitFailure",
+        "Policy",
+        "Processes",
+        "Sandbox",
+        "ScratchPostgres",
+        "caller_token",
+        "database_url",
+        "deployment_block",
+        "endpoints_in",
+        "free_port",
+        "point_at_sandbox",
+        "postgresql_database",
+        "service_of",
+        "wait_for",
+        "write_keys",
+        "write_token",
+    ],
     # The packages of the layout (docs/architecture.md) export nothing from their roots:
     # callers import the module that owns the name.
     "coordinator_core.authoring": [],
