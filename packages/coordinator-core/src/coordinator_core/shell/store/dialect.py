@@ -555,11 +555,15 @@ def pipelined(conn: Connection) -> Iterator[None]:
     other's answers (psycopg's pipeline mode), and answered together when the block ends, so
     many small statements of one transaction cost one round trip; a statement's failure is
     raised there, as SQLAlchemy raises it (`DBAPIError`, a lost connection invalidated), and
-    fails the transaction as it would have. Nothing changes on SQLite."""
+    fails the transaction as it would have. Inside a pipeline already, the block is part of it.
+    Nothing changes on SQLite."""
     if conn.dialect.name != "postgresql":
         yield
         return
     driver: Any = conn.connection.driver_connection
+    if driver.pgconn.pipeline_status:
+        yield
+        return
     dbapi_error = conn.dialect.loaded_dbapi.Error
     try:
         with driver.pipeline():
