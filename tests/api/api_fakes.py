@@ -657,14 +657,14 @@ class FakeJournal:
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
 
-    async def request(self, entry: AuditRequest) -> str:
+    def request(self, entry: AuditRequest) -> str:
         if self.fail_requests:
             raise AuditUnavailable
         correlation = str(uuid.uuid4())
         self.entries.append(("request", correlation, entry))
         return correlation
 
-    async def response(self, correlation: str, entry: AuditResponse) -> None:
+    def response(self, correlation: str, entry: AuditResponse) -> None:
         if self.fail_responses:
             raise AuditUnavailable
         self.entries.append(("response", correlation, entry))

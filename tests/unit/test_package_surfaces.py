@@ -64,6 +64,7 @@ MODULES = {
         "StoreRunService",
         "WaitResult",
         "WriterJournal",
+        "durable",
     ],
     "coordinator_core.functions": [
         "INTERPRETER_ABI",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from starlette.responses import Response
@@ -36,8 +35,7 @@ async def get_doctor(token_info: dict[str, Any], coordinator: RequestContext) ->
     state = coordinator.state
     entry = AuditRequest(action="doctor", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        await audit.begin()
-        return json_reply(doctor_body(await asyncio.to_thread(state.service.doctor)))
+        return json_reply(doctor_body(await audit.act(state.service.doctor)))
 
 
 async def restore_hold(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
@@ -48,10 +46,7 @@ async def restore_hold(token_info: dict[str, Any], coordinator: RequestContext) 
         body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
-        await audit.begin()
-        return json_reply(
-            hold_state_body(await asyncio.to_thread(state.service.restore_hold, reason))
-        )
+        return json_reply(hold_state_body(await audit.act(state.service.restore_hold, reason)))
 
 
 async def release_restore_hold(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
@@ -62,9 +57,8 @@ async def release_restore_hold(token_info: dict[str, Any], coordinator: RequestC
         body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
-        await audit.begin()
         return json_reply(
-            hold_state_body(await asyncio.to_thread(state.service.release_restore_hold, reason))
+            hold_state_body(await audit.act(state.service.release_restore_hold, reason))
         )
 
 
@@ -85,9 +79,8 @@ async def release_admission_hold(
         audit.note(reason=reason)
         if not (body.admission_history_complete and body.prior_deployment_fenced):
             raise ApiProblem("coordinator.command.attestation-required")
-        await audit.begin()
         return json_reply(
-            hold_state_body(await asyncio.to_thread(state.service.release_admission_hold, reason))
+            hold_state_body(await audit.act(state.service.release_admission_hold, reason))
         )
 
 
@@ -101,6 +94,5 @@ async def retain(token_info: dict[str, Any], coordinator: RequestContext) -> Res
         )
         if body.before > state.settings.clock():
             raise ApiProblem("coordinator.command.retention-invalid")
-        await audit.begin()
-        erased = await asyncio.to_thread(state.service.retain, instant_of(body.before), body.limit)
+        erased = await audit.act(state.service.retain, instant_of(body.before), body.limit)
         return json_reply(RetentionResult(erased=erased))
