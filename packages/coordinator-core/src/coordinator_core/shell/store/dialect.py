@@ -53,6 +53,7 @@ __all__ = [
     "pipelined",
     "quote_namespace",
     "read_engine",
+    "read_together",
     "store_unavailable",
     "unavailable_as_refusal",
 ]
@@ -525,6 +526,25 @@ class Prepared:
             plan.execute(conn, params[0])
         elif params:
             plan.execute_many(conn, params)
+
+
+def read_together(
+    conn: Connection, *reads: tuple[Prepared, Mapping[str, Any]]
+) -> list[list[dict[str, Any]]]:
+    """Every row of each of `reads` (statement and parameters), in order, the statements sent
+    together (`pipelined`: one round trip on PostgreSQL)."""
+    if conn.dialect.name != "postgresql":
+        return [statement.rows(conn, params) for statement, params in reads]
+    cursors: list[tuple[_Plan, Any]] = []
+    try:
+        with pipelined(conn):
+            for statement, params in reads:
+                plan = statement._plan(conn.dialect)
+                cursors.append((plan, plan.execute(conn, params)))
+        return [plan.read(cursor.fetchall()) for plan, cursor in cursors]
+    finally:
+        for _, cursor in cursors:
+            cursor.close()
 
 
 _CURSOR: Final = "coordinator_cursor"

@@ -29,6 +29,7 @@ from coordinator_core.shell.store.dialect import (
     lock_one,
     lock_rows,
     pipelined,
+    read_together,
     store_unavailable,
 )
 from coordinator_core.shell.store.guards import refuse
@@ -155,7 +156,10 @@ class RunWrites:
         tx = self._tx
 
         def work(conn: Connection) -> AdmissionResult:
-            control = admission_control_txn(tx, conn)
+            # The admission lock, the store check and the live pairs: one round trip on
+            # PostgreSQL (the pairs are read even when a check below refuses: a few rows).
+            control_rows, pair_rows = read_together(conn, (_CONTROL_SHARED, {}), (_LIVE_PAIRS, {}))
+            control = tx.verified(control_rows[0] if control_rows else None)
             if not tx.serves_active_package(control):
                 raise refuse("coordinator.command.activation-changed")
             if control.admissions_hold:
@@ -175,16 +179,15 @@ class RunWrites:
                 refusal = refuse("coordinator.command.activation-changed")
             elif admission.input_problem is not None:
                 refusal = admission.input_problem
-            pairs: frozenset[tuple[str, str]] = frozenset()
-            if refusal is None:
-                pairs = frozenset(
-                    (str(row["definition_digest"]), str(row["binding_digest"]))
-                    for row in _LIVE_PAIRS.rows(conn)
-                )
-                if not admission.bindings_ok(pairs) and not admission.bindings_ok(
-                    unsettled_txn(conn, now)
-                ):
-                    refusal = refuse("coordinator.command.live-binding-conflict")
+            pairs = frozenset(
+                (str(row["definition_digest"]), str(row["binding_digest"])) for row in pair_rows
+            )
+            if (
+                refusal is None
+                and not admission.bindings_ok(pairs)
+                and not admission.bindings_ok(unsettled_txn(conn, now))
+            ):
+                refusal = refuse("coordinator.command.live-binding-conflict")
             if refusal is not None:
                 replay = _replay_txn(conn, admission)
                 if replay is not None:
