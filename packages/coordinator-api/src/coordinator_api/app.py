@@ -21,8 +21,8 @@ Layers, outermost first (each named where it is defined):
    responses with an explicit Content-Type (P1).
 
 The document is loaded once from the generated files (`coordinator_api.spec.locate_openapi`) and
-handed to Connexion as a dict; request bodies are validated against the 2020-12 schemas of the
-bundled 3.1 document (`coordinator_api.bodies`), not Connexion's Draft 4 rendering.
+handed to Connexion as a dict; request bodies are validated by their generated models
+(`coordinator_api.bodies`), not by Connexion's Draft 4 rendering.
 """
 
 from __future__ import annotations
@@ -67,7 +67,6 @@ from starlette.exceptions import HTTPException
 
 from coordinator_api.access import AccessVerifier, bearer_token, match_secret
 from coordinator_api.app_state import AppState
-from coordinator_api.bodies import BodySchemas
 from coordinator_api.edge import CONTEXT_KEY, EdgeMiddleware, context_of
 from coordinator_api.explorer import SelfDescription, explorer_assets, render_document
 from coordinator_api.handlers import OPERATIONS, handler_of
@@ -313,7 +312,7 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
     files = locate_openapi(settings.openapi_dir)
     connexion_document = load_yaml(files.connexion)
     bundled_document = load_yaml(files.bundled)
-    # 06 §14: `/openapi.json` answers the 3.1 document the bodies are validated against; its
+    # 06 §14: `/openapi.json` answers the 3.1 document of the body schemas; its
     # operations are the ones Connexion routes (the 3.0.3 rendering of the same spec).
     served_document = render_document(bundled_document)
     assets = explorer_assets()
@@ -335,7 +334,6 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
             transport=settings.jwks_transport,
             caller_jwks=settings.caller_jwks,
         ),
-        bodies=BodySchemas(bundled_document),
         operations=operations,
         routes=RouteTable.from_document(connexion_document),
         waits=StatusWaits(service, limit=settings.status_waiters),

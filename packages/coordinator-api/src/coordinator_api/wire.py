@@ -2,8 +2,8 @@
 the models generated from `spec/schemas/api.schema.json` (`coordinator_models.api`).
 
 Every response body (06 §11) is built as its model from the service's result shapes, so a value
-outside the contract (a status word, a pattern, a bound) fails here, never on the wire; every
-request body is parsed into its model once the 2020-12 schema checks of `bodies` hold. The
+outside the contract (a status word, a pattern, a bound) fails here, never on the wire; request
+bodies are read as their models by `bodies`. The
 JSON rendering is this module's too: member names are the spec's, optional members are present
 only when set, and timestamps are `YYYY-MM-DDTHH:MM:SS.mmmZ` (06 §1 item 5).
 """
@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 from uuid import UUID
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from coordinator_api.settings import WorkflowSummary
 from coordinator_core.engine.detail import FailureDetail
@@ -28,7 +28,6 @@ from coordinator_models import api
 __all__ = [
     "AttemptPage",
     "Body",
-    "BodyRefused",
     "Doctor",
     "EventAdmitted",
     "HoldState",
@@ -52,7 +51,6 @@ __all__ = [
     "hold_state_body",
     "inspection_body",
     "instant_of",
-    "parse_request",
     "problem",
     "reconcile_body",
     "run_page_body",
@@ -112,38 +110,16 @@ def encode(body: Body) -> bytes:
     ).encode("ascii")
 
 
-BodyModel = TypeVar("BodyModel", bound=BaseModel)
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
-def _absent(body: BodyModel, *members: str) -> BodyModel:
+def _absent(body: _Model, *members: str) -> _Model:
     """`body` with the optional `members` that are None left out of its JSON (the spec's "omitted
     when absent"); the members a schema requires are always given, null or not."""
     for member in members:
         if getattr(body, member) is None:
             body.model_fields_set.discard(member)
     return body
-
-
-# --------------------------------------------------------------------------------------------
-# Requests
-
-
-class BodyRefused(Exception):
-    """A request body passed its schema but not its model; `member` is the top-level member
-    the refusal concerns when there is exactly one (for its problem code), else None."""
-
-    def __init__(self, member: str | None) -> None:
-        super().__init__("the request body does not match its model")
-        self.member = member
-
-
-def parse_request(model: type[BodyModel], value: Mapping[str, Any]) -> BodyModel:
-    """`value` (strict JSON that passed the schema of `model.__name__`) as its model."""
-    try:
-        return model.model_validate(value)
-    except ValidationError as refused:
-        members = {str(error["loc"][0]) if error["loc"] else None for error in refused.errors()}
-        raise BodyRefused(members.pop() if len(members) == 1 else None) from None
 
 
 # --------------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ async def restore_hold(token_info: dict[str, Any], coordinator: RequestContext) 
     state = coordinator.state
     entry = AuditRequest(action="restore-hold", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
+        body = read_body(coordinator.body, ReasonRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
         await audit.begin()
@@ -59,7 +59,7 @@ async def release_restore_hold(token_info: dict[str, Any], coordinator: RequestC
     state = coordinator.state
     entry = AuditRequest(action="release-restore-hold", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
+        body = read_body(coordinator.body, ReasonRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
         await audit.begin()
@@ -75,12 +75,7 @@ async def release_admission_hold(
     state = coordinator.state
     entry = AuditRequest(action="release-admission-hold", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_body(
-            coordinator.body,
-            state.bodies,
-            ReleaseAdmissionHoldRequest,
-            member_codes=REASON_CODES,
-        )
+        body = read_body(coordinator.body, ReleaseAdmissionHoldRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
         if not (body.admission_history_complete and body.prior_deployment_fenced):
@@ -96,9 +91,7 @@ async def retain(token_info: dict[str, Any], coordinator: RequestContext) -> Res
     state = coordinator.state
     entry = AuditRequest(action="retention", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_body(
-            coordinator.body, state.bodies, RetentionRequest, member_codes=_RETENTION_CODES
-        )
+        body = read_body(coordinator.body, RetentionRequest, member_codes=_RETENTION_CODES)
         if body.before > state.settings.clock():
             raise ApiProblem("coordinator.command.retention-invalid")
         await audit.begin()
