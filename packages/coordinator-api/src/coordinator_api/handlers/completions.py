@@ -25,7 +25,7 @@ async def review_completed(token_info: dict[str, Any], coordinator: RequestConte
     connection = token_info["connection"]
     assert isinstance(connection, str)
     # The journal entry names the Casework request, so it starts once the body is read.
-    body = read_body(coordinator.body, state.bodies, ReviewCompletion)
+    body = read_body(coordinator.body, ReviewCompletion)
     request_id = body.request_id
     entry = AuditRequest(action="review-completion", connection=connection, request_id=request_id)
     async with Audited(state.journal, entry) as audit:

@@ -43,7 +43,7 @@ async def restore_hold(token_info: dict[str, Any], coordinator: RequestContext) 
     state = coordinator.state
     entry = AuditRequest(action="restore-hold", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
+        body = read_body(coordinator.body, ReasonRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
         return json_reply(hold_state_body(await audit.act(state.service.restore_hold, reason)))
@@ -54,7 +54,7 @@ async def release_restore_hold(token_info: dict[str, Any], coordinator: RequestC
     state = coordinator.state
     entry = AuditRequest(action="release-restore-hold", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
+        body = read_body(coordinator.body, ReasonRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
         return json_reply(
@@ -69,12 +69,7 @@ async def release_admission_hold(
     state = coordinator.state
     entry = AuditRequest(action="release-admission-hold", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_body(
-            coordinator.body,
-            state.bodies,
-            ReleaseAdmissionHoldRequest,
-            member_codes=REASON_CODES,
-        )
+        body = read_body(coordinator.body, ReleaseAdmissionHoldRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
         if not (body.admission_history_complete and body.prior_deployment_fenced):
@@ -89,9 +84,7 @@ async def retain(token_info: dict[str, Any], coordinator: RequestContext) -> Res
     state = coordinator.state
     entry = AuditRequest(action="retention", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_body(
-            coordinator.body, state.bodies, RetentionRequest, member_codes=_RETENTION_CODES
-        )
+        body = read_body(coordinator.body, RetentionRequest, member_codes=_RETENTION_CODES)
         if body.before > state.settings.clock():
             raise ApiProblem("coordinator.command.retention-invalid")
         erased = await audit.act(state.service.retain, instant_of(body.before), body.limit)

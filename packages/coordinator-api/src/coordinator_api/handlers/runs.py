@@ -64,7 +64,7 @@ async def start_run(token_info: dict[str, Any], coordinator: RequestContext) -> 
     caller = caller_of(token_info)
     state = coordinator.state
     async with Audited(state.journal, AuditRequest(action="admit", caller=caller)) as audit:
-        body = read_body(coordinator.body, state.bodies, StartRunRequest)
+        body = read_body(coordinator.body, StartRunRequest)
         workflow, revision, run_input = body.workflow, body.revision, body.input
         if not caller.may("start", workflow):
             raise ApiProblem("coordinator.access.denied")
@@ -186,7 +186,7 @@ async def _run_command(
         run_id = parse_run_id(run)
         audit.note(run_id=run_id)
         await visible_run(coordinator, caller, run_id, action)
-        body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
+        body = read_body(coordinator.body, ReasonRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
         return json_reply(await call(audit, caller, run_id, reason))
