@@ -1502,6 +1502,14 @@ def run_rounds(bench: Bench) -> Results:
 
 
 def bench(admin_url: str, arguments: argparse.Namespace) -> Results:
+    return with_bench(admin_url, arguments, run_rounds)
+
+
+def with_bench(admin_url: str, arguments: argparse.Namespace, measure: Callable[[Bench], T]) -> T:
+    """Create the databases and the runtime role, `prepare` a Bench in a temporary directory,
+    and return what `measure` makes of it; every process is stopped, the databases and role
+    dropped and the directory removed whatever happens (`scripts/bench_reads.py` measures
+    with it too)."""
     tag = secrets.token_hex(5)
     name, peer_name = f"coordinator_bench_{tag}", f"coordinator_bench_dbos_{tag}"
     role = f"coordinator_bench_rt_{tag}"
@@ -1529,7 +1537,7 @@ def bench(admin_url: str, arguments: argparse.Namespace) -> Results:
             )
             try:
                 prepare(state, directory, role)
-                return run_rounds(state)
+                return measure(state)
             except BenchError:
                 for log in sorted(path.stem for path in directory.glob("*.log")):
                     tail = processes.log(log, tail=1500)
