@@ -39,9 +39,9 @@ the spec's body; the peer reads DBOS's own status row.
 
 Run: `nox -s bench -- reads` (which builds the peer's environment), or `python
 scripts/bench_reads.py --peer-python PATH [--runs N] [--requests N] [--rounds R] [--kinds
-status,inspect,list] [--profile DIR]`. `--profile DIR` then records `coordinator serve` with
+status,inspect,list] [--profile DIR]`. `--profile DIR` then records the serving process with
 py-spy (`record --gil -f raw`, the py-spy beside this Python or on PATH) during one more
-window of each of our kinds, writes the folded stacks to DIR and prints the heaviest frames.
+window of each kind, writes the folded stacks to DIR and prints the heaviest frames.
 `--smoke` runs one round of 20 reads of each kind after 5 runs (CI: `nox -s bench_smoke`).
 Loopback only; every process started is stopped and every database dropped whatever happens.
 """
@@ -194,35 +194,67 @@ def py_spy() -> str:
     return found
 
 
-def heaviest(folded: Path, top: int) -> list[str]:
-    """The frames of `folded` (py-spy's raw output: `frame;frame;… count` per line) with the
-    largest share of the samples, counted once per stack in which they appear (inclusive), the
-    line numbers dropped so that a function counts as one."""
-    inclusive: Counter[str] = Counter()
-    total = 0
+def trunk(stacks: Sequence[tuple[list[str], int]]) -> set[str]:
+    """The frames that, from each root down, lie on nearly all (95%) of that root's samples: a
+    process's `main` and its loop's runner, a thread's bootstrap. They say nothing of where
+    the time goes; the frames below them do."""
+    found: set[str] = set()
+    roots: dict[str, list[tuple[list[str], int]]] = {}
+    for frames, samples in stacks:
+        roots.setdefault(frames[0], []).append((frames, samples))
+    for stacks_of_root in roots.values():
+        group, depth = stacks_of_root, 0
+        while group:
+            below: Counter[str] = Counter()
+            for frames, samples in group:
+                if len(frames) > depth + 1:  # a leaf is never trunk
+                    below[frames[depth]] += samples
+            if not below:
+                break
+            frame, samples = below.most_common(1)[0]
+            if samples < 0.95 * sum(n for _, n in group):
+                break
+            found.add(frame)
+            group = [(f, n) for f, n in group if len(f) > depth + 1 and f[depth] == frame]
+            depth += 1
+    return found
+
+
+def heaviest(folded: Path, top: int, own: str) -> list[str]:
+    """A summary of `folded` (py-spy's raw output: `frame;frame;… count` per line), line
+    numbers dropped so that a function counts as one: the `top` functions by their own samples
+    (the stack's last frame), then the `top` functions of the side's own code (frames whose file
+    starts with `own`) by their inclusive samples (counted once per stack in which they appear),
+    the trunk left out, each as a share of all samples."""
+    stacks: list[tuple[list[str], int]] = []
     for line in folded.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        if not stack:
-            continue
-        samples = int(count)
-        total += samples
-        frames = {LINE_NUMBER.sub(")", frame) for frame in stack.split(";")}
-        for frame in frames:
-            inclusive[frame] += samples
-    return [
-        f"{100 * samples / total:5.1f}%  {frame}" for frame, samples in inclusive.most_common(top)
-    ]
+        if stack:
+            stacks.append(([LINE_NUMBER.sub(")", f) for f in stack.split(";")], int(count)))
+    total = sum(samples for _, samples in stacks)
+    leaves: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    skip = trunk(stacks)
+    for frames, samples in stacks:
+        leaves[frames[-1]] += samples
+        for frame in set(frames) - skip:
+            if "(" + own in frame:
+                inclusive[frame] += samples
+    lines = [f"{total} samples; by their own samples:"]
+    lines += [f"  {100 * n / total:5.1f}%  {frame}" for frame, n in leaves.most_common(top)]
+    lines.append(f"{own}* functions, inclusive (the trunk left out):")
+    lines += [f"  {100 * n / total:5.1f}%  {frame}" for frame, n in inclusive.most_common(top)]
+    return lines
 
 
-def profile(bench: Bench, run_ids: Sequence[str], pid: int, arguments: argparse.Namespace) -> None:
-    """One more window of each of our kinds with py-spy recording serve (`--gil`: the samples
-    that hold the GIL, the Python CPU), its folded stacks written to `--profile`."""
+def profile(token: str, targets: Callable[[str], Target], arguments: argparse.Namespace) -> None:
+    """One more window of each kind with py-spy recording the serving process (`--gil`: the
+    samples that hold the GIL, the Python CPU), its folded stacks written to `--profile`."""
     directory = Path(arguments.profile)
     directory.mkdir(parents=True, exist_ok=True)
     for kind in arguments.kinds:
-        if kind == PEER:
-            continue
-        output = directory / f"serve-{kind}.txt"
+        origin, run_ids, pid = targets(kind)
+        output = directory / f"{'peer' if kind == PEER else 'serve'}-{kind}.txt"
         recorder = subprocess.Popen(
             [py_spy(), "record", "--gil", "-p", str(pid), "-f", "raw", "-o", str(output)],
             stdout=subprocess.DEVNULL,
@@ -230,20 +262,22 @@ def profile(bench: Bench, run_ids: Sequence[str], pid: int, arguments: argparse.
         )
         try:
             time.sleep(1.0)  # py-spy attaches
-            read_window(bench.origin, bench.token, kind, run_ids, arguments.requests, pid)
+            read_window(origin, token, kind, run_ids, arguments.requests, pid)
         finally:
             recorder.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
             _, errors = recorder.communicate(timeout=60)
         if not output.exists():
             raise BenchError(f"py-spy wrote no profile: {errors.decode(errors='replace')[-500:]}")
-        print(f"# profile of serve, {kind} (inclusive share of the GIL samples), {output}:")
-        print("\n".join("#   " + line for line in heaviest(output, 30)))
+        print(f"# profile of {NAMES[kind]} (the samples holding the GIL), {output}:")
+        own = "dbos" if kind == PEER else "coordinator_"
+        print("\n".join("#   " + line for line in heaviest(output, 20, own)))
 
 
 # -- the rounds -----------------------------------------------------------------------------
 
 
 Results = dict[str, list[Window]]
+Target = tuple[str, list[str], int]  # a kind's origin, the run ids it reads, the serving pid
 
 
 def measure(arguments: argparse.Namespace) -> Callable[[Bench], Results]:
@@ -263,6 +297,14 @@ def measure(arguments: argparse.Namespace) -> Callable[[Bench], Results]:
             finally:
                 poller.close()
             run_ids[side] = finished.run_ids
+        sides = {
+            "ours": (bench.origin, run_ids["ours"], serve.pid),
+            "peer": (bench.peer_origin, run_ids["peer"], peer.pid),
+        }
+
+        def targets(kind: str) -> Target:
+            return sides["peer" if kind == PEER else "ours"]
+
         kinds = [kind for kind in KINDS if kind in arguments.kinds]
         results: Results = {kind: [] for kind in kinds}
         began = time.monotonic()
@@ -270,16 +312,12 @@ def measure(arguments: argparse.Namespace) -> Callable[[Bench], Results]:
             order = kinds if index % 2 == 0 else list(reversed(kinds))
             print(f"# round {index + 1}/{arguments.rounds}, order: {', '.join(order)}", flush=True)
             for kind in order:
-                origin, ids, pid = (
-                    (bench.peer_origin, run_ids["peer"], peer.pid)
-                    if kind == PEER
-                    else (bench.origin, run_ids["ours"], serve.pid)
-                )
+                origin, ids, pid = targets(kind)
                 window = read_window(origin, bench.token, kind, ids, arguments.requests, pid)
                 results[kind].append(window)
                 print(f"#   ({time.monotonic() - began:.0f} s) {describe(window)}", flush=True)
         if arguments.profile:
-            profile(bench, run_ids["ours"], serve.pid, arguments)
+            profile(bench.token, targets, arguments)
         bench.processes.stop([serve, peer])
         return results
 
