@@ -85,6 +85,7 @@ OURS = ("status", "inspect", "list")
 PEER = "peer"
 KINDS = (*OURS, PEER)
 LINE_NUMBER = re.compile(r":\d+\)$")
+RUNNER = "Runner.run (asyncio/runners.py)"  # the event loop's, in a py-spy frame
 WARM_UP = 50  # unmeasured reads at the start of each window (at most --requests)
 SMOKE = {"runs": 5, "requests": 20, "rounds": 1}
 DEFAULTS = {"runs": 50, "requests": 2000, "rounds": 3}
@@ -194,38 +195,13 @@ def py_spy() -> str:
     return found
 
 
-def trunk(stacks: Sequence[tuple[list[str], int]]) -> set[str]:
-    """The frames that, from each root down, lie on nearly all (95%) of that root's samples: a
-    process's `main` and its loop's runner, a thread's bootstrap. They say nothing of where
-    the time goes; the frames below them do."""
-    found: set[str] = set()
-    roots: dict[str, list[tuple[list[str], int]]] = {}
-    for frames, samples in stacks:
-        roots.setdefault(frames[0], []).append((frames, samples))
-    for stacks_of_root in roots.values():
-        group, depth = stacks_of_root, 0
-        while group:
-            below: Counter[str] = Counter()
-            for frames, samples in group:
-                if len(frames) > depth + 1:  # a leaf is never trunk
-                    below[frames[depth]] += samples
-            if not below:
-                break
-            frame, samples = below.most_common(1)[0]
-            if samples < 0.95 * sum(n for _, n in group):
-                break
-            found.add(frame)
-            group = [(f, n) for f, n in group if len(f) > depth + 1 and f[depth] == frame]
-            depth += 1
-    return found
-
-
 def heaviest(folded: Path, top: int, own: str) -> list[str]:
     """A summary of `folded` (py-spy's raw output: `frame;frame;… count` per line), line
     numbers dropped so that a function counts as one: the `top` functions by their own samples
     (the stack's last frame), then the `top` functions of the side's own code (frames whose file
     starts with `own`) by their inclusive samples (counted once per stack in which they appear),
-    the trunk left out, each as a share of all samples."""
+    but for the frames above the event loop's runner (the process's `main`, which every request
+    passes through), each as a share of all samples."""
     stacks: list[tuple[list[str], int]] = []
     for line in folded.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -234,15 +210,15 @@ def heaviest(folded: Path, top: int, own: str) -> list[str]:
     total = sum(samples for _, samples in stacks)
     leaves: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
-    skip = trunk(stacks)
     for frames, samples in stacks:
         leaves[frames[-1]] += samples
-        for frame in set(frames) - skip:
+        below = frames[frames.index(RUNNER) :] if RUNNER in frames else frames
+        for frame in set(below):
             if "(" + own in frame:
                 inclusive[frame] += samples
     lines = [f"{total} samples; by their own samples:"]
     lines += [f"  {100 * n / total:5.1f}%  {frame}" for frame, n in leaves.most_common(top)]
-    lines.append(f"{own}* functions, inclusive (the trunk left out):")
+    lines.append(f"{own}* functions, inclusive (below the event loop's runner):")
     lines += [f"  {100 * n / total:5.1f}%  {frame}" for frame, n in inclusive.most_common(top)]
     return lines
 

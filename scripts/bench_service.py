@@ -57,9 +57,9 @@ store, for both sides alike: it opens the SQLite file read-only (`mode=ro`) and 
 that finds the file locked — DBOS's rollback journal locks readers out while it commits; a
 WAL reader, ours, is never locked out — is a "not yet", and the next poll comes at the usual
 interval, so both sides are polled at the same pace (the window line counts such polls). The
-HTTP status API would not be fair instead: the peer has none of its own, and a status GET
-costs the serving process CPU in the very window being measured, at hundreds of polls a
-second. A reader of a WAL file never blocks its writer; in the rollback journal a poll that
+HTTP status API would not be fair instead: a status GET costs the serving process CPU in the
+very window being measured, at hundreds of polls a second, and ours costs more than the
+peer's (`scripts/bench_reads.py` measures both). A reader of a WAL file never blocks its writer; in the rollback journal a poll that
 holds its shared lock at the instant DBOS commits makes the commit wait (for about 1 ms,
 SQLite's first busy back-off), which the poll's length (tens of microseconds every 2 or 5 ms)
 makes rare.
