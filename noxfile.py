@@ -63,7 +63,7 @@ TEST_TOOLS = (
 )
 
 # Benchmark targets whose script takes the arguments that follow them.
-ARGUMENTED = ("service", "parked")
+ARGUMENTED = ("service", "reads", "parked")
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
@@ -362,12 +362,14 @@ def peer_python(session: nox.Session) -> str:
 def bench(session: nox.Session) -> None:
     """Benchmarks that print ratios against a baseline measured in the same run.
 
-    `nox -s bench -- functions`, `-- check`, `-- sealing`, `-- service` or `-- parked`; no
-    argument runs the first three (`service`, our service beside DBOS Transact in one and in
-    `--peer-processes` processes and PostgreSQL's commit rate, and on the embedded SQLite store
-    beside DBOS on SQLite and SQLite's commit rate, and `parked`, many runs parked in waits,
-    take minutes). Arguments after a `service` or `parked` target go to its script:
-    `nox -s bench -- service --runs 40 --rounds 1`, `nox -s bench -- parked --runs 20000`.
+    `nox -s bench -- functions`, `-- check`, `-- sealing`, `-- service`, `-- reads` or
+    `-- parked`; no argument runs the first three (`service`, our service beside DBOS Transact
+    in one and in `--peer-processes` processes and PostgreSQL's commit rate, and on the
+    embedded SQLite store beside DBOS on SQLite and SQLite's commit rate, `reads`, the serve CPU
+    of a status GET, an inspection and a list beside DBOS's status read, and `parked`, many
+    runs parked in waits, take minutes). Arguments after a `service`, `reads` or `parked`
+    target go to its script: `nox -s bench -- service --runs 40 --rounds 1`,
+    `nox -s bench -- reads --requests 500`, `nox -s bench -- parked --runs 20000`.
     `nox -s bench_smoke` runs every target once at a smoke size (CI).
     """
     install_workspace(session)
@@ -378,9 +380,10 @@ def bench(session: nox.Session) -> None:
         index = with_arguments[0]
         targets, arguments = targets[: index + 1], targets[index + 1 :]
     for target in targets:
-        if target == "service":
+        if target in ("service", "reads"):
             python = peer_python(session)
-            session.run("python", "scripts/bench_service.py", "--peer-python", python, *arguments)
+            script = f"scripts/bench_{target}.py"
+            session.run("python", script, "--peer-python", python, *arguments)
         elif target == "parked":
             session.run("python", "scripts/bench_parked.py", *arguments)
         else:
@@ -388,7 +391,7 @@ def bench(session: nox.Session) -> None:
 
 
 # Every benchmark target, in the order bench_smoke runs them.
-BENCH_TARGETS = ("functions", "check", "sealing", "service", "parked")
+BENCH_TARGETS = ("functions", "check", "sealing", "service", "reads", "parked")
 
 
 @nox.session
@@ -400,7 +403,7 @@ def bench_smoke(session: nox.Session) -> None:
     python = peer_python(session)
     for target in BENCH_TARGETS:
         arguments = ["--smoke"]
-        if target == "service":
+        if target in ("service", "reads"):
             arguments += ["--peer-python", python]
         elif target == "parked":
             arguments.append("--worker")

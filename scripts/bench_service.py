@@ -57,9 +57,9 @@ store, for both sides alike: it opens the SQLite file read-only (`mode=ro`) and 
 that finds the file locked — DBOS's rollback journal locks readers out while it commits; a
 WAL reader, ours, is never locked out — is a "not yet", and the next poll comes at the usual
 interval, so both sides are polled at the same pace (the window line counts such polls). The
-HTTP status API would not be fair instead: the peer has none of its own, and a status GET
-costs the serving process CPU in the very window being measured, at hundreds of polls a
-second. A reader of a WAL file never blocks its writer; in the rollback journal a poll that
+HTTP status API would not be fair instead: a status GET costs the serving process CPU in the
+very window being measured, at hundreds of polls a second, and ours costs more than the
+peer's (`scripts/bench_reads.py` measures both). A reader of a WAL file never blocks its writer; in the rollback journal a poll that
 holds its shared lock at the instant DBOS commits makes the commit wait (for about 1 ms,
 SQLite's first busy back-off), which the poll's length (tens of microseconds every 2 or 5 ms)
 makes rare.
@@ -102,7 +102,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import psycopg
@@ -179,6 +179,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # One TLS context for every client of this script: httpx builds one per client otherwise (it
 # loads the CA bundle each time), which would be counted as client CPU of the windows.
 TLS = httpx.create_ssl_context(trust_env=False)
+T = TypeVar("T")
 
 WORKFLOW_YAML = """\
 apiVersion: id.registrystack.org/formats/coordinator/project/v1alpha1
@@ -1357,6 +1358,14 @@ def run_rounds(bench: Bench) -> Results:
 
 
 def bench(admin_url: str, arguments: argparse.Namespace) -> Results:
+    return with_bench(admin_url, arguments, run_rounds)
+
+
+def with_bench(admin_url: str, arguments: argparse.Namespace, measure: Callable[[Bench], T]) -> T:
+    """Create the databases and the runtime role, `prepare` a Bench in a temporary directory,
+    and return what `measure` makes of it; every process is stopped, the databases and role
+    dropped and the directory removed whatever happens (`scripts/bench_reads.py` measures
+    with it too)."""
     with ScratchPostgres(admin_url, "coordinator_bench") as postgres:
         try:
             url, peer_url = postgres.database(), postgres.database("dbos")
@@ -1377,7 +1386,7 @@ def bench(admin_url: str, arguments: argparse.Namespace) -> Results:
             )
             try:
                 prepare(state, directory, role)
-                return run_rounds(state)
+                return measure(state)
             except (BenchError, KitFailure):
                 for log in sorted(path.stem for path in directory.glob("*.log")):
                     tail = processes.log(log, tail=1500)

@@ -3,6 +3,7 @@
 Outputs, all byte-reproducible:
   generated/coordinator_models/schemas/*.schema.json   published copies of spec/schemas
   generated/coordinator_models/<name>.py               pydantic v2 models (datamodel-code-generator)
+  generated/coordinator_models/base.py                 their base class (`BASE_MODULE` below)
   generated/coordinator_models/error_catalogue.py      the catalogue of spec/errors.yaml
   generated/coordinator_models/openapi.json            the bundled OpenAPI 3.1 document as the
                                                        service serves it (`coordinatorctl openapi`)
@@ -56,9 +57,33 @@ CODEGEN_FLAGS = [
     # A problem's `type` is compared as text (its pattern holds it), not normalised as a URL.
     "--type-mappings", "string+uri=string",
     "--formatters", "builtin",
+    # No coercion: a JSON string is not an integer, a number is not a string, 1 is not `true`,
+    # and an integer member takes an integer token (not 1.0, as 03 §4 keeps 2 and 2.0 apart).
+    # coordinator_api.bodies validates request bodies in Python mode on the strict-JSON value,
+    # where pydantic would otherwise turn "1" into 1 (its JSON mode is not used: jiter refuses
+    # a run input nested deeper than 200 levels, which 06 §5.1 step 7 answers as input-invalid).
+    "--strict-types", "str", "int", "bool",
+    "--base-class", "coordinator_models.base.SpecModel",
 ]  # fmt: skip
 
 PACKAGE_INIT = '"""Generated from spec/ by `nox -s generate`. Do not edit by hand."""\n'
+
+# The base class of every object model (`--base-class`): what the generator's options cannot
+# say. An instant given as an integer is epoch milliseconds, the one time representation of
+# coordinator-core, so the API validates its service shapes into their models as they are
+# (`model_validate(shape, from_attributes=True)`) with no conversion per member; on the wire an
+# instant is always an RFC 3339 string.
+BASE_MODULE = '''"""Generated from spec/ by `nox -s generate` (scripts/generate.py). Do not edit by hand."""
+
+from pydantic import BaseModel, ConfigDict
+
+
+class SpecModel(BaseModel):
+    """The base of every object model generated from spec/schemas: an instant given as an
+    integer is epoch milliseconds (the service's time representation)."""
+
+    model_config = ConfigDict(val_temporal_unit="milliseconds")
+'''
 
 
 def generate(out_root: Path) -> None:
@@ -69,6 +94,7 @@ def generate(out_root: Path) -> None:
     (package / "__init__.py").write_text(PACKAGE_INIT, encoding="utf-8")
     (package / "py.typed").write_text("", encoding="utf-8")
     (schemas_out / "__init__.py").write_text(PACKAGE_INIT, encoding="utf-8")
+    (package / "base.py").write_text(BASE_MODULE, encoding="utf-8")
     for source in sorted((SPEC / "schemas").glob("*.schema.json")):
         schema = json.loads(source.read_text(encoding="utf-8"))
         published = json.dumps(schema, indent=2, ensure_ascii=False) + "\n"

@@ -7,17 +7,26 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, RootModel
+from coordinator_models.base import SpecModel
+from pydantic import (
+    AwareDatetime,
+    ConfigDict,
+    Field,
+    RootModel,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+)
 
 
-class LocalId(RootModel[str]):
-    root: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
+class LocalId(RootModel[StrictStr]):
+    root: Annotated[StrictStr, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
     """
     A local identifier (contract 01 §3): workflow, step, outcome, trigger and connection ids.
     """
 
 
-class MappingFailure(BaseModel):
+class MappingFailure(SpecModel):
     """
     Why a mapping stopped a step: the detailed code (`coordinator.mapping.*`, or the `coordinator.function.*` code of the failing call), and, for a failed call, its cause class, the function that was running and the statement's position in functions.rhai; for a choose, the label it returned when that is an identifier, and the declared labels. Never a value of the run.
     """
@@ -27,31 +36,31 @@ class MappingFailure(BaseModel):
         populate_by_name=True,
     )
     code: Annotated[
-        str, Field(pattern="^coordinator\\.(mapping|function)\\.[a-z0-9-]+$")
+        StrictStr, Field(pattern="^coordinator\\.(mapping|function)\\.[a-z0-9-]+$")
     ]
-    cause: Annotated[str | None, Field(pattern="^[a-z][a-z0-9-]{0,63}$")] = None
+    cause: Annotated[StrictStr | None, Field(pattern="^[a-z][a-z0-9-]{0,63}$")] = None
     """
     The cause class of a failed call, e.g. `property-of-unit`, `index-out-of-range`, `operation-budget`.
     """
-    function: Annotated[str | None, Field(pattern="^[A-Za-z_][A-Za-z0-9_]{0,63}$")] = (
-        None
-    )
+    function: Annotated[
+        StrictStr | None, Field(pattern="^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+    ] = None
     """
     The function that was running.
     """
-    line: Annotated[int | None, Field(ge=1)] = None
+    line: Annotated[StrictInt | None, Field(ge=1)] = None
     """
     1-based line of the failing statement in functions.rhai.
     """
-    column: Annotated[int | None, Field(ge=1)] = None
+    column: Annotated[StrictInt | None, Field(ge=1)] = None
     """
     1-based column of the failing statement.
     """
-    label: str | None = None
+    label: StrictStr | None = None
     """
     The label a choose function returned, when it is an identifier.
     """
-    labels: list[str] | None = None
+    labels: list[StrictStr] | None = None
     """
     The case labels the choose step declares.
     """
@@ -298,11 +307,11 @@ class StoreKind(StrEnum):
     sqlite = "sqlite"
 
 
-class Member(RootModel[str]):
-    root: Annotated[str, Field(max_length=128, min_length=1)]
+class Member(RootModel[StrictStr]):
+    root: Annotated[StrictStr, Field(max_length=128, min_length=1)]
 
 
-class Violation(BaseModel):
+class Violation(SpecModel):
     """
     One place where a request body or a run input fails its schema (a `Problem` extension). It names the place and the rule, never the value found there.
     """
@@ -311,11 +320,13 @@ class Violation(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    path: Annotated[str, Field(max_length=2048)]
+    path: Annotated[StrictStr, Field(max_length=2048)]
     """
     The failing instance location as an RFC 6901 JSON pointer into the body or the input (`` for the whole, `/permitId`, `/items/0`). A member name that is not printable or longer than 128 characters ends the pointer at its parent.
     """
-    keyword: Annotated[str, Field(max_length=64, pattern="^[$A-Za-z][A-Za-z0-9]*$")]
+    keyword: Annotated[
+        StrictStr, Field(max_length=64, pattern="^[$A-Za-z][A-Za-z0-9]*$")
+    ]
     """
     The JSON Schema keyword that failed (`type`, `format`, `required`, `additionalProperties`, `pattern`, `enum`, `minimum`, …).
     """
@@ -325,7 +336,7 @@ class Violation(BaseModel):
     """
 
 
-class StartRunRequest(BaseModel):
+class StartRunRequest(SpecModel):
     """
     Admit a run of the active workflow (contract 06 §5.1). The `Idempotency-Key` header names the admission; repeating the same request with the same key answers the original run.
     """
@@ -334,11 +345,11 @@ class StartRunRequest(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    workflow: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
+    workflow: Annotated[StrictStr, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
     """
     The workflow id; must be the active workflow.
     """
-    revision: Annotated[str, Field(pattern="^sha256:[0-9a-f]{64}$")]
+    revision: Annotated[StrictStr, Field(pattern="^sha256:[0-9a-f]{64}$")]
     """
     The revision the caller expects to run (`coordinatorctl workflow` shows it).
     """
@@ -348,7 +359,7 @@ class StartRunRequest(BaseModel):
     """
 
 
-class ReasonRequest(BaseModel):
+class ReasonRequest(SpecModel):
     """
     A command that carries only an investigation reference.
     """
@@ -358,7 +369,7 @@ class ReasonRequest(BaseModel):
         populate_by_name=True,
     )
     reason: Annotated[
-        str,
+        StrictStr,
         Field(
             max_length=256, min_length=1, pattern="^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
         ),
@@ -368,7 +379,7 @@ class ReasonRequest(BaseModel):
     """
 
 
-class ReleaseAdmissionHoldRequest(BaseModel):
+class ReleaseAdmissionHoldRequest(SpecModel):
     """
     Release the admission hold (contract 06 §7.4). Both attestations must be `true`.
     """
@@ -378,7 +389,7 @@ class ReleaseAdmissionHoldRequest(BaseModel):
         populate_by_name=True,
     )
     reason: Annotated[
-        str,
+        StrictStr,
         Field(
             max_length=256, min_length=1, pattern="^[^\\u0000-\\u001F\\u007F-\\u009F]+$"
         ),
@@ -386,17 +397,19 @@ class ReleaseAdmissionHoldRequest(BaseModel):
     """
     An investigation reference (a ticket id, never personal data): 1–256 bytes of UTF-8 without control characters. It is journaled only as a keyed reference and never returned.
     """
-    admission_history_complete: Annotated[bool, Field(alias="admissionHistoryComplete")]
+    admission_history_complete: Annotated[
+        StrictBool, Field(alias="admissionHistoryComplete")
+    ]
     """
     The operator attests that the restored store holds the complete admission history.
     """
-    prior_deployment_fenced: Annotated[bool, Field(alias="priorDeploymentFenced")]
+    prior_deployment_fenced: Annotated[StrictBool, Field(alias="priorDeploymentFenced")]
     """
     The operator attests that the prior deployment is fenced.
     """
 
 
-class RetentionRequest(BaseModel):
+class RetentionRequest(SpecModel):
     """
     Erase the payloads of settled runs completed before an instant (contract 06 §7.5).
     """
@@ -409,13 +422,13 @@ class RetentionRequest(BaseModel):
     """
     An RFC 3339 date-time that is not in the future.
     """
-    limit: Annotated[int, Field(ge=1, le=100)]
+    limit: Annotated[StrictInt, Field(ge=1, le=100)]
     """
     The most runs to erase in this request.
     """
 
 
-class ReviewCompletion(BaseModel):
+class ReviewCompletion(SpecModel):
     """
     A Casework completion event (contract 06 §9). Nothing from it is stored; it only moves the next observation of matching waits forward.
     """
@@ -446,7 +459,7 @@ class ReviewCompletion(BaseModel):
     """
 
 
-class Liveness(BaseModel):
+class Liveness(SpecModel):
     """
     The process serves HTTP.
     """
@@ -458,7 +471,7 @@ class Liveness(BaseModel):
     live: Literal[True]
 
 
-class Readiness(BaseModel):
+class Readiness(SpecModel):
     """
     Whether the service is ready to take work (contract 06 §10).
     """
@@ -467,14 +480,16 @@ class Readiness(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    ready: bool
-    code: Annotated[str | None, Field(pattern="^coordinator\\.[a-z0-9.-]+$")] = None
+    ready: StrictBool
+    code: Annotated[StrictStr | None, Field(pattern="^coordinator\\.[a-z0-9.-]+$")] = (
+        None
+    )
     """
     When not ready, the code of what is not (contract 09 §5 step 7: `coordinator.command.store-unavailable` while the store cannot be reached; a hold, recovery-only mode, the journal, the deployment check or the live-binding check otherwise).
     """
 
 
-class WorkflowInfo(BaseModel):
+class WorkflowInfo(SpecModel):
     """
     The active workflow (contract 06 §6).
     """
@@ -484,31 +499,31 @@ class WorkflowInfo(BaseModel):
         populate_by_name=True,
     )
     workflow_id: Annotated[
-        str, Field(alias="workflowId", pattern="^[a-z][a-z0-9_-]{0,63}$")
+        StrictStr, Field(alias="workflowId", pattern="^[a-z][a-z0-9_-]{0,63}$")
     ]
     """
     A local identifier (contract 01 §3): workflow, step, outcome, trigger and connection ids.
     """
-    title: Annotated[str | None, Field(max_length=120, min_length=1)] = None
+    title: Annotated[StrictStr | None, Field(max_length=120, min_length=1)] = None
     """
     The project's title; omitted when it has none.
     """
-    version: Annotated[str, Field(pattern="^[A-Za-z0-9_-]{1,64}$")]
+    version: Annotated[StrictStr, Field(pattern="^[A-Za-z0-9_-]{1,64}$")]
     """
     `project.version` (informational).
     """
-    revision: Annotated[str, Field(pattern="^sha256:[0-9a-f]{64}$")]
+    revision: Annotated[StrictStr, Field(pattern="^sha256:[0-9a-f]{64}$")]
     """
     The revision to pass when starting runs.
     """
     definition_digest: Annotated[
-        str, Field(alias="definitionDigest", pattern="^sha256:[0-9a-f]{64}$")
+        StrictStr, Field(alias="definitionDigest", pattern="^sha256:[0-9a-f]{64}$")
     ]
     """
     A SHA-256 digest: `sha256:` followed by 64 lowercase hex digits.
     """
     package_digest: Annotated[
-        str, Field(alias="packageDigest", pattern="^sha256:[0-9a-f]{64}$")
+        StrictStr, Field(alias="packageDigest", pattern="^sha256:[0-9a-f]{64}$")
     ]
     """
     A SHA-256 digest: `sha256:` followed by 64 lowercase hex digits.
@@ -527,7 +542,7 @@ class WorkflowInfo(BaseModel):
     """
 
 
-class RunStatus(BaseModel):
+class RunStatus(SpecModel):
     """
     The state of one run (contract 06 §11.1).
     """
@@ -541,29 +556,29 @@ class RunStatus(BaseModel):
     A run id as the service returns it: a version 4 UUID, lowercase and hyphenated.
     """
     workflow_id: Annotated[
-        str, Field(alias="workflowId", pattern="^[a-z][a-z0-9_-]{0,63}$")
+        StrictStr, Field(alias="workflowId", pattern="^[a-z][a-z0-9_-]{0,63}$")
     ]
     """
     A local identifier (contract 01 §3): workflow, step, outcome, trigger and connection ids.
     """
     workflow_version: Annotated[
-        str, Field(alias="workflowVersion", pattern="^[A-Za-z0-9_-]{1,64}$")
+        StrictStr, Field(alias="workflowVersion", pattern="^[A-Za-z0-9_-]{1,64}$")
     ]
     """
     `project.version` of the run's snapshot (informational).
     """
-    revision: Annotated[str, Field(pattern="^sha256:[0-9a-f]{64}$")]
+    revision: Annotated[StrictStr, Field(pattern="^sha256:[0-9a-f]{64}$")]
     """
     The revision the run was admitted with.
     """
     definition_digest: Annotated[
-        str, Field(alias="definitionDigest", pattern="^sha256:[0-9a-f]{64}$")
+        StrictStr, Field(alias="definitionDigest", pattern="^sha256:[0-9a-f]{64}$")
     ]
     """
     The exact snapshot the run executes.
     """
     binding_digest: Annotated[
-        str, Field(alias="bindingDigest", pattern="^sha256:[0-9a-f]{64}$")
+        StrictStr, Field(alias="bindingDigest", pattern="^sha256:[0-9a-f]{64}$")
     ]
     """
     The binding digest recorded at admission.
@@ -574,7 +589,7 @@ class RunStatus(BaseModel):
     The trigger id for `event` runs, else null.
     """
     status: RunStatusValue
-    step: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
+    step: Annotated[StrictStr, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
     """
     The current step id.
     """
@@ -594,15 +609,15 @@ class RunStatus(BaseModel):
     """
     When the current step is next due (timer, observation, retry), if pending.
     """
-    cancel_requested: Annotated[bool, Field(alias="cancelRequested")]
+    cancel_requested: Annotated[StrictBool, Field(alias="cancelRequested")]
     """
     A cancel was recorded (irreversible).
     """
-    restore_review: Annotated[bool, Field(alias="restoreReview")]
+    restore_review: Annotated[StrictBool, Field(alias="restoreReview")]
     """
     The run is held for restore review.
     """
-    uncertain: bool
+    uncertain: StrictBool
     """
     At least one effect is `unknown`.
     """
@@ -618,13 +633,13 @@ class RunStatus(BaseModel):
     """
     Why the run failed, expired or needs attention, else null.
     """
-    payload_erased: Annotated[bool, Field(alias="payloadErased")]
+    payload_erased: Annotated[StrictBool, Field(alias="payloadErased")]
     """
     Payloads were erased by retention.
     """
 
 
-class RunList(BaseModel):
+class RunList(SpecModel):
     """
     One page of runs visible to the caller, newest first (contract 06 §5.2).
     """
@@ -635,14 +650,14 @@ class RunList(BaseModel):
     )
     runs: Annotated[list[RunStatus], Field(max_length=100)]
     next_cursor: Annotated[
-        str | None, Field(alias="nextCursor", max_length=512, min_length=1)
+        StrictStr | None, Field(alias="nextCursor", max_length=512, min_length=1)
     ]
     """
     The cursor of the next page; null on the last page.
     """
 
 
-class StepRoute(BaseModel):
+class StepRoute(SpecModel):
     """
     How the run left a step.
     """
@@ -652,13 +667,13 @@ class StepRoute(BaseModel):
         populate_by_name=True,
     )
     kind: RouteKind
-    label: Annotated[str | None, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")] = None
+    label: Annotated[StrictStr | None, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")] = None
     """
     The case label, for `case` routes.
     """
 
 
-class WaitUntil(BaseModel):
+class WaitUntil(SpecModel):
     """
     A `wait-until` step's instant.
     """
@@ -673,7 +688,7 @@ class WaitUntil(BaseModel):
     """
 
 
-class WaitFor(BaseModel):
+class WaitFor(SpecModel):
     """
     A `wait-for` step's observation state.
     """
@@ -682,11 +697,11 @@ class WaitFor(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    call: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
+    call: Annotated[StrictStr, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
     """
     The awaited call step.
     """
-    completion: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
+    completion: Annotated[StrictStr, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
     """
     The awaited completion.
     """
@@ -698,11 +713,11 @@ class WaitFor(BaseModel):
     """
     An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
     """
-    interval_seconds: Annotated[int, Field(alias="intervalSeconds", ge=1)]
+    interval_seconds: Annotated[StrictInt, Field(alias="intervalSeconds", ge=1)]
     """
     The effective observation interval.
     """
-    observations: Annotated[int, Field(ge=0)]
+    observations: Annotated[StrictInt, Field(ge=0)]
     """
     Observations made so far.
     """
@@ -713,7 +728,7 @@ class WaitFor(BaseModel):
     result: WaitResult
 
 
-class StepAttempt(BaseModel):
+class StepAttempt(SpecModel):
     """
     One ended attempt of a step: a call's attempt, a wait's observation or a pure step's work. Times and closed words only, never a value of the run.
     """
@@ -722,11 +737,11 @@ class StepAttempt(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    generation: Annotated[int, Field(ge=1)]
+    generation: Annotated[StrictInt, Field(ge=1)]
     """
     The step's generation the attempt belongs to (incremented by each `retry-same`).
     """
-    attempt: Annotated[int, Field(ge=1)]
+    attempt: Annotated[StrictInt, Field(ge=1)]
     """
     The attempt's number in its generation, from 1.
     """
@@ -745,7 +760,7 @@ class StepAttempt(BaseModel):
     """
 
 
-class StepStatus(BaseModel):
+class StepStatus(SpecModel):
     """
     One step the run has entered (contract 06 §11.3). `operation`, `effect`, `commandPrepared`, `uncertain` and `receiptExpired` appear on calls only; `wait` on waits only. `mappingFailure` appears on a step a mapping stopped. `attempts` and `attemptCount` are on every step this service answers (a client reading an older service finds them absent).
     """
@@ -754,17 +769,17 @@ class StepStatus(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    step: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
+    step: Annotated[StrictStr, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
     """
     A local identifier (contract 01 §3): workflow, step, outcome, trigger and connection ids.
     """
     type: StepType
     state: StepState
-    generation: Annotated[int, Field(ge=1)]
+    generation: Annotated[StrictInt, Field(ge=1)]
     """
     Incremented by each `retry-same`.
     """
-    attempt: Annotated[int, Field(ge=0)]
+    attempt: Annotated[StrictInt, Field(ge=0)]
     """
     Attempts in the current generation.
     """
@@ -784,7 +799,7 @@ class StepStatus(BaseModel):
     """
     The step's latest ended attempts, newest first, at most 10 (a wait's observations are its attempts); `GET /v1/runs/{run}/steps/{step}/attempts` pages them all.
     """
-    attempt_count: Annotated[int | None, Field(alias="attemptCount", ge=0)] = None
+    attempt_count: Annotated[StrictInt | None, Field(alias="attemptCount", ge=0)] = None
     """
     How many ended attempts the step has in all.
     """
@@ -795,7 +810,8 @@ class StepStatus(BaseModel):
     A step that stopped the run with `mapping-invalid`, `choice-invalid` or `outcome-invalid`: why (04 §4.1 `mappingFailure`). Never a value of the run.
     """
     operation: Annotated[
-        str | None, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")
+        StrictStr | None,
+        Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$"),
     ] = None
     """
     Calls only: the versioned operation id.
@@ -804,15 +820,17 @@ class StepStatus(BaseModel):
     """
     Calls only.
     """
-    command_prepared: Annotated[bool | None, Field(alias="commandPrepared")] = None
+    command_prepared: Annotated[StrictBool | None, Field(alias="commandPrepared")] = (
+        None
+    )
     """
     Calls only: the command is frozen.
     """
-    uncertain: bool | None = None
+    uncertain: StrictBool | None = None
     """
     Calls only: dispatched with no definite answer yet.
     """
-    receipt_expired: Annotated[bool | None, Field(alias="receiptExpired")] = None
+    receipt_expired: Annotated[StrictBool | None, Field(alias="receiptExpired")] = None
     """
     Calls only: the product no longer holds the command's receipt.
     """
@@ -822,7 +840,7 @@ class StepStatus(BaseModel):
     """
 
 
-class Effect(BaseModel):
+class Effect(SpecModel):
     """
     The effect of one prepared mutation or evaluation call (contract 06 §11.4).
     """
@@ -831,12 +849,12 @@ class Effect(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    step: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
+    step: Annotated[StrictStr, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
     """
     A local identifier (contract 01 §3): workflow, step, outcome, trigger and connection ids.
     """
     operation: Annotated[
-        str, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")
+        StrictStr, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")
     ]
     """
     A versioned operation id (contract 08 §1.2).
@@ -845,7 +863,7 @@ class Effect(BaseModel):
     settled_by: Annotated[EffectSettlement | None, Field(alias="settledBy")]
 
 
-class OperationCompletion(BaseModel):
+class OperationCompletion(SpecModel):
     """
     A named completion an accepted call exposes.
     """
@@ -855,21 +873,21 @@ class OperationCompletion(BaseModel):
         populate_by_name=True,
     )
     observe: Annotated[
-        str, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")
+        StrictStr, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")
     ]
     """
     The operation that observes the completion.
     """
-    reference: str
+    reference: StrictStr
     """
     A JSON pointer into the awaited call's output.
     """
     default_interval_seconds: Annotated[
-        int, Field(alias="defaultIntervalSeconds", ge=1)
+        StrictInt, Field(alias="defaultIntervalSeconds", ge=1)
     ]
 
 
-class OperationIdentity(BaseModel):
+class OperationIdentity(SpecModel):
     """
     The pinned operation descriptor (contract 08 §1.1) the run was admitted with; it describes that contract, not current authority.
     """
@@ -879,7 +897,7 @@ class OperationIdentity(BaseModel):
         populate_by_name=True,
     )
     id: Annotated[
-        str, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")
+        StrictStr, Field(pattern="^[a-z][a-z0-9-]*\\.[a-z][a-z0-9-]*/v[1-9][0-9]*$")
     ]
     """
     A versioned operation id (contract 08 §1.2).
@@ -887,17 +905,17 @@ class OperationIdentity(BaseModel):
     product: OperationProduct
     effect: OperationEffect
     key_requirement: Annotated[KeyRequirement, Field(alias="keyRequirement")]
-    requires_preparation: Annotated[bool, Field(alias="requiresPreparation")]
+    requires_preparation: Annotated[StrictBool, Field(alias="requiresPreparation")]
     recovery: OperationRecovery
-    read_receipt: Annotated[bool, Field(alias="readReceipt")]
-    declared_refusals: Annotated[bool, Field(alias="declaredRefusals")]
+    read_receipt: Annotated[StrictBool, Field(alias="readReceipt")]
+    declared_refusals: Annotated[StrictBool, Field(alias="declaredRefusals")]
     completions: dict[str, OperationCompletion]
     """
     Completion name → completion.
     """
 
 
-class Recovery(BaseModel):
+class Recovery(SpecModel):
     """
     What an operator may do next (contract 06 §11.4).
     """
@@ -906,9 +924,9 @@ class Recovery(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    retry_allowed: Annotated[bool, Field(alias="retryAllowed")]
+    retry_allowed: Annotated[StrictBool, Field(alias="retryAllowed")]
     retry_blocked_by: Annotated[BlockReason | None, Field(alias="retryBlockedBy")]
-    reconcile_allowed: Annotated[bool, Field(alias="reconcileAllowed")]
+    reconcile_allowed: Annotated[StrictBool, Field(alias="reconcileAllowed")]
     reconcile_blocked_by: Annotated[
         BlockReason | None, Field(alias="reconcileBlockedBy")
     ]
@@ -918,7 +936,7 @@ class Recovery(BaseModel):
     """
 
 
-class RunInspection(BaseModel):
+class RunInspection(SpecModel):
     """
     A consistent view of one run (contract 06 §11.2).
     """
@@ -939,7 +957,7 @@ class RunInspection(BaseModel):
     recovery: Recovery
 
 
-class ReconcileResult(BaseModel):
+class ReconcileResult(SpecModel):
     """
     The answer of a reconcile (contract 06 §5.7).
     """
@@ -952,7 +970,7 @@ class ReconcileResult(BaseModel):
     inspection: RunInspection
 
 
-class RunStatusCounts(BaseModel):
+class RunStatusCounts(SpecModel):
     """
     Runs per status; all eight statuses are listed.
     """
@@ -961,17 +979,19 @@ class RunStatusCounts(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    running: Annotated[int, Field(ge=0)]
-    attention: Annotated[int, Field(ge=0)]
-    cancel_requested: Annotated[int, Field(alias="cancel-requested", ge=0)]
-    finished: Annotated[int, Field(ge=0)]
-    failed: Annotated[int, Field(ge=0)]
-    cancelled: Annotated[int, Field(ge=0)]
-    cancelled_after_effect: Annotated[int, Field(alias="cancelled-after-effect", ge=0)]
-    expired: Annotated[int, Field(ge=0)]
+    running: Annotated[StrictInt, Field(ge=0)]
+    attention: Annotated[StrictInt, Field(ge=0)]
+    cancel_requested: Annotated[StrictInt, Field(alias="cancel-requested", ge=0)]
+    finished: Annotated[StrictInt, Field(ge=0)]
+    failed: Annotated[StrictInt, Field(ge=0)]
+    cancelled: Annotated[StrictInt, Field(ge=0)]
+    cancelled_after_effect: Annotated[
+        StrictInt, Field(alias="cancelled-after-effect", ge=0)
+    ]
+    expired: Annotated[StrictInt, Field(ge=0)]
 
 
-class DoctorState(BaseModel):
+class DoctorState(SpecModel):
     """
     The store and service state.
     """
@@ -980,36 +1000,38 @@ class DoctorState(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    database_id: Annotated[str, Field(alias="databaseId", max_length=128, min_length=1)]
+    database_id: Annotated[
+        StrictStr, Field(alias="databaseId", max_length=128, min_length=1)
+    ]
     """
     The deployment's store name.
     """
     store: StoreKind
-    schema_version: Annotated[int, Field(alias="schemaVersion", ge=1)]
+    schema_version: Annotated[StrictInt, Field(alias="schemaVersion", ge=1)]
     active_package_digest: Annotated[
-        str, Field(alias="activePackageDigest", pattern="^sha256:[0-9a-f]{64}$")
+        StrictStr, Field(alias="activePackageDigest", pattern="^sha256:[0-9a-f]{64}$")
     ]
     """
     A SHA-256 digest: `sha256:` followed by 64 lowercase hex digits.
     """
     active_revision: Annotated[
-        str, Field(alias="activeRevision", pattern="^sha256:[0-9a-f]{64}$")
+        StrictStr, Field(alias="activeRevision", pattern="^sha256:[0-9a-f]{64}$")
     ]
     """
     A SHA-256 digest: `sha256:` followed by 64 lowercase hex digits.
     """
-    restore_hold: Annotated[bool, Field(alias="restoreHold")]
-    admissions_hold: Annotated[bool, Field(alias="admissionsHold")]
-    audit_ready: Annotated[bool, Field(alias="auditReady")]
-    restore_review: Annotated[int, Field(alias="restoreReview", ge=0)]
+    restore_hold: Annotated[StrictBool, Field(alias="restoreHold")]
+    admissions_hold: Annotated[StrictBool, Field(alias="admissionsHold")]
+    audit_ready: Annotated[StrictBool, Field(alias="auditReady")]
+    restore_review: Annotated[StrictInt, Field(alias="restoreReview", ge=0)]
     """
     Runs under restore review.
     """
     statuses: RunStatusCounts
-    unknown_effects: Annotated[int, Field(alias="unknownEffects", ge=0)]
-    waits: Annotated[int, Field(ge=0)]
+    unknown_effects: Annotated[StrictInt, Field(alias="unknownEffects", ge=0)]
+    waits: Annotated[StrictInt, Field(ge=0)]
     oldest_due_at: Annotated[AwareDatetime | None, Field(alias="oldestDueAt")]
-    terminal_payloads: Annotated[int, Field(alias="terminalPayloads", ge=0)]
+    terminal_payloads: Annotated[StrictInt, Field(alias="terminalPayloads", ge=0)]
     """
     Settled runs whose payload has not been erased.
     """
@@ -1017,14 +1039,14 @@ class DoctorState(BaseModel):
         AwareDatetime | None, Field(alias="oldestTerminalPayloadAt")
     ]
     audit_head: Annotated[
-        str, Field(alias="auditHead", pattern="^sha256:[0-9a-f]{64}$")
+        StrictStr, Field(alias="auditHead", pattern="^sha256:[0-9a-f]{64}$")
     ]
     """
     The hash of the last audit entry this process wrote.
     """
 
 
-class Doctor(BaseModel):
+class Doctor(SpecModel):
     """
     The operator's health report (contract 06 §7.1).
     """
@@ -1033,11 +1055,11 @@ class Doctor(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    activation_ready: Annotated[bool, Field(alias="activationReady")]
+    activation_ready: Annotated[StrictBool, Field(alias="activationReady")]
     state: DoctorState
 
 
-class HoldState(BaseModel):
+class HoldState(SpecModel):
     """
     The restore and admission holds (contract 06 §11.8).
     """
@@ -1046,15 +1068,15 @@ class HoldState(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    restore_hold: Annotated[bool, Field(alias="restoreHold")]
-    admissions_hold: Annotated[bool, Field(alias="admissionsHold")]
-    restore_review: Annotated[int, Field(alias="restoreReview", ge=0)]
+    restore_hold: Annotated[StrictBool, Field(alias="restoreHold")]
+    admissions_hold: Annotated[StrictBool, Field(alias="admissionsHold")]
+    restore_review: Annotated[StrictInt, Field(alias="restoreReview", ge=0)]
     """
     Runs under restore review.
     """
 
 
-class RetentionResult(BaseModel):
+class RetentionResult(SpecModel):
     """
     How many runs had their payloads erased.
     """
@@ -1063,10 +1085,10 @@ class RetentionResult(BaseModel):
         extra="forbid",
         populate_by_name=True,
     )
-    erased: Annotated[int, Field(ge=0)]
+    erased: Annotated[StrictInt, Field(ge=0)]
 
 
-class EventAdmitted(BaseModel):
+class EventAdmitted(SpecModel):
     """
     The run an event admitted (or had admitted, on redelivery).
     """
@@ -1081,7 +1103,7 @@ class EventAdmitted(BaseModel):
     """
 
 
-class Problem(BaseModel):
+class Problem(SpecModel):
     """
     An RFC 9457 problem (contract 06 §3). `detail` is a fixed sentence per code (for `coordinator.access.unauthenticated` and `coordinator.access.denied`, one of a few fixed sentences naming the class of the refusal where that tells the token's holder nothing it could not read in its own token) and never contains submitted values, identifiers of other principals or remote text; clients branch on `code`.
     """
@@ -1091,7 +1113,7 @@ class Problem(BaseModel):
         populate_by_name=True,
     )
     type: Annotated[
-        str,
+        StrictStr,
         Field(
             pattern="^https://id\\.registrystack\\.org/problems/registry-coordinator/[a-z0-9/-]+$"
         ),
@@ -1099,20 +1121,20 @@ class Problem(BaseModel):
     """
     `https://id.registrystack.org/problems/registry-coordinator/` followed by the code without its leading `coordinator.` and with `.` replaced by `/`.
     """
-    title: Annotated[str, Field(min_length=1)]
+    title: Annotated[StrictStr, Field(min_length=1)]
     """
     A fixed short title per code.
     """
-    status: Annotated[int, Field(ge=400, le=599)]
+    status: Annotated[StrictInt, Field(ge=400, le=599)]
     """
     The HTTP status of the response.
     """
-    detail: Annotated[str, Field(min_length=1)]
+    detail: Annotated[StrictStr, Field(min_length=1)]
     """
     A fixed sentence per code, or per class of a token refusal.
     """
     code: Annotated[
-        str,
+        StrictStr,
         Field(
             pattern="^(?:(?:idempotency|admission)\\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*|coordinator\\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*\\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*)$"
         ),
@@ -1120,7 +1142,7 @@ class Problem(BaseModel):
     """
     The stable problem code (docs/reference/error-codes.md).
     """
-    suggested_action: Annotated[str | None, Field(alias="suggestedAction")]
+    suggested_action: Annotated[StrictStr | None, Field(alias="suggestedAction")]
     """
     A fixed sentence saying what to do next (per code, or per class of a token refusal), or null.
     """
@@ -1136,7 +1158,7 @@ class Problem(BaseModel):
     """
 
 
-class AttemptPage(BaseModel):
+class AttemptPage(SpecModel):
     """
     One page of a step's ended attempts, newest first by `(generation, attempt)`.
     """
@@ -1149,13 +1171,13 @@ class AttemptPage(BaseModel):
     """
     A run id as the service returns it: a version 4 UUID, lowercase and hyphenated.
     """
-    step: Annotated[str, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
+    step: Annotated[StrictStr, Field(pattern="^[a-z][a-z0-9_-]{0,63}$")]
     """
     A local identifier (contract 01 §3): workflow, step, outcome, trigger and connection ids.
     """
     attempts: Annotated[list[StepAttempt], Field(max_length=100)]
     next_cursor: Annotated[
-        str | None, Field(alias="nextCursor", max_length=512, min_length=1)
+        StrictStr | None, Field(alias="nextCursor", max_length=512, min_length=1)
     ]
     """
     The cursor of the next (older) page; null on the last page.

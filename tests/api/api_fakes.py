@@ -20,6 +20,7 @@ from coordinator_core.config.model import Authentication, JwksStatic, Policy, Se
 from coordinator_core.engine import RunState, StepRecord
 from coordinator_core.operations import descriptor
 from coordinator_core.shell.service import (
+    RUN_STATUSES,
     AdmissionRequest,
     AttemptPage,
     AuditRequest,
@@ -582,9 +583,9 @@ class FakeRunService:
 
     def doctor(self) -> Doctor:
         self._command("doctor")
-        counts: dict[str, int] = {}
+        counts = dict.fromkeys(RUN_STATUSES, 0)  # every status, as the service counts them
         for run in self.runs.values():
-            counts[run.status.status] = counts.get(run.status.status, 0) + 1
+            counts[run.status.status] += 1
         return Doctor(
             activation_ready=True,
             state=DoctorState(
@@ -597,7 +598,7 @@ class FakeRunService:
                 admissions_hold=self.hold.admissions_hold,
                 audit_ready=True,
                 restore_review=self.hold.restore_review,
-                statuses=counts,  # type: ignore[arg-type]
+                statuses=counts,
                 unknown_effects=0,
                 waits=0,
                 oldest_due_at=NOW_MS if self.runs else None,
@@ -657,14 +658,14 @@ class FakeJournal:
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]
 
-    async def request(self, entry: AuditRequest) -> str:
+    def request(self, entry: AuditRequest) -> str:
         if self.fail_requests:
             raise AuditUnavailable
         correlation = str(uuid.uuid4())
         self.entries.append(("request", correlation, entry))
         return correlation
 
-    async def response(self, correlation: str, entry: AuditResponse) -> None:
+    def response(self, correlation: str, entry: AuditResponse) -> None:
         if self.fail_responses:
             raise AuditUnavailable
         self.entries.append(("response", correlation, entry))

@@ -11,11 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from jsonschema import FormatChecker  # type: ignore[import-untyped]
 from openapi_spec_validator import validate
 from openapi_spec_validator.readers import read_from_filename
-
-from coordinator_api.bodies import _DOCUMENT_URI, BodySchemas, _member_of, _Validator
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -286,42 +283,3 @@ def test_unquoted_status_codes_are_refused(tmp_path: Path) -> None:
     (spec / "openapi.yaml").write_text(text)
     with pytest.raises(BundleError, match="not a string"):
         bundle(spec)
-
-
-_BODIES: dict[str, list[Any]] = {
-    "StartRunRequest": [
-        {"workflow": "reviewed-notice", "revision": "sha256:" + "5" * 64, "input": {"a": 1}},
-        {"workflow": "reviewed-notice", "revision": "sha256:" + "5" * 64, "input": None},
-        {"workflow": "Reviewed", "revision": "sha256:" + "5" * 64, "input": 1},
-        {"workflow": "reviewed-notice", "revision": "sha256:55", "input": 1},
-        {"workflow": "reviewed-notice", "revision": "sha256:" + "5" * 64},
-        {"workflow": "reviewed-notice", "revision": "sha256:" + "5" * 64, "input": 1, "x": 2},
-        {"workflow": 7, "revision": None, "input": []},
-        [],
-        "text",
-    ],
-    "ReasonRequest": [{"reason": "operator asked"}, {"reason": ""}, {"reason": 3}, {}, {"x": 1}],
-    "ReviewCompletion": [{}, {"type": "review.completed"}, {"data": {"requestId": "x"}}],
-}
-
-
-@pytest.mark.parametrize("name", sorted(_BODIES))
-def test_inlined_body_schemas_judge_as_the_referenced_ones(
-    bundled: dict[str, Any], name: str
-) -> None:
-    """Request bodies are checked by validators built with their component schemas inlined
-    (no lookup per validation): each verdict, and each error's member, is the one the schema
-    gives through the document's own `$ref`s."""
-    schemas = BodySchemas(bundled)
-    referenced = _Validator(
-        {"$ref": f"{_DOCUMENT_URI}#/components/schemas/{name}"},
-        registry=schemas._registry,
-        format_checker=FormatChecker(),
-    )
-    inlined = schemas.validator(name)
-    assert "$ref" not in json.dumps(inlined.schema)
-    for body in _BODIES[name]:
-        expected = {_member_of(error) for error in referenced.iter_errors(body)}
-        found = {_member_of(error) for error in inlined.iter_errors(body)}
-        assert (not expected) == (not found), body
-        assert found == expected, body

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import uuid
 from typing import Any
 
@@ -336,7 +337,7 @@ async def test_an_unexpected_failure_is_a_problem_500(
     journal: FakeJournal,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async def broken(*args: Any) -> Any:
+    def broken(*args: Any) -> Any:
         raise RuntimeError(CANARY)
 
     monkeypatch.setattr(service, "doctor", broken)
@@ -382,6 +383,57 @@ async def test_each_request_is_journaled_before_and_after(
     assert (request.run_id, request.reason) == (uuid.UUID(run_id), "T-9")  # type: ignore[union-attr]
     assert response.outcome == "accepted"  # type: ignore[union-attr]
     assert journal.entries[2][1] == journal.entries[3][1]
+
+
+async def test_a_command_journals_and_acts_in_one_worker_thread_off_the_event_loop(
+    client: httpx.AsyncClient,
+    keys: SigningKeys,
+    service: FakeRunService,
+    journal: FakeJournal,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A command's request entry (which waits for its fsync), the service action and the
+    response entry run in one worker thread, in that order: one hop off the event loop."""
+    seen: list[tuple[str, int]] = []
+    loop_thread = threading.get_ident()
+    for name in ("request", "response"):
+        append = getattr(journal, name)
+
+        def recorded(*args: Any, append: Any = append, name: str = name) -> Any:
+            seen.append((name, threading.get_ident()))
+            return append(*args)
+
+        monkeypatch.setattr(journal, name, recorded)
+    admit = service.admit
+
+    def admitting(admission: Any) -> Any:
+        seen.append(("admit", threading.get_ident()))
+        return admit(admission)
+
+    monkeypatch.setattr(service, "admit", admitting)
+    response = await client.post("/v1/runs", json=START, headers=start_headers(keys))
+    assert response.status_code == 201
+    assert [name for name, _ in seen] == ["request", "admit", "response"]
+    assert len({thread for _, thread in seen}) == 1
+    assert seen[0][1] != loop_thread
+
+
+async def test_a_refused_command_journals_its_code_as_it_refuses(
+    client: httpx.AsyncClient, keys: SigningKeys, service: FakeRunService, journal: FakeJournal
+) -> None:
+    run_id = await existing_run(client, keys)
+    service.refusal = ServiceRefusal("coordinator.command.reconcile-refused", "lease-active")
+    response = await client.post(
+        f"/v1/runs/{run_id}/reconcile", json={"reason": "r"}, headers=bearer(keys)
+    )
+    assert code(response) == (409, "coordinator.command.reconcile-refused")
+    phases = [(phase, entry.action) for phase, _, entry in journal.entries[2:]]
+    assert phases == [("request", "reconcile"), ("response", "reconcile")]
+    refused = journal.entries[3][2]
+    assert (refused.outcome, refused.code) == (  # type: ignore[union-attr]
+        "refused",
+        "coordinator.command.reconcile-refused",
+    )
 
 
 async def test_refusals_after_authentication_are_journaled(

@@ -1,5 +1,6 @@
 """ARCHITECTURE rule 3 on the API side: `coordinator_api.wire` builds every answer as the spec's
-generated model and reads every body as one, so an off-contract value never reaches the wire."""
+generated model, so an off-contract value never reaches the wire (request bodies are read as
+theirs by `coordinator_api.bodies`: tests/api/test_api_bodies.py)."""
 
 from __future__ import annotations
 
@@ -120,17 +121,6 @@ def test_optional_members_appear_only_when_set() -> None:
         reason="terminal",
     )
     assert wire.encode(refused).endswith(b'"reason":"terminal"}')
-
-
-def test_a_request_body_is_read_as_its_model() -> None:
-    body = wire.parse_request(
-        wire.RetentionRequest, {"before": "2026-03-02t10:00:00.5+01:00", "limit": 3}
-    )
-    assert body.before == datetime(2026, 3, 2, 9, 0, 0, 500_000, tzinfo=UTC)
-    assert body.limit == 3
-    with pytest.raises(wire.BodyRefused) as refused:
-        wire.parse_request(wire.RetentionRequest, {"before": "2026-03-02T09:00:60Z", "limit": 3})
-    assert refused.value.member == "before"
 
 
 async def test_an_off_contract_answer_is_an_internal_error_without_the_value(

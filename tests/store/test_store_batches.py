@@ -114,6 +114,43 @@ def test_the_finishes_of_runs_ready_together_share_one_commit_and_a_stale_one_dr
     assert store.reads.get_run_snapshot(stale.run_id) == before
 
 
+def _statements(store: Store) -> list[str]:
+    """The SQL statements the store's engine sends from now on."""
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        statements.append(statement)
+
+    event.listen(store.transactor.engine, "before_cursor_execute", seen)
+    return statements
+
+
+def test_a_batch_whose_fences_all_hold_shares_one_transaction_without_savepoints(
+    store: Store,
+) -> None:
+    """The common case pays no savepoint per run (on PostgreSQL each written savepoint takes
+    a transaction id of its own): the runs' works share the batch's transaction as it is."""
+    runs = [admit(store, f"k{n}") for n in range(3)]
+    claims = [claim(store, T0) for _ in runs]
+    commits = _count_commits(store)
+    release, holder = _holding_the_batch(store)
+    statements = _statements(store)
+    threads, results = _in_threads(
+        [
+            lambda leased=leased: store.writes.complete_step(leased, T0, deliver_and_finish(T0))
+            for leased in claims
+        ]
+    )
+    _queued(store, 3)
+    release.set()
+    holder.join(30)
+    for thread in threads:
+        thread.join(30)
+    assert all(not isinstance(result, BaseException) for result in results), results
+    assert commits[0] == 2, "the held transaction, then one commit for the three finishes"
+    assert not [text for text in statements if "SAVEPOINT" in text.upper()]
+
+
 def test_alone_a_run_transaction_commits_at_once_without_a_savepoint(store: Store) -> None:
     admit(store, "k1")
     leased = claim(store, T0)

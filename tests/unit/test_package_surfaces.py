@@ -85,6 +85,7 @@ MODULES = {
         "StoreRunService",
         "WaitResult",
         "WriterJournal",
+        "durable",
     ],
     "coordinator_core.functions": [
         "INTERPRETER_ABI",

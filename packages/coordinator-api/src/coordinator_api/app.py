@@ -20,9 +20,11 @@ Layers, outermost first (each named where it is defined):
    set (the API tests; not the service), then the handlers, which return complete Starlette
    responses with an explicit Content-Type (P1).
 
-The document is loaded once from the generated files (`coordinator_api.spec.locate_openapi`) and
-handed to Connexion as a dict; request bodies are validated against the 2020-12 schemas of the
-bundled 3.1 document (`coordinator_api.bodies`), not Connexion's Draft 4 rendering.
+The documents are loaded once from the generated files (`coordinator_api.spec.locate_openapi`).
+The app serves, routes 404/405 and reads its operations (`x-policy-action`, …) from the bundled
+3.1 document; Connexion alone reads the 3.0.3 rendering, handed to it as a dict, because it
+refuses OpenAPI 3.1 (STACK.md §2). Request bodies are validated by their generated models
+(`coordinator_api.bodies`), not by Connexion's Draft 4 rendering.
 """
 
 from __future__ import annotations
@@ -67,7 +69,6 @@ from starlette.exceptions import HTTPException
 
 from coordinator_api.access import AccessVerifier, bearer_token, match_secret
 from coordinator_api.app_state import AppState
-from coordinator_api.bodies import BodySchemas
 from coordinator_api.edge import CONTEXT_KEY, EdgeMiddleware, context_of
 from coordinator_api.explorer import SelfDescription, explorer_assets, render_document
 from coordinator_api.handlers import OPERATIONS, handler_of
@@ -311,14 +312,14 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
     """
     _check_settings(settings)
     files = locate_openapi(settings.openapi_dir)
-    connexion_document = load_yaml(files.connexion)
     bundled_document = load_yaml(files.bundled)
-    # 06 §14: `/openapi.json` answers the 3.1 document the bodies are validated against; its
-    # operations are the ones Connexion routes (the 3.0.3 rendering of the same spec).
+    connexion_document = load_yaml(files.connexion)
+    # 06 §14: `/openapi.json` answers the 3.1 document the app routes by; its operations are the
+    # ones Connexion routes (the 3.0.3 rendering of the same spec).
     served_document = render_document(bundled_document)
     assets = explorer_assets()
-    operations = operation_table(connexion_document)
-    if set(operations) != set(OPERATIONS) or set(operation_table(bundled_document)) != set(
+    operations = operation_table(bundled_document)
+    if set(operations) != set(OPERATIONS) or set(operation_table(connexion_document)) != set(
         OPERATIONS
     ):
         raise ValueError(
@@ -335,9 +336,8 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
             transport=settings.jwks_transport,
             caller_jwks=settings.caller_jwks,
         ),
-        bodies=BodySchemas(bundled_document),
         operations=operations,
-        routes=RouteTable.from_document(connexion_document),
+        routes=RouteTable.from_document(bundled_document),
         waits=StatusWaits(service, limit=settings.status_waiters),
     )
 

@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from coordinator_api.access import AccessVerifier
-from coordinator_api.bodies import BodySchemas
 from coordinator_api.settings import ApiSettings
 from coordinator_api.spec import OperationInfo, RouteTable
 from coordinator_api.waits import StatusWaits
@@ -25,7 +24,6 @@ class AppState:
     service: RunService
     journal: AuditJournal
     access: AccessVerifier
-    bodies: BodySchemas
     operations: Mapping[str, OperationInfo]
     routes: RouteTable
     waits: StatusWaits

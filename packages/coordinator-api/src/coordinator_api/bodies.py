@@ -1,12 +1,25 @@
-"""Request bodies: media type, size, strict JSON and the 2020-12 schemas of the contract.
+"""Request bodies: media type, size, strict JSON, then the body's generated model, once.
 
 Connexion validates bodies with Draft 4 against the 3.0.3 rendering and before the handler runs;
 06 §1 item 6 wants media type, size and body checked only after access and run visibility, and
 its own codes for some members. So the edge middleware only captures the body (at most 65,536
-bytes) and classifies its media type, and handlers call `read_json_body` at the right point.
-Bodies are parsed strictly (duplicate members, NaN, lone surrogates refused) and validated
-against the schemas of `openapi.bundled.yaml`, the same 2020-12 text clients and tests read;
-`read_body` then hands the handler the body as its generated model (`wire`).
+bytes) and classifies its media type, and handlers call `read_body` at the right point.
+
+A body is parsed strictly (`parse_strict_json`: duplicate members, NaN, lone surrogates, what
+pydantic cannot refuse) and validated by its model generated from spec/schemas (`wire`), in
+Python mode on the parsed value, by the spec's member names only. The models say the rest of
+the 2020-12 schemas: closed objects (`extra="forbid"`), required members, patterns (pydantic's
+Rust regexes, whose `$` is the end of the text as in ECMA-262), lengths and bounds, and no
+coercion (the generator's strict types: "1" is not 1, 1.0 is not an integer token). One assertion
+they cannot hold is checked here beside them, from the formats the model declares: pydantic
+parses date-times and UUIDs more leniently than RFC 3339 and RFC 4122 (`2026-03-02 09:00Z`, an
+integer, `{…}`, `urn:uuid:…`), so a `date-time` or `uuid` member must also be a string the
+dialect's format checker accepts (`format_matches`, the checker of authored schemas).
+tests/api/test_api_bodies.py proves that the result accepts exactly what the 2020-12 schemas
+accept (integer tokens for integers, RFC forms for formats).
+
+A refusal names the places the schemas would (`violations`: pointers, keywords, member names;
+never a value), with the first keyword the model checks at each.
 """
 
 from __future__ import annotations
@@ -15,39 +28,64 @@ import functools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Final
+from datetime import datetime
+from typing import Any, Final, TypeVar
 
-from jsonschema import (  # type: ignore[import-untyped]
-    Draft202012Validator,
-    FormatChecker,
-    ValidationError,
-    validators,
-)
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
+from pydantic import BaseModel, ValidationError
 
 from coordinator_api.problems import ApiProblem
-from coordinator_api.wire import BodyModel, BodyRefused, parse_request
-from coordinator_core.jsonschema.violations import violations_of
+from coordinator_core.jsonschema.dialect import FORMATS, format_matches
+from coordinator_core.jsonschema.violations import Violation, first_violations
 from coordinator_core.values import StrictJsonError, parse_strict_json
 
 __all__ = [
     "BodyCapture",
-    "BodySchemas",
+    "BodyModel",
     "is_json_media_type",
     "parse_rfc3339",
     "read_body",
-    "read_json_body",
 ]
 
-_DOCUMENT_URI: Final = "urn:registry-coordinator:openapi"
+BodyModel = TypeVar("BodyModel", bound=BaseModel)
+
 _JSON_MEDIA_TYPE: Final = re.compile(
     r"^application/(?:json|[A-Za-z0-9!#$&^_.-]+\+json)$", re.IGNORECASE
 )
 _RFC3339: Final = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
 )
+
+# The JSON Schema keyword each pydantic error type of a request model stands for.
+_KEYWORDS: Final[Mapping[str, str]] = {
+    "missing": "required",
+    "extra_forbidden": "additionalProperties",
+    "model_type": "type",
+    "model_attributes_type": "type",
+    "dict_type": "type",
+    "string_type": "type",
+    "int_type": "type",
+    "bool_type": "type",
+    "list_type": "type",
+    "uuid_type": "type",
+    "datetime_type": "type",
+    "literal_error": "const",
+    "enum": "enum",
+    "string_pattern_mismatch": "pattern",
+    "string_too_short": "minLength",
+    "string_too_long": "maxLength",
+    "too_short": "minItems",
+    "too_long": "maxItems",
+    "greater_than_equal": "minimum",
+    "less_than_equal": "maximum",
+    "greater_than": "exclusiveMinimum",
+    "less_than": "exclusiveMaximum",
+    "uuid_parsing": "format",
+    "uuid_version": "format",
+    "datetime_parsing": "format",
+    "datetime_from_date_parsing": "format",
+    "datetime_object_invalid": "format",
+    "timezone_aware": "format",
+}
 
 
 def is_json_media_type(content_type: str | None) -> bool:
@@ -77,10 +115,6 @@ def parse_rfc3339(text: str) -> datetime | None:
     return moment if moment.tzinfo is not None else None
 
 
-def utc(moment: datetime) -> datetime:
-    return moment.astimezone(UTC)
-
-
 @dataclass(frozen=True, slots=True)
 class BodyCapture:
     """What the edge middleware read: at most the limit, and the media type verdict."""
@@ -94,119 +128,70 @@ class BodyCapture:
         return is_json_media_type(self.content_type)
 
 
-def ecma_pattern(pattern: str) -> str:
-    """`pattern` with ECMA-262 end anchors: an unescaped `$` outside a class becomes `\\Z`.
+@functools.cache
+def _formats(model: type[BaseModel]) -> tuple[tuple[str, str], ...]:
+    """(member, format) of the model's string members with a format the dialect checks."""
+    properties = model.model_json_schema(by_alias=True).get("properties", {})
+    return tuple(
+        (name, schema["format"])
+        for name, schema in properties.items()
+        if schema.get("type") == "string" and schema.get("format") in FORMATS
+    )
 
-    JSON Schema patterns are ECMA-262 regexes, where `$` matches only at the end of the input;
-    Python's `$` also matches before a final line feed, so `^[^\\u0000-\\u001F]+$` would accept
-    `"ref\\n"`.
-    """
-    out: list[str] = []
-    escaped = in_class = False
-    for char in pattern:
-        if escaped:
-            escaped = False
-        elif char == "\\":
-            escaped = True
-        elif char == "[":
-            in_class = True
-        elif char == "]":
-            in_class = False
-        elif char == "$" and not in_class:
-            out.append("\\Z")
+
+def _format_refusals(model: type[BaseModel], value: object) -> Iterator[tuple[str, str]]:
+    """(member, keyword) where a formatted member is not a string of its format."""
+    if not isinstance(value, dict):
+        return
+    for name, format_name in _formats(model):
+        if name not in value:
             continue
-        out.append(char)
-    return "".join(out)
+        if not isinstance(value[name], str):
+            yield name, "type"
+        elif not format_matches(format_name, value[name]):
+            yield name, "format"
 
 
-@functools.lru_cache(maxsize=256)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(ecma_pattern(pattern))
+def _refused(
+    refusal: ValidationError | None, formats: list[tuple[str, str]]
+) -> tuple[tuple[Violation, ...], set[str | None]]:
+    """The violations of a refusal, and the top-level members it concerns (None for the shape
+    of the body itself: a wrong type, an unknown member)."""
+    places: dict[tuple[tuple[Any, ...], str], set[str]] = {}
+    members: set[str | None] = set()
+    for name, failed in formats:
+        places.setdefault(((name,), failed), set())
+        members.add(name)
+    for error in () if refusal is None else refusal.errors():
+        location, kind = tuple(error["loc"]), error["type"]
+        if any(location == (name,) for name, _ in formats):
+            continue  # the member's format check has said what it fails (an int is no date)
+        keyword = _KEYWORDS.get(kind)
+        if kind in ("missing", "extra_forbidden") and location:
+            # Where the schema's `required` / `additionalProperties` fails: the object, naming
+            # the member.
+            places.setdefault((location[:-1], str(keyword)), set()).add(str(location[-1]))
+        elif keyword is not None:
+            places.setdefault((location, keyword), set())
+        top = location[0] if location and isinstance(location[0], str) else None
+        members.add(None if kind == "extra_forbidden" else top)
+    violations = first_violations(
+        Violation.at(location, keyword, names) for (location, keyword), names in places.items()
+    )
+    return violations, members
 
 
-def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
-    if isinstance(instance, str) and not _compiled(pattern).search(instance):
-        yield ValidationError(f"does not match the pattern of {schema.get('title', 'the value')}")
-
-
-_Validator: Any = validators.extend(Draft202012Validator, {"pattern": _pattern})
-
-
-_COMPONENT: Final = "#/components/schemas/"
-
-
-def _inlined(node: Any, components: Mapping[str, Any], within: tuple[str, ...]) -> Any:
-    """`node` with every `$ref` to a component schema replaced by an `allOf` of that schema
-    (the same assertions and annotations in 2020-12), so that a validation looks nothing up;
-    a reference back into a schema being inlined stays a reference, made absolute."""
-    if isinstance(node, list):
-        return [_inlined(item, components, within) for item in node]
-    if not isinstance(node, dict):
-        return node
-    ref = node.get("$ref")
-    rest = {key: _inlined(value, components, within) for key, value in node.items()}
-    if isinstance(ref, str) and ref.startswith(_COMPONENT):
-        name = ref.removeprefix(_COMPONENT)
-        if name in within or name not in components:
-            rest["$ref"] = _DOCUMENT_URI + ref
-        else:
-            del rest["$ref"]
-            rest["allOf"] = [
-                _inlined(components[name], components, (*within, name)),
-                *rest.get("allOf", ()),
-            ]
-    return rest
-
-
-class BodySchemas:
-    """2020-12 validators for the request body schemas of the bundled document, each built
-    once with the component schemas it refers to inlined (a `$ref` looked up through the
-    registry at each validation cost as much as the validation)."""
-
-    def __init__(self, bundled: Mapping[str, Any]) -> None:
-        resource = Resource.from_contents(dict(bundled), default_specification=DRAFT202012)
-        self._registry: Registry[Any] = Registry().with_resource(_DOCUMENT_URI, resource)
-        self._validators: dict[str, Any] = {}
-        self._components: Mapping[str, Any] = bundled.get("components", {}).get("schemas", {})
-
-    def validator(self, name: str) -> Any:
-        if name not in self._components:
-            raise KeyError(name)
-        if name not in self._validators:
-            schema = _inlined(self._components[name], self._components, (name,))
-            self._validators[name] = _Validator(
-                schema, registry=self._registry, format_checker=FormatChecker()
-            )
-        return self._validators[name]
-
-
-def _member_of(error: ValidationError) -> str | None:
-    """The top-level member an error is about, or None for the object's shape itself."""
-    if error.absolute_path:
-        first = error.absolute_path[0]
-        return first if isinstance(first, str) else None
-    if error.validator == "required" and isinstance(error.instance, dict):
-        missing = [name for name in error.validator_value if name not in error.instance]
-        return missing[0] if len(missing) == 1 else None
-    if error.validator in ("$ref", "allOf") and error.context:
-        members = {_member_of(sub) for sub in error.context}
-        return members.pop() if len(members) == 1 else None
-    return None
-
-
-def read_json_body(
+def read_body(
     capture: BodyCapture,
-    schemas: BodySchemas,
-    schema: str,
+    model: type[BodyModel],
     *,
     member_codes: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """Steps (4) and (5) of 06 §1 item 6 for a JSON object body.
+) -> BodyModel:
+    """Steps (4) and (5) of 06 §1 item 6: the body as its model.
 
-    415 `content-type-invalid`, 413 `too-large`, then 400: `member_codes[m]` when every schema
+    415 `content-type-invalid`, 413 `too-large`, then 400: `member_codes[m]` when every
     violation concerns member `m` (for example `reason` → `coordinator.command.reason-invalid`),
-    else `coordinator.request.invalid`; the problem names where the body fails its schema
-    (`violations`: pointers, keywords, member names; never a value).
+    else `coordinator.request.invalid`; the problem names where the body fails its schema.
     """
     if not capture.json_media_type:
         raise ApiProblem("coordinator.request.content-type-invalid")
@@ -216,34 +201,18 @@ def read_json_body(
         value = parse_strict_json(capture.data)
     except StrictJsonError:
         raise ApiProblem("coordinator.request.invalid") from None
-    errors = list(schemas.validator(schema).iter_errors(value))
-    if not errors:
-        assert isinstance(value, dict)
-        return value
+    formats = list(_format_refusals(model, value))
+    try:
+        body = model.model_validate(value, by_alias=True, by_name=False)
+    except ValidationError as refusal:
+        violations, members = _refused(refusal, formats)
+    else:
+        if not formats:
+            return body
+        violations, members = _refused(None, formats)
     codes = member_codes or {}
-    violations = violations_of(errors)
-    members = {_member_of(error) for error in errors}
     if len(members) == 1:
         member = members.pop()
         if member is not None and member in codes:
             raise ApiProblem(codes[member], violations=violations)
     raise ApiProblem("coordinator.request.invalid", violations=violations)
-
-
-def read_body(
-    capture: BodyCapture,
-    schemas: BodySchemas,
-    model: type[BodyModel],
-    *,
-    member_codes: Mapping[str, str] | None = None,
-) -> BodyModel:
-    """`read_json_body` against the schema named like `model`, then the body as that model;
-    a body the model refuses after the schema accepted it answers like a schema refusal."""
-    value = read_json_body(capture, schemas, model.__name__, member_codes=member_codes)
-    try:
-        return parse_request(model, value)
-    except BodyRefused as refused:
-        codes = member_codes or {}
-        if refused.member is not None and refused.member in codes:
-            raise ApiProblem(codes[refused.member]) from None
-        raise ApiProblem("coordinator.request.invalid") from None

@@ -1,7 +1,7 @@
 """Where the generated OpenAPI documents live, and what the app reads from them.
 
-The app serves `openapi.connexion.yaml` (3.0.3, for Connexion) and validates request bodies
-against the 2020-12 schemas of `openapi.bundled.yaml` (3.1). Both are generated from spec/ by
+The app serves `openapi.bundled.yaml` (3.1) and routes by it; Connexion, which refuses OpenAPI
+3.1, reads `openapi.connexion.yaml` (its 3.0.3 rendering). Both are generated from spec/ by
 `nox -s generate` into generated/, the root of the `coordinator-models` distribution, whose wheel
 ships them as package data at `coordinator_models/openapi/` (generated/pyproject.toml). They are
 found with `importlib.resources`, in this order:

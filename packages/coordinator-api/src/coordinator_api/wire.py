@@ -1,34 +1,42 @@
 """The API's typed boundary (ARCHITECTURE rule 3): the one module of coordinator-api that imports
 the models generated from `spec/schemas/api.schema.json` (`coordinator_models.api`).
 
-Every response body (06 §11) is built as its model from the service's result shapes, so a value
-outside the contract (a status word, a pattern, a bound) fails here, never on the wire; every
-request body is parsed into its model once the 2020-12 schema checks of `bodies` hold. The
-JSON rendering is this module's too: member names are the spec's, optional members are present
-only when set, and timestamps are `YYYY-MM-DDTHH:MM:SS.mmmZ` (06 §1 item 5).
+Every response body (06 §11) is validated as its model from the service's result shapes, so a
+value outside the contract (a status word, a pattern, a bound) fails here, never on the wire.
+The shapes carry the spec's member names (snake_case), so a model reads them itself
+(`model_validate(shape, from_attributes=True)`); instants stay epoch milliseconds, which the
+models read as such (`coordinator_models.base`). The two views that compose records, a run's
+status (its stored run and engine state) and a step's (its record), are read member by member
+by name from their parts (`_Reader`), with the few members the spec names otherwise said once.
+Request bodies are read as their models by `bodies`.
+
+The JSON rendering is this module's too: member names are the spec's, an optional member is
+present only when set (an optional member's default is None, a required one has none), and
+timestamps are `YYYY-MM-DDTHH:MM:SS.mmmZ` (06 §1 item 5).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from operator import attrgetter
+from typing import Any
 from uuid import UUID
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from coordinator_api.settings import WorkflowSummary
-from coordinator_core.engine.detail import FailureDetail
+from coordinator_core.engine.state import RunState, StepRecord
 from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.shell import service
-from coordinator_core.shell.service import RUN_STATUSES, RunStatusValue
+from coordinator_core.shell.store import StoredRun
 from coordinator_models import api
 
 __all__ = [
     "AttemptPage",
     "Body",
-    "BodyRefused",
     "Doctor",
     "EventAdmitted",
     "HoldState",
@@ -52,7 +60,6 @@ __all__ = [
     "hold_state_body",
     "inspection_body",
     "instant_of",
-    "parse_request",
     "problem",
     "reconcile_body",
     "run_page_body",
@@ -87,10 +94,11 @@ WorkflowInfo = api.WorkflowInfo
 
 def timestamp(moment: datetime) -> str:
     """`YYYY-MM-DDTHH:MM:SS.mmmZ` (06 §1 item 5); naive datetimes are a programming error."""
-    if moment.tzinfo is None or moment.utcoffset() is None:
+    offset = moment.utcoffset()
+    if offset is None:
         raise ValueError("timestamps must be timezone-aware")
-    utc = moment.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    utc = moment.astimezone(UTC) if offset else moment
+    return utc.isoformat(timespec="milliseconds")[:23] + "Z"
 
 
 def _json_default(value: object) -> str:
@@ -102,52 +110,70 @@ def _json_default(value: object) -> str:
 
 
 def encode(body: Body) -> bytes:
-    """A model's JSON: spec member names; optional members only where set (`_absent`); compact
-    and ASCII-escaped, so that no value can make encoding fail."""
+    """A model's JSON: spec member names; an optional member only where it is not None (its
+    default); compact and ASCII-escaped, so that no value can make encoding fail."""
     return json.dumps(
-        body.model_dump(by_alias=True, exclude_unset=True),
+        body.model_dump(by_alias=True, exclude_defaults=True),
         separators=(",", ":"),
         allow_nan=False,
         default=_json_default,
     ).encode("ascii")
 
 
-BodyModel = TypeVar("BodyModel", bound=BaseModel)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _absent(body: BodyModel, *members: str) -> BodyModel:
-    """`body` with the optional `members` that are None left out of its JSON (the spec's "omitted
-    when absent"); the members a schema requires are always given, null or not."""
-    for member in members:
-        if getattr(body, member) is None:
-            body.model_fields_set.discard(member)
-    return body
-
-
-# --------------------------------------------------------------------------------------------
-# Requests
-
-
-class BodyRefused(Exception):
-    """A request body passed its schema but not its model; `member` is the top-level member
-    the refusal concerns when there is exactly one (for its problem code), else None."""
-
-    def __init__(self, member: str | None) -> None:
-        super().__init__("the request body does not match its model")
-        self.member = member
-
-
-def parse_request(model: type[BodyModel], value: Mapping[str, Any]) -> BodyModel:
-    """`value` (strict JSON that passed the schema of `model.__name__`) as its model."""
-    try:
-        return model.model_validate(value)
-    except ValidationError as refused:
-        members = {str(error["loc"][0]) if error["loc"] else None for error in refused.errors()}
-        raise BodyRefused(members.pop() if len(members) == 1 else None) from None
+def instant_of(moment: datetime) -> int:
+    """The instant (epoch milliseconds, truncated) of an aware datetime a request carried."""
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
 # --------------------------------------------------------------------------------------------
 # Responses (06 §11)
+
+
+class _Reader:
+    """Reads the members of a model from a service view that composes records: each member
+    from the attribute of its (snake_case) name on the first part that has one, or from the
+    path `renamed` gives, resolved once; a member found nowhere is a `TypeError` at import."""
+
+    def __init__(
+        self,
+        model: type[BaseModel],
+        parts: Sequence[tuple[str, type]],
+        *,
+        renamed: Mapping[str, str] | None = None,
+        computed: Iterable[str] = (),
+    ) -> None:
+        paths: dict[str, str] = {}
+        skipped = set(computed)
+        for name in model.model_fields:
+            if name in skipped:
+                continue
+            path = (renamed or {}).get(name) or next(
+                (f"{prefix}{name}" for prefix, kind in parts if hasattr(kind, name)), None
+            )
+            if path is None:
+                raise TypeError(f"{model.__name__}.{name} is in none of {parts}")
+            paths[name] = path
+        self._getters = tuple((name, attrgetter(path)) for name, path in paths.items())
+
+    def __call__(self, view: object) -> dict[str, Any]:
+        return {name: get(view) for name, get in self._getters}
+
+
+_RUN_STATUS = _Reader(
+    api.RunStatus,
+    [("", service.RunStatus), ("run.", StoredRun), ("run.state.", RunState)],
+    renamed={"step": "run.state.current_step"},
+)
+_STEP_STATUS = _Reader(
+    api.StepStatus,
+    [("", service.StepStatus), ("record.", StepRecord)],
+    computed=("wait", "mapping_failure"),
+)
+# 06 §11.3: members of a call step only, absent on other steps.
+_CALL_MEMBERS = ("operation", "effect", "command_prepared", "uncertain", "receipt_expired")
 
 
 def problem(
@@ -162,276 +188,99 @@ def problem(
     violations: Sequence[Violation] = (),
 ) -> api.Problem:
     """The 06 §3 problem object; `reason` and `violations` only where the caller sets them."""
-    body = api.Problem(
-        type=type_uri,
-        title=title,
-        status=status,
-        detail=detail,
-        code=code,
-        suggested_action=suggested_action,
-        reason=_block_reason(reason),
-        violations=[
-            _absent(
-                api.Violation(
-                    path=item.path,
-                    keyword=item.keyword,
-                    members=[api.Member(name) for name in item.members] or None,
-                ),
-                "members",
-            )
-            for item in violations
-        ]
-        or None,
-    )
-    return _absent(body, "reason", "violations")
+    members = {
+        "type": type_uri,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        "suggested_action": suggested_action,
+        "reason": reason,
+        "violations": [item.to_json() for item in violations] or None,
+    }
+    return api.Problem.model_validate(members)
 
 
-def _optional_code(code: str | None) -> api.FailureCode | None:
-    return None if code is None else api.FailureCode(code)
+def _step_members(step: service.StepStatus) -> dict[str, Any]:
+    record = step.record
+    members = _STEP_STATUS(step)
+    if not (record.type == "call" and record.operation is not None and record.effect is not None):
+        members.update(dict.fromkeys(_CALL_MEMBERS))
+    found = step.mapping_failure
+    members["mapping_failure"] = None if found is None else found.to_json()
+    if record.type == "wait-until" and record.wait_until is not None:
+        members["wait"] = {"until": record.wait_until}
+    elif record.type == "wait-for" and None not in (record.wait_started_at, record.timeout_at):
+        call, completion = step.awaits or ("", "")
+        members["wait"] = {
+            "call": call,
+            "completion": completion,
+            "started_at": record.wait_started_at,
+            "timeout_at": record.timeout_at,
+            "interval_seconds": record.interval_seconds or 0,
+            "observations": record.observations,
+            "last_observed_at": record.last_observed_at,
+            "next_observation_at": step.next_due_at,
+            "result": step.wait_result,
+        }
+    else:
+        members["wait"] = None
+    return members
 
 
-def _optional_id(local_id: str | None) -> api.LocalId | None:
-    """A nullable local id (the generator keeps `LocalId` a root model inside a union)."""
-    return None if local_id is None else api.LocalId(local_id)
-
-
-def _sorted_ids(ids: Iterable[str]) -> list[api.LocalId]:
-    """Local ids in byte order (06 §6)."""
-    return [api.LocalId(item) for item in sorted(ids, key=lambda item: item.encode("utf-8"))]
-
-
-def _moment(instant: int) -> datetime:
-    """The aware UTC datetime of an instant (epoch milliseconds), as the models take it."""
-    return _EPOCH + timedelta(milliseconds=instant)
-
-
-def _maybe(instant: int | None) -> datetime | None:
-    return None if instant is None else _moment(instant)
-
-
-def instant_of(moment: datetime) -> int:
-    """The instant (epoch milliseconds, truncated) of an aware datetime a request carried."""
-    return (moment - _EPOCH) // timedelta(milliseconds=1)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+def _inspection_members(inspection: service.RunInspection) -> dict[str, Any]:
+    return {
+        "run": _RUN_STATUS(inspection.run),
+        "steps": [_step_members(step) for step in inspection.steps],
+        "effects": inspection.effects,
+        "recovery": inspection.recovery,
+    }
 
 
 def run_status_body(status: service.RunStatus) -> api.RunStatus:
-    run, state = status.run, status.run.state
-    return api.RunStatus(
-        run_id=run.run_id,
-        workflow_id=run.workflow_id,
-        workflow_version=run.workflow_version,
-        revision=run.revision,
-        definition_digest=run.definition_digest,
-        binding_digest=run.binding_digest,
-        origin=api.RunOrigin(run.origin),
-        trigger=_optional_id(run.trigger),
-        status=api.RunStatusValue(status.status),
-        step=state.current_step,
-        admitted_at=_moment(state.admitted_at),
-        deadline_at=_moment(state.deadline_at),
-        completed_at=_maybe(state.completed_at),
-        next_due_at=_maybe(status.next_due_at),
-        cancel_requested=state.cancel_requested,
-        restore_review=state.restore_review,
-        uncertain=status.uncertain,
-        outcome=_optional_id(state.outcome),
-        output=status.output,
-        failure_code=_optional_code(state.failure_code),
-        payload_erased=run.payload_erased,
-    )
-
-
-def _wait_body(step: service.StepStatus) -> api.WaitUntil | api.WaitFor | None:
-    record = step.record
-    if record.type == "wait-until" and record.wait_until is not None:
-        return api.WaitUntil(until=_moment(record.wait_until))
-    if record.type != "wait-for" or record.wait_started_at is None or record.timeout_at is None:
-        return None
-    call, completion = step.awaits or ("", "")
-    return api.WaitFor(
-        call=call,
-        completion=completion,
-        started_at=_moment(record.wait_started_at),
-        timeout_at=_moment(record.timeout_at),
-        interval_seconds=record.interval_seconds or 0,
-        observations=record.observations,
-        last_observed_at=_maybe(record.last_observed_at),
-        next_observation_at=_maybe(step.next_due_at),
-        result=api.WaitResult(step.wait_result),
-    )
-
-
-def _step_body(step: service.StepStatus) -> api.StepStatus:
-    record = step.record
-    route = None
-    if record.route is not None:
-        route = api.StepRoute(kind=api.RouteKind(record.route.kind), label=record.route.label)
-        _absent(route, "label")
-    call = record.type == "call" and record.operation is not None and record.effect is not None
-    body = api.StepStatus(
-        step=record.step,
-        type=api.StepType(record.type),
-        state=api.StepState(record.state),
-        generation=record.generation,
-        attempt=record.attempt,
-        entered_at=_moment(record.entered_at),
-        finished_at=_maybe(record.finished_at),
-        next_due_at=_maybe(step.next_due_at),
-        lease_expires_at=_maybe(step.lease_expires_at),
-        failure_code=_optional_code(record.failure_code),
-        route=route,
-        attempts=[_attempt_body(attempt) for attempt in step.attempts],
-        attempt_count=step.attempt_count,
-        operation=record.operation if call else None,
-        effect=api.OperationEffect(record.effect) if call and record.effect else None,
-        command_prepared=record.command_prepared if call else None,
-        uncertain=record.uncertain if call else None,
-        receipt_expired=record.receipt_expired if call else None,
-        wait=_wait_body(step),
-        mapping_failure=_mapping_failure_body(step.mapping_failure),
-    )
-    return _absent(
-        body,
-        "operation",
-        "effect",
-        "command_prepared",
-        "uncertain",
-        "receipt_expired",
-        "wait",
-        "mapping_failure",
-    )
-
-
-def _attempt_body(attempt: service.StepAttempt) -> api.StepAttempt:
-    """One ended attempt: its numbers, times, outcome word and failure code, nothing else."""
-    return api.StepAttempt(
-        generation=attempt.generation,
-        attempt=attempt.attempt,
-        started_at=_maybe(attempt.started_at),
-        ended_at=_moment(attempt.ended_at),
-        outcome=api.AttemptOutcome(attempt.outcome),
-        failure_code=_optional_code(attempt.failure_code),
-    )
-
-
-def attempt_page_body(run_id: UUID, step: str, page: service.AttemptPage) -> api.AttemptPage:
-    return api.AttemptPage(
-        run_id=run_id,
-        step=step,
-        attempts=[_attempt_body(attempt) for attempt in page.attempts],
-        next_cursor=page.next_cursor,
-    )
-
-
-def _mapping_failure_body(found: FailureDetail | None) -> api.MappingFailure | None:
-    """Why a mapping stopped the step: members it has only (names, causes, positions)."""
-    return None if found is None else api.MappingFailure(**found.to_json())
-
-
-def _effect_body(effect: service.EffectStatus) -> api.Effect:
-    settled_by = None if effect.settled_by is None else api.EffectSettlement(effect.settled_by)
-    return api.Effect(
-        step=effect.step,
-        operation=effect.operation,
-        state=api.EffectState(effect.state),
-        settled_by=settled_by,
-    )
-
-
-def _block_reason(reason: service.BlockReason | None) -> api.BlockReason | None:
-    return None if reason is None else api.BlockReason(reason)
-
-
-def _recovery_body(recovery: service.Recovery) -> api.Recovery:
-    operation = recovery.operation
-    body = api.Recovery(
-        retry_allowed=recovery.retry_allowed,
-        retry_blocked_by=_block_reason(recovery.retry_blocked_by),
-        reconcile_allowed=recovery.reconcile_allowed,
-        reconcile_blocked_by=_block_reason(recovery.reconcile_blocked_by),
-        operation=(
-            None if operation is None else api.OperationIdentity.model_validate(operation.to_json())
-        ),
-    )
-    return _absent(body, "operation")
+    return api.RunStatus.model_validate(_RUN_STATUS(status))
 
 
 def inspection_body(inspection: service.RunInspection) -> api.RunInspection:
-    return api.RunInspection(
-        run=run_status_body(inspection.run),
-        steps=[_step_body(step) for step in inspection.steps],
-        effects=[_effect_body(effect) for effect in inspection.effects],
-        recovery=_recovery_body(inspection.recovery),
-    )
+    return api.RunInspection.model_validate(_inspection_members(inspection), from_attributes=True)
 
 
 def reconcile_body(result: service.ReconcileResult) -> api.ReconcileResult:
-    return api.ReconcileResult(
-        result=api.ReconcileOutcome(result.result),
-        inspection=inspection_body(result.inspection),
-    )
+    members = {"result": result.result, "inspection": _inspection_members(result.inspection)}
+    return api.ReconcileResult.model_validate(members, from_attributes=True)
 
 
 def run_page_body(page: service.RunList) -> api.RunList:
-    return api.RunList(
-        runs=[run_status_body(run) for run in page.runs], next_cursor=page.next_cursor
-    )
+    members = {"runs": [_RUN_STATUS(run) for run in page.runs], "next_cursor": page.next_cursor}
+    return api.RunList.model_validate(members)
 
 
-def _counts_body(statuses: Mapping[RunStatusValue, int]) -> api.RunStatusCounts:
-    """Every status, zero when absent (the members are the status words)."""
-    return api.RunStatusCounts.model_validate(
-        {status: int(statuses.get(status, 0)) for status in RUN_STATUSES}
-    )
+def attempt_page_body(run_id: UUID, step: str, page: service.AttemptPage) -> api.AttemptPage:
+    members = {
+        "run_id": run_id,
+        "step": step,
+        "attempts": page.attempts,
+        "next_cursor": page.next_cursor,
+    }
+    return api.AttemptPage.model_validate(members, from_attributes=True)
 
 
 def doctor_body(doctor: service.Doctor) -> api.Doctor:
-    state = doctor.state
-    return api.Doctor(
-        activation_ready=doctor.activation_ready,
-        state=api.DoctorState(
-            database_id=state.database_id,
-            store=api.StoreKind(state.store),
-            schema_version=state.schema_version,
-            active_package_digest=state.active_package_digest,
-            active_revision=state.active_revision,
-            restore_hold=state.restore_hold,
-            admissions_hold=state.admissions_hold,
-            audit_ready=state.audit_ready,
-            restore_review=state.restore_review,
-            statuses=_counts_body(state.statuses),
-            unknown_effects=state.unknown_effects,
-            waits=state.waits,
-            oldest_due_at=_maybe(state.oldest_due_at),
-            terminal_payloads=state.terminal_payloads,
-            oldest_terminal_payload_at=_maybe(state.oldest_terminal_payload_at),
-            audit_head=state.audit_head,
-        ),
-    )
+    return api.Doctor.model_validate(doctor, from_attributes=True)
 
 
 def hold_state_body(hold: service.HoldState) -> api.HoldState:
-    return api.HoldState(
-        restore_hold=hold.restore_hold,
-        admissions_hold=hold.admissions_hold,
-        restore_review=hold.restore_review,
-    )
+    return api.HoldState.model_validate(hold, from_attributes=True)
+
+
+def _byte_order(ids: Iterable[str]) -> tuple[str, ...]:
+    """Local ids in byte order (06 §6)."""
+    return tuple(sorted(ids, key=lambda item: item.encode("utf-8")))
 
 
 def workflow_body(workflow: WorkflowSummary) -> api.WorkflowInfo:
     """06 §6: `title` omitted when absent; id lists sorted in byte order."""
-    body = api.WorkflowInfo(
-        workflow_id=workflow.workflow_id,
-        title=workflow.title,
-        version=workflow.version,
-        revision=workflow.revision,
-        definition_digest=workflow.definition_digest,
-        package_digest=workflow.package_digest,
-        input_schema=workflow.input_schema,
-        triggers=_sorted_ids(workflow.triggers),
-        outcomes=_sorted_ids(workflow.outcomes),
+    ordered = dataclasses.replace(
+        workflow, triggers=_byte_order(workflow.triggers), outcomes=_byte_order(workflow.outcomes)
     )
-    return _absent(body, "title")
+    return api.WorkflowInfo.model_validate(ordered, from_attributes=True)

@@ -89,13 +89,18 @@ class OperationDescriptor:
     def allows_retry_same(self) -> bool:
         return self.recovery != "hold-after-dispatch"
 
+    @property
+    def key_requirement(self) -> Literal["required", "none"]:
+        """Whether the product command key is sent as `Idempotency-Key` (`keyRequirement`)."""
+        return "required" if self.key_required else "none"
+
     def to_json(self) -> dict[str, Any]:
         """The descriptor as pinned into snapshots (`operationIdentities`, contract 02 §8)."""
         return {
             "id": self.id,
             "product": self.product,
             "effect": self.effect,
-            "keyRequirement": "required" if self.key_required else "none",
+            "keyRequirement": self.key_requirement,
             "requiresPreparation": self.requires_preparation,
             "recovery": self.recovery,
             "readReceipt": self.read_receipt,

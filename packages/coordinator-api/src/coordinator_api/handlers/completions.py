@@ -6,7 +6,6 @@ the body is stored or returned; the request id only selects the waits to observe
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from starlette.responses import Response
@@ -26,10 +25,9 @@ async def review_completed(token_info: dict[str, Any], coordinator: RequestConte
     connection = token_info["connection"]
     assert isinstance(connection, str)
     # The journal entry names the Casework request, so it starts once the body is read.
-    body = read_body(coordinator.body, state.bodies, ReviewCompletion)
+    body = read_body(coordinator.body, ReviewCompletion)
     request_id = body.request_id
     entry = AuditRequest(action="review-completion", connection=connection, request_id=request_id)
     async with Audited(state.journal, entry) as audit:
-        await audit.begin()
-        await asyncio.to_thread(state.service.complete_review, connection, request_id)
+        await audit.act(state.service.complete_review, connection, request_id)
         return empty_reply(204)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from starlette.responses import Response
@@ -36,8 +35,7 @@ async def get_doctor(token_info: dict[str, Any], coordinator: RequestContext) ->
     state = coordinator.state
     entry = AuditRequest(action="doctor", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        await audit.begin()
-        return json_reply(doctor_body(await asyncio.to_thread(state.service.doctor)))
+        return json_reply(doctor_body(await audit.act(state.service.doctor)))
 
 
 async def restore_hold(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
@@ -45,13 +43,10 @@ async def restore_hold(token_info: dict[str, Any], coordinator: RequestContext) 
     state = coordinator.state
     entry = AuditRequest(action="restore-hold", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
+        body = read_body(coordinator.body, ReasonRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
-        await audit.begin()
-        return json_reply(
-            hold_state_body(await asyncio.to_thread(state.service.restore_hold, reason))
-        )
+        return json_reply(hold_state_body(await audit.act(state.service.restore_hold, reason)))
 
 
 async def release_restore_hold(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
@@ -59,12 +54,11 @@ async def release_restore_hold(token_info: dict[str, Any], coordinator: RequestC
     state = coordinator.state
     entry = AuditRequest(action="release-restore-hold", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
+        body = read_body(coordinator.body, ReasonRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
-        await audit.begin()
         return json_reply(
-            hold_state_body(await asyncio.to_thread(state.service.release_restore_hold, reason))
+            hold_state_body(await audit.act(state.service.release_restore_hold, reason))
         )
 
 
@@ -75,19 +69,13 @@ async def release_admission_hold(
     state = coordinator.state
     entry = AuditRequest(action="release-admission-hold", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_body(
-            coordinator.body,
-            state.bodies,
-            ReleaseAdmissionHoldRequest,
-            member_codes=REASON_CODES,
-        )
+        body = read_body(coordinator.body, ReleaseAdmissionHoldRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
         if not (body.admission_history_complete and body.prior_deployment_fenced):
             raise ApiProblem("coordinator.command.attestation-required")
-        await audit.begin()
         return json_reply(
-            hold_state_body(await asyncio.to_thread(state.service.release_admission_hold, reason))
+            hold_state_body(await audit.act(state.service.release_admission_hold, reason))
         )
 
 
@@ -96,11 +84,8 @@ async def retain(token_info: dict[str, Any], coordinator: RequestContext) -> Res
     state = coordinator.state
     entry = AuditRequest(action="retention", caller=caller_of(token_info))
     async with Audited(state.journal, entry) as audit:
-        body = read_body(
-            coordinator.body, state.bodies, RetentionRequest, member_codes=_RETENTION_CODES
-        )
+        body = read_body(coordinator.body, RetentionRequest, member_codes=_RETENTION_CODES)
         if body.before > state.settings.clock():
             raise ApiProblem("coordinator.command.retention-invalid")
-        await audit.begin()
-        erased = await asyncio.to_thread(state.service.retain, instant_of(body.before), body.limit)
+        erased = await audit.act(state.service.retain, instant_of(body.before), body.limit)
         return json_reply(RetentionResult(erased=erased))

@@ -8,7 +8,6 @@ Each handler runs the checks of 06 §1 item 6 in order after Connexion's securit
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 from uuid import UUID
@@ -65,7 +64,7 @@ async def start_run(token_info: dict[str, Any], coordinator: RequestContext) -> 
     caller = caller_of(token_info)
     state = coordinator.state
     async with Audited(state.journal, AuditRequest(action="admit", caller=caller)) as audit:
-        body = read_body(coordinator.body, state.bodies, StartRunRequest)
+        body = read_body(coordinator.body, StartRunRequest)
         workflow, revision, run_input = body.workflow, body.revision, body.input
         if not caller.may("start", workflow):
             raise ApiProblem("coordinator.access.denied")
@@ -80,8 +79,7 @@ async def start_run(token_info: dict[str, Any], coordinator: RequestContext) -> 
             check_json_value(run_input)
         except JsonBoundsError:
             raise ApiProblem("coordinator.command.input-invalid") from None
-        await audit.begin()
-        admitted = await asyncio.to_thread(
+        admitted = await audit.act(
             state.service.admit,
             AdmissionRequest(
                 caller=caller,
@@ -110,8 +108,7 @@ async def list_runs(
     state = coordinator.state
     query = RunQuery(limit=limit, cursor=cursor, status=status, workflow=workflow)
     async with Audited(state.journal, AuditRequest(action="list", caller=caller)) as audit:
-        await audit.begin()
-        page = await asyncio.to_thread(state.service.list_runs, caller, query)
+        page = await audit.act(state.service.list_runs, caller, query)
         return json_reply(run_page_body(page))
 
 
@@ -147,8 +144,7 @@ async def inspect_run(
     async with Audited(state.journal, AuditRequest(action="inspect", caller=caller)) as audit:
         run_id = parse_run_id(run)
         audit.note(run_id=run_id)
-        await audit.begin()
-        inspection = await asyncio.to_thread(state.service.inspect_run, caller, run_id)
+        inspection = await audit.act(state.service.inspect_run, caller, run_id)
         if inspection is None or not caller.may("inspect", inspection.run.run.workflow_id):
             raise ApiProblem("coordinator.command.run-absent")
         return json_reply(inspection_body(inspection))
@@ -170,10 +166,7 @@ async def list_step_attempts(
     async with Audited(state.journal, AuditRequest(action="attempts", caller=caller)) as audit:
         run_id = parse_run_id(run)
         audit.note(run_id=run_id)
-        await audit.begin()
-        page = await asyncio.to_thread(
-            state.service.step_attempts, caller, run_id, step, cursor, limit
-        )
+        page = await audit.act(state.service.step_attempts, caller, run_id, step, cursor, limit)
         if page is None:
             raise ApiProblem("coordinator.command.run-absent")
         return json_reply(attempt_page_body(run_id, step, page))
@@ -184,7 +177,7 @@ async def _run_command(
     token_info: dict[str, Any],
     coordinator: RequestContext,
     action: Literal["cancel", "retry-same", "reconcile"],
-    call: Callable[[Caller, UUID, str], Awaitable[Body]],
+    call: Callable[[Audited, Caller, UUID, str], Awaitable[Body]],
 ) -> Response:
     """A run command with a `{reason}` body: steps (3), (4), (5), then the service call."""
     caller = caller_of(token_info)
@@ -193,19 +186,18 @@ async def _run_command(
         run_id = parse_run_id(run)
         audit.note(run_id=run_id)
         await visible_run(coordinator, caller, run_id, action)
-        body = read_body(coordinator.body, state.bodies, ReasonRequest, member_codes=REASON_CODES)
+        body = read_body(coordinator.body, ReasonRequest, member_codes=REASON_CODES)
         reason = reason_of(body.reason)
         audit.note(reason=reason)
-        await audit.begin()
-        return json_reply(await call(caller, run_id, reason))
+        return json_reply(await call(audit, caller, run_id, reason))
 
 
 async def cancel_run(run: str, token_info: dict[str, Any], coordinator: RequestContext) -> Response:
     """06 §5.5."""
     service = coordinator.state.service
 
-    async def call(caller: Caller, run_id: UUID, reason: str) -> Body:
-        return run_status_body(await asyncio.to_thread(service.cancel, caller, run_id, reason))
+    async def call(audit: Audited, caller: Caller, run_id: UUID, reason: str) -> Body:
+        return run_status_body(await audit.act(service.cancel, caller, run_id, reason))
 
     return await _run_command(run, token_info, coordinator, "cancel", call)
 
@@ -214,8 +206,8 @@ async def retry_same(run: str, token_info: dict[str, Any], coordinator: RequestC
     """06 §5.6."""
     service = coordinator.state.service
 
-    async def call(caller: Caller, run_id: UUID, reason: str) -> Body:
-        return run_status_body(await asyncio.to_thread(service.retry_same, caller, run_id, reason))
+    async def call(audit: Audited, caller: Caller, run_id: UUID, reason: str) -> Body:
+        return run_status_body(await audit.act(service.retry_same, caller, run_id, reason))
 
     return await _run_command(run, token_info, coordinator, "retry-same", call)
 
@@ -226,7 +218,7 @@ async def reconcile_run(
     """06 §5.7."""
     service = coordinator.state.service
 
-    async def call(caller: Caller, run_id: UUID, reason: str) -> Body:
-        return reconcile_body(await asyncio.to_thread(service.reconcile, caller, run_id, reason))
+    async def call(audit: Audited, caller: Caller, run_id: UUID, reason: str) -> Body:
+        return reconcile_body(await audit.act(service.reconcile, caller, run_id, reason))
 
     return await _run_command(run, token_info, coordinator, "reconcile", call)

@@ -7,8 +7,9 @@ member's name comes from the schema; an unknown member's name is the caller's ow
 a name and not a value, and is shown only when printable and at most `MAX_NAME_CHARS` long;
 a pointer stops at the parent of a member name that is not). Nothing here reads a value.
 
-The errors are those of a `jsonschema` validator's `iter_errors` (the dialect's, or the API's
-validator of request bodies); this module only reads their structure, so it imports nothing.
+`violations_of` reads the errors of a `jsonschema` validator's `iter_errors` (the dialect's);
+the API's body validator (pydantic) builds its violations with `Violation.at` and
+`first_violations`, so both name places alike. Neither imports a validator here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Final
 
 from coordinator_core.values import pointer_token
 
-__all__ = ["MAX_NAME_CHARS", "MAX_VIOLATIONS", "Violation", "violations_of"]
+__all__ = ["MAX_NAME_CHARS", "MAX_VIOLATIONS", "Violation", "first_violations", "violations_of"]
 
 MAX_VIOLATIONS: Final = 10
 MAX_MEMBERS: Final = 10
@@ -36,6 +37,14 @@ class Violation:
     path: str
     keyword: str
     members: tuple[str, ...] = ()
+
+    @classmethod
+    def at(cls, location: Iterable[Any], keyword: str, members: Iterable[str] = ()) -> Violation:
+        """The violation at an instance location (member names and array indexes): its pointer
+        stops before a member name that is not shown; the shown `members`, sorted, at most
+        `MAX_MEMBERS`."""
+        shown = sorted({name for name in members if _shown(name)})
+        return cls(_pointer(location), keyword, tuple(shown[:MAX_MEMBERS]))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"path": self.path, "keyword": self.keyword}
@@ -72,7 +81,7 @@ def _pointer(tokens: Iterable[Any]) -> str:
     return path
 
 
-def _members(error: Any) -> tuple[str, ...]:
+def _members(error: Any) -> list[str]:
     keyword, instance, schema = error.validator, error.instance, error.schema
     names: list[str] = []
     if keyword == "required" and isinstance(instance, dict) and isinstance(schema, Mapping):
@@ -84,7 +93,7 @@ def _members(error: Any) -> tuple[str, ...]:
             if name in declared or any(_search(p, name) for p in patterns):
                 continue
             names.append(name)
-    return tuple(sorted(n for n in names if _shown(n))[:MAX_MEMBERS])
+    return names
 
 
 def _search(pattern: str, name: str) -> bool:
@@ -94,12 +103,15 @@ def _search(pattern: str, name: str) -> bool:
         return False
 
 
+def first_violations(found: Iterable[Violation]) -> tuple[Violation, ...]:
+    """At most `MAX_VIOLATIONS` distinct violations, in pointer order."""
+    return tuple(sorted(set(found))[:MAX_VIOLATIONS])
+
+
 def violations_of(errors: Iterable[Any]) -> tuple[Violation, ...]:
     """At most `MAX_VIOLATIONS` distinct violations of `jsonschema` errors, in pointer order."""
-    found: set[Violation] = set()
-    for error in errors:
-        keyword = error.validator
-        if not isinstance(keyword, str) or _KEYWORD.fullmatch(keyword) is None:
-            continue
-        found.add(Violation(_pointer(error.absolute_path), keyword, _members(error)))
-    return tuple(sorted(found)[:MAX_VIOLATIONS])
+    return first_violations(
+        Violation.at(error.absolute_path, error.validator, _members(error))
+        for error in errors
+        if isinstance(error.validator, str) and _KEYWORD.fullmatch(error.validator) is not None
+    )

@@ -15,6 +15,7 @@ from coordinator_core.shell.service.journal import (
     AuditResponse,
     AuditUnavailable,
     WriterJournal,
+    durable,
 )
 from coordinator_core.shell.service.model import (
     INTERNAL_ERROR,
@@ -86,4 +87,5 @@ __all__ = [
     "StoreRunService",
     "WaitResult",
     "WriterJournal",
+    "durable",
 ]

@@ -4,12 +4,12 @@ the `AuditJournal` protocol, and `WriterJournal` over the process's `AuditWriter
 `WriterJournal` turns the raw values of `AuditRequest`/`AuditResponse` into the keyed
 references of 07 §11 (`actorRef` from the owner commitment of `(iss, sub)`, `runRef`,
 `reasonRef`, `sourceRef`, `eventRef`, `connectionRef`, `requestRef`) and appends them.
-Appending writes and fsyncs, so it runs in a worker thread, never on the event loop.
+An append that waits for stable storage blocks on the fsync, so the API calls it off the event
+loop (`durable`: every action but the reads of 07 §7.7 item 5, whose lines are queued).
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 from uuid import UUID
@@ -39,6 +39,7 @@ __all__ = [
     "AuditResponse",
     "AuditUnavailable",
     "WriterJournal",
+    "durable",
 ]
 
 
@@ -81,15 +82,23 @@ class AuditUnavailable(Exception):
     """The journal could not append (07 §11: the writer then refuses every later append)."""
 
 
+def durable(action: AuditAction) -> bool:
+    """Whether the entries of `action` are on stable storage when their append returns (every
+    action but an API read, 07 §7.7 item 5): such an append blocks on the fsync."""
+    return action not in READ_ACTIONS
+
+
 @runtime_checkable
 class AuditJournal(Protocol):
-    """Request and response entries around every `/v1` request (06 §4, 07 §11)."""
+    """Request and response entries around every `/v1` request (06 §4, 07 §11). An append
+    returns once its line is on stable storage when its action is `durable` (it blocks: call
+    it off the event loop), at once otherwise."""
 
-    async def request(self, entry: AuditRequest) -> str:
+    def request(self, entry: AuditRequest) -> str:
         """Append a request entry and return its correlation id; raise AuditUnavailable."""
         ...
 
-    async def response(self, correlation: str, entry: AuditResponse) -> None:
+    def response(self, correlation: str, entry: AuditResponse) -> None:
         """Append the response entry paired with `correlation`; raise AuditUnavailable."""
         ...
 
@@ -135,30 +144,21 @@ class WriterJournal:
             reason_ref=refs.reason(entry.reason) if entry.reason is not None else None,
         )
 
-    def _append(self, entry: AuditEntry, *, wait: bool = True) -> None:
+    def _append(self, action: AuditAction, entry: AuditEntry) -> None:
         try:
-            self._writer.append(entry, wait=wait)
+            self._writer.append(entry, wait=durable(action))
         except CoordinatorError as error:
             raise AuditUnavailable from error
 
-    async def _journal(self, action: AuditAction, entry: AuditEntry) -> None:
-        """A read action's entry is queued and the answer goes on (07 §7.7 item 5: the line is
-        made durable by the writer's flusher or the next waiting append); every other entry
-        is on stable storage before this returns, and the fsync runs off the event loop."""
-        if action in READ_ACTIONS:
-            self._append(entry, wait=False)
-        else:
-            await asyncio.to_thread(self._append, entry)
-
-    async def request(self, entry: AuditRequest) -> str:
+    def request(self, entry: AuditRequest) -> str:
         correlation = new_correlation()
-        await self._journal(entry.action, self._request_entry(correlation, entry))
+        self._append(entry.action, self._request_entry(correlation, entry))
         return correlation
 
-    async def response(self, correlation: str, entry: AuditResponse) -> None:
+    def response(self, correlation: str, entry: AuditResponse) -> None:
         code = entry.code
         if code is not None and code not in catalogue():
             code = INTERNAL_ERROR
         run_ref = self._references.run(str(entry.run_id)) if entry.run_id is not None else None
         record = response(correlation, entry.action, entry.outcome, code=code, run_ref=run_ref)
-        await self._journal(entry.action, record)
+        self._append(entry.action, record)

@@ -53,6 +53,7 @@ __all__ = [
     "pipelined",
     "quote_namespace",
     "read_engine",
+    "read_together",
     "store_unavailable",
     "unavailable_as_refusal",
 ]
@@ -527,6 +528,25 @@ class Prepared:
             plan.execute_many(conn, params)
 
 
+def read_together(
+    conn: Connection, *reads: tuple[Prepared, Mapping[str, Any]]
+) -> list[list[dict[str, Any]]]:
+    """Every row of each of `reads` (statement and parameters), in order, the statements sent
+    together (`pipelined`: one round trip on PostgreSQL)."""
+    if conn.dialect.name != "postgresql":
+        return [statement.rows(conn, params) for statement, params in reads]
+    cursors: list[tuple[_Plan, Any]] = []
+    try:
+        with pipelined(conn):
+            for statement, params in reads:
+                plan = statement._plan(conn.dialect)
+                cursors.append((plan, plan.execute(conn, params)))
+        return [plan.read(cursor.fetchall()) for plan, cursor in cursors]
+    finally:
+        for _, cursor in cursors:
+            cursor.close()
+
+
 _CURSOR: Final = "coordinator_cursor"
 
 
@@ -555,11 +575,15 @@ def pipelined(conn: Connection) -> Iterator[None]:
     other's answers (psycopg's pipeline mode), and answered together when the block ends, so
     many small statements of one transaction cost one round trip; a statement's failure is
     raised there, as SQLAlchemy raises it (`DBAPIError`, a lost connection invalidated), and
-    fails the transaction as it would have. Nothing changes on SQLite."""
+    fails the transaction as it would have. Inside a pipeline already, the block is part of it.
+    Nothing changes on SQLite."""
     if conn.dialect.name != "postgresql":
         yield
         return
     driver: Any = conn.connection.driver_connection
+    if driver.pgconn.pipeline_status:
+        yield
+        return
     dbapi_error = conn.dialect.loaded_dbapi.Error
     try:
         with driver.pipeline():

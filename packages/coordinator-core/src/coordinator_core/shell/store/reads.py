@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 from coordinator_core.engine.instants import Instant
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.observe.metrics import StoreGauges
-from coordinator_core.shell.store.dialect import Prepared, UTCDateTime
+from coordinator_core.shell.store.dialect import Prepared, UTCDateTime, read_together
 from coordinator_core.shell.store.guards import refuse
 from coordinator_core.shell.store.identity import StoreIdentity
 from coordinator_core.shell.store.queries import (
@@ -122,7 +122,18 @@ class RunReads:
         """The run, all its records and the control row from one consistent read (06 §5.4)."""
 
         def work(conn: Connection) -> RunSnapshot | None:
-            return snapshot_txn(conn, _control_txn(conn), run_id, lock_run=False)
+            # The three reads in one round trip on PostgreSQL.
+            key = {"run_id": run_id}
+            control, run, steps = read_together(
+                conn, (_CONTROL_ROW, {}), (_RUN_READ, key), (STEPS_OF, key)
+            )
+            if not control:
+                raise refuse("coordinator.deployment.schema-mismatch")
+            if not run:
+                return None
+            return RunSnapshot(
+                control_of(control[0]), run_of(run[0]), tuple(step_of(step) for step in steps)
+            )
 
         return self._tx.transact("get-run-snapshot", work, read_only=True)
 

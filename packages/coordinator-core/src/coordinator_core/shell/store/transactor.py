@@ -360,6 +360,10 @@ class _Done:
         self.error = error
 
 
+class _Refused(Exception):
+    """A batched work refused in the shared attempt of its batch (which then rolls back)."""
+
+
 class _Waiting:
     __slots__ = ("done", "purpose", "work")
 
@@ -373,8 +377,9 @@ class _Batches:
     """Group commit of the run transactions of one process's threads: the thread that finds
     no batch committing leads one at once with all the work waiting (alone, it commits its own
     work as an ordinary transaction: no added latency); the others wait for its commit, and
-    work that arrives meanwhile forms the next batch. Each work runs in its own savepoint, so
-    a stale fence (or any refusal) drops only that run; the batch's journal barriers run once
+    work that arrives meanwhile forms the next batch. The works share the batch's transaction;
+    when one refuses (a stale fence), the batch runs again with each work in its own savepoint,
+    so that the refusal drops only that run; the batch's journal barriers run once
     after all its work; a driver error before the commit re-runs each work alone, and one
     during the commit is every work's unknown outcome, as for a single transaction."""
 
@@ -407,13 +412,32 @@ class _Batches:
         return mine.done.result  # type: ignore[no-any-return]
 
     def _commit(self, batch: list[_Waiting]) -> None:
+        """One commit for the batch. Each run's work first shares the transaction as it is
+        (a stale fence is found by the work's first statement, before it writes): one
+        transaction id and no savepoint round trips for the batch. When one of them refuses,
+        nothing of that attempt commits, and the batch runs again with each work in its own
+        savepoint, so that the refusal drops that run alone (07 §7.7 item 8)."""
         tx = self._tx
         if len(batch) == 1:
             self._alone(batch[0])
             return
         worked = False
 
-        def work_all(conn: Connection) -> list[_Done]:
+        def work_shared(conn: Connection) -> list[_Done]:
+            nonlocal worked
+            worked = False
+            done: list[_Done] = []
+            for waiting in batch:
+                try:
+                    done.append(_Done(result=waiting.work(conn)))
+                except sa_exc.DBAPIError:
+                    raise
+                except Exception as error:
+                    raise _Refused from error
+            worked = True
+            return done
+
+        def work_apart(conn: Connection) -> list[_Done]:
             nonlocal worked
             worked = False
             done = [tx._savepoint(conn, waiting.work) for waiting in batch]
@@ -421,7 +445,10 @@ class _Batches:
             return done
 
         try:
-            results = tx._transact("batch", work_all, False)
+            try:
+                results = tx._transact("batch", work_shared, False)
+            except _Refused:
+                results = tx._transact("batch", work_apart, False)
         except Exception as error:
             if not worked:  # a driver error before the commit: nothing of it happened
                 for waiting in batch:

@@ -29,6 +29,7 @@ from coordinator_core.shell.store.dialect import (
     lock_one,
     lock_rows,
     pipelined,
+    read_together,
     store_unavailable,
 )
 from coordinator_core.shell.store.guards import refuse
@@ -155,7 +156,10 @@ class RunWrites:
         tx = self._tx
 
         def work(conn: Connection) -> AdmissionResult:
-            control = admission_control_txn(tx, conn)
+            # The admission lock, the store check and the live pairs: one round trip on
+            # PostgreSQL (the pairs are read even when a check below refuses: a few rows).
+            control_rows, pair_rows = read_together(conn, (_CONTROL_SHARED, {}), (_LIVE_PAIRS, {}))
+            control = tx.verified(control_rows[0] if control_rows else None)
             if not tx.serves_active_package(control):
                 raise refuse("coordinator.command.activation-changed")
             if control.admissions_hold:
@@ -175,16 +179,15 @@ class RunWrites:
                 refusal = refuse("coordinator.command.activation-changed")
             elif admission.input_problem is not None:
                 refusal = admission.input_problem
-            pairs: frozenset[tuple[str, str]] = frozenset()
-            if refusal is None:
-                pairs = frozenset(
-                    (str(row["definition_digest"]), str(row["binding_digest"]))
-                    for row in _LIVE_PAIRS.rows(conn)
-                )
-                if not admission.bindings_ok(pairs) and not admission.bindings_ok(
-                    unsettled_txn(conn, now)
-                ):
-                    refusal = refuse("coordinator.command.live-binding-conflict")
+            pairs = frozenset(
+                (str(row["definition_digest"]), str(row["binding_digest"])) for row in pair_rows
+            )
+            if (
+                refusal is None
+                and not admission.bindings_ok(pairs)
+                and not admission.bindings_ok(unsettled_txn(conn, now))
+            ):
+                refusal = refuse("coordinator.command.live-binding-conflict")
             if refusal is not None:
                 replay = _replay_txn(conn, admission)
                 if replay is not None:
@@ -196,51 +199,53 @@ class RunWrites:
                 replay = _replay_txn(conn, admission)
                 assert replay is not None
                 return replay
-            pair = (run.definition_digest, run.binding_digest)
-            if pair not in pairs:
-                _INSERT_LIVE_PAIR[tx.location.kind].run(
-                    conn,
-                    {
-                        "definition_digest": pair[0],
-                        "binding_digest": pair[1],
-                        "first_admitted_at": now,
-                    },
+            # The inserts answer nothing: on PostgreSQL they go in one round trip.
+            with pipelined(conn):
+                pair = (run.definition_digest, run.binding_digest)
+                if pair not in pairs:
+                    _INSERT_LIVE_PAIR[tx.location.kind].run(
+                        conn,
+                        {
+                            "definition_digest": pair[0],
+                            "binding_digest": pair[1],
+                            "first_admitted_at": now,
+                        },
+                    )
+                if run.snapshot is not None:
+                    _INSERT_DEFINITION[tx.location.kind].run(
+                        conn,
+                        {
+                            "definition_digest": run.definition_digest,
+                            "run_id": run.run_id,
+                            "snapshot": run.snapshot,
+                            "stored_at": now,
+                        },
+                    )
+                expires = now + admission.lease_seconds * 1000
+                inserted_steps = tuple(
+                    evolve(
+                        step,
+                        lease=(
+                            Lease(admission.lease_owner, new_token(), expires)
+                            if step.record.state == "leased" and admission.lease_owner is not None
+                            else None
+                        ),
+                        updated_at=now,
+                    )
+                    for step in steps
                 )
-            if run.snapshot is not None:
-                _INSERT_DEFINITION[tx.location.kind].run(
-                    conn,
-                    {
-                        "definition_digest": run.definition_digest,
-                        "run_id": run.run_id,
-                        "snapshot": run.snapshot,
-                        "stored_at": now,
-                    },
-                )
-            expires = now + admission.lease_seconds * 1000
-            inserted_steps = tuple(
-                evolve(
-                    step,
-                    lease=(
-                        Lease(admission.lease_owner, new_token(), expires)
-                        if step.record.state == "leased" and admission.lease_owner is not None
-                        else None
-                    ),
-                    updated_at=now,
-                )
-                for step in steps
-            )
-            _insert_steps(conn, [step_values(step) for step in inserted_steps])
-            ended = [
-                _ended_attempt(run.run_id, step.record, now)
-                for step in inserted_steps
-                if _ends_an_attempt(None, step)
-            ]
-            if ended:
-                _INSERT_ATTEMPT[tx.location.kind].run(conn, ended)
-            if admission.journal is not None:
-                admission.journal()
-            if announce:
-                tx.notify_txn(conn)
+                _insert_steps(conn, [step_values(step) for step in inserted_steps])
+                ended = [
+                    _ended_attempt(run.run_id, step.record, now)
+                    for step in inserted_steps
+                    if _ends_an_attempt(None, step)
+                ]
+                if ended:
+                    _INSERT_ATTEMPT[tx.location.kind].run(conn, ended)
+                if admission.journal is not None:
+                    admission.journal()
+                if announce:
+                    tx.notify_txn(conn)
             ordered = tuple(
                 sorted(inserted_steps, key=lambda step: (step.record.entered_at, step.step))
             )
@@ -653,54 +658,56 @@ def apply_txn(
     `leased` gets a new random token and `grant` (owner and expiry) and a claim; the record
     `held` by the caller keeps its lease; every other record has none."""
     check_write(before, write, may_lease=grant is not None, held=held)
-    tx.save_head_txn(conn, now)
-    run = before.run
-    if write.run != before.run:
-        run = evolve(write.run, updated_at=now)
-        if run.state.status != before.run.state.status:
-            tx.note(
-                StatusChange(
-                    run.run_id, run.workflow_id, before.run.state.status, run.state.status,
-                    run.state.admitted_at, now,
+    # The writes answer nothing: on PostgreSQL they go in one round trip.
+    with pipelined(conn):
+        tx.save_head_txn(conn, now)
+        run = before.run
+        if write.run != before.run:
+            run = evolve(write.run, updated_at=now)
+            if run.state.status != before.run.state.status:
+                tx.note(
+                    StatusChange(
+                        run.run_id, run.workflow_id, before.run.state.status, run.state.status,
+                        run.state.admitted_at, now,
+                    )
+                )  # fmt: skip
+            values = run_values(run)
+            _UPDATE_RUN.run(
+                conn, {f"v_{name}": values[name] for name in _RUN_MUTABLE} | {"k_run": run.run_id}
+            )
+        steps = {stored.step: stored for stored in before.steps}
+        leased: str | None = None
+        inserts: list[dict[str, Any]] = []
+        ended: list[dict[str, Any]] = []
+        for written in write.steps:
+            old = before.step(written.step)
+            if _ends_an_attempt(old, written):
+                ended.append(_ended_attempt(run.run_id, written.record, now))
+            if written.record.state == "leased" and (old is None or old.record.state != "leased"):
+                assert grant is not None
+                stored = evolve(
+                    written, lease=Lease(grant.owner, new_token(), grant.expires_at), updated_at=now
                 )
-            )  # fmt: skip
-        values = run_values(run)
-        _UPDATE_RUN.run(
-            conn, {f"v_{name}": values[name] for name in _RUN_MUTABLE} | {"k_run": run.run_id}
-        )
-    steps = {stored.step: stored for stored in before.steps}
-    leased: str | None = None
-    inserts: list[dict[str, Any]] = []
-    ended: list[dict[str, Any]] = []
-    for written in write.steps:
-        old = before.step(written.step)
-        if _ends_an_attempt(old, written):
-            ended.append(_ended_attempt(run.run_id, written.record, now))
-        if written.record.state == "leased" and (old is None or old.record.state != "leased"):
-            assert grant is not None
-            stored = evolve(
-                written, lease=Lease(grant.owner, new_token(), grant.expires_at), updated_at=now
-            )
-            leased = stored.step
-        elif written.record.state == "leased":
-            assert old is not None
-            stored = evolve(written, lease=old.lease, updated_at=now)
-        else:
-            stored = evolve(written, lease=None, updated_at=now)
-        steps[stored.step] = stored
-        values = step_values(stored)
-        if old is None:
-            inserts.append(values)
-        else:
-            _UPDATE_STEP.run(
-                conn,
-                {f"v_{name}": values[name] for name in _STEP_MUTABLE}
-                | {"k_run": run.run_id, "k_step": stored.step},
-            )
-    if inserts:
-        _insert_steps(conn, inserts)
-    if ended:
-        _INSERT_ATTEMPT[tx.location.kind].run(conn, ended)
+                leased = stored.step
+            elif written.record.state == "leased":
+                assert old is not None
+                stored = evolve(written, lease=old.lease, updated_at=now)
+            else:
+                stored = evolve(written, lease=None, updated_at=now)
+            steps[stored.step] = stored
+            values = step_values(stored)
+            if old is None:
+                inserts.append(values)
+            else:
+                _UPDATE_STEP.run(
+                    conn,
+                    {f"v_{name}": values[name] for name in _STEP_MUTABLE}
+                    | {"k_run": run.run_id, "k_step": stored.step},
+                )
+        if inserts:
+            _insert_steps(conn, inserts)
+        if ended:
+            _INSERT_ATTEMPT[tx.location.kind].run(conn, ended)
     ordered = tuple(
         sorted(steps.values(), key=lambda stored: (stored.record.entered_at, stored.step))
     )
