@@ -296,7 +296,7 @@ def measure(arguments: argparse.Namespace) -> Callable[[Bench], Results]:
                 print(f"#   ({time.monotonic() - began:.0f} s) {describe(window)}", flush=True)
         if arguments.profile:
             profile(bench.token, targets, arguments)
-        bench.processes.stop([serve, peer])
+        bench.processes.stop_all([serve, peer], grace=20)
         return results
 
     return rounds
