@@ -311,7 +311,10 @@ def server() -> Iterator[FakeService]:
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     fake.url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # shutdown() returns at the loop's next poll: every 50 ms rather than the default 0.5 s.
+    thread = threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     yield fake
     httpd.shutdown()
