@@ -277,6 +277,47 @@ def chaos(session: nox.Session) -> None:
                 *session.posargs, env=PYTEST_ENV)  # fmt: skip
 
 
+# `nox -s mutants` (docs/testing.md "Mutation testing"; never in CI, nor in `nox` alone): mutmut
+# over the engine and the store's write fences. mutmut names a module by its path under `src/`
+# and runs pytest beside the `tests/` it copies, so it runs in `mutants/` (git-ignored), where
+# `src` is coordinator-core's sources and `tests` and `pyproject.toml` (`[tool.mutmut]`) are the
+# workspace's; mutmut keeps its copies and results in `mutants/mutants/`.
+MUTANTS = ROOT / "mutants"
+MUTANTS_LINKS = (
+    ("src", ROOT / "packages" / "coordinator-core" / "src"),
+    ("tests", ROOT / "tests"),
+    ("pyproject.toml", ROOT / "pyproject.toml"),
+)
+# What `nox -s mutants` mutates without arguments (mutmut's mutant names, globs allowed): the
+# engine, the invariants every store write keeps, and the fences of writes.py (the mid-attempt
+# fence and the finish, which names the claim). The rest of writes.py is mutated but not run.
+MUTATION_SCOPE = (
+    "coordinator_core.engine.*",
+    "coordinator_core.shell.store.invariants.*",
+    "coordinator_core.shell.store.writes.xǁRunWritesǁ_fence_txn__mutmut_*",
+    "coordinator_core.shell.store.writes.xǁRunWritesǁrecord_step_progress__mutmut_*",
+    "coordinator_core.shell.store.writes.xǁRunWritesǁcomplete_step__mutmut_*",
+)
+
+
+@nox.session(default=False)
+def mutants(session: nox.Session) -> None:
+    """Mutation testing (mutmut) of the engine and the store's write fences; prints the
+    survivors (`path:line: original → mutated [status]`). Arguments after `--` name the mutants
+    to run instead (`nox -s mutants -- "coordinator_core.engine.steps.x__call_attempt*"`). The
+    whole scope takes hours on a 2-core machine; each run starts afresh from the checkout."""
+    install_workspace(session, *TEST_TOOLS, "mutmut", "mypy", "types-PyYAML")
+    shutil.rmtree(MUTANTS / "mutants", ignore_errors=True)
+    MUTANTS.mkdir(exist_ok=True)
+    for name, target in MUTANTS_LINKS:
+        link = MUTANTS / name
+        if not link.is_symlink():
+            link.symlink_to(target)
+    with session.chdir(MUTANTS):
+        session.run("mutmut", "run", *(session.posargs or MUTATION_SCOPE))
+        session.run("python", str(ROOT / "scripts" / "mutants_report.py"))
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff (lint and formatting), the layer contract (import-linter, `[tool.importlinter]` in

@@ -265,6 +265,23 @@ def test_restore_hold_fences_out_an_attempt_in_flight(store: Store) -> None:
         store.writes.complete_step(leased, T0 + SECOND, deliver_and_finish(T0 + SECOND))
 
 
+def test_a_restore_hold_refuses_the_pre_send_fence_of_a_record_it_left_leased(
+    store: Store,
+) -> None:
+    """07 §12 step 3: under a restore hold no attempt goes on, even one whose record the hold's
+    review left leased: its mid-attempt fence (the pre-send one) is refused, while its finish
+    still commits (it names the same lease) and leases nothing."""
+    admit(store, "k1")
+    leased = claim(store, T0)
+    assert leased is not None
+    store.operator.set_restore_hold(T0 + SECOND, lambda s: None)
+    with pytest.raises(StaleLease):
+        store.writes.record_step_progress(leased, T0 + SECOND, lambda snapshot: None)
+    finished = store.writes.complete_step(leased, T0 + SECOND, deliver_and_finish(T0 + SECOND))
+    assert finished.claim is None
+    assert finished.snapshot.current.record.state == "delivered"
+
+
 def test_a_stopping_run_keeps_only_an_uncertain_call_claimable(store: Store) -> None:
     plain = admit(store, "plain")
     uncertain = admit(store, "uncertain")
@@ -329,6 +346,13 @@ def test_a_frozen_command_is_kept_and_completed_once_with_its_preparation(store:
     assert done.snapshot.current.command == b"request+prep"
     with pytest.raises(StoreInvariantError):
         store.writes.record_step_progress(leased, T0, freeze(b"again", preparation=True))  # type: ignore[arg-type]
+    with pytest.raises(StoreInvariantError):  # nor is the preparation removed
+        store.writes.record_step_progress(
+            leased, T0, lambda s: RunWrite(s.run, (changed(s.current, preparation_frozen=False),))
+        )
+    finished = store.writes.complete_step(leased, T0 + SECOND, deliver_and_finish(T0 + SECOND))
+    assert finished.snapshot.current.preparation_frozen  # kept to the end of the attempt
+    assert finished.snapshot.current.command == b"request+prep"
 
 
 @pytest.mark.parametrize(
@@ -433,6 +457,7 @@ def test_a_finish_may_lease_the_next_record_for_the_same_owner(store: Store) -> 
     written = store.writes.complete_step(leased, now, carried)
     assert written.claim is not None and written.claim.step == "decide"
     assert written.claim.lease.owner == "w-1" and written.claim.lease.token != leased.lease.token
+    assert written.claim.lease.expires_at == now + LEASE_SECONDS * SECOND
     stored = _snapshot(store, run.run_id)
     assert stored == written.snapshot  # the snapshot answered is what was written
     assert stored.current.lease == written.claim.lease
@@ -515,3 +540,64 @@ def test_a_fence_reads_what_others_changed_while_the_claim_was_held(store: Store
             leased, T0, lambda s: RunWrite(leased.snapshot.run, (changed(s.current, detail="x"),))
         )
     assert _snapshot(store, run.run_id).run.state.cancel_requested
+
+
+def test_a_mid_attempt_fence_answers_the_claim_the_attempt_goes_on_with(store: Store) -> None:
+    """A mid-attempt fence answers the run as written and the claim as it now stands (the same
+    lease, the snapshot as stored), whether it wrote (the frozen command) or not; the run's
+    other records and the columns another transaction changed meanwhile (a cancel) are in
+    it, as stored."""
+    run = admit(store, "k1")
+    first = claim(store, T0)
+    assert first is not None
+    now = T0 + SECOND
+
+    def next_step(snapshot: RunSnapshot) -> RunWrite:
+        done = changed(snapshot.current, state="delivered", route_kind="next", finished_at=now)
+        following = start_step(run.run_id, now, step="send", type="call")
+        return RunWrite(changed_run(snapshot.run, current_step="send"), (done, following))
+
+    store.writes.complete_step(first, now, next_step)
+    leased = claim(store, now)
+    assert leased is not None and leased.step == "send"
+
+    def freeze(snapshot: RunSnapshot) -> RunWrite:
+        return RunWrite(
+            snapshot.run, (changed(snapshot.current, command=b"c", command_prepared=True),)
+        )
+
+    frozen = store.writes.record_step_progress(leased, now, freeze)
+    assert frozen.claim is not None
+    assert (frozen.claim.step, frozen.claim.lease) == ("send", leased.lease)
+    assert frozen.claim.snapshot == frozen.snapshot == _snapshot(store, run.run_id)
+
+    def cancel(snapshot: RunSnapshot) -> RunWrite:
+        stopping = changed_run(
+            snapshot.run, cancel_requested=True, cancel_mode="stopping", status="cancel-requested"
+        )
+        return RunWrite(stopping)
+
+    reason = "hmac-sha256:" + "c" * 64
+    assert store.writes.request_cancel(run.run_id, now + SECOND, cancel, reason_ref=reason)
+    unchanged = store.writes.record_step_progress(frozen.claim, now + SECOND, lambda s: None)
+    stored = _snapshot(store, run.run_id)
+    assert [(r.step, r.state) for r in stored.records] == [
+        ("start", "delivered"),
+        ("send", "leased"),
+    ]
+    assert unchanged.claim is not None and unchanged.claim.lease == leased.lease
+    assert unchanged.claim.snapshot == unchanged.snapshot == stored
+    assert unchanged.snapshot.run.state.cancel_requested
+    # The attempt's finish keeps the operator's cancel as the run's last operator action.
+    later = now + 2 * SECOND
+    assert unchanged.claim is not None
+    finished = store.writes.complete_step(
+        unchanged.claim, later, deliver_and_finish(later)
+    ).snapshot
+    assert finished == _snapshot(store, run.run_id)
+    action = finished.run
+    assert (action.operator_action, action.operator_action_at, action.operator_reason_ref) == (
+        "cancel",
+        now + SECOND,
+        reason,
+    )

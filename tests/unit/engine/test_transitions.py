@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 from engine_support import (
     SECOND,
     T0,
@@ -18,6 +21,7 @@ from engine_support import (
 
 from coordinator_core.engine import (
     AttemptRefused,
+    Attention,
     CallOutcome,
     CancelRequested,
     DeadlinePassed,
@@ -214,11 +218,17 @@ def test_t10_refused_while_stopping_ends_cancelled() -> None:
 def test_t11_uncertain_mutation_puts_run_in_attention() -> None:
     run = Driver(SEND)
     run.send("send")
-    run.answer("send", "uncertain", code="transport-uncertain")
+    result = run.feed(CallOutcome("send", "uncertain", code="transport-uncertain"), at=T0 + SECOND)
     record = run.record("send")
     assert record.state == "unknown" and record.uncertain
     assert record.effect_state == "unknown"
+    # The record is at rest: ended now, due never, awaiting nothing; the operator is told why.
+    assert (record.finished_at, record.due_at, record.awaiting) == (T0 + SECOND, None, None)
     assert (run.status(), run.state.failure_code) == ("attention", "transport-uncertain")
+    assert run.state.completed_at is None
+    assert [c for c in result.commands if isinstance(c, Attention)] == [
+        Attention("transport-uncertain")
+    ]
 
 
 def test_t11_receipt_expired_marks_the_record() -> None:
@@ -498,6 +508,22 @@ def test_t29_lease_lapsed_observation_waits_for_the_floor() -> None:
     run.feed(LeaseLapsed("wait"), at=started + 15 * SECOND)
     assert run.record("wait").due_at == started + 30 * SECOND
     assert run.record("wait").observations == 0
+    # Observations are not retries: the lapsed read is not counted as an attempt.
+    assert run.record("wait").attempt == 0
+    run.lease("wait")
+    assert run.record("wait").attempt == 1
+
+
+def test_t28_t29_a_lapsed_lease_of_a_record_no_longer_leased_changes_nothing() -> None:
+    """The sweep's LeaseLapsed may reach a record its attempt already left (answered, here
+    retryable and pending again): it is not applicable and changes nothing."""
+    run = Driver(SEND)
+    run.send("send")
+    run.answer("send", "retryable", code="product-unavailable")
+    assert run.record("send").state == "pending"
+    before = run.state
+    result = run.feed(LeaseLapsed("send"), at=T0 + 15 * SECOND)
+    assert (result.refused, result.commands, run.state) == ("not-applicable", (), before)
 
 
 def test_t29_lease_lapsed_pure_step_is_due_now() -> None:
@@ -600,6 +626,21 @@ def test_t35_an_unrestorable_snapshot_of_an_uncertain_record_keeps_its_code() ->
     assert result.state.failure_code == "transport-uncertain"
 
 
+def test_t35_a_refused_attempt_of_an_uncertain_record_leaves_it_unknown_and_never_due() -> None:
+    """Only its product can settle an uncertain record: a re-armed one (retry-same) whose
+    next attempt is refused before sending (a binding check) is unknown again, at rest."""
+    run = Driver(SEND)
+    run.send("send")
+    run.answer("send", "uncertain", code="transport-uncertain")
+    run.feed(RetrySame(), at=T0 + 60 * SECOND)
+    assert run.record("send").due_at == T0 + 60 * SECOND
+    run.feed(AttemptRefused("send", "binding-changed"), at=T0 + 61 * SECOND)
+    record = run.record("send")
+    assert (record.state, record.due_at, record.awaiting) == ("unknown", None, None)
+    assert record.finished_at == T0 + 61 * SECOND
+    assert (run.status(), run.state.failure_code) == ("attention", "transport-uncertain")
+
+
 def test_t36_a_record_that_does_not_fit_the_snapshot_is_step_invalid() -> None:
     run = Driver(READ)
     other = definition({"read": choose({"a": "end"}), "end": finish()}, "read")
@@ -620,12 +661,101 @@ def test_dispatch_carries_the_frozen_command_and_the_product_command_key() -> No
     assert read.send("read").idempotency_key is None
 
 
+def test_the_frozen_command_names_the_alias_operation_connection_and_input() -> None:
+    """07 §7.4 step 2: the command is evaluated once and frozen as the canonical JSON the
+    adapters read (`alias`, `operation`, `connection`, `input`, and the product command key
+    when the operation takes one); retry-same resends these very bytes."""
+    dispatch = Driver(SEND).send("send")
+    assert json.loads(dispatch.command) == {
+        "alias": "notice",
+        "operation": "messaging.submit-message/v1",
+        "connection": "notices",
+        "input": {"id": "x-1"},
+        "idempotencyKey": dispatch.idempotency_key,
+    }
+    read = Driver(READ).send("read")
+    assert json.loads(read.command) == {
+        "alias": "record",
+        "operation": "breg.read-record/v1",
+        "connection": "registry",
+        "input": {"id": "x-1"},
+    }
+    assert (read.operation, read.connection) == ("breg.read-record/v1", "registry")
+
+
+def test_a_call_input_that_fails_or_is_no_object_is_mapping_invalid_and_never_frozen() -> None:
+    for function, detail in (
+        ("broken", FailureDetail("coordinator.function.execution", "thrown", "broken", 6, 20)),
+        ("text", FailureDetail("coordinator.mapping.call-shape")),
+    ):
+        steps = {"send": call("notice", "end", input=mapping(function)), "end": finish()}
+        run = Driver(definition(steps, "send"))
+        run.claim("send")
+        record = run.record("send")
+        assert (record.state, record.command) == ("dead-lettered", None), function
+        assert (run.status(), run.state.failure_code) == ("failed", "mapping-invalid")
+        assert record.detail is not None and FailureDetail.parse(record.detail) == detail
+        assert "freeze-command" not in kinds(run.commands)
+
+
+def test_a_frozen_command_naming_another_operation_or_connection_is_never_sent() -> None:
+    """07 §7.4 step 4: before a credential is asked for, the frozen command (a restored
+    record's, here rewritten) must still name the step's operation and connection; either one
+    changed dead-letters the record `protected-state-invalid`, and an uncertain record is left
+    unknown with its code (only its product can settle it)."""
+
+    def rewritten(run: Driver, step: str, member: str, value: str) -> None:
+        record = run.record(step)
+        assert record.command is not None
+        command = json.loads(record.command) | {member: value}
+        changed = replace(record, command=json.dumps(command, separators=(",", ":")))
+        run.state = replace(run.state, records=(changed,))
+
+    for member, value in (("operation", "breg.read-record/v1"), ("connection", "reviews")):
+        run = Driver(ACT)
+        run.claim("act")  # frozen, waiting for its preparation
+        rewritten(run, "act", member, value)
+        run.feed(PreparationDone("act", b"prepared"))
+        assert "obtain-credential" not in kinds(run.commands), member
+        assert run.record("act").state == "dead-lettered"
+        assert (run.status(), run.state.failure_code) == ("failed", "protected-state-invalid")
+
+        uncertain = Driver(SEND)
+        uncertain.send("send")
+        uncertain.answer("send", "uncertain", code="transport-uncertain")
+        uncertain.feed(RetrySame())
+        rewritten(uncertain, "send", member, value)
+        uncertain.claim("send")
+        assert "obtain-credential" not in kinds(uncertain.commands), member
+        assert uncertain.record("send").state == "unknown"
+        assert uncertain.state.failure_code == "transport-uncertain"
+
+
+def test_the_pre_send_fence_sends_once_and_never_under_a_restore_review() -> None:
+    """ReadyToSend after the dispatch (a duplicate) is not applicable; a run under a restore
+    review (its record still leased, as a store's review may leave it) sends nothing."""
+    run = Driver(SEND)
+    run.send("send")
+    again = run.feed(ReadyToSend("send"))
+    assert (again.refused, again.commands) == ("not-applicable", ())
+    held = Driver(SEND)
+    held.claim("send")
+    assert kinds(held.commands)[-1] == "obtain-credential"
+    held.state = replace(held.state, restore_review=True)
+    before = held.state
+    refused = held.feed(ReadyToSend("send"))
+    assert (refused.refused, refused.commands, held.state) == ("restore-review", (), before)
+
+
 def test_preparation_is_frozen_once_and_too_large_evidence_is_refused() -> None:
     run = Driver(ACT)
     run.claim("act")
     assert kinds(run.commands) == ["freeze-command", "prepare"]
     run.feed(PreparationDone("act", b"prepared"))
     assert kinds(run.commands) == ["freeze-preparation", "obtain-credential"]
+    run.feed(ReadyToSend("act"))
+    (dispatch,) = [c for c in run.commands if isinstance(c, Dispatch)]
+    assert dispatch.preparation == b"prepared"  # the frozen preparation goes with the command
     large = Driver(ACT)
     large.claim("act")
     large.feed(PreparationDone("act", b"x" * 65_537))

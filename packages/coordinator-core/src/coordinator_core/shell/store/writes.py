@@ -817,9 +817,19 @@ _FRESH_STATE: Final = (
     "failure_code",
     "completed_at",
 )
-_FRESH_OWN: Final = ("terminal_output", "payload_erased_at", "updated_at")
+_FRESH_OWN: Final = (
+    "terminal_output",
+    "payload_erased_at",
+    "updated_at",
+    "operator_action",
+    "operator_action_at",
+    "operator_reason_ref",
+)
 """The run columns that another transaction may change while a worker holds a lease (a
-cancel, a restore review): every fence reads them fresh; the rest of the run is the claim's."""
+cancel, a restore review, and the operator action that recorded it): every fence reads them
+fresh; the rest of the run is the claim's. (A write built on the claim's copy of a column left
+out here would put the old value back: the worker's finish used to erase the operator action of
+a cancel made during its attempt.)"""
 
 _CONTROL_SHARED: Final = Prepared(select(CONTROL).with_for_update(read=True))
 _RUN_BY_START: Final = Prepared(
