@@ -57,6 +57,16 @@ def _queued(store: Store, count: int) -> None:
     raise AssertionError("the works never queued")
 
 
+def _release(
+    release: threading.Event, holder: threading.Thread, threads: list[threading.Thread]
+) -> None:
+    """Let the held batch commit, then wait for it and for the works queued behind it."""
+    release.set()
+    holder.join(30)
+    for thread in threads:
+        thread.join(30)
+
+
 def _in_threads(calls: list[Callable[[], Any]]) -> tuple[list[threading.Thread], list[Any]]:
     """Run `calls` each in its own thread; answers what each returned or raised."""
     results: list[Any] = [None] * len(calls)
@@ -99,10 +109,7 @@ def test_the_finishes_of_runs_ready_together_share_one_commit_and_a_stale_one_dr
         ]
     )
     _queued(store, 4)
-    release.set()
-    holder.join(30)
-    for thread in threads:
-        thread.join(30)
+    _release(release, holder, threads)
 
     assert commits[0] == 2, "the held transaction, then one commit for the four runs' finishes"
     assert isinstance(results[3], StaleLease)
@@ -142,10 +149,7 @@ def test_a_batch_whose_fences_all_hold_shares_one_transaction_without_savepoints
         ]
     )
     _queued(store, 3)
-    release.set()
-    holder.join(30)
-    for thread in threads:
-        thread.join(30)
+    _release(release, holder, threads)
     assert all(not isinstance(result, BaseException) for result in results), results
     assert commits[0] == 2, "the held transaction, then one commit for the three finishes"
     assert not [text for text in statements if "SAVEPOINT" in text.upper()]
@@ -155,12 +159,7 @@ def test_alone_a_run_transaction_commits_at_once_without_a_savepoint(store: Stor
     admit(store, "k1")
     leased = claim(store, T0)
     assert leased is not None
-    statements: list[str] = []
-
-    def seen(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
-        statements.append(statement)
-
-    event.listen(store.transactor.engine, "before_cursor_execute", seen)
+    statements = _statements(store)
     commits = _count_commits(store)
     store.writes.complete_step(leased, T0, deliver_and_finish(T0))
     assert commits[0] == 1
@@ -189,10 +188,7 @@ def test_a_driver_error_in_one_work_of_a_batch_reruns_the_others_alone(store: St
         ]
     )
     _queued(store, 4)
-    release.set()
-    holder.join(30)
-    for thread in threads:
-        thread.join(30)
+    _release(release, holder, threads)
     assert isinstance(results[3], Exception) and not isinstance(results[3], StaleLease)
     for leased, written in zip(claims, results[:3], strict=True):
         assert not isinstance(written, BaseException), written
@@ -208,10 +204,7 @@ def test_admissions_ready_together_share_commits(store: Store, size: int) -> Non
         [lambda n=n: admit(store, f"batch-{size}-{n}") for n in range(size)]
     )
     _queued(store, size)
-    release.set()
-    holder.join(30)
-    for thread in threads:
-        thread.join(30)
+    _release(release, holder, threads)
     assert all(not isinstance(result, BaseException) for result in results), results
     assert commits[0] == 2
     assert len({result.run_id for result in results}) == size

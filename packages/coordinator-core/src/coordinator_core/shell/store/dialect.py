@@ -503,17 +503,7 @@ class Prepared:
     ) -> list[list[dict[str, Any]]]:
         """Every row for each parameter set, in order, the statements sent together
         (`pipelined`: one round trip on PostgreSQL)."""
-        plan = self._plan(conn.dialect)
-        if conn.dialect.name != "postgresql":  # one kept cursor: read each answer at once
-            return [plan.read(plan.execute(conn, one).fetchall()) for one in params]
-        cursors: list[Any] = []
-        try:
-            with pipelined(conn):  # a cursor of its own for each statement
-                cursors.extend(plan.execute(conn, one) for one in params)
-            return [plan.read(cursor.fetchall()) for cursor in cursors]
-        finally:
-            for cursor in cursors:
-                cursor.close()
+        return read_together(conn, *((self, one) for one in params))
 
     def run(
         self, conn: Connection, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] = ()
