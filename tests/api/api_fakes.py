@@ -7,7 +7,7 @@ import base64
 import dataclasses
 import json
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -664,6 +664,9 @@ class FakeJournal:
         correlation = str(uuid.uuid4())
         self.entries.append(("request", correlation, entry))
         return correlation
+
+    def request_until_commit(self, entry: AuditRequest) -> tuple[str, Callable[[], None]]:
+        return self.request(entry), lambda: None
 
     def response(self, correlation: str, entry: AuditResponse) -> None:
         if self.fail_responses:

@@ -83,6 +83,14 @@ def test_a_write_that_fails_on_a_full_disk_leaves_a_torn_tail_not_a_broken_chain
 
     service = project.start_service()  # the disk has room again
     project.wait_healthy(service)
+    # The refused admission changed nothing: its request entry was to be made durable by its
+    # transaction's barrier, which failed, so the transaction rolled back.
+    listed = httpx.get(
+        project.origin + "/v1/runs?limit=100",
+        headers={"Authorization": "Bearer " + token.read_text().strip()},
+        timeout=30,
+    )
+    assert len(listed.raise_for_status().json()["runs"]) == admitted
     aside = audit / (journal.name + ".torn")
     assert aside.exists() and journal.read_bytes().endswith(b"\n")
     entries = [

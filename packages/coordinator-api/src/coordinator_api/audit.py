@@ -4,12 +4,14 @@ A handler opens `Audited(journal, AuditRequest(...))` once the requester is know
 access token, the event signature or the completion secret), adds what it learns (`note`), and
 then either calls `begin()` right before its service calls, or hands its one service call to
 `act`: the request entry is then written before anything can change, with the run and reason
-references known by then. Leaving the bracket writes the response entry: `accepted` on success,
+references known by then (for a command, queued at once and made durable by the barrier of the
+command's first commit, in that transaction's fsync: `commits_after`). Leaving the bracket writes the response entry: `accepted` on success,
 `refused` with the code on a 4xx problem, `unknown` on a 5xx or an unexpected failure. A refusal
 raised before `begin()` writes both entries then, so that every request past authentication is
 journaled. `act` runs the request entry, the service call and its response entry in one worker
 thread: an append that waits for its fsync blocks, and one hop off the event loop instead of
-three keeps a command's answer from queuing three times behind the worker loops.
+three keeps a command's answer from queuing three times behind the worker loops; a command's
+two entries and its transaction's own then take two fsyncs, not three.
 
 A failed request entry answers `503 coordinator.command.audit-unavailable` (nothing changed); a
 failed response entry after `begin()` answers `503 coordinator.command.audit-response-unavailable`
@@ -33,6 +35,7 @@ from coordinator_core.shell.service import (
     AuditResponse,
     AuditUnavailable,
     ServiceRefusal,
+    commits_after,
     durable,
 )
 
@@ -90,9 +93,13 @@ class Audited:
         return await asyncio.to_thread(self._act, call, arguments)
 
     def _act(self, call: Callable[..., T], arguments: tuple[Any, ...]) -> T:
-        self._correlation = self._request(self._entry)
         try:
-            result = call(*arguments)
+            self._correlation, barrier = self._journal.request_until_commit(self._entry)
+        except AuditUnavailable:
+            raise ApiProblem("coordinator.command.audit-unavailable") from None
+        try:
+            with commits_after(barrier):
+                result = call(*arguments)
         except ServiceRefusal as refusal:
             if refusal.code not in _AUDIT_FAILURES:
                 outcome: AuditOutcome = "refused" if status_of(refusal.code) < 500 else "unknown"

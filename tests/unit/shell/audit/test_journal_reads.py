@@ -87,3 +87,30 @@ async def _read_then_command(service_journal: WriterJournal, held: HeldFsync) ->
     assert not done
     held.release.set()
     await asyncio.wait_for(command, 10)
+
+
+def test_a_command_s_request_entry_is_queued_and_its_barrier_makes_it_durable(
+    journal: tuple[WriterJournal, HeldFsync], tmp_path: Path
+) -> None:
+    """`request_until_commit` returns without an fsync: the entry waits in the queue until its
+    barrier (the command's first commit) or the response entry makes it durable, in order."""
+    service_journal, held = journal
+    run = uuid4()
+    correlation, barrier = service_journal.request_until_commit(
+        AuditRequest(action="cancel", caller=CALLER, run_id=run)
+    )
+    assert not held.entered.is_set(), "the request entry is not flushed on its own"
+    assert not list((tmp_path / "audit").glob("*.jsonl"))[0].read_text()
+    waiting = threading.Thread(target=barrier)
+    waiting.start()
+    assert held.entered.wait(5), "the barrier flushes it"
+    waiting.join(0.3)
+    assert waiting.is_alive(), "the barrier returns only once the fsync has"
+    held.release.set()
+    waiting.join(10)
+    service_journal.response(correlation, AuditResponse(action="cancel", outcome="accepted"))
+    lines = _lines(tmp_path / "audit")
+    assert [(line["phase"], line["correlation"]) for line in lines] == [
+        ("request", correlation),
+        ("response", correlation),
+    ]

@@ -48,6 +48,7 @@ from coordinator_core.shell.service.model import (
 )
 from coordinator_core.shell.service.runtime import Runtime
 from coordinator_core.shell.service.service import StoreRunService
+from coordinator_core.shell.store import commits_after
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -87,5 +88,6 @@ __all__ = [
     "StoreRunService",
     "WaitResult",
     "WriterJournal",
+    "commits_after",
     "durable",
 ]

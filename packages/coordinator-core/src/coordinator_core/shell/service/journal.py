@@ -10,6 +10,8 @@ loop (`durable`: every action but the reads of 07 §7.7 item 5, whose lines are 
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 from uuid import UUID
@@ -98,6 +100,15 @@ class AuditJournal(Protocol):
         """Append a request entry and return its correlation id; raise AuditUnavailable."""
         ...
 
+    def request_until_commit(self, entry: AuditRequest) -> tuple[str, Callable[[], None]]:
+        """Queue the request entry of a `durable` action without waiting for it: its
+        correlation id and the barrier that returns once the entry is on stable storage (or
+        raises `coordinator.command.audit-unavailable`, which rolls back the transaction it
+        guards). The action runs inside `commits_after(barrier)`, so that
+        its first commit makes the entry durable first, in the same fsync as its own entries;
+        the response entry, appended after, covers an action that committed nothing."""
+        ...
+
     def response(self, correlation: str, entry: AuditResponse) -> None:
         """Append the response entry paired with `correlation`; raise AuditUnavailable."""
         ...
@@ -154,6 +165,15 @@ class WriterJournal:
         correlation = new_correlation()
         self._append(entry.action, self._request_entry(correlation, entry))
         return correlation
+
+    def request_until_commit(self, entry: AuditRequest) -> tuple[str, Callable[[], None]]:
+        correlation = new_correlation()
+        try:
+            sequence = self._writer.queue_all((self._request_entry(correlation, entry),))
+        except CoordinatorError as error:
+            raise AuditUnavailable from error
+        assert sequence is not None
+        return correlation, functools.partial(self._writer.durable, sequence)
 
     def response(self, correlation: str, entry: AuditResponse) -> None:
         code = entry.code

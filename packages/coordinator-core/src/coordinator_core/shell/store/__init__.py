@@ -61,7 +61,7 @@ from coordinator_core.shell.store.records import (
     Written,
 )
 from coordinator_core.shell.store.store import Store
-from coordinator_core.shell.store.transactor import Committed, Transactor
+from coordinator_core.shell.store.transactor import Committed, Transactor, commits_after
 from coordinator_core.shell.store.writes import FIRE_BATCH, LEASE_SECONDS, RunWrites
 
 __all__ = [
@@ -112,6 +112,7 @@ __all__ = [
     "WatchedRun",
     "Written",
     "apply_activation",
+    "commits_after",
     "inspect_deployment",
     "locate",
     "migrate",

@@ -10,12 +10,14 @@ pool serves the worker's loops from threads; the HTTP layer calls the store from
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
 from sqlalchemy import exc as sa_exc
@@ -44,7 +46,7 @@ from coordinator_core.shell.store.records import (
 )
 from coordinator_core.shell.store.schema import CONTROL, CONTROL_COLUMNS, JOURNAL_HEADS, control_of
 
-__all__ = ["Committed", "Transactor"]
+__all__ = ["Committed", "Transactor", "commits_after"]
 
 T = TypeVar("T")
 
@@ -78,6 +80,25 @@ _SAVE_HEAD: Final = {
 """A journal group's head, moved forward only (07 §12.1)."""
 _CONTROL_READ: Final = Prepared(select(CONTROL))
 _NOTIFY: Final = Prepared(text("SELECT pg_notify(:channel, :payload)"))
+
+
+_standing = threading.local()  # `.barrier`: what every write this thread commits waits for
+
+
+@contextmanager
+def commits_after(barrier: Callable[[], None]) -> Iterator[None]:
+    """Inside the block, every write transaction the calling thread asks for (`transact`,
+    batched or not) calls `barrier` after its work and before its commit, as a barrier of its
+    own (`before_commit`): what it raises rolls that transaction back. An API command's
+    request entry is queued when the command starts and made durable by the first commit's
+    barrier, so that it shares that transaction's fsync and still precedes every change the
+    command makes (07 §11: the journal never lacks an entry for something that committed)."""
+    previous = getattr(_standing, "barrier", None)
+    _standing.barrier = barrier
+    try:
+        yield
+    finally:
+        _standing.barrier = previous
 
 
 class Transactor:
@@ -135,6 +156,9 @@ class Transactor:
         the batched work of other threads that is ready at the same moment, each in its own
         savepoint, so that what one raises (a stale fence) undoes only its own writes. Alone,
         it commits at once, exactly as without `batch`."""
+        standing: Callable[[], None] | None = getattr(_standing, "barrier", None)
+        if standing is not None and not read_only:
+            work = functools.partial(_after, standing, self, work)
         if batch:
             return self._batches.run(purpose, work)
         return self._transact(purpose, work, read_only)
@@ -371,6 +395,15 @@ class _Waiting:
         self.purpose = purpose
         self.work = work
         self.done: _Done | None = None
+
+
+def _after(
+    barrier: Callable[[], None], tx: Transactor, work: Callable[[Connection], T], conn: Connection
+) -> T:
+    """`work` with `barrier` (`commits_after`) among the barriers of the transaction it runs
+    in: registered on the thread that runs it, which for a batch is the batch's leader."""
+    tx.before_commit(barrier)
+    return work(conn)
 
 
 class _Batches:
