@@ -100,7 +100,8 @@ def test_a_command_s_request_entry_is_queued_and_its_barrier_makes_it_durable(
         AuditRequest(action="cancel", caller=CALLER, run_id=run)
     )
     assert not held.entered.is_set(), "the request entry is not flushed on its own"
-    assert not list((tmp_path / "audit").glob("*.jsonl"))[0].read_text()
+    (path,) = (tmp_path / "audit").glob("*.jsonl")
+    assert not path.read_text()
     waiting = threading.Thread(target=barrier)
     waiting.start()
     assert held.entered.wait(5), "the barrier flushes it"
