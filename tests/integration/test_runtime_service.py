@@ -5,10 +5,23 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
-from integration_support import CALLER, OTHER_CALLER, SUBMIT, WORKFLOW, Deployed, run_input
+from integration_support import (
+    CALLER,
+    OTHER_CALLER,
+    SUBMIT,
+    WORKFLOW,
+    Deployed,
+    Products,
+    deploy,
+    run_input,
+)
 
+from coordinator_core import outputs
+from coordinator_core.definition.ir import CallStep
+from coordinator_core.shell.package_files import LoadedPackage
 from coordinator_core.shell.service import RunQuery, ServiceRefusal
 
 
@@ -222,3 +235,30 @@ def test_a_steps_attempts_are_paged_newest_first_with_a_cursor_bound_to_run_step
         assert absent.value.code == "coordinator.command.step-absent"
     seen = service.step_attempts(operator, run_id, "notify", None, 10)
     assert seen is not None and len(seen.attempts) == 2
+
+
+def test_a_runtime_compiles_the_schemas_its_runs_need_when_it_is_built(
+    products: Products, package: LoadedPackage, tmp_path: Path
+) -> None:
+    """The workflow's schemas and the outputs of the operations it calls are compiled at the
+    service's start, not by its first admission and its first answers."""
+    outputs._validator.cache_clear()
+    package.definition._validators.clear()
+    deployed = deploy(products, package, tmp_path)
+    try:
+        definition = package.definition
+        assert set(definition._validators) == set(definition._schemas)
+        called = {
+            spec.alias.operation.output
+            for spec in definition.steps.values()
+            if isinstance(spec, CallStep)
+        }
+        assert called
+        compiled = outputs._validator.cache_info().currsize
+        assert compiled >= len(called)
+        for operation in called:
+            outputs._validator(operation)
+        assert outputs._validator.cache_info().currsize == compiled, "none compiled later"
+    finally:
+        deployed.store.close()
+        deployed.audit.close()

@@ -85,6 +85,7 @@ MODULES = {
         "StoreRunService",
         "WaitResult",
         "WriterJournal",
+        "commits_after",
         "durable",
     ],
     "coordinator_core.functions": [
@@ -113,6 +114,7 @@ MODULES = {
         "operation_output_schema",
         "output_failure",
         "outputs_document",
+        "prepare_validators",
     ],
 }
 

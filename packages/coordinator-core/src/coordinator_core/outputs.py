@@ -28,6 +28,7 @@ __all__ = [
     "operation_output_schema",
     "output_failure",
     "outputs_document",
+    "prepare_validators",
 ]
 
 _REFERENCE: Final = "#/$defs/"
@@ -124,3 +125,13 @@ def output_failure(operation: OperationDescriptor, value: Any) -> Violation | No
 def completion_output_failure(completion: Completion, value: Any) -> Violation | None:
     """Why `value` is not an output of `completion` (None when it is)."""
     return first_violation(_validator(completion.output), value)
+
+
+def prepare_validators(operation: OperationDescriptor) -> None:
+    """Compile now the validators of `operation`'s output and of its completions' outputs, as
+    their first use would (a service calls this at its start for the operations its workflow
+    calls, so that its first runs do not pay jsonschema's import and the compiles, about
+    0.3 s of CPU together, while they are timed by their callers)."""
+    _validator(operation.output)
+    for completion in operation.completions.values():
+        _validator(completion.output)

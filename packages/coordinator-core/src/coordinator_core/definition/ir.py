@@ -404,6 +404,12 @@ class Definition:
             found = self._validators[key] = compile_validator(self._schemas[key])
         return found
 
+    def prepare_validators(self) -> None:
+        """Compile every schema of the definition now rather than at its first use (a
+        service at its start: its first admissions and runs then pay nothing for them)."""
+        for key in self._schemas:
+            self._validator(key)
+
     def input_valid(self, value: Any) -> bool:
         """Whether `value` is valid against the workflow's `input` schema."""
         return self._validator(None).is_valid(value)

@@ -34,6 +34,7 @@ from coordinator_core.engine import (
     advance,
 )
 from coordinator_core.errors import CoordinatorError
+from coordinator_core.outputs import prepare_validators
 from coordinator_core.shell.adapters.registry import Adapters
 from coordinator_core.shell.audit import AuditWriter
 from coordinator_core.shell.clock import Clock, wall_clock
@@ -121,6 +122,10 @@ class Runtime:
         definitions = DefinitionCache(sealer, store.reads.definition_snapshot)
         definition = package.definition  # restored and compiled once, at load
         definitions.add(package.snapshot, definition)
+        definition.prepare_validators()  # the schemas, compiled before the first request
+        for spec in definition.steps.values():
+            if isinstance(spec, CallStep):
+                prepare_validators(spec.alias.operation)
         bindings = LiveBindings(deployment, definitions, store)
         events = RunEvents(
             secrets.audit_references,
