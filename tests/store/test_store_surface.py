@@ -65,6 +65,7 @@ EXPECTED = {
     "Transactor",
     "Written",
     "apply_activation",
+    "commits_after",
     "inspect_deployment",
     "locate",
     "migrate",

@@ -15,7 +15,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -53,6 +53,7 @@ __all__ = [
     "pipelined",
     "quote_namespace",
     "read_engine",
+    "read_in_one_trip",
     "read_together",
     "store_unavailable",
     "unavailable_as_refusal",
@@ -537,6 +538,38 @@ def read_together(
             cursor.close()
 
 
+def read_in_one_trip(
+    conn: Connection, reads: Sequence[tuple[Prepared, Mapping[str, Any]]]
+) -> list[list[dict[str, Any]]]:
+    """PostgreSQL: `reads` in a repeatable-read, read-only transaction of their own, sent in
+    one round trip: BEGIN, the statements and COMMIT in one pipeline (the driver connection
+    in autocommit mode meanwhile, so that psycopg sends no BEGIN of its own, which would cost
+    a round trip by itself, and its commit finds nothing to do). A failed statement leaves
+    the transaction aborted and the COMMIT skipped: it is rolled back here, and the error
+    raised as `pipelined` raises it."""
+    driver: Any = conn.connection.driver_connection
+    driver.autocommit = True
+    cursors: list[tuple[_Plan, Any]] = []
+    try:
+        with pipelined(conn):
+            driver.cursor().execute(_BEGIN_READ)
+            for statement, params in reads:
+                plan = statement._plan(conn.dialect)
+                cursors.append((plan, plan.execute(conn, params)))
+            driver.cursor().execute(_COMMIT)
+        return [plan.read(cursor.fetchall()) for plan, cursor in cursors]
+    finally:
+        for _, cursor in cursors:
+            cursor.close()
+        if not driver.closed:
+            with suppress(Exception):  # a lost connection is the caller's error already
+                if driver.info.transaction_status.name != "IDLE":
+                    driver.rollback()
+                driver.autocommit = False
+
+
+_BEGIN_READ: Final = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+_COMMIT: Final = b"COMMIT"
 _CURSOR: Final = "coordinator_cursor"
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 from coordinator_core.engine.instants import Instant
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.observe.metrics import StoreGauges
-from coordinator_core.shell.store.dialect import Prepared, UTCDateTime, read_together
+from coordinator_core.shell.store.dialect import Prepared, UTCDateTime
 from coordinator_core.shell.store.guards import refuse
 from coordinator_core.shell.store.identity import StoreIdentity
 from coordinator_core.shell.store.queries import (
@@ -121,21 +121,18 @@ class RunReads:
     def get_run_snapshot(self, run_id: uuid.UUID) -> RunSnapshot | None:
         """The run, all its records and the control row from one consistent read (06 §5.4)."""
 
-        def work(conn: Connection) -> RunSnapshot | None:
-            # The three reads in one round trip on PostgreSQL.
-            key = {"run_id": run_id}
-            control, run, steps = read_together(
-                conn, (_CONTROL_ROW, {}), (_RUN_READ, key), (STEPS_OF, key)
-            )
-            if not control:
-                raise refuse("coordinator.deployment.schema-mismatch")
-            if not run:
-                return None
-            return RunSnapshot(
-                control_of(control[0]), run_of(run[0]), tuple(step_of(step) for step in steps)
-            )
-
-        return self._tx.transact("get-run-snapshot", work, read_only=True)
+        # The three reads, their transaction's BEGIN and COMMIT in one round trip on PostgreSQL.
+        key = {"run_id": run_id}
+        control, run, steps = self._tx.read_at_once(
+            "get-run-snapshot", (_CONTROL_ROW, {}), (_RUN_READ, key), (STEPS_OF, key)
+        )
+        if not control:
+            raise refuse("coordinator.deployment.schema-mismatch")
+        if not run:
+            return None
+        return RunSnapshot(
+            control_of(control[0]), run_of(run[0]), tuple(step_of(step) for step in steps)
+        )
 
     def list_runs(
         self,

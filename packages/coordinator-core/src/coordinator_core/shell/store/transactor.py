@@ -33,6 +33,8 @@ from coordinator_core.shell.store.dialect import (
     is_transient,
     is_unavailable,
     read_engine,
+    read_in_one_trip,
+    read_together,
     store_unavailable,
     upsert_advancing,
 )
@@ -163,11 +165,24 @@ class Transactor:
             return self._batches.run(purpose, work)
         return self._transact(purpose, work, read_only)
 
-    def _transact(self, purpose: str, work: Callable[[Connection], T], read_only: bool) -> T:
+    def read_at_once(
+        self, purpose: str, *reads: tuple[Prepared, Mapping[str, Any]]
+    ) -> list[list[dict[str, Any]]]:
+        """Every row of each of `reads` (statement and parameters), in order, from one
+        read-only transaction: one snapshot. PostgreSQL: one round trip, the transaction's
+        BEGIN and COMMIT sent with the statements (`dialect.read_in_one_trip`), where a
+        `transact(read_only=True)` of the same reads takes three; SQLite: as that does."""
+        if self.location.kind != "postgresql":
+            return self.transact(purpose, lambda conn: read_together(conn, *reads), read_only=True)
+        return self._transact(purpose, lambda conn: read_in_one_trip(conn, reads), True, True)
+
+    def _transact(
+        self, purpose: str, work: Callable[[Connection], T], read_only: bool, own: bool = False
+    ) -> T:
         if not tracing.enabled():
-            return self._retrying(work, read_only)
+            return self._retrying(work, read_only, own)
         with tracing.store_transaction(self.location.kind, purpose, read_only=read_only):
-            return self._retrying(work, read_only)
+            return self._retrying(work, read_only, own)
 
     def before_commit(self, barrier: Callable[[], None]) -> None:
         """Inside a write transaction: call `barrier` after the work, before the commit (what
@@ -180,8 +195,10 @@ class Transactor:
         else:
             barriers.append(barrier)
 
-    def _retrying(self, work: Callable[[Connection], T], read_only: bool) -> T:
-        engine = self._reader if read_only else self.engine
+    def _retrying(self, work: Callable[[Connection], T], read_only: bool, own: bool) -> T:
+        """`own`: the work begins and ends its transaction itself (`read_at_once`), on a
+        connection without the read engine's per-checkout isolation settings."""
+        engine = self._reader if read_only and not own else self.engine
         attempt = 0
         while True:
             attempt += 1

@@ -1,0 +1,86 @@
+"""`Transactor.read_at_once`: a run's snapshot read (the status read) in one read-only
+transaction whose BEGIN, statements and COMMIT go to PostgreSQL in one round trip; the
+connection goes back to the pool as it was lent, after a failed read too."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import pytest
+from sqlalchemy import exc, text
+from store_support import T0, admit, claim, deliver_and_finish
+
+from coordinator_core.shell.store import Store
+from coordinator_core.shell.store.dialect import Prepared, read_together
+from coordinator_core.shell.store.reads import _CONTROL_ROW, _RUN_READ, STEPS_OF
+
+
+def _snapshot_rows(store: Store, run_id: Any) -> list[list[dict[str, Any]]]:
+    key = {"run_id": run_id}
+    reads = ((_CONTROL_ROW, {}), (_RUN_READ, key), (STEPS_OF, key))
+    return store.transactor.transact(
+        "compare", lambda conn: read_together(conn, *reads), read_only=True
+    )
+
+
+def test_it_reads_what_a_read_transaction_reads(store: Store) -> None:
+    run = admit(store, "k1")
+    leased = claim(store, T0)
+    assert leased is not None
+    store.writes.complete_step(leased, T0, deliver_and_finish(T0))
+    key = {"run_id": run.run_id}
+    once = store.transactor.read_at_once(
+        "compare", (_CONTROL_ROW, {}), (_RUN_READ, key), (STEPS_OF, key)
+    )
+    assert once == _snapshot_rows(store, run.run_id)
+    snapshot = store.reads.get_run_snapshot(run.run_id)
+    assert snapshot is not None and snapshot.run.state.status == "finished"
+
+
+def _lent(store: Store) -> tuple[bool, str]:
+    with store.transactor.engine.connect() as conn:
+        driver: Any = conn.connection.driver_connection
+        return driver.autocommit, driver.info.transaction_status.name
+
+
+def _postgresql(store: Store) -> None:
+    if store.transactor.location.kind != "postgresql":
+        pytest.skip("SQLite reads in a deferred transaction of its own (no round trips)")
+
+
+def test_postgresql_sends_it_in_one_round_trip_and_lends_the_connection_back_as_it_was(
+    store: Store,
+) -> None:
+    """libpq's protocol trace of the connection: one Sync (one round trip) for the BEGIN, the
+    three statements and the COMMIT."""
+    _postgresql(store)
+    run = admit(store, "k1")
+    store.reads.get_run_snapshot(run.run_id)  # the statements prepared, the pool warm
+    with store.transactor.engine.connect() as conn:
+        pgconn: Any = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
+        with tempfile.TemporaryFile() as trace:
+            pgconn.trace(trace.fileno())
+            try:
+                conn.close()  # back to the pool: the read takes this connection
+                assert store.reads.get_run_snapshot(run.run_id) is not None
+            finally:
+                pgconn.untrace()
+            os.fsync(trace.fileno())
+            trace.seek(0)
+            sent = [line.split("\t") for line in trace.read().decode().splitlines()]
+    frontend = [fields[3] for fields in sent if len(fields) > 3 and fields[1] == "F"]
+    assert frontend.count("Sync") == 1, frontend
+    assert sum(1 for message in frontend if message == "Parse" or message == "Bind") >= 5
+    assert _lent(store) == (False, "IDLE")
+
+
+def test_postgresql_a_failed_read_is_rolled_back_and_raised(store: Store) -> None:
+    _postgresql(store)
+    failing = Prepared(text("SELECT 1 / 0 AS quotient"))
+    with pytest.raises(exc.DBAPIError):
+        store.transactor.read_at_once("failing", (failing, {}))
+    assert _lent(store) == (False, "IDLE")
+    run = admit(store, "k1")
+    assert store.reads.get_run_snapshot(run.run_id) is not None
