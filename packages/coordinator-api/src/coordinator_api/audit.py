@@ -5,10 +5,10 @@ access token, the event signature or the completion secret), adds what it learns
 then either calls `begin()` right before its service calls, or hands its one service call to
 `act`: the request entry is then written before anything can change, with the run and reason
 references known by then (for a command, queued at once and made durable by the barrier of the
-command's first commit, in that transaction's fsync: `commits_after`). Leaving the bracket writes the response entry: `accepted` on success,
-`refused` with the code on a 4xx problem, `unknown` on a 5xx or an unexpected failure. A refusal
-raised before `begin()` writes both entries then, so that every request past authentication is
-journaled. `act` runs the request entry, the service call and its response entry in one worker
+command's first commit, in that transaction's fsync: `commits_after`). Leaving the bracket
+writes the response entry: `accepted` on success, `refused` with the code on a 4xx problem,
+`unknown` on a 5xx or an unexpected failure. A refusal raised before `begin()` writes both
+entries then, so that every request past authentication is journaled. `act` runs the request entry, the service call and its response entry in one worker
 thread: an append that waits for its fsync blocks, and one hop off the event loop instead of
 three keeps a command's answer from queuing three times behind the worker loops; a command's
 two entries and its transaction's own then take two fsyncs, not three.

@@ -104,9 +104,9 @@ class AuditJournal(Protocol):
         """Queue the request entry of a `durable` action without waiting for it: its
         correlation id and the barrier that returns once the entry is on stable storage (or
         raises `coordinator.command.audit-unavailable`, which rolls back the transaction it
-        guards). The action runs inside `commits_after(barrier)`, so that
-        its first commit makes the entry durable first, in the same fsync as its own entries;
-        the response entry, appended after, covers an action that committed nothing."""
+        guards). The action runs inside `commits_after(barrier)`, so that its first commit
+        makes the entry durable first, in the same fsync as its own entries; the response
+        entry, appended after, covers an action that committed nothing."""
         ...
 
     def response(self, correlation: str, entry: AuditResponse) -> None:
