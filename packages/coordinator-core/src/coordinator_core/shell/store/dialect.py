@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from psycopg import RawCursor
 from sqlalchemy import JSON, BigInteger, DateTime, LargeBinary, String, Text, event, exc
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -568,6 +569,22 @@ def read_in_one_trip(
                 driver.autocommit = False
 
 
+_TEXT_DIALECTS: dict[type[Dialect], Dialect] = {}
+
+
+def _text_dialect(dialect: Dialect) -> Dialect:
+    """The dialect a `Prepared` statement's text is compiled for: PostgreSQL's with the
+    `numeric_dollar` parameter style (`$1`, `$2`…, one per distinct parameter), SQLite's as
+    it is. Only the text comes from it; the type conversions are the real dialect's."""
+    if dialect.name != "postgresql":
+        return dialect
+    found = _TEXT_DIALECTS.get(type(dialect))
+    if found is None:
+        dialect_class: Any = type(dialect)
+        found = _TEXT_DIALECTS[type(dialect)] = dialect_class(paramstyle="numeric_dollar")
+    return found
+
+
 _BEGIN_READ: Final = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _COMMIT: Final = b"COMMIT"
 _CURSOR: Final = "coordinator_cursor"
@@ -583,11 +600,11 @@ def _cursor_of(conn: Connection) -> tuple[Any, Any]:
     assert driver is not None
     pgconn = getattr(driver, "pgconn", None)
     if pgconn is not None and pgconn.pipeline_status:
-        return driver, driver.cursor()  # in a pipeline each statement keeps its own results
+        return driver, RawCursor(driver)  # in a pipeline each statement keeps its own results
     kept = conn.info.get(_CURSOR)
     if kept is not None and kept[0] is driver and not getattr(kept[1], "closed", False):
         return driver, kept[1]
-    cursor = driver.cursor()
+    cursor = RawCursor(driver) if pgconn is not None else driver.cursor()
     conn.info[_CURSOR] = (driver, cursor)
     return driver, cursor
 
@@ -643,7 +660,11 @@ class _Plan:
 
     @classmethod
     def build(cls, statement: Any, dialect: Dialect, column_keys: list[str] | None) -> _Plan:
-        compiled = statement.compile(dialect=dialect, column_keys=column_keys)
+        # PostgreSQL: the text has the server's own `$n` placeholders, run by psycopg's
+        # `RawCursor` (`_cursor_of`), which sends it as it is: psycopg's default cursor parses
+        # every query for its `%(name)s` placeholders, and does it again at every execution
+        # for a statement of more than 50 parameters (a multi-row INSERT of records).
+        compiled = statement.compile(dialect=_text_dialect(dialect), column_keys=column_keys)
         sql = compiled.string
         if "POSTCOMPILE" in sql:
             raise ValueError("A prepared statement cannot have expanding parameters.")
