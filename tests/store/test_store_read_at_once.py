@@ -9,10 +9,11 @@ import tempfile
 from typing import Any
 
 import pytest
-from sqlalchemy import exc, text
+from psycopg import RawCursor
+from sqlalchemy import Integer, column, exc, text
 from store_support import T0, admit, claim, deliver_and_finish
 
-from coordinator_core.shell.store import Store
+from coordinator_core.shell.store import Store, dialect
 from coordinator_core.shell.store.dialect import Prepared, read_together
 from coordinator_core.shell.store.reads import _CONTROL_ROW, _RUN_READ, STEPS_OF
 
@@ -84,3 +85,26 @@ def test_postgresql_a_failed_read_is_rolled_back_and_raised(store: Store) -> Non
     assert _lent(store) == (False, "IDLE")
     run = admit(store, "k1")
     assert store.reads.get_run_snapshot(run.run_id) is not None
+
+
+def test_postgresql_a_prepared_statement_is_sent_as_written_with_its_own_placeholders(
+    store: Store,
+) -> None:
+    """The statements carry PostgreSQL's `$n` placeholders and run on psycopg's `RawCursor`,
+    which sends the text as it is: the default cursor parsed every query for `%(name)s`
+    placeholders, again at every execution for one of more than 50 parameters (a multi-row
+    INSERT of records). A parameter used twice is one placeholder."""
+    _postgresql(store)
+    twice = Prepared(
+        text("SELECT CAST(:value AS integer) + CAST(:value AS integer) AS total").columns(
+            column("total", Integer)
+        )
+    )
+    with store.transactor.engine.connect() as conn:
+        plan = twice._plan(conn.dialect)
+        assert "$1" in plan.sql and "$2" not in plan.sql and "%(" not in plan.sql
+        assert twice.rows(conn, {"value": 20}) == [{"total": 40}]
+        assert type(dialect._cursor_of(conn)[1]) is RawCursor
+        conn.rollback()
+    runs = [admit(store, f"k{index}") for index in range(3)]  # records inserted several at once
+    assert all(store.reads.get_run_snapshot(run.run_id) is not None for run in runs)
