@@ -10,12 +10,16 @@ from typing import Any
 
 import pytest
 from psycopg import RawCursor
-from sqlalchemy import Integer, column, exc, text
+from sqlalchemy import Integer, bindparam, column, exc, select, text
 from store_support import T0, admit, claim, deliver_and_finish
 
 from coordinator_core.shell.store import Store, dialect
 from coordinator_core.shell.store.dialect import Prepared, read_together
-from coordinator_core.shell.store.reads import _CONTROL_ROW, _RUN_READ, STEPS_OF
+from coordinator_core.shell.store.reads import STEPS_OF
+from coordinator_core.shell.store.schema import CONTROL, RUNS
+
+_CONTROL_ROW = Prepared(select(CONTROL))
+_RUN_READ = Prepared(select(RUNS).where(RUNS.c.run_id == bindparam("run_id")))
 
 
 def _snapshot_rows(store: Store, run_id: Any) -> list[list[dict[str, Any]]]:
