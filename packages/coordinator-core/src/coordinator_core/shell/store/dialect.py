@@ -527,16 +527,7 @@ def read_together(
     together (`pipelined`: one round trip on PostgreSQL)."""
     if conn.dialect.name != "postgresql":
         return [statement.rows(conn, params) for statement, params in reads]
-    cursors: list[tuple[_Plan, Any]] = []
-    try:
-        with pipelined(conn):
-            for statement, params in reads:
-                plan = statement._plan(conn.dialect)
-                cursors.append((plan, plan.execute(conn, params)))
-        return [plan.read(cursor.fetchall()) for plan, cursor in cursors]
-    finally:
-        for _, cursor in cursors:
-            cursor.close()
+    return _pipelined_reads(conn, reads, None)
 
 
 def read_in_one_trip(
@@ -550,23 +541,35 @@ def read_in_one_trip(
     raised as `pipelined` raises it."""
     driver: Any = conn.connection.driver_connection
     driver.autocommit = True
-    cursors: list[tuple[_Plan, Any]] = []
     try:
-        with pipelined(conn):
-            driver.cursor().execute(_BEGIN_READ)
-            for statement, params in reads:
-                plan = statement._plan(conn.dialect)
-                cursors.append((plan, plan.execute(conn, params)))
-            driver.cursor().execute(_COMMIT)
-        return [plan.read(cursor.fetchall()) for plan, cursor in cursors]
+        return _pipelined_reads(conn, reads, driver)
     finally:
-        for _, cursor in cursors:
-            cursor.close()
         if not driver.closed:
             with suppress(Exception):  # a lost connection is the caller's error already
                 if driver.info.transaction_status.name != "IDLE":
                     driver.rollback()
                 driver.autocommit = False
+
+
+def _pipelined_reads(
+    conn: Connection, reads: Sequence[tuple[Prepared, Mapping[str, Any]]], bracket: Any
+) -> list[list[dict[str, Any]]]:
+    """The statements of `reads` in one pipeline, their rows read once it is synced; with
+    `bracket` (the driver connection), between a read-only BEGIN and a COMMIT of their own."""
+    cursors: list[tuple[_Plan, Any]] = []
+    try:
+        with pipelined(conn):
+            if bracket is not None:
+                bracket.cursor().execute(_BEGIN_READ)
+            for statement, params in reads:
+                plan = statement._plan(conn.dialect)
+                cursors.append((plan, plan.execute(conn, params)))
+            if bracket is not None:
+                bracket.cursor().execute(_COMMIT)
+        return [plan.read(cursor.fetchall()) for plan, cursor in cursors]
+    finally:
+        for _, cursor in cursors:
+            cursor.close()
 
 
 _TEXT_DIALECTS: dict[type[Dialect], Dialect] = {}
