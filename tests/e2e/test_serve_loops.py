@@ -121,6 +121,9 @@ class _Worker:
             raise outcome
         return bool(outcome)
 
+    def rests(self, seen: int) -> bool:
+        return False
+
 
 def _unavailable() -> CoordinatorError:
     return CoordinatorError(Diagnostic("coordinator.command.store-unavailable"))
@@ -159,6 +162,9 @@ class _LoopOf:
 
     def tick(self) -> bool:
         return self.store.tick(self.loop)
+
+    def rests(self, seen: int) -> bool:
+        return False
 
 
 def _until(condition: Callable[[], bool], what: str) -> None:
@@ -255,3 +261,42 @@ def test_a_loop_asks_for_company_only_when_there_is_more_than_one_record() -> No
     # rung → one record (alone) · rung → three in a row (company at the second) · polled →
     # one record (company) · rung → one record (alone)
     assert wakeup.company == 2
+
+
+class _HandedWorker(_Worker):
+    """Ticks from a script of (worked, rests after it)."""
+
+    def __init__(self, outcomes: list[tuple[bool, bool]], shutdown: process.Shutdown) -> None:
+        super().__init__([worked for worked, _ in outcomes], shutdown)
+        self.resting = [rests for _, rests in outcomes]
+        self.asked: list[int] = []
+
+    def rests(self, seen: int) -> bool:
+        self.asked.append(seen)
+        return self.resting.pop(0)
+
+
+class _CountingWakeup(_ScriptedWakeup):
+    def __init__(self, waits: list[bool]) -> None:
+        super().__init__(waits)
+        self.idles = 0
+
+    def idle(self, seen: int, poll: float) -> bool:
+        self.idles += 1
+        return super().idle(seen, poll)
+
+
+def test_a_loop_that_worked_a_handed_run_waits_for_a_ring_instead_of_claiming_again() -> None:
+    """Issue 25: after the run an admission handed it, a loop that knows of nothing else
+    claimable waits for the next ring (`Worker.rests`) rather than running a claim that
+    finds nothing; when it may not rest, it ticks again at once, as before."""
+    shutdown, _ = _shutdown()
+    # handed run, rests → idle · handed run, may not rest → ticks at once · nothing → idle
+    worker = _HandedWorker([(True, True), (True, False), (False, False)], shutdown)
+    wakeup = _CountingWakeup([True, True, True])
+    worker.wakeup = wakeup
+    process.worker_loop(worker, 1, shutdown, shutdown.log)
+    assert worker.ticks == 4  # the fourth finds the script empty and stops the process
+    assert len(worker.asked) == 2  # asked after each tick that worked
+    assert wakeup.idles == 2  # after the rest and after the tick that found nothing
+    assert wakeup.company == 0

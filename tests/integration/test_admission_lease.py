@@ -163,3 +163,33 @@ def test_an_admission_that_parks_its_first_wait_schedules_the_instant_it_falls_d
     due = record(stored(deployed, admitted), "due").record
     assert due.state == "pending" and due.due_at is not None
     assert scheduled == [due.due_at]
+
+
+def test_a_loop_rests_after_its_handed_run_unless_another_became_claimable(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25: the loop that worked the run an admission handed it waits for a ring instead
+    of claiming again (`Worker.rests`), because whatever became claimable meanwhile rang; a
+    run admitted during the tick with no idle loop to take it rings, and the loop claims it
+    at once."""
+    wakeup = deployed.runtime.wakeup
+    worker = deployed.worker()
+    assert not worker.tick()  # nothing claimable: the process looks ahead
+    first = admit_taken(deployed, monkeypatch)
+    monkeypatch.undo()
+    seen = wakeup.generation  # read by the loop its admission rang
+    assert worker.tick() and worker.rests(seen)
+    finished_once(deployed, first)
+    assert not worker.tick()  # the claim it saves would have found nothing
+
+    second = admit_taken(deployed, monkeypatch)
+    monkeypatch.undo()
+    seen = wakeup.generation
+    monkeypatch.setattr(wakeup, "take_idle_loop", lambda: False)
+    third = deployed.admit(run_input())  # no idle loop: announced, and this process rung
+    monkeypatch.undo()
+    assert worker.tick() and not worker.rests(seen)
+    finished_once(deployed, second)
+    assert worker.tick()  # the loop claims the third run at once
+    assert not worker.rests(wakeup.generation)  # claimed, not handed: the loop looks again
+    finished_once(deployed, third)

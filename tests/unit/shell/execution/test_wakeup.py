@@ -274,3 +274,30 @@ def test_a_loop_that_timed_out_is_no_longer_free() -> None:
     wakeup = Wakeup()
     assert wakeup.idle(wakeup.generation, 0.01) is False  # the poller came back by itself
     assert wakeup.take_idle_loop() is False
+
+
+def test_a_loop_rests_after_a_handed_run_only_when_nothing_else_can_be_claimable() -> None:
+    """Issue 25 (`Wakeup.rests`): a loop that worked the run an admission handed it waits for
+    a ring instead of claiming again only while what the process knows holds: it has looked
+    ahead, nothing rang since the loop read `seen`, nothing is handed over or asked to fire,
+    nothing known is due, and the look is younger than the cap."""
+    now = instant(2026, 12, 4)
+    wakeup = Wakeup(cap=30.0)
+    seen = wakeup.generation
+    assert not wakeup.rests(seen, now)  # never looked ahead: the claim looks
+    wakeup.learn(NextInstants(due_at=now + ms(seconds=5), lapses_at=None, overdue_at=None), 0, now)
+    assert wakeup.rests(seen, now)
+    assert not wakeup.rests(seen, now + ms(seconds=5))  # the known instant has come
+    assert not wakeup.rests(seen, now + ms(seconds=30))  # the look is as old as the cap
+    wakeup.ring()  # something became claimable during the tick
+    assert not wakeup.rests(seen, now)
+    seen = wakeup.generation
+    wakeup.hand("run", "claim")
+    assert not wakeup.rests(seen, now)
+    assert wakeup.take_handed() == ("run", "claim")
+    assert wakeup.rests(seen, now)
+    wakeup.lapses(now + 1)  # a lease this process knows of lapses: the sweep is due then
+    assert not wakeup.rests(seen, now + 1)
+    assert wakeup.rests(seen, now)
+    wakeup.schedule(now)  # a record written due now
+    assert not wakeup.rests(seen, now)

@@ -153,6 +153,20 @@ class Wakeup:
             if after is not None and (before is None or after < before):
                 self._condition.notify_all()  # a waiting poller wakes earlier
 
+    def rests(self, seen: int, now: Instant) -> bool:
+        """Whether a loop that has just worked the run an admission handed it may wait for a
+        ring instead of claiming again: nothing rang since it read `seen` (a ring, a fire
+        request, a notification), nothing more is handed over, and what is known holds with
+        nothing due by `now` (`looks_ahead` would not look). Whatever became claimable
+        meanwhile rang, so the claim could find only what a look ahead would."""
+        with self._condition:
+            return (
+                self._generation == seen
+                and not self._handed
+                and not self._fire
+                and not self.looks_ahead(now)
+            )
+
     def looks_ahead(self, now: Instant) -> bool:
         """Whether a tick that found nothing at `now` looks at the store: nothing is known yet,
         the earliest known instant has come, or the last look is `cap` old (what no process

@@ -96,6 +96,14 @@ class Worker:
         self.ports = ports
         self._budget = attempt_budget_seconds
         self.events = events
+        self._handed = False  # the last tick worked a run an admission handed over
+
+    def rests(self, seen: int) -> bool:
+        """Whether the loop, after this tick, waits for a ring instead of ticking again:
+        the tick worked the run an admission handed it, and the process knows of nothing
+        claimable since it read `seen` (`Wakeup.rests`). Saves the claim transaction that
+        would find nothing: at one run at a time, one per run."""
+        return self._handed and self.wakeup.rests(seen, self.ports.clock())
 
     @property
     def wakeup(self) -> Wakeup:
@@ -119,6 +127,7 @@ class Worker:
         clock: Callable[[], Instant] = ports.clock if now is None else (lambda: now)
         wakeup = self.wakeup
         handed = wakeup.take_handed()
+        self._handed = handed is not None
         if handed is not None:  # an admission of this process claimed a run for this loop
             run, claim = handed
             began_ns = tracing.now_ns() if tracing.enabled() else 0

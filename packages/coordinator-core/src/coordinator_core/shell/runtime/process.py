@@ -135,6 +135,8 @@ class Ticking(Protocol):
 
     def tick(self) -> bool: ...
 
+    def rests(self, seen: int) -> bool: ...
+
 
 # -- the command line ---------------------------------------------------------------------------
 
@@ -616,6 +618,8 @@ def _worker_ticks(
             continue
         outage.answered(began)
         backoff.reset()
+        if worked and worker.rests(seen):
+            worked = False  # the run handed over, and nothing else known: wait for a ring
         streak = streak + 1 if worked else 0
         if streak == 2 or (streak == 1 and polled):
             # more than the one record a ring is for, or work found by polling (nobody rang
