@@ -52,7 +52,7 @@ def test_a_barrier_that_raises_rolls_the_write_back(store: Store) -> None:
         assert error.code == "coordinator.command.audit-unavailable"
     else:
         raise AssertionError("the admission committed past a failed barrier")
-    assert store.reads.list_runs(owner=None).snapshots == ()
+    assert store.reads.list_runs(owner=None).listed == ()
 
 
 def test_a_batched_write_calls_its_thread_s_barrier_whichever_thread_commits_it(

@@ -110,16 +110,23 @@ def test_listing_filters_by_owner_workflow_and_reported_status(store: Store) -> 
     assert len(store.reads.list_runs(owner=None, workflows=("wf",), limit=100).runs) == 4
 
 
-def test_a_page_carries_each_run_snapshot_from_the_same_read(store: Store) -> None:
-    """The list answers each run's status from its records: they are read with the page (one
-    read, its records fetched together), not one snapshot read per run."""
-    runs = [admit(store, f"s{index}", T0 + index * SECOND) for index in range(3)]
+def test_a_page_reads_each_run_s_status_facts_with_its_row(store: Store) -> None:
+    """The list answers each run's status (06 §11.1) from one statement: the run row, its
+    current record's state and due instant, and the unknown-effect rule in SQL — the status a
+    full snapshot of the run gives, without reading every record of every run on the page."""
+    from coordinator_core.shell.service.shapes import listed_status_of, run_status_of
+
+    runs = [admit(store, f"s{index}", T0 + index * SECOND) for index in range(4)]
     _finish(store, runs[1].run_id)
+    store.writes.update_run(runs[2].run_id, T0, _unknown_effect)
     page = store.reads.list_runs(owner=None, limit=10)
-    assert [snapshot.run.run_id for snapshot in page.snapshots] == [r.run_id for r in runs[::-1]]
-    for snapshot in page.snapshots:
-        assert snapshot == _snapshot(store, snapshot.run.run_id)
-    assert store.reads.list_runs(owner=None, workflow="other").snapshots == ()
+    assert [listed.run.run_id for listed in page.listed] == [r.run_id for r in runs[::-1]]
+    for listed in page.listed:
+        full = run_status_of(_snapshot(store, listed.run.run_id), lambda _: None)
+        assert listed_status_of(listed, lambda _: None) == full
+    assert [listed.uncertain for listed in page.listed] == [False, True, False, False]
+    assert [listed.next_due_at is None for listed in page.listed] == [False, True, True, False]
+    assert store.reads.list_runs(owner=None, workflow="other").listed == ()
 
 
 # -- cancel and other API transitions -----------------------------------------------------------

@@ -51,10 +51,11 @@ from coordinator_core.shell.secrets import Secrets
 from coordinator_core.shell.service.bindings import LiveBindings
 from coordinator_core.shell.service.changes import RunChanges
 from coordinator_core.shell.service.model import Caller, RunStatus, ServiceRefusal
-from coordinator_core.shell.service.shapes import run_status_of
+from coordinator_core.shell.service.shapes import listed_status_of, run_status_of
 from coordinator_core.shell.store import (
     Committed,
     Decide,
+    ListedRun,
     RunSnapshot,
     RunWrite,
     Store,
@@ -225,8 +226,7 @@ class Runtime:
         except (CoordinatorError, DefinitionError, ValueError):
             return None
 
-    def _terminal_output(self, snapshot: RunSnapshot) -> Any:
-        run = snapshot.run
+    def _terminal_output(self, run: StoredRun) -> Any:
         assert run.terminal_output is not None
         try:
             return self.sealer.open(
@@ -237,6 +237,10 @@ class Runtime:
 
     def status(self, snapshot: RunSnapshot) -> RunStatus:
         return run_status_of(snapshot, self._terminal_output)
+
+    def listed_status(self, listed: ListedRun) -> RunStatus:
+        """The status of a run of a list page (`RunReads.list_runs`)."""
+        return listed_status_of(listed, self._terminal_output)
 
     def visible(self, caller: Caller, run: StoredRun) -> bool:
         """06 §2: runs of the caller's workflows, owned by the caller unless it is an operator."""

@@ -12,22 +12,36 @@ from dataclasses import replace
 from typing import Any
 
 from coordinator_core.shell.service.model import EffectStatus, RunStatus, StepStatus
-from coordinator_core.shell.store import RunSnapshot, StepAttempt, StoredStep
+from coordinator_core.shell.store import ListedRun, RunSnapshot, StepAttempt, StoredRun, StoredStep
 
-__all__ = ["effects_of", "run_status_of", "step_status_of"]
+__all__ = ["effects_of", "listed_status_of", "run_status_of", "step_status_of"]
 
 
-def run_status_of(snapshot: RunSnapshot, output: Callable[[RunSnapshot], Any]) -> RunStatus:
+def run_status_of(snapshot: RunSnapshot, output: Callable[[StoredRun], Any]) -> RunStatus:
     """06 §11.1. `output` opens the sealed terminal output (called only when there is one)."""
     run = snapshot.run
     current = snapshot.step(run.state.current_step)
     pending = current is not None and current.record.state == "pending"
+    return listed_status_of(
+        ListedRun(
+            run,
+            current.record.due_at if pending and current is not None else None,
+            any(stored.record.effect_state == "unknown" for stored in snapshot.steps),
+        ),
+        output,
+    )
+
+
+def listed_status_of(listed: ListedRun, output: Callable[[StoredRun], Any]) -> RunStatus:
+    """06 §11.1 of a run as a list page reads it (the store computes the current record's due
+    instant and the unknown-effect flag); `output` as for `run_status_of`."""
+    run = listed.run
     has_output = run.terminal_output is not None and run.state.outcome is not None
     return RunStatus(
         run=run,
-        next_due_at=current.record.due_at if pending and current is not None else None,
-        uncertain=any(stored.record.effect_state == "unknown" for stored in snapshot.steps),
-        output=output(snapshot) if has_output else None,
+        next_due_at=listed.next_due_at,
+        uncertain=listed.uncertain,
+        output=output(run) if has_output else None,
     )
 
 

@@ -102,7 +102,7 @@ def list_runs(context: Runtime, caller: Caller, query: RunQuery) -> RunList:
         after=after,
         limit=query.limit,
     )
-    statuses = [context.status(snapshot) for snapshot in page.snapshots]
+    statuses = [context.listed_status(listed) for listed in page.listed]
     cursor = None if page.next is None else _encode_cursor(context, page.next, query, caller)
     return RunList(statuses, cursor)
 

@@ -31,6 +31,7 @@ from coordinator_core.shell.store.queries import (
 from coordinator_core.shell.store.records import (
     ControlRow,
     HoldState,
+    ListedRun,
     NextInstants,
     RunPage,
     RunPosition,
@@ -156,7 +157,22 @@ class RunReads:
             raise ValueError("The page limit is out of range.")
 
         def work(conn: Connection) -> RunPage:
-            statement = select(RUNS)
+            # Each run with its current record's state and due instant and the unknown-effect
+            # flag (06 §11.1), in this one statement: the page's records are not read whole.
+            statement = select(
+                RUNS,
+                _LISTED_CURRENT.c.state.label("listed_state"),
+                _LISTED_CURRENT.c.due_at.label("listed_due_at"),
+                has_unknown_effect().label("listed_unknown"),
+            ).select_from(
+                RUNS.outerjoin(
+                    _LISTED_CURRENT,
+                    and_(
+                        _LISTED_CURRENT.c.run_id == RUNS.c.run_id,
+                        _LISTED_CURRENT.c.step == RUNS.c.current_step,
+                    ),
+                )
+            )
             if owner is not None:
                 statement = statement.where(RUNS.c.owner == owner)
             if workflows is not None:
@@ -173,18 +189,20 @@ class RunReads:
                     )
                 )
             statement = statement.order_by(RUNS.c.admitted_at.desc(), RUNS.c.run_id.desc())
-            rows = [run_of(row) for row in conn.execute(statement.limit(limit + 1)).mappings()]
-            page = tuple(rows[:limit])
-            last = page[-1] if page else None
+            _control_txn(conn)  # the store is one this version reads
+            rows = list(conn.execute(statement.limit(limit + 1)).mappings())
+            page = tuple(
+                ListedRun(
+                    run_of(row),
+                    row["listed_due_at"] if row["listed_state"] == "pending" else None,
+                    bool(row["listed_unknown"]),
+                )
+                for row in rows[:limit]
+            )
+            last = page[-1].run if page else None
             more = len(rows) > limit
             position = RunPosition(last.state.admitted_at, last.run_id) if more and last else None
-            control = _control_txn(conn)
-            records = STEPS_OF.rows_of_each(conn, [{"run_id": run.run_id} for run in page])
-            snapshots = tuple(
-                RunSnapshot(control, run, tuple(step_of(step) for step in steps))
-                for run, steps in zip(page, records, strict=True)
-            )
-            return RunPage(snapshots, position)
+            return RunPage(page, position)
 
         return self._tx.transact("list-runs", work, read_only=True)
 
@@ -407,6 +425,8 @@ class RunReads:
 _RUN_SELECT: Final = select(RUNS).where(RUNS.c.run_id == bindparam("run_id"))
 _RUN_READ: Final = Prepared(_RUN_SELECT)
 _RUN_LOCKED: Final = Prepared(_RUN_SELECT.with_for_update())
+_LISTED_CURRENT: Final = STEPS.alias("listed_current")
+"""A list page's current records (`RunReads.list_runs`)."""
 STEPS_OF: Final = Prepared(
     select(STEPS)
     .where(STEPS.c.run_id == bindparam("run_id"))

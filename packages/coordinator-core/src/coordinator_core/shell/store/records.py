@@ -415,16 +415,27 @@ class RunPosition:
 
 
 @dataclass(frozen=True, slots=True)
-class RunPage:
-    """One page of runs and the position after its last run (None on the last page), with
-    each run's snapshot (its records and the control row) from the same read."""
+class ListedRun:
+    """A run of a list page with what its status needs of its records (06 §11.1), read with
+    the run row: the due instant of its current record while that is pending, and whether
+    some record's effect is unknown."""
 
-    snapshots: tuple[RunSnapshot, ...]
+    run: StoredRun
+    next_due_at: Instant | None
+    uncertain: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of runs and the position after its last run (None on the last page), each
+    run with what its status needs of its records, from the same statement."""
+
+    listed: tuple[ListedRun, ...]
     next: RunPosition | None
 
     @property
     def runs(self) -> tuple[StoredRun, ...]:
-        return tuple(snapshot.run for snapshot in self.snapshots)
+        return tuple(listed.run for listed in self.listed)
 
 
 @dataclass(frozen=True, slots=True)
