@@ -157,22 +157,7 @@ class RunReads:
             raise ValueError("The page limit is out of range.")
 
         def work(conn: Connection) -> RunPage:
-            # Each run with its current record's state and due instant and the unknown-effect
-            # flag (06 §11.1), in this one statement: the page's records are not read whole.
-            statement = select(
-                RUNS,
-                _LISTED_CURRENT.c.state.label("listed_state"),
-                _LISTED_CURRENT.c.due_at.label("listed_due_at"),
-                has_unknown_effect().label("listed_unknown"),
-            ).select_from(
-                RUNS.outerjoin(
-                    _LISTED_CURRENT,
-                    and_(
-                        _LISTED_CURRENT.c.run_id == RUNS.c.run_id,
-                        _LISTED_CURRENT.c.step == RUNS.c.current_step,
-                    ),
-                )
-            )
+            statement = _LISTED
             if owner is not None:
                 statement = statement.where(RUNS.c.owner == owner)
             if workflows is not None:
@@ -426,7 +411,23 @@ _RUN_SELECT: Final = select(RUNS).where(RUNS.c.run_id == bindparam("run_id"))
 _RUN_READ: Final = Prepared(_RUN_SELECT)
 _RUN_LOCKED: Final = Prepared(_RUN_SELECT.with_for_update())
 _LISTED_CURRENT: Final = STEPS.alias("listed_current")
-"""A list page's current records (`RunReads.list_runs`)."""
+_LISTED: Final = select(
+    RUNS,
+    _LISTED_CURRENT.c.state.label("listed_state"),
+    _LISTED_CURRENT.c.due_at.label("listed_due_at"),
+    has_unknown_effect().label("listed_unknown"),
+).select_from(
+    RUNS.outerjoin(
+        _LISTED_CURRENT,
+        and_(
+            _LISTED_CURRENT.c.run_id == RUNS.c.run_id,
+            _LISTED_CURRENT.c.step == RUNS.c.current_step,
+        ),
+    )
+)
+"""`RunReads.list_runs`' statement before its filters: each run with its current record's
+state and due instant and the unknown-effect flag (06 §11.1), so that a page is one statement
+and its records are not read whole."""
 STEPS_OF: Final = Prepared(
     select(STEPS)
     .where(STEPS.c.run_id == bindparam("run_id"))
