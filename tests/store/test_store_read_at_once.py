@@ -1,6 +1,7 @@
-"""`Transactor.read_at_once`: a run's snapshot read (the status read) in one read-only
-transaction whose BEGIN, statements and COMMIT go to PostgreSQL in one round trip; the
-connection goes back to the pool as it was lent, after a failed read too."""
+"""`Transactor.read_at_once`: a run's snapshot read (the status read; the inspection's, with
+each step's recent attempts) in one read-only transaction whose BEGIN, statements and COMMIT
+go to PostgreSQL in one round trip; the connection goes back to the pool as it was lent, after
+a failed read too."""
 
 from __future__ import annotations
 
@@ -55,21 +56,34 @@ def _postgresql(store: Store) -> None:
         pytest.skip("SQLite reads in a deferred transaction of its own (no round trips)")
 
 
+_READS: dict[str, tuple[Any, int]] = {
+    # the read, and its statements (with the BEGIN and the COMMIT)
+    "status": (lambda store, run_id: store.reads.get_run_snapshot(run_id), 5),
+    "inspection": (lambda store, run_id: store.reads.inspect_run(run_id), 6),
+}
+
+
+@pytest.mark.parametrize("read", sorted(_READS))
 def test_postgresql_sends_it_in_one_round_trip_and_lends_the_connection_back_as_it_was(
-    store: Store,
+    store: Store, read: str
 ) -> None:
     """libpq's protocol trace of the connection: one Sync (one round trip) for the BEGIN, the
-    three statements and the COMMIT."""
+    reads (a status: the control row, the run and its records; an inspection: those and each
+    step's recent attempts) and the COMMIT."""
     _postgresql(store)
+    reader, statements = _READS[read]
     run = admit(store, "k1")
-    store.reads.get_run_snapshot(run.run_id)  # the statements prepared, the pool warm
+    leased = claim(store, T0)
+    assert leased is not None
+    store.writes.complete_step(leased, T0, deliver_and_finish(T0))  # an ended attempt
+    reader(store, run.run_id)  # the statements prepared, the pool warm
     with store.transactor.engine.connect() as conn:
         pgconn: Any = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
         with tempfile.TemporaryFile() as trace:
             pgconn.trace(trace.fileno())
             try:
                 conn.close()  # back to the pool: the read takes this connection
-                assert store.reads.get_run_snapshot(run.run_id) is not None
+                assert reader(store, run.run_id) is not None
             finally:
                 pgconn.untrace()
             os.fsync(trace.fileno())
@@ -77,8 +91,15 @@ def test_postgresql_sends_it_in_one_round_trip_and_lends_the_connection_back_as_
             sent = [line.split("\t") for line in trace.read().decode().splitlines()]
     frontend = [fields[3] for fields in sent if len(fields) > 3 and fields[1] == "F"]
     assert frontend.count("Sync") == 1, frontend
-    assert sum(1 for message in frontend if message == "Parse" or message == "Bind") >= 5
+    assert sum(1 for message in frontend if message == "Parse" or message == "Bind") >= statements
     assert _lent(store) == (False, "IDLE")
+    if read == "inspection":
+        inspected = store.reads.inspect_run(run.run_id)
+        assert inspected is not None
+        snapshot, attempts = inspected
+        assert snapshot == store.reads.get_run_snapshot(run.run_id)
+        assert attempts == store.reads.recent_attempts(run.run_id)
+        assert sum(total for _, total in attempts.values()) == 1
 
 
 def test_postgresql_a_failed_read_is_rolled_back_and_raised(store: Store) -> None:

@@ -197,15 +197,23 @@ class RunReads:
         """The run, its records and the control row (`get_run_snapshot`) with each step's
         latest ended attempts (`recent_attempts`), from one consistent read (06 §5.4)."""
 
-        def work(
-            conn: Connection,
-        ) -> tuple[RunSnapshot, dict[str, tuple[tuple[StepAttempt, ...], int]]] | None:
-            snapshot = snapshot_txn(conn, _control_txn(conn), run_id, lock_run=False)
-            if snapshot is None:
-                return None
-            return snapshot, _recent_attempts_txn(conn, run_id, per_step)
-
-        return self._tx.transact("inspect-run", work, read_only=True)
+        # The four reads, their transaction's BEGIN and COMMIT in one round trip on PostgreSQL.
+        key = {"run_id": run_id}
+        control, run, steps, attempts = self._tx.read_at_once(
+            "inspect-run",
+            (_CONTROL_ROW, {}),
+            (_RUN_READ, key),
+            (STEPS_OF, key),
+            (_RECENT_ATTEMPTS, key | {"per_step": per_step}),
+        )
+        if not control:
+            raise refuse("coordinator.deployment.schema-mismatch")
+        if not run:
+            return None
+        snapshot = RunSnapshot(
+            control_of(control[0]), run_of(run[0]), tuple(step_of(step) for step in steps)
+        )
+        return snapshot, _recent_attempts_of(attempts)
 
     def recent_attempts(
         self, run_id: uuid.UUID, per_step: int = ATTEMPTS_PER_STEP
@@ -213,11 +221,10 @@ class RunReads:
         """Each step's latest `per_step` ended attempts (newest first) and how many it has in
         all, from one read: the inspection's timeline, bounded however long a wait was
         observed (the rest is paged by `attempts`)."""
-        return self._tx.transact(
-            "recent-attempts",
-            lambda conn: _recent_attempts_txn(conn, run_id, per_step),
-            read_only=True,
+        (attempts,) = self._tx.read_at_once(
+            "recent-attempts", (_RECENT_ATTEMPTS, {"run_id": run_id, "per_step": per_step})
         )
+        return _recent_attempts_of(attempts)
 
     def attempts(
         self,
@@ -410,6 +417,27 @@ class RunReads:
 _RUN_SELECT: Final = select(RUNS).where(RUNS.c.run_id == bindparam("run_id"))
 _RUN_READ: Final = Prepared(_RUN_SELECT)
 _RUN_LOCKED: Final = Prepared(_RUN_SELECT.with_for_update())
+_RANKED_ATTEMPTS: Final = (
+    select(
+        *STEP_ATTEMPTS.c,
+        func.row_number()
+        .over(
+            partition_by=STEP_ATTEMPTS.c.step,
+            order_by=(STEP_ATTEMPTS.c.generation.desc(), STEP_ATTEMPTS.c.attempt.desc()),
+        )
+        .label("rank"),
+        func.count().over(partition_by=STEP_ATTEMPTS.c.step).label("total"),
+    )
+    .where(STEP_ATTEMPTS.c.run_id == bindparam("run_id"))
+    .subquery()
+)
+_RECENT_ATTEMPTS: Final = Prepared(
+    select(_RANKED_ATTEMPTS)
+    .where(_RANKED_ATTEMPTS.c.rank <= bindparam("per_step"))
+    .order_by(_RANKED_ATTEMPTS.c.step, _RANKED_ATTEMPTS.c.rank)
+)
+"""Each step's latest `per_step` ended attempts of a run, newest first, each with its step's
+total."""
 _LISTED_CURRENT: Final = STEPS.alias("listed_current")
 _LISTED: Final = select(
     RUNS,
@@ -482,24 +510,9 @@ def unsettled_txn(conn: Connection, now: Instant) -> frozenset[tuple[str, str]]:
     return frozenset((str(row[0]), str(row[1])) for row in conn.execute(pairs))
 
 
-def _recent_attempts_txn(
-    conn: Connection, run_id: uuid.UUID, per_step: int
-) -> dict[str, tuple[tuple[StepAttempt, ...], int]]:
-    """Each step's latest `per_step` ended attempts, newest first, and its total."""
-    table = STEP_ATTEMPTS
-    newest = (table.c.generation.desc(), table.c.attempt.desc())
-    ranked = (
-        select(
-            *table.c,
-            func.row_number().over(partition_by=table.c.step, order_by=newest).label("rank"),
-            func.count().over(partition_by=table.c.step).label("total"),
-        )
-        .where(table.c.run_id == run_id)
-        .subquery()
-    )
-    rows = conn.execute(
-        select(ranked).where(ranked.c.rank <= per_step).order_by(ranked.c.step, ranked.c.rank)
-    ).mappings()
+def _recent_attempts_of(rows: Any) -> dict[str, tuple[tuple[StepAttempt, ...], int]]:
+    """Each step's latest ended attempts, newest first, and its total, from the rows of
+    `_RECENT_ATTEMPTS`."""
     found: dict[str, tuple[list[StepAttempt], int]] = {}
     for row in rows:
         attempts, _ = found.setdefault(row["step"], ([], int(row["total"])))
