@@ -35,6 +35,7 @@ EXPECTED = {
     "DeploymentState",
     "HoldState",
     "Lease",
+    "ListedRun",
     "MigrationResult",
     "NewRun",
     "NextInstants",

@@ -56,7 +56,13 @@ from coordinator_core.shell.store.schema import (
 )
 from coordinator_core.shell.store.transactor import Transactor
 
-__all__ = ["ATTEMPTS_PER_STEP", "RunReads", "hold_state_txn", "snapshot_txn", "unsettled_txn"]
+__all__ = [
+    "ATTEMPTS_PER_STEP",
+    "RunReads",
+    "hold_state_txn",
+    "locked_snapshot_txn",
+    "unsettled_txn",
+]
 
 _SWEEPABLE: Final = ("running", "attention", "cancel-requested")
 ATTEMPTS_PER_STEP: Final = 10
@@ -473,12 +479,12 @@ _DEFINITION: Final = Prepared(
 _CONTROL_ROW: Final = Prepared(select(CONTROL))
 
 
-def snapshot_txn(
-    conn: Connection, control: ControlRow, run_id: uuid.UUID, *, lock_run: bool
+def locked_snapshot_txn(
+    conn: Connection, control: ControlRow, run_id: uuid.UUID
 ) -> RunSnapshot | None:
-    """The run `run_id` (locked `FOR UPDATE` with `lock_run`) and its records, read in the
-    calling transaction; None when there is no such run."""
-    run = (_RUN_LOCKED if lock_run else _RUN_READ).first(conn, {"run_id": run_id})
+    """The run `run_id`, locked `FOR UPDATE`, and its records, read in the calling (write)
+    transaction; None when there is no such run."""
+    run = _RUN_LOCKED.first(conn, {"run_id": run_id})
     if run is None:
         return None
     steps = STEPS_OF.rows(conn, {"run_id": run_id})

@@ -40,7 +40,7 @@ from coordinator_core.shell.store.invariants import (
     new_token,
 )
 from coordinator_core.shell.store.queries import among, claimable, fixed
-from coordinator_core.shell.store.reads import STEPS_OF, snapshot_txn, unsettled_txn
+from coordinator_core.shell.store.reads import STEPS_OF, locked_snapshot_txn, unsettled_txn
 from coordinator_core.shell.store.records import (
     AdmissionResult,
     Claim,
@@ -399,7 +399,7 @@ class RunWrites:
             taken = _TOUCH_OVERDUE.first(conn, {"now": now})
         if taken is None:
             return False
-        snapshot = snapshot_txn(conn, control, taken["run_id"], lock_run=True)
+        snapshot = locked_snapshot_txn(conn, control, taken["run_id"])
         if snapshot is None:  # pragma: no cover - records belong to runs (foreign key)
             return False
         # A lapsed record the engine does not recover stays taken over until its new lease
@@ -625,7 +625,7 @@ def lock_run_txn(conn: Connection, control: ControlRow, run_id: uuid.UUID) -> Ru
         conn.execute(
             lock_rows(select(STEPS.c.step).where(STEPS.c.run_id == run_id, STEPS.c.step == current))
         )
-        snapshot = snapshot_txn(conn, control, run_id, lock_run=True)
+        snapshot = locked_snapshot_txn(conn, control, run_id)
         if snapshot is None or snapshot.run.state.current_step == current:
             return snapshot
     raise store_unavailable()  # pragma: no cover - the current step moved on repeatedly
