@@ -8,10 +8,11 @@ references known by then (for a command, queued at once and made durable by the 
 command's first commit, in that transaction's fsync: `commits_after`). Leaving the bracket
 writes the response entry: `accepted` on success, `refused` with the code on a 4xx problem,
 `unknown` on a 5xx or an unexpected failure. A refusal raised before `begin()` writes both
-entries then, so that every request past authentication is journaled. `act` runs the request entry, the service call and its response entry in one worker
-thread: an append that waits for its fsync blocks, and one hop off the event loop instead of
-three keeps a command's answer from queuing three times behind the worker loops; a command's
-two entries and its transaction's own then take two fsyncs, not three.
+entries then, so that every request past authentication is journaled. `act` runs the request
+entry, the service call and its response entry in one worker thread: an append that waits for
+its fsync blocks, and one hop off the event loop instead of three keeps a command's answer from
+queuing three times behind the worker loops; a command's two entries and its transaction's own
+then take two fsyncs, not three.
 
 A failed request entry answers `503 coordinator.command.audit-unavailable` (nothing changed); a
 failed response entry after `begin()` answers `503 coordinator.command.audit-response-unavailable`

@@ -133,13 +133,7 @@ class RunReads:
         control, run, steps = self._tx.read_at_once(
             "get-run-snapshot", (_CONTROL_ROW, {}), (_RUN_READ, key), (STEPS_OF, key)
         )
-        if not control:
-            raise refuse("coordinator.deployment.schema-mismatch")
-        if not run:
-            return None
-        return RunSnapshot(
-            control_of(control[0]), run_of(run[0]), tuple(step_of(step) for step in steps)
-        )
+        return _snapshot_of(control, run, steps)
 
     def list_runs(
         self,
@@ -212,14 +206,8 @@ class RunReads:
             (STEPS_OF, key),
             (_RECENT_ATTEMPTS, key | {"per_step": per_step}),
         )
-        if not control:
-            raise refuse("coordinator.deployment.schema-mismatch")
-        if not run:
-            return None
-        snapshot = RunSnapshot(
-            control_of(control[0]), run_of(run[0]), tuple(step_of(step) for step in steps)
-        )
-        return snapshot, _recent_attempts_of(attempts)
+        snapshot = _snapshot_of(control, run, steps)
+        return None if snapshot is None else (snapshot, _recent_attempts_of(attempts))
 
     def recent_attempts(
         self, run_id: uuid.UUID, per_step: int = ATTEMPTS_PER_STEP
@@ -514,6 +502,20 @@ def unsettled_txn(conn: Connection, now: Instant) -> frozenset[tuple[str, str]]:
         .exists()
     )
     return frozenset((str(row[0]), str(row[1])) for row in conn.execute(pairs))
+
+
+def _snapshot_of(
+    control: list[dict[str, Any]], run: list[dict[str, Any]], steps: list[dict[str, Any]]
+) -> RunSnapshot | None:
+    """A run's snapshot from the rows of `_CONTROL_ROW`, `_RUN_READ` and `STEPS_OF` read in one
+    transaction; None when the run is absent; `schema-mismatch` without a control row."""
+    if not control:
+        raise refuse("coordinator.deployment.schema-mismatch")
+    if not run:
+        return None
+    return RunSnapshot(
+        control_of(control[0]), run_of(run[0]), tuple(step_of(step) for step in steps)
+    )
 
 
 def _recent_attempts_of(rows: Any) -> dict[str, tuple[tuple[StepAttempt, ...], int]]:
