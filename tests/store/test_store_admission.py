@@ -111,6 +111,10 @@ def test_input_problem_and_live_binding_conflict_are_refused_after_the_replay_ch
     # that are not settled, before refusing
     assert seen == [frozenset({(DEFINITION, BINDING)})] * 2
     assert not store.writes.admit(admission("k2", bindings_ok=conflict), T0).created  # replay first
+    # a refusal rolls back the run's row, inserted with the admission lock's read: the same keys
+    # admit a run afterwards
+    assert store.writes.admit(admission("k1"), T0).created
+    assert store.writes.admit(admission("k3"), T0).created
 
 
 def test_admission_is_refused_when_another_package_is_active(

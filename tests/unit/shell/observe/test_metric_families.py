@@ -13,7 +13,7 @@ import pytest
 
 from coordinator_core.shell.observe import metrics
 from coordinator_core.shell.runtime import process
-from coordinator_core.shell.runtime.service_log import JsonLineHandler, ServiceLog, keyed
+from coordinator_core.shell.runtime.service_log import JsonLineHandler, ServiceLog, install, keyed
 
 REF = "hmac-sha256:" + "ab" * 32
 
@@ -119,3 +119,34 @@ def test_a_bad_metrics_bind_is_a_usage_error_that_does_not_echo_it() -> None:
     assert code == process.EXIT_USAGE
     assert "canary" not in stream.getvalue()
     assert "coordinator.cli.usage" in stream.getvalue()
+
+
+def test_installed_log_makes_no_record_of_a_library_below_warning_and_keeps_our_own() -> None:
+    root = logging.getLogger()
+    kept_handlers, kept_level = list(root.handlers), root.level
+    own = logging.getLogger("coordinator_api")
+    kept_own = own.level
+    stream = io.StringIO()
+    try:
+        install(ServiceLog(stream))
+        library = logging.getLogger("connexion.middleware.request_validation")
+        assert not library.isEnabledFor(logging.INFO)  # the record is never made
+        library.info("Skipping validation.")
+        library.warning("A library's warning.")
+        logging.getLogger("coordinator_api.access").info("access token refused")
+    finally:
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in kept_handlers:
+            root.addHandler(handler)
+        root.setLevel(kept_level)
+        own.setLevel(kept_own)
+        logging.getLogger("coordinator").setLevel(logging.NOTSET)
+        logging.getLogger("coordinator_core").setLevel(logging.NOTSET)
+        logging.getLogger("uvicorn.access").disabled = False
+        logging.captureWarnings(False)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(line["level"], line["message"]) for line in lines] == [
+        ("warning", "A library's warning."),
+        ("info", "access token refused"),
+    ]

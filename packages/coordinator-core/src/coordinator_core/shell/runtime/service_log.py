@@ -130,12 +130,17 @@ class JsonLineHandler(logging.Handler):
 
 
 def install(log: ServiceLog, *, level: int = logging.INFO) -> None:
-    """Send every `logging` record through `log` (and nowhere else)."""
+    """Send every `logging` record through `log` (and nowhere else). Our own loggers log from
+    `level`; every other logger from WARNING, the least the handler passes on for them, so
+    that a library's INFO record (Connexion writes one per request with a body) is not even
+    made."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
     root.addHandler(JsonLineHandler(log))
-    root.setLevel(level)
+    root.setLevel(max(level, logging.WARNING))
+    for name in _OWN_LOGGERS:
+        logging.getLogger(name).setLevel(level)
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "connexion"):
         library = logging.getLogger(name)
         library.handlers.clear()

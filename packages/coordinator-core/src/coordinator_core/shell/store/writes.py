@@ -154,11 +154,20 @@ class RunWrites:
         ):
             raise StoreInvariantError("A new run is running, with nothing requested of it.")
         tx = self._tx
+        stored = evolve(run, snapshot=None, payload_erased_at=None, updated_at=now)
 
         def work(conn: Connection) -> AdmissionResult:
-            # The admission lock, the store check and the live pairs: one round trip on
-            # PostgreSQL (the pairs are read even when a check below refuses: a few rows).
-            control_rows, pair_rows = read_together(conn, (_CONTROL_SHARED, {}), (_LIVE_PAIRS, {}))
+            # The admission lock, the live pairs and the run's own row: one round trip on
+            # PostgreSQL. The row is inserted before the checks below have read the lock's
+            # row, in the order the statements run (the lock first); a check that refuses
+            # rolls the insert back with the rest of the transaction. An existing start
+            # identity inserts nothing (ON CONFLICT DO NOTHING answers no row).
+            control_rows, pair_rows, inserted_rows = read_together(
+                conn,
+                (_CONTROL_SHARED, {}),
+                (_LIVE_PAIRS, {}),
+                (_INSERT_RUN[tx.location.kind], run_values(stored)),
+            )
             control = tx.verified(control_rows[0] if control_rows else None)
             if not tx.serves_active_package(control):
                 raise refuse("coordinator.command.activation-changed")
@@ -166,9 +175,12 @@ class RunWrites:
                 raise refuse("coordinator.command.restore-admissions-held")
             if control.restore_hold:
                 raise refuse("coordinator.command.restore-hold")
-            # An existing start identity is answered before every check below. The common
-            # case has none, so it is looked up first only when a check would refuse; then
-            # the run's own INSERT finds it (ON CONFLICT DO NOTHING answers no row).
+            # An existing start identity is answered before every check below: the run
+            # inserted nothing, and that run is read.
+            if not inserted_rows:
+                replay = _replay_txn(conn, admission)
+                assert replay is not None
+                return replay
             refusal: Exception | None = None
             if (
                 admission.expected_revision is not None
@@ -189,16 +201,7 @@ class RunWrites:
             ):
                 refusal = refuse("coordinator.command.live-binding-conflict")
             if refusal is not None:
-                replay = _replay_txn(conn, admission)
-                if replay is not None:
-                    return replay
-                raise refusal
-            stored = evolve(run, snapshot=None, payload_erased_at=None, updated_at=now)
-            inserted = _INSERT_RUN[tx.location.kind].first(conn, run_values(stored))
-            if inserted is None:  # the start identity exists: answer that run
-                replay = _replay_txn(conn, admission)
-                assert replay is not None
-                return replay
+                raise refusal  # the run's row goes with the rolled-back transaction
             # The inserts answer nothing: on PostgreSQL they go in one round trip.
             with pipelined(conn):
                 pair = (run.definition_digest, run.binding_digest)
