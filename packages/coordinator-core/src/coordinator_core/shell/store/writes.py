@@ -127,10 +127,12 @@ class RunWrites:
         (`restore-hold`); an existing start identity answers that run when the input digest is
         the same (a replay, tombstones included) and `idempotency.key-reused` otherwise; the
         expected revision is the active one (`admission.revision-mismatch`); the caller's input
-        problem; the live-binding check (`command.live-binding-conflict`); then the run and its
-        start record are inserted together. Concurrent admissions of one start identity resolve
-        to one run. Without `announce` the other processes are not notified (an idle loop of
-        this one takes the run)."""
+        problem; the live-binding check (`command.live-binding-conflict`); then the run's
+        records are inserted. The run's own row is inserted with the lock's read (one round
+        trip), which is how an existing start identity is found; a check that refuses rolls it
+        back. Concurrent admissions of one start identity resolve to one run. Without
+        `announce` the other processes are not notified (an idle loop of this one takes the
+        run)."""
         run, steps = admission.run, admission.steps
         names = {stored.step for stored in steps}
         leased = [stored for stored in steps if stored.record.state == "leased"]
