@@ -105,7 +105,8 @@ def _read_all(client: socket.socket) -> bytes:
 
 
 def _read_answer(client: socket.socket) -> bytes:
-    """One answer with a Content-Length body (the connection stays open)."""
+    """One answer with a Content-Length body (the connection stays open), and whatever of the
+    next answer the same reads brought."""
     received = b""
     while b"\r\n\r\n" not in received:
         chunk = client.recv(65_536)
@@ -118,8 +119,10 @@ def _read_answer(client: socket.socket) -> bytes:
         if line.lower().startswith(b"content-length:")
     )
     while len(body) < length:
-        body += client.recv(65_536)
-    return received
+        chunk = client.recv(65_536)
+        assert chunk, received + body
+        body += chunk
+    return head + b"\r\n\r\n" + body  # with what came after the body in the same reads
 
 
 def _request(filler: int, *, body: bytes = b"") -> bytes:
