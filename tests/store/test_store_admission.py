@@ -82,8 +82,12 @@ def test_replay_is_answered_even_after_the_revision_changed(store: Store) -> Non
 
 
 def test_holds_refuse_admissions_in_order(store: Store) -> None:
+    admit(store, "k0")
     store.operator.set_restore_hold(T0, lambda _snapshot: None)
     assert _refusal(store, "k1") == "coordinator.command.restore-admissions-held"
+    # the holds come before the replay of an existing start identity (whose row the
+    # admission's first round trip finds)
+    assert _refusal(store, "k0") == "coordinator.command.restore-admissions-held"
     store.operator.release_restore_hold("evidence")
     assert _refusal(store, "k1") == "coordinator.command.restore-admissions-held"
     store.operator.release_admission_hold(

@@ -518,7 +518,9 @@ def _snapshot_of(
     )
 
 
-def _recent_attempts_of(rows: Any) -> dict[str, tuple[tuple[StepAttempt, ...], int]]:
+def _recent_attempts_of(
+    rows: list[dict[str, Any]],
+) -> dict[str, tuple[tuple[StepAttempt, ...], int]]:
     """Each step's latest ended attempts, newest first, and its total, from the rows of
     `_RECENT_ATTEMPTS`."""
     found: dict[str, tuple[list[StepAttempt], int]] = {}
