@@ -53,7 +53,10 @@ DETECTIONS = (
     "coordinator.audit.journal-truncated",
     "coordinator.audit.journal-altered",
 )
-BOUNDARIES = ("after-claim", "after-freeze", "after-pre-send", "after-finish", "mid-continuation")
+BOUNDARIES = (
+    "after-claim", "after-freeze", "after-pre-send", "after-finish", "mid-continuation",
+    "after-finish-claim",
+)  # fmt: skip
 START_TIMEOUT = 60.0
 SETTLE_TIMEOUT = 180.0
 

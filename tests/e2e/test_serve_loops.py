@@ -111,7 +111,9 @@ class _Worker:
         self.ticks = 0
         self.wakeup = Wakeup()
 
-    def tick(self) -> bool:
+    holding = False
+
+    def tick(self, *, seen: int | None = None) -> bool:
         self.ticks += 1
         if not self.outcomes:
             self.shutdown.request()
@@ -123,6 +125,9 @@ class _Worker:
 
     def rests(self, seen: int) -> bool:
         return False
+
+    def stop(self) -> None:
+        pass
 
 
 def _unavailable() -> CoordinatorError:
@@ -160,11 +165,16 @@ class _LoopOf:
     def __init__(self, store: _SharedStore, loop: int, wakeup: Wakeup) -> None:
         self.store, self.loop, self.wakeup = store, loop, wakeup
 
-    def tick(self) -> bool:
+    holding = False
+
+    def tick(self, *, seen: int | None = None) -> bool:
         return self.store.tick(self.loop)
 
     def rests(self, seen: int) -> bool:
         return False
+
+    def stop(self) -> None:
+        pass
 
 
 def _until(condition: Callable[[], bool], what: str) -> None:

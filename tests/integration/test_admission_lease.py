@@ -191,5 +191,9 @@ def test_a_loop_rests_after_its_handed_run_unless_another_became_claimable(
     assert worker.tick() and not worker.rests(seen)
     finished_once(deployed, second)
     assert worker.tick()  # the loop claims the third run at once
-    assert not worker.rests(wakeup.generation)  # claimed, not handed: the loop looks again
+    # its finish looked for the next claim in the same transaction (07 §7.7 item 8) and
+    # found none, so the loop rests; a ring since then makes it look again
+    assert worker.rests(wakeup.generation)
+    wakeup.ring()
+    assert not worker.rests(wakeup.generation - 1)
     finished_once(deployed, third)

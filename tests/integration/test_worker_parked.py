@@ -117,9 +117,12 @@ def test_a_claim_that_finds_a_parked_wait_due_has_the_next_tick_fire_the_others(
             count += wait is not None and wait.record.state == "delivered"
         return count
 
-    assert worker.tick(later)  # one wait claimed as usual, carried on through its read
-    assert delivered() == 1
-    assert worker.tick(later)  # the other three in one batch, then one claim
+    # one wait claimed as usual, carried on through its read; its finish claimed the next
+    # due wait in the same transaction (07 §7.7 item 8), for the loop's next tick
+    assert worker.tick(later)
+    assert delivered() == 2
+    assert worker.holding
+    assert worker.tick(later)  # the other two in one batch, then the claimed run worked
     assert delivered() == 4
 
 

@@ -51,4 +51,5 @@ def test_unknown_names_and_counts_arm_nothing() -> None:
 def test_every_failpoint_is_a_boundary_the_chaos_suite_names() -> None:
     assert failpoints.FAILPOINTS == (
         "after-claim", "after-freeze", "after-pre-send", "after-finish", "mid-continuation",
+        "after-finish-claim",
     )  # fmt: skip

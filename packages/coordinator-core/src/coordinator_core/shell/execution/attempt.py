@@ -417,15 +417,33 @@ class TickRun:
         return write_of(ports.sealer, snapshot, previous, state, now)
 
 
+def _claim_of(run: TickRun, snapshot: RunSnapshot, *, now: Instant) -> RunWrite | None:
+    return run.claim(snapshot, now)
+
+
 class RecordAttempt:
     """The work of one leased record, from the I/O its claim asked for to the transaction
-    that ends it; answers the claim the loop goes on with (a continuation), or None."""
+    that ends it; answers the claim the loop goes on with (a continuation), or None.
 
-    def __init__(self, run: TickRun, claim: Claim, deadline: float) -> None:
+    `then` is asked at the finish for the run the loop would claim next, if any: a finish
+    that carries nothing on then makes that claim in its own transaction (07 §7.7 item 8,
+    `RunWrites.complete_step`), and `followed` is that run with its claim, for the loop to
+    work next; `probed` says a finish looked and found nothing claimable."""
+
+    def __init__(
+        self,
+        run: TickRun,
+        claim: Claim,
+        deadline: float,
+        then: Callable[[], TickRun | None] | None = None,
+    ) -> None:
         self.run = run
         self.ports = run.ports
         self.claim = claim
         self.deadline = deadline
+        self.then = then
+        self.followed: tuple[TickRun, Written] | None = None
+        self.probed = False
         assert run.state is not None
         record = run.state.record(claim.step)
         assert record is not None
@@ -482,12 +500,27 @@ class RecordAttempt:
             )
 
         if persistence == "finish":
-            written = writes.complete_step(self.claim, now, decide, self.ports.lease_seconds)
+            follow = None if self.then is None else self.then()
+            written = writes.complete_step(
+                self.claim,
+                now,
+                decide,
+                self.ports.lease_seconds,
+                then=None if follow is None else functools.partial(_claim_of, follow, now=now),
+            )
         else:
+            follow = None
             written = writes.record_step_progress(self.claim, now, decide)
         run.adopt(written, now)
         held = written.claim
+        if follow is not None and held is None:
+            self.probed = written.then is None
+            if written.then is not None:
+                follow.adopt(written.then, now)
+                self.followed = (follow, written.then)
         failpoints.reach(_boundary(persistence, run.decided, held))
+        if self.followed is not None:
+            failpoints.reach("after-finish-claim")
         if held is not None and held.step == step and held.lease == self.claim.lease:
             self.claim = held
             assert run.state is not None

@@ -97,13 +97,32 @@ class Worker:
         self._budget = attempt_budget_seconds
         self.events = events
         self._handed = False  # the last tick worked a run an admission handed over
+        self._probed = False  # the last tick's finish looked for a next claim: none
+        self._seen = 0  # the wake-up's generation when the tick began
+        self._followed: tuple[TickRun, Claim] | None = None  # claimed by the last finish
+        self._stopping = False
 
     def rests(self, seen: int) -> bool:
         """Whether the loop, after this tick, waits for a ring instead of ticking again:
-        the tick worked the run an admission handed it, and the process knows of nothing
-        claimable since it read `seen` (`Wakeup.rests`). Saves the claim transaction that
-        would find nothing: at one run at a time, one per run."""
-        return self._handed and self.wakeup.rests(seen, self.ports.clock())
+        the tick worked the run an admission handed it, or its last finish looked for a
+        claimable record and found none, and the process knows of nothing claimable since
+        it read `seen` (`Wakeup.rests`). Saves the claim transaction that would find
+        nothing: at one run at a time, one per run."""
+        return (
+            (self._handed or self._probed)
+            and self._followed is None
+            and self.wakeup.rests(seen, self.ports.clock())
+        )
+
+    @property
+    def holding(self) -> bool:
+        """Whether the last tick's finish claimed a record this loop works next (its lease
+        is live): the loop works it even when the process is stopping."""
+        return self._followed is not None
+
+    def stop(self) -> None:
+        """The process is stopping: no finish claims another run any more."""
+        self._stopping = True
 
     @property
     def wakeup(self) -> Wakeup:
@@ -112,7 +131,7 @@ class Worker:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def tick(self, now: Instant | None = None) -> bool:
+    def tick(self, now: Instant | None = None, *, seen: int | None = None) -> bool:
         """Process one claimed step record — and, where 07 §7.7 lets the run go on at once,
         the records that follow it; False when nothing was claimable (idle).
 
@@ -122,10 +141,14 @@ class Worker:
         lapsed, then a batch of due waits when a claim found one (`fire_due_waits`). A tick
         that finds nothing looks ahead when what the process knows may be out of date
         (`Wakeup.looks_ahead`): the poller then sleeps until the store can next have work
-        (`Wakeup.learn`)."""
+        (`Wakeup.learn`). `seen` is the wake-up's generation the loop read before the tick
+        (by default, read now): a finish of a handed run claims nothing more unless
+        something rang since (`_then`)."""
         ports = self.ports
         clock: Callable[[], Instant] = ports.clock if now is None else (lambda: now)
         wakeup = self.wakeup
+        self._seen = wakeup.generation if seen is None else seen
+        self._probed = False
         handed = wakeup.take_handed()
         self._handed = handed is not None
         if handed is not None:  # an admission of this process claimed a run for this loop
@@ -139,6 +162,16 @@ class Worker:
             fired = self.fire_due_waits(claim_now) if wakeup.take_fire() else 0
             if fired >= FIRE_BATCH:
                 return True  # more waits may be due: they go first, the claims after them
+            followed = self._followed
+        except BaseException:
+            wakeup.forget()
+            raise
+        if followed is not None:  # the last finish claimed this run's record for this loop
+            self._followed = None
+            began_ns = tracing.now_ns() if tracing.enabled() else 0
+            self._traced(*followed, time.monotonic(), began_ns, None)
+            return True
+        try:
             since = wakeup.scheduled
             started = time.monotonic()
             traced = tracing.enabled()
@@ -207,9 +240,12 @@ class Worker:
             while claim is not None:
                 held = claim
                 records += 1
-                attempt = RecordAttempt(run, held, started + self._budget)
+                attempt = RecordAttempt(run, held, started + self._budget, self._then(run))
                 try:
                     claim = attempt.go()
+                    if attempt.followed is not None and attempt.followed[1].claim is not None:
+                        self._followed = (attempt.followed[0], attempt.followed[1].claim)
+                    self._probed = attempt.probed
                 except StaleLease:
                     logger.info("worker attempt discarded: lease-stale")
                     claim = None
@@ -229,6 +265,21 @@ class Worker:
             self.wakeup.forget()
             raise
         return records
+
+    def _then(self, run: TickRun) -> Callable[[], TickRun | None]:
+        """What a finish asks before it carries nothing on: the run this loop would claim
+        next (fresh, with the tick's ports), or None when the loop would not claim — the
+        process is stopping, or this tick worked a run an admission handed it and nothing
+        claimable is known since it began (`rests`: the loop then waits for a ring)."""
+
+        def then() -> TickRun | None:
+            if self._stopping:
+                return None
+            if self._handed and self.wakeup.rests(self._seen, run.ports.clock()):
+                return None
+            return TickRun(run.ports)
+
+        return then
 
     # -- waits due in batches ------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ FAILPOINTS: Final = (
     "after-pre-send",  # the pre-send fence committed `dispatched` and its proof is journaled
     "after-finish",  # the finish transaction committed
     "mid-continuation",  # a finish committed that carried the run on to a leased next record
+    "after-finish-claim",  # a finish committed that also claimed another run's record
 )
 _VARIABLE: Final = "COORDINATOR_FAILPOINTS"
 

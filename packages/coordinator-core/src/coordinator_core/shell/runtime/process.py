@@ -133,9 +133,14 @@ class Ticking(Protocol):
 
     wakeup: Wakeup
 
-    def tick(self) -> bool: ...
+    def tick(self, *, seen: int | None = None) -> bool: ...
 
     def rests(self, seen: int) -> bool: ...
+
+    @property
+    def holding(self) -> bool: ...
+
+    def stop(self) -> None: ...
 
 
 # -- the command line ---------------------------------------------------------------------------
@@ -560,7 +565,8 @@ def worker_loop(
     """07 §7.1 with 09 §5 step 7: tick; when idle wait for a wake-up (an admission or re-arm
     in this process, a notification from another) or, as the process's one poller, until the
     store can next have work (at least `poll_ms`, `Wakeup.idle`); stop claiming once the
-    process is stopping (the in-flight tick finishes first).
+    process is stopping (the in-flight tick finishes first, and the record its last finish
+    claimed for the loop, if any, is worked too).
 
     A tick that fails waits out a backoff (`Backoff`, interrupted by a stop) before the next.
     One that cannot reach the store is reported to `outage` (which logs the loss and the
@@ -569,6 +575,7 @@ def worker_loop(
     pause = poll_ms / 1000
     outage = outage or StoreOutage(log)
     backoff = Backoff()
+    shutdown.on_stop.append(worker.stop)
     shutdown.on_stop.append(worker.wakeup.ring_all)
     state = metrics.LoopState()
     try:
@@ -586,15 +593,16 @@ def _worker_ticks(
     backoff: Backoff,
     state: metrics.LoopState,
 ) -> None:
-    """`worker_loop`'s loop, moving `state` (`coordinator_worker_loops`) as it goes."""
+    """`worker_loop`'s loop, moving `state` (`coordinator_worker_loops`) as it goes. A loop
+    whose last finish claimed a record for it works that record before it stops."""
     polled = False
     streak = 0  # ticks in a row that found work since the loop last waited
-    while not shutdown.stop.is_set():
+    while not shutdown.stop.is_set() or worker.holding:
         seen = worker.wakeup.generation
         began = time.monotonic()
         state.enter("working")
         try:
-            worked = worker.tick()
+            worked = worker.tick(seen=seen)
         except CoordinatorError as error:
             if error.diagnostic.code == _STORE_RESTORED:
                 # Its connections reached another database (a promoted standby, a file put
@@ -606,12 +614,16 @@ def _worker_ticks(
                 outage.lost(began)
             else:
                 log.emit("warning", error.diagnostic.code, error.diagnostic.effective_message)
+            if shutdown.stop.is_set():
+                return  # stopping: a claim the loop still holds is left to its lease
             streak, polled = 0, False
             state.enter("backoff")
             shutdown.stop.wait(backoff.next())
             continue
         except Exception:
             log.emit("error", _WORKER_UNAVAILABLE, "A worker tick failed unexpectedly.")
+            if shutdown.stop.is_set():
+                return  # stopping: a claim the loop still holds is left to its lease
             streak, polled = 0, False
             state.enter("backoff")
             shutdown.stop.wait(backoff.next())

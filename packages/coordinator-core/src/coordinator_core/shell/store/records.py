@@ -285,10 +285,13 @@ class Written:
     """What a worker transaction wrote: the run as it now stands (computed from what was
     written, not read back) and the claim on the record the write leaves leased for the
     caller (the same fence after a mid-attempt fence, a new one after a claim or a
-    continuation), or None when the attempt ended and the run was not carried on."""
+    continuation), or None when the attempt ended and the run was not carried on. `then` is
+    what a finish transaction that carried nothing on also claimed of another run for the
+    same loop (`RunWrites.complete_step`, 07 §7.7 item 8), as a claim transaction answers it."""
 
     snapshot: RunSnapshot
     claim: Claim | None
+    then: Written | None = None
 
 
 @dataclass(frozen=True, slots=True)

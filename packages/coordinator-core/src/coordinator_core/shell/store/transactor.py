@@ -259,6 +259,24 @@ class Transactor:
         savepoint.commit()
         return _Done(result=result)
 
+    def unless_raised(self, work: Callable[[], T], purpose: str) -> T | None:
+        """Inside a transaction, a part of it that may fail alone: `work`'s result, or None
+        when it raised anything but a driver error (which fails the transaction) — its notes
+        are then dropped, and the failure logged by type. Only for work that raises before
+        it writes (its decisions and invariant checks come first), so that nothing of it
+        remains to roll back."""
+        items: list[Committed] | None = getattr(self._notes, "items", None)
+        kept = len(items) if items is not None else 0
+        try:
+            return work()
+        except sa_exc.DBAPIError:
+            raise
+        except Exception as error:
+            if items is not None:
+                del items[kept:]
+            logger.warning("store %s dropped: %s", purpose, type(error).__name__)
+            return None
+
     # -- observers ------------------------------------------------------------------------------
 
     def observe(self, observer: Callable[[Sequence[Committed]], None] | None) -> None:

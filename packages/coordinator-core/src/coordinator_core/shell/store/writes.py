@@ -292,25 +292,31 @@ class RunWrites:
         4. the store writes what the engine decided and gives the record it leased a new
            random token and `lease_seconds` of lease.
         """
-        tx = self._tx
         grant = _Grant(worker_id, now + lease_seconds * 1000)
+        return self._tx.transact(
+            "claim-due-step",
+            lambda conn: self._claim_txn(conn, now, grant, decide),
+            batch=True,
+        )
 
-        def work(conn: Connection) -> Written | None:
-            due = _DUE.first(conn, {"now": now})
-            if due is None:
-                return None  # nothing claimed, so no gate applies (an idle poll is one query)
-            control = tx.verified(due, prefix="c_")
-            if not tx.may_claim(control):
-                return None
-            run = run_of(due)
-            steps = STEPS_OF.rows(conn, {"run_id": run.run_id})
-            snapshot = RunSnapshot(control, run, tuple(step_of(step) for step in steps))
-            write = decide(snapshot)
-            if write is None:
-                return None
-            return apply_txn(tx, conn, snapshot, write, now, grant=grant)
-
-        return tx.transact("claim-due-step", work, batch=True)
+    def _claim_txn(
+        self, conn: Connection, now: Instant, grant: _Grant, decide: Decide
+    ) -> Written | None:
+        """Steps 1–4 of `claim_due_step` inside the calling transaction."""
+        tx = self._tx
+        due = _DUE.first(conn, {"now": now})
+        if due is None:
+            return None  # nothing claimed, so no gate applies (an idle poll is one query)
+        control = tx.verified(due, prefix="c_")
+        if not tx.may_claim(control):
+            return None
+        run = run_of(due)
+        steps = STEPS_OF.rows(conn, {"run_id": run.run_id})
+        snapshot = RunSnapshot(control, run, tuple(step_of(step) for step in steps))
+        write = decide(snapshot)
+        if write is None:
+            return None
+        return apply_txn(tx, conn, snapshot, write, now, grant=grant)
 
     def fire_due_waits(
         self, now: Instant, decide: DecideEach, *, limit: int = FIRE_BATCH
@@ -438,6 +444,8 @@ class RunWrites:
         now: Instant,
         decide: Decide,
         lease_seconds: int = LEASE_SECONDS,
+        *,
+        then: Decide | None = None,
     ) -> Written:
         """The finish transaction (07 §7.2): commits `decide`'s write (record outcome, run
         status, next record of §5.1) only if (run, step, generation, attempt, lease token)
@@ -446,7 +454,15 @@ class RunWrites:
 
         The write may carry the run on (07 §7.7 item 1): when it leaves the run's next record
         leased, that record gets a fresh lease for the same owner and `Written.claim` is the
-        claim the loop goes on with, without a claim transaction."""
+        claim the loop goes on with, without a claim transaction.
+
+        When it carries nothing on and `then` is given, the same transaction also makes the
+        loop's next claim (07 §7.7 item 8: two runs' transactions in one commit, each fenced
+        by its own locks): the first claimable record of any run, exactly as
+        `claim_due_step` selects, locks and writes it with `then` as its decision, answered
+        as `Written.then`. What that claim raises before it writes (a run whose data does not
+        read, an invariant) drops the claim alone, never the finish: the record stays
+        pending for a claim transaction of its own."""
         tx = self._tx
         grant = _Grant(claim.lease.owner, now + lease_seconds * 1000)
 
@@ -455,7 +471,7 @@ class RunWrites:
             write = decide(snapshot)
             if write is None:
                 return Written(snapshot, None)
-            return apply_txn(
+            written = apply_txn(
                 tx,
                 conn,
                 snapshot,
@@ -463,6 +479,12 @@ class RunWrites:
                 now,
                 grant=grant if tx.may_claim(snapshot.control) else None,
             )
+            if then is None or written.claim is not None:
+                return written
+            follow = tx.unless_raised(
+                lambda: self._claim_txn(conn, now, grant, then), "finish-claim"
+            )
+            return written if follow is None else Written(written.snapshot, None, follow)
 
         return tx.transact("complete-step", work, batch=True)
 
