@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from integration_support import CALLER, Deployed, run_input
+from test_admission_lease import admit_taken
 from test_worker_fused_crashes import (
     READ,
     Boundary,
@@ -96,6 +97,30 @@ def test_a_finish_claims_the_next_run_so_two_runs_take_five_transactions(
     finished_once(deployed, second)
     assert not worker.holding  # the last finish looked for another claim and found none
     assert not worker.tick()
+
+
+def test_a_loop_that_holds_a_claim_claims_no_other_until_it_worked_it(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run an admission hands the loop goes first; its finish claims nothing more while
+    the loop still holds the claim an earlier finish made (which would otherwise be lost to
+    its lease)."""
+    runs = _two(deployed)
+    worker = deployed.worker("holding")
+    assert worker.tick() and worker.holding
+    first, second = _split(deployed, runs)
+    third = deployed.admit(run_input())  # pending: waits for a claim
+    handed = admit_taken(deployed, monkeypatch)
+    monkeypatch.undo()
+    assert worker.tick()  # the handed run, whose finish claims nothing
+    finished_once(deployed, handed)
+    assert worker.holding
+    assert states(stored(deployed, third)) == {"due": ("pending", 1, 0)}
+    assert worker.tick()  # the claim it held, whose finish claims the third run
+    finished_once(deployed, second)
+    assert worker.holding and worker.tick()
+    for admitted in (first, third):
+        finished_once(deployed, admitted)
 
 
 def test_a_claim_the_finish_cannot_make_is_dropped_without_the_finish(

@@ -269,12 +269,13 @@ class Worker:
     def _then(self, run: TickRun) -> Callable[[], TickRun | None]:
         """What a finish asks before it carries nothing on: the run this loop would claim
         next (fresh, with the tick's ports), or None when the loop would not claim — the
-        process is stopping, or this tick worked a run an admission handed it and nothing
+        process is stopping, the loop holds a claim already (an admission's handed run was
+        worked first), or this tick worked a run an admission handed it and nothing
         claimable is known since it began (`rests`: the loop then waits for a ring)."""
 
         def then() -> TickRun | None:
-            if self._stopping:
-                return None
+            if self._stopping or self._followed is not None:
+                return None  # stopping, or holding a claim already (a handed run went first)
             if self._handed and self.wakeup.rests(self._seen, run.ports.clock()):
                 return None
             return TickRun(run.ports)
