@@ -27,7 +27,8 @@ configurations:
   eight threads with a connection each.
 
 Each service configuration is measured at concurrency 1 (admit a run, wait until the store
-shows it finished, admit the next) and 8 (eight admissions in flight, back to back). Every
+shows it finished, admit the next) and 8 (eight admissions in flight, back to back), or at the
+concurrencies `--concurrencies` names. Every
 window starts the configuration's processes afresh and stops them at its end, so that
 PostgreSQL's statistics of their sessions are flushed (a session reports its counters at
 most once a second while busy and within 10 s when idle, and always when it exits): the
@@ -1332,7 +1333,9 @@ def run_rounds(bench: Bench) -> Results:
     for configuration in warm_ups:
         bench.window(configuration, 1, bench.applications[:WARM_UP_RUNS])
     windows = [
-        (configuration, concurrency) for configuration in selected for concurrency in CONCURRENCIES
+        (configuration, concurrency)
+        for configuration in selected
+        for concurrency in arguments.concurrencies
     ]
     orders = round_orders(windows, arguments.rounds, arguments.order, arguments.seed)
     results: Results = {name: {} for name in selected}
@@ -1617,6 +1620,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"comma-separated subset of {','.join(CONFIGURATIONS)} (default all)",
     )
     parser.add_argument(
+        "--concurrencies",
+        default=",".join(str(c) for c in CONCURRENCIES),
+        help="comma-separated concurrencies of the windows (default 1,8; e.g. 1,8,32 to see "
+        "where the commits per finished run fall below 1)",
+    )
+    parser.add_argument(
         "--order",
         choices=("alternate", "shuffle"),
         default="alternate",
@@ -1702,6 +1711,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.seed is None:
         arguments.seed = random.SystemRandom().randrange(2**32)
     arguments.configurations = [part.strip() for part in arguments.configurations.split(",")]
+    try:
+        arguments.concurrencies = [int(part) for part in arguments.concurrencies.split(",")]
+    except ValueError:
+        arguments.concurrencies = []
+    if not arguments.concurrencies or min(arguments.concurrencies) < 1:
+        parser.error("--concurrencies takes positive whole numbers, comma-separated")
     unknown = set(arguments.configurations) - set(CONFIGURATIONS)
     if unknown or not arguments.configurations:
         parser.error(f"--configurations takes names of {', '.join(CONFIGURATIONS)}")
