@@ -9,6 +9,9 @@ its second token request; the first, the read's credential, goes through): the r
 but its finish never committed, and nothing of the notice exists in the store. When the read's
 lease lapses the restarted worker retries the read (T29: a read has no effect to guard) and
 carries the run on to send the notice once; the run finishes with exactly one message.
+
+The second test kills the worker at the failpoint right after a finish that also claimed the
+next run's first record (07 §7.7 item 8, `after-finish-claim`).
 """
 
 from __future__ import annotations
@@ -161,3 +164,66 @@ def test_a_worker_killed_before_the_read_finish_commit_is_taken_over_and_sends_t
     ]
     assert ['"outcome":"intent"' in line for line in lines] == [True, False]
     assert '"outcome":"committed"' in lines[1]
+
+
+def test_a_worker_killed_after_a_finish_that_claimed_the_next_run_sends_each_notice_once(
+    project: Project, postgres_url: str, postgres_role: Callable[[], str]
+) -> None:
+    """07 §7.7 item 8: the finish of one run's notice also claims the next run's first
+    record (its read leased, its request frozen) in the same commit. `coordinator worker`
+    with `COORDINATOR_FAILPOINTS=after-finish-claim=1` SIGKILLs itself right after that
+    commit: the first run is finished with its one message, the second run's read is leased
+    to the dead worker and nothing of it was sent. A restarted worker takes the read over
+    once its lease lapsed (T29) and finishes the second run with its one message."""
+    sandbox = project.start_sandbox()
+    namespace = _postgres_runtime(project, sandbox, postgres_url, postgres_role)
+    assert project.deploy_ctl("migrate")["status"] == "migrated"
+    assert project.deploy_ctl("apply", "--reference", "E2E-FOLD")["status"] == "applied"
+    service = project.start_service()
+    project.wait_healthy(service)
+    token = project.token_file()
+    due = datetime.now(UTC) + timedelta(seconds=2)
+    run_ids = []
+    for _ in range(2):
+        application = str(uuid.uuid4())
+        sandbox.seed_application(application)
+        created, body = project.api_start(token, application, uuid.uuid4().hex, due)
+        assert created == 201, body
+        run_ids.append(body["runId"])
+    assert project.processes.stop(service) == 0  # only the worker below works the runs
+
+    project.env["COORDINATOR_FAILPOINTS"] = "after-finish-claim=1"
+    worker = project.start_worker("worker-armed")
+    del project.env["COORDINATOR_FAILPOINTS"]
+    assert worker.wait(TIMEOUT) == -signal.SIGKILL, project.processes.log("worker-armed")
+
+    statuses = {run: _run_status(postgres_url, namespace, run) for run in run_ids}
+    assert sorted(statuses.values()) == ["finished", "running"], statuses
+    second = next(run for run, status in statuses.items() if status == "running")
+    read = _records(postgres_url, namespace, second)["read-application"]
+    assert (read["state"], read["attempt"], read["command_prepared"]) == ("leased", 1, True)
+    assert "notify" not in _records(postgres_url, namespace, second)
+    assert len(sandbox.received(READ)) == 1  # the first run's read only
+    assert len(sandbox.received(MESSAGING)) == 1
+
+    restarted = project.start_worker("worker-restarted")
+    wait_for(
+        lambda: _run_status(postgres_url, namespace, second) != "running",
+        TIMEOUT,
+        "the restarted worker to finish the second run",
+        0.25,
+    )
+    assert project.processes.stop(restarted) == 0, project.processes.log("worker-restarted")
+    assert _run_status(postgres_url, namespace, second) == "finished"
+    records = _records(postgres_url, namespace, second)
+    assert (records["read-application"]["state"], records["read-application"]["attempt"]) == (
+        "delivered",
+        2,
+    )
+    assert (records["notify"]["state"], records["notify"]["attempt"]) == ("delivered", 1)
+    assert len(sandbox.received(READ)) == 2
+    assert len(sandbox.received(MESSAGING)) == 2
+    assert len(sandbox.messages()) == 2
+    assert verify_directory(project.root / ".coordinator" / "audit").files >= 2
+    log = project.processes.log("worker-armed") + project.processes.log("worker-restarted")
+    assert "Traceback" not in log
