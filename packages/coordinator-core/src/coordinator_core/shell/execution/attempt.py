@@ -427,8 +427,8 @@ class RecordAttempt:
 
     `then` is asked at the finish for the run the loop would claim next, if any: a finish
     that carries nothing on then makes that claim in its own transaction (07 §7.7 item 8,
-    `RunWrites.complete_step`), and `followed` is that run with its claim, for the loop to
-    work next; `probed` says a finish looked and found nothing claimable."""
+    `RunWrites.complete_step`), and `followed` is that run with what its claim wrote, for
+    the loop to work next; `probed` says a finish looked and found nothing claimable."""
 
     def __init__(
         self,
