@@ -220,7 +220,9 @@ def _messaging(adapters: Adapters, sandbox: Sandbox) -> None:
 
 def _scheduling(adapters: Adapters, sandbox: Sandbox) -> None:
     policy = _call(adapters, _command("scheduling.read-scheduling/v1", "scheduling", {}))
-    start = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0)
+    # Two days ahead: tomorrow's slots are test_sandbox_scheduling's, on the same sandbox
+    # (booking tomorrow's first free slot took its 09:00 when this ran first before 09:00).
+    start = (datetime.now(UTC) + timedelta(days=2)).replace(microsecond=0)
     window = {
         "offering": "consultation",
         "start": start.isoformat().replace("+00:00", "Z"),
