@@ -81,6 +81,26 @@ def _run_status(postgres_url: str, namespace: str, run_id: str) -> str:
     return str(row[0])
 
 
+def _finished_by_a_restarted_worker(
+    project: Project, postgres_url: str, namespace: str, run_id: str
+) -> dict[str, dict[str, Any]]:
+    """Start a worker, wait until the run is no longer running, stop the worker cleanly;
+    the run must have finished, and its lapsed read was retried (T29): its records."""
+    restarted = project.start_worker("worker-restarted")
+    wait_for(
+        lambda: _run_status(postgres_url, namespace, run_id) != "running",
+        TIMEOUT,
+        "the restarted worker to finish the run",
+        0.25,
+    )
+    assert project.processes.stop(restarted) == 0, project.processes.log("worker-restarted")
+    assert _run_status(postgres_url, namespace, run_id) == "finished"
+    records = _records(postgres_url, namespace, run_id)
+    read = records["read-application"]
+    assert (read["state"], read["attempt"]) == ("delivered", 2)
+    return records
+
+
 def test_a_worker_killed_before_the_read_finish_commit_is_taken_over_and_sends_the_notice_once(
     project: Project, postgres_url: str, postgres_role: Callable[[], str]
 ) -> None:
@@ -131,21 +151,8 @@ def test_a_worker_killed_before_the_read_finish_commit_is_taken_over_and_sends_t
     assert sandbox.received(MESSAGING) == []
 
     httpx.delete(sandbox.url("identity") + "/sandbox/faults", timeout=5).raise_for_status()
-    restarted = project.start_worker("worker-restarted")
-    wait_for(
-        lambda: _run_status(postgres_url, namespace, run_id) != "running",
-        TIMEOUT,
-        "the restarted worker to finish the run",
-        0.25,
-    )
-    assert project.processes.stop(restarted) == 0, project.processes.log("worker-restarted")
-    assert _run_status(postgres_url, namespace, run_id) == "finished"
-    records = _records(postgres_url, namespace, run_id)
     # The lapsed read was retried (T29); the notice was sent once, by its first attempt.
-    assert (records["read-application"]["state"], records["read-application"]["attempt"]) == (
-        "delivered",
-        2,
-    )
+    records = _finished_by_a_restarted_worker(project, postgres_url, namespace, run_id)
     notify = records["notify"]
     assert (notify["state"], notify["attempt"], notify["uncertain"]) == ("delivered", 1, False)
     assert len(sandbox.received(READ)) == 2
@@ -206,20 +213,7 @@ def test_a_worker_killed_after_a_finish_that_claimed_the_next_run_sends_each_not
     assert len(sandbox.received(READ)) == 1  # the first run's read only
     assert len(sandbox.received(MESSAGING)) == 1
 
-    restarted = project.start_worker("worker-restarted")
-    wait_for(
-        lambda: _run_status(postgres_url, namespace, second) != "running",
-        TIMEOUT,
-        "the restarted worker to finish the second run",
-        0.25,
-    )
-    assert project.processes.stop(restarted) == 0, project.processes.log("worker-restarted")
-    assert _run_status(postgres_url, namespace, second) == "finished"
-    records = _records(postgres_url, namespace, second)
-    assert (records["read-application"]["state"], records["read-application"]["attempt"]) == (
-        "delivered",
-        2,
-    )
+    records = _finished_by_a_restarted_worker(project, postgres_url, namespace, second)
     assert (records["notify"]["state"], records["notify"]["attempt"]) == ("delivered", 1)
     assert len(sandbox.received(READ)) == 2
     assert len(sandbox.received(MESSAGING)) == 2

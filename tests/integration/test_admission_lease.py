@@ -39,12 +39,13 @@ def admit_taken(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> RunAdmit
     return deployed.admit(run_input())
 
 
-def test_a_run_taken_at_admission_needs_three_write_transactions(
-    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def count_writes(deployed: Deployed, monkeypatch: pytest.MonkeyPatch, *also: str) -> list[str]:
+    """The names of the store's run write transactions as they are made, in order (`also`:
+    more of `RunWrites`' methods to count): the claims, fences and finishes, a claim that
+    found nothing not counted."""
     store = deployed.store.writes
     seen: list[str] = []
-    for name in ("admit", "claim_due_step", "complete_step", "record_step_progress"):
+    for name in (*also, "claim_due_step", "complete_step", "record_step_progress"):
         real = getattr(store, name)
 
         def traced(*arguments: Any, _real: Any = real, _name: str = name, **options: Any) -> Any:
@@ -54,6 +55,13 @@ def test_a_run_taken_at_admission_needs_three_write_transactions(
             return written
 
         monkeypatch.setattr(store, name, traced)
+    return seen
+
+
+def test_a_run_taken_at_admission_needs_three_write_transactions(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = count_writes(deployed, monkeypatch, "admit")
     admitted = admit_taken(deployed, monkeypatch)
     snapshot = stored(deployed, admitted)
     read = record(snapshot, READ)

@@ -20,10 +20,12 @@ from typing import Any
 
 import pytest
 from integration_support import CALLER, Deployed, run_input
-from test_admission_lease import admit_taken
+from test_admission_lease import admit_taken, count_writes
 from test_worker_fused_crashes import (
     READ,
     Boundary,
+    Crash,
+    Moment,
     ProcessDied,
     arm,
     assert_journal_agrees,
@@ -56,27 +58,35 @@ def _split(deployed: Deployed, runs: list[RunAdmitted]) -> tuple[RunAdmitted, Ru
     return first[0], next(admitted for admitted in runs if admitted is not first[0])
 
 
-def _counting(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    store = deployed.store.writes
-    seen: list[str] = []
-    for name in ("claim_due_step", "complete_step", "record_step_progress"):
-        real = getattr(store, name)
+def _crashed(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch, moment: Moment
+) -> tuple[list[RunAdmitted], Crash, RunAdmitted, RunAdmitted]:
+    """Two runs waiting; a worker that dies at the folded finish, `moment`: the runs, what
+    the crash saw, the run it claimed first and the other."""
+    runs = _two(deployed)
+    crash = arm(monkeypatch, deployed, FOLDED, moment)
+    with pytest.raises(ProcessDied):
+        deployed.worker("crashed").tick()
+    monkeypatch.undo()
+    first, second = _split(deployed, runs)
+    return runs, crash, first, second
 
-        def counted(*arguments: Any, _real: Any = real, _name: str = name, **options: Any) -> Any:
-            written = _real(*arguments, **options)
-            if _name != "claim_due_step" or written is not None:
-                seen.append(_name)
-            return written
 
-        monkeypatch.setattr(store, name, counted)
-    return seen
+_CLAIMED_WITH_IT = [
+    ("due", "attempt", "intent"),
+    ("due", "transition", "pending"),
+    ("due", "attempt", "intent"),
+    ("due", "transition", "delivered"),
+]
+"""The second run's entries of the folded transaction, up to its read's intent: its wait
+claimed, due at once, and delivered."""
 
 
 def test_a_finish_claims_the_next_run_so_two_runs_take_five_transactions(
     deployed: Deployed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runs = _two(deployed)
-    seen = _counting(deployed, monkeypatch)
+    seen = count_writes(deployed, monkeypatch)
     worker = deployed.worker("folding")
     assert worker.tick()
     first, second = _split(deployed, runs)
@@ -181,12 +191,7 @@ def test_a_loop_that_holds_a_claim_works_it_before_it_stops(
 def test_a_folded_finish_that_dies_before_its_commit_finishes_neither_and_claims_nothing(
     deployed: Deployed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runs = _two(deployed)
-    crash = arm(monkeypatch, deployed, FOLDED, "before-commit")
-    with pytest.raises(ProcessDied):
-        deployed.worker("crashed").tick()
-    monkeypatch.undo()
-    first, second = _split(deployed, runs)
+    runs, crash, first, second = _crashed(deployed, monkeypatch, "before-commit")
     # The first run's message was accepted, its outcome not committed (its mark did); the
     # second run's claim rolled back with it: as admitted, unleased.
     notify = record(stored(deployed, first), NOTIFY)
@@ -200,10 +205,7 @@ def test_a_folded_finish_that_dies_before_its_commit_finishes_neither_and_claims
     # What the dead transaction journaled for the second run are intents and transitions of
     # records the store does not hold (restated by the later claim).
     assert journaled_by_the_crashed_transaction(deployed, second, crash) == [
-        ("due", "attempt", "intent"),
-        ("due", "transition", "pending"),
-        ("due", "attempt", "intent"),
-        ("due", "transition", "delivered"),
+        *_CLAIMED_WITH_IT,
         ("?", "attempt", "intent"),
     ]
     assert take_over(deployed, first, lambda status: status != "running") == "attention"
@@ -221,12 +223,7 @@ def test_a_folded_finish_that_dies_before_its_commit_finishes_neither_and_claims
 def test_a_folded_finish_that_dies_after_its_commit_leaves_the_claim_to_lapse_and_sends_once(
     deployed: Deployed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runs = _two(deployed)
-    crash = arm(monkeypatch, deployed, FOLDED, "after-commit")
-    with pytest.raises(ProcessDied):
-        deployed.worker("crashed").tick()
-    monkeypatch.undo()
-    first, second = _split(deployed, runs)
+    runs, crash, first, second = _crashed(deployed, monkeypatch, "after-commit")
     finished_once(deployed, first)
     # The second run's read is leased to the dead loop with its request frozen; its notice
     # does not exist yet, so nothing of it can have been sent.
@@ -234,10 +231,7 @@ def test_a_folded_finish_that_dies_after_its_commit_leaves_the_claim_to_lapse_an
     assert (read.record.state, read.record.command_prepared) == ("leased", True)
     assert read.lease is not None and read.lease.owner == "crashed"
     assert journaled_by_the_crashed_transaction(deployed, second, crash) == [
-        ("due", "attempt", "intent"),
-        ("due", "transition", "pending"),
-        ("due", "attempt", "intent"),
-        ("due", "transition", "delivered"),
+        *_CLAIMED_WITH_IT,
         (READ, "attempt", "intent"),
     ]
     assert deployed.products.submissions(deployed.command_key(second)) == []

@@ -145,6 +145,39 @@ def test_an_expired_lease_is_recovered_and_the_stale_holder_cannot_commit(store:
     assert finished.current.lease is None
 
 
+def test_a_finish_makes_the_next_claim_with_it_and_a_stale_finish_claims_nothing(
+    store: Store,
+) -> None:
+    """07 §7.7 item 8: `complete_step(then=…)` claims the first claimable record of another
+    run in the finish's own transaction, leased to the finishing claim's owner; when the
+    finish's fence is stale, nothing of either commits (the other run stays claimable)."""
+    first = admit(store, "k1", T0)
+    second = admit(store, "k2", T0 + SECOND)
+    third = admit(store, "k3", T0 + 2 * SECOND)
+    now = T0 + 3 * SECOND
+    held = claim(store, now, worker="w-1")
+    assert held is not None and held.run_id == first.run_id
+    written = store.writes.complete_step(held, now, deliver_and_finish(now), then=lease_record(now))
+    assert written.snapshot.run.state.status == "finished" and written.claim is None
+    assert written.then is not None and written.then.claim is not None
+    follow = written.then.claim
+    assert (follow.run_id, follow.lease.owner) == (second.run_id, "w-1")
+    stored = _snapshot(store, second.run_id).current
+    assert stored.record.state == "leased" and stored.lease == follow.lease
+
+    later = T0 + (LEASE_SECONDS + 4) * SECOND  # the follow's lease lapsed: taken over
+    assert store.writes.sweep("w-2", later, stand_in_recover(later)) == 1
+    assert _snapshot(store, second.run_id).current.lease != follow.lease
+    with pytest.raises(StaleLease):
+        store.writes.complete_step(
+            follow, later, deliver_and_finish(later), then=lease_record(later)
+        )
+    assert _snapshot(store, third.run_id).current.record.state == "pending"
+    assert _snapshot(store, third.run_id).current.lease is None
+    taken = claim(store, later, worker="w-3")  # the third is still claimable, first in line
+    assert taken is not None and taken.run_id == third.run_id
+
+
 def test_a_lapsed_lease_the_engine_leaves_alone_is_taken_over_until_its_new_lease_lapses(
     store: Store,
 ) -> None:
