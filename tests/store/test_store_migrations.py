@@ -113,6 +113,20 @@ def test_the_migration_creates_exactly_the_declared_schema(backend: Backend) -> 
     assert {name: found & declared[name] for name, found in checks.items()} == declared
 
 
+def test_postgresql_runs_pages_keep_room_for_a_carried_run(postgresql_backend: Backend) -> None:
+    """Schema version 7: the `runs` table's fillfactor, as declared (the metadata comparison
+    above does not compare storage parameters)."""
+    postgresql_backend.migrate()
+    declared = RUNS.dialect_options["postgresql"]["with"]
+    assert declared == {"fillfactor": 70}
+    options = postgresql_backend.execute(
+        "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = 'runs'",
+        postgresql_backend.namespace,
+    )
+    assert options == [(["fillfactor=70"],)]
+
+
 def test_the_schema_vocabulary_is_the_engine_vocabulary() -> None:
     assert set(RUN_STATUSES) == set(get_args(RunStatusValue))
     assert set(STEP_STATES) == set(get_args(StepState))
