@@ -46,7 +46,8 @@ transactions other databases of the PostgreSQL server committed meanwhile, and r
   (this process) and of the PostgreSQL server (all its processes, server-wide);
 * write transactions per finished run (the advance of the next transaction id,
   `pg_snapshot_xmax(pg_current_snapshot())`, which only transactions that write consume;
-  server-wide), WAL flushes per finished run (`pg_stat_wal.wal_sync`, server-wide) and
+  server-wide), WAL flushes per finished run (`pg_stat_wal.wal_sync`, server-wide), the WAL
+  written per finished run (kilobytes of `pg_stat_wal.wal_bytes`, server-wide) and
   transactions in all per run (`xact_commit + xact_rollback` of the configuration's database,
   less the client's own status polls).
 
@@ -426,6 +427,7 @@ class Counters:
 
     next_xid: int
     wal_sync: int
+    wal_bytes: int
     transactions: int
     other_transactions: dict[str, int]
 
@@ -448,6 +450,7 @@ def read_counters(admin_url: str, database: str, own: Collection[str] = ()) -> C
         row = admin.execute(
             "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint,"
             " (SELECT wal_sync FROM pg_stat_wal),"
+            " (SELECT wal_bytes FROM pg_stat_wal)::bigint,"
             " (SELECT coalesce(sum(xact_commit + xact_rollback), 0) FROM pg_stat_database"
             "   WHERE datname = %s)",
             (database,),
@@ -459,7 +462,11 @@ def read_counters(admin_url: str, database: str, own: Collection[str] = ()) -> C
         ).fetchall()
     assert row is not None
     return Counters(
-        int(row[0]), int(row[1]), int(row[2]), {str(name): int(n) for name, n in others}
+        int(row[0]),
+        int(row[1]),
+        int(row[2]),
+        int(row[3]),
+        {str(name): int(n) for name, n in others},
     )
 
 
@@ -489,6 +496,7 @@ class Sample:
     # PostgreSQL's counters per window; nan on the SQLite windows, which have none of them
     write_transactions: float = math.nan
     wal_flushes: float = math.nan
+    wal_kilobytes: float = math.nan
     transactions: float = math.nan
     other_databases: dict[str, int] = field(default_factory=dict)  # their transactions
     admission_latencies: list[float] = field(default_factory=list)
@@ -1147,6 +1155,7 @@ class Bench:
         if not sqlite:
             sample.write_transactions = after.next_xid - before.next_xid
             sample.wal_flushes = after.wal_sync - before.wal_sync
+            sample.wal_kilobytes = (after.wal_bytes - before.wal_bytes) / 1024
             sample.transactions = after.transactions - before.transactions - poller.statements
         return sample
 
@@ -1197,6 +1206,7 @@ class Bench:
         if not sqlite:
             sample.write_transactions = after.next_xid - before.next_xid
             sample.wal_flushes = after.wal_sync - before.wal_sync
+            sample.wal_kilobytes = (after.wal_bytes - before.wal_bytes) / 1024
             sample.transactions = after.transactions - before.transactions
         return sample
 
@@ -1437,6 +1447,7 @@ def summarise(results: Results) -> list[Row]:
                 ),
                 "write_transactions": median([s.per_run(s.write_transactions) for s in samples]),
                 "wal_flushes": median([s.per_run(s.wal_flushes) for s in samples]),
+                "wal_kilobytes": median([s.per_run(s.wal_kilobytes) for s in samples]),
                 "transactions": median([s.per_run(s.transactions) for s in samples]),
                 "load": median([s.load[1] for s in samples]),
                 "load_max": max(max(s.load) for s in samples),
@@ -1501,6 +1512,7 @@ COST_COLUMNS: tuple[Column, ...] = (
     ("pg*", "cpu.postgres", "{:.1f}"),
     ("wxact*", "write_transactions", "{:.2f}"),
     ("walsync*", "wal_flushes", "{:.2f}"),
+    ("walkB*", "wal_kilobytes", "{:.1f}"),
     ("xact", "transactions", "{:.1f}"),
 )
 
@@ -1549,7 +1561,7 @@ def plain_lines(rows: Sequence[Row], runs: int) -> list[str]:
                 name = "finished_" + key
             elif key.startswith("cpu."):
                 name = "cpu_ms_per_run." + key[4:]
-            elif key in ("write_transactions", "wal_flushes", "transactions"):
+            elif key in ("write_transactions", "wal_flushes", "wal_kilobytes", "transactions"):
                 name = key + "_per_run"
             elif key == "other_transactions":
                 name = "other_database_transactions_per_window"
@@ -1600,9 +1612,9 @@ committed or rolled back during a window (median; each peer process's DBOS launc
 each process (peer: all the peer's processes; client: this script; pg*: the whole PostgreSQL
 server); own: serve + worker, or the peer's; own/peer, own/peerN: ours over the peer's (a
 machine's speed cancels out). wxact*: write transactions (transaction ids consumed), walsync*:
-WAL flushes, xact: transactions of the configuration's database less the client's polls, all
-per finished run (per commit for the bound). * server-wide: whatever else the server runs
-counts too. —: no such figure (the SQLite windows have no PostgreSQL counters, and there the
+WAL flushes, walkB*: kilobytes of WAL written, xact: transactions of the configuration's
+database less the client's polls, all per finished run (per commit for the bound).
+* server-wide: whatever else the server runs counts too. —: no such figure (the SQLite windows have no PostgreSQL counters, and there the
 PostgreSQL server's CPU counts in other cpu%)."""
 
 
