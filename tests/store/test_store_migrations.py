@@ -127,6 +127,43 @@ def test_postgresql_runs_pages_keep_room_for_a_carried_run(postgresql_backend: B
     assert options == [(["fillfactor=70"],)]
 
 
+def test_a_version_6_store_migrates_to_version_7_with_its_runs_kept(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Version 7 changes a storage parameter only (PostgreSQL): a store in use at version 6
+    migrates in place and reads back its runs as they were."""
+    every = supported_migrations()
+    assert [migration.version for migration in every[5:7]] == [6, 7]
+    monkeypatch.setattr(guards, "supported_migrations", lambda: every[:6])
+    monkeypatch.setattr(store_deploy, "supported_migrations", lambda: every[:6])
+    assert backend.migrate().to_version == 6
+    backend.apply()
+    store = backend.open()
+    try:
+        run = admit(store, "before")
+        before = store.reads.get_run_snapshot(run.run_id)
+    finally:
+        store.close()
+    monkeypatch.undo()
+    result = backend.migrate()
+    assert (result.from_version, result.to_version) == (6, 7)
+    if backend.kind == "postgresql":
+        options = backend.execute(
+            "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = 'runs'",
+            backend.namespace,
+        )
+        assert options == [(["fillfactor=70"],)]
+    store = backend.open()
+    try:
+        after = store.reads.get_run_snapshot(run.run_id)
+        assert before is not None and after is not None
+        assert (after.run, after.steps) == (before.run, before.steps)
+        assert (before.control.schema_version, after.control.schema_version) == (6, 7)
+    finally:
+        store.close()
+
+
 def test_the_schema_vocabulary_is_the_engine_vocabulary() -> None:
     assert set(RUN_STATUSES) == set(get_args(RunStatusValue))
     assert set(STEP_STATES) == set(get_args(StepState))
