@@ -10,9 +10,11 @@ half of those that could be). `fillfactor = 70` keeps 30% of each new page free 
 versions (measured: half of all run updates heap-only, every one that can be, and 5–14% less
 PostgreSQL CPU per run at eight runs in flight; no change at one).
 
-Pages written before the change keep their old filling (the setting applies to pages as they
-are filled; nothing is rewritten). SQLite has no such setting: nothing changes there, and the
-version is recorded all the same.
+The price is room: the `runs` heap takes about 1,190 bytes per parked run instead of 630 (a
+store of parked runs 27% larger in all; `fillfactor = 85` cost half of that and saved no CPU
+measurably). Pages written before the change keep their old filling (the setting applies to
+pages as they are filled; nothing is rewritten). SQLite has no such setting: nothing changes
+there, and the version is recorded all the same.
 
 Frozen once released, like every migration (the ledger pins this file's checksum).
 
