@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from integration_support import Deployed, run_input
+from sqlalchemy import UniqueConstraint
 
 from coordinator_core.shell.store.schema import RUNS, run_values
 
@@ -26,8 +27,8 @@ def _indexed_columns() -> set[str]:
             words = set(re.findall(r"[a-z_]+", str(predicate)))
             names |= {column.name for column in RUNS.columns if column.name in words}
     for constraint in RUNS.constraints:
-        if constraint.__class__.__name__ == "UniqueConstraint":
-            names |= {column.name for column in constraint.columns}  # type: ignore[attr-defined]
+        if isinstance(constraint, UniqueConstraint):
+            names |= {column.name for column in constraint.columns}
     return names
 
 

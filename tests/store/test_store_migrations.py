@@ -113,18 +113,24 @@ def test_the_migration_creates_exactly_the_declared_schema(backend: Backend) -> 
     assert {name: found & declared[name] for name, found in checks.items()} == declared
 
 
+def _runs_storage(backend: Backend) -> Any:
+    """PostgreSQL: the storage parameters of the namespace's `runs` table."""
+    rows = backend.execute(
+        "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = 'runs'",
+        backend.namespace,
+    )
+    assert len(rows) == 1
+    return rows[0][0]
+
+
 def test_postgresql_runs_pages_keep_room_for_a_carried_run(postgresql_backend: Backend) -> None:
     """Schema version 7: the `runs` table's fillfactor, as declared (the metadata comparison
     above does not compare storage parameters)."""
     postgresql_backend.migrate()
     declared = RUNS.dialect_options["postgresql"]["with"]
     assert declared == {"fillfactor": 70}
-    options = postgresql_backend.execute(
-        "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = %s AND c.relname = 'runs'",
-        postgresql_backend.namespace,
-    )
-    assert options == [(["fillfactor=70"],)]
+    assert _runs_storage(postgresql_backend) == ["fillfactor=70"]
 
 
 def test_a_version_6_store_migrates_to_version_7_with_its_runs_kept(
@@ -148,12 +154,7 @@ def test_a_version_6_store_migrates_to_version_7_with_its_runs_kept(
     result = backend.migrate()
     assert (result.from_version, result.to_version) == (6, 7)
     if backend.kind == "postgresql":
-        options = backend.execute(
-            "SELECT c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = %s AND c.relname = 'runs'",
-            backend.namespace,
-        )
-        assert options == [(["fillfactor=70"],)]
+        assert _runs_storage(backend) == ["fillfactor=70"]
     store = backend.open()
     try:
         after = store.reads.get_run_snapshot(run.run_id)
