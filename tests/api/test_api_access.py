@@ -448,8 +448,9 @@ def test_private_or_short_keys_in_a_key_set_are_ignored(keys: SigningKeys) -> No
 async def test_a_token_met_again_is_not_verified_again_but_its_claims_are_checked(
     keys: SigningKeys, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A caller presents one token for many requests: its signature is verified once for the
-    key that verified it; expiry and the other claim rules hold on every request."""
+    """A caller presents one token for many requests: its header is parsed and its signature
+    verified once for the key that verified it; expiry and the other claim rules hold on every
+    request."""
     clock = [NOW.timestamp()]
     verifier = AccessVerifier(
         authentication(keys), clock=lambda: clock[0], caller_jwks=caller_jwks(keys)
@@ -462,11 +463,19 @@ async def test_a_token_met_again_is_not_verified_again_but_its_claims_are_checke
         decodes.append(presented)
         return real_decode(presented, *args, **kwargs)
 
+    headers: list[str] = []
+    real_header = access_module.jwt.get_unverified_header
+
+    def counting_headers(presented: str) -> Any:
+        headers.append(presented)
+        return real_header(presented)
+
     monkeypatch.setattr(access_module.jwt, "decode", counting)
+    monkeypatch.setattr(access_module.jwt, "get_unverified_header", counting_headers)
     presented = token(keys, claims(lifetime=600))
     first = await verifier.verify(presented)
     again = await verifier.verify(presented)
-    assert first == again and len(decodes) == 1
+    assert first == again and len(decodes) == 1 and len(headers) == 1
     again["sub"] = "someone-else"  # a caller's copy never changes what is kept
     assert (await verifier.verify(presented))["sub"] == first["sub"]
     clock[0] += 601 + 30  # past `exp` and the leeway

@@ -1,7 +1,7 @@
-"""`Transactor.read_at_once`: a run's snapshot read (the status read; the inspection's, with
-each step's recent attempts) in one read-only transaction whose BEGIN, statements and COMMIT
-go to PostgreSQL in one round trip; the connection goes back to the pool as it was lent, after
-a failed read too."""
+"""`Transactor.read_at_once`: a run's snapshot read, its status read and the inspection's (a
+snapshot with each step's recent attempts), each in one read-only transaction whose BEGIN,
+statements and COMMIT go to PostgreSQL in one round trip; the connection goes back to the
+pool as it was lent, after a failed read too."""
 
 from __future__ import annotations
 
@@ -58,7 +58,8 @@ def _postgresql(store: Store) -> None:
 
 _READS: dict[str, tuple[Any, int]] = {
     # the read, and its statements (with the BEGIN and the COMMIT)
-    "status": (lambda store, run_id: store.reads.get_run_snapshot(run_id), 5),
+    "snapshot": (lambda store, run_id: store.reads.get_run_snapshot(run_id), 5),
+    "status": (lambda store, run_id: store.reads.get_run_status(run_id), 4),
     "inspection": (lambda store, run_id: store.reads.inspect_run(run_id), 6),
 }
 
@@ -68,8 +69,9 @@ def test_postgresql_sends_it_in_one_round_trip_and_lends_the_connection_back_as_
     store: Store, read: str
 ) -> None:
     """libpq's protocol trace of the connection: one Sync (one round trip) for the BEGIN, the
-    reads (a status: the control row, the run and its records; an inspection: those and each
-    step's recent attempts) and the COMMIT."""
+    reads (a snapshot: the control row, the run and its records; a status: the control row and
+    the run with its status facts; an inspection: a snapshot's and each step's recent
+    attempts) and the COMMIT."""
     _postgresql(store)
     reader, statements = _READS[read]
     run = admit(store, "k1")

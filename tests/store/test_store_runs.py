@@ -110,10 +110,10 @@ def test_listing_filters_by_owner_workflow_and_reported_status(store: Store) -> 
     assert len(store.reads.list_runs(owner=None, workflows=("wf",), limit=100).runs) == 4
 
 
-def test_a_page_reads_each_run_s_status_facts_with_its_row(store: Store) -> None:
-    """The list answers each run's status (06 §11.1) from one statement: the run row, its
-    current record's state and due instant, and the unknown-effect rule in SQL — the status a
-    full snapshot of the run gives, without reading every record of every run on the page."""
+def test_a_page_and_a_status_read_read_each_run_s_status_facts_with_its_row(store: Store) -> None:
+    """The list and the status read answer a run's status (06 §11.1) from one statement: the
+    run row, its current record's state and due instant, and the unknown-effect rule in SQL —
+    the status a full snapshot of the run gives, without reading every record of the run."""
     from coordinator_core.shell.service.shapes import listed_status_of, run_status_of
 
     runs = [admit(store, f"s{index}", T0 + index * SECOND) for index in range(4)]
@@ -127,6 +127,10 @@ def test_a_page_reads_each_run_s_status_facts_with_its_row(store: Store) -> None
     assert [listed.uncertain for listed in page.listed] == [False, True, False, False]
     assert [listed.next_due_at is None for listed in page.listed] == [False, True, True, False]
     assert store.reads.list_runs(owner=None, workflow="other").listed == ()
+    # The status read of one run (06 §5.3) is the same statement for one run id.
+    for listed in page.listed:
+        assert store.reads.get_run_status(listed.run.run_id) == listed
+    assert store.reads.get_run_status(uuid.uuid4()) is None
 
 
 # -- cancel and other API transitions -----------------------------------------------------------

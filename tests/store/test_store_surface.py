@@ -130,6 +130,7 @@ INTERFACES = {
         "get_run",
         "find_run",
         "get_run_snapshot",
+        "get_run_status",
         "watched_runs",
         "list_runs",
         "hold_state",

@@ -355,16 +355,27 @@ class AccessVerifier:
         self._keys = KeySetCache(
             settings.jwks_source, settings.issuer, transport, document=caller_jwks
         )
-        self._verified: OrderedDict[str, tuple[object, dict[str, Any]]] = OrderedDict()
-        """Tokens whose signature verified, with the key that verified it (a caller presents
-        the same token for up to an hour): a token met again under the same key is not
-        verified again; its claims are checked every time."""
+        self._verified: OrderedDict[str, tuple[object, dict[str, Any], str, str]]
+        self._verified = OrderedDict()
+        """Tokens whose header and signature verified, with the key that verified it, their
+        claims, and the header's `kid` and `alg` (a caller presents the same token for up to an
+        hour): a token met again under the same key is neither parsed nor verified again; its
+        claims are checked every time."""
 
     async def start(self) -> None:
         await self._keys.start()
 
     async def verify(self, token: str) -> dict[str, Any]:
         """The verified claims; TokenRefused (401) or KeySetUnavailable (503)."""
+        known = self._verified.get(token)
+        if known is not None:
+            # A token verified before: its header is the one checked then (the same bytes), so
+            # only its key is looked up again (the key set may have rotated since) and its
+            # claims checked against the clock.
+            if await self._keys.key(known[2], known[3]) is known[0]:
+                self._verified.move_to_end(token)
+                self._check_claims(known[1])
+                return dict(known[1])
         if len(token.encode("utf-8")) > TOKEN_MAX_BYTES or not _COMPACT_JWS.fullmatch(token):
             raise TokenRefused("malformed", "not a compact JWS within 16,384 bytes")
         try:
@@ -386,11 +397,6 @@ class AccessVerifier:
         key = await self._keys.key(kid, algorithm)
         if key is None:
             raise TokenRefused("signature", "`kid` names no key of the key set")
-        known = self._verified.get(token)
-        if known is not None and known[0] is key:
-            self._verified.move_to_end(token)
-            self._check_claims(known[1])
-            return dict(known[1])
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,
@@ -411,7 +417,7 @@ class AccessVerifier:
         except jwt.InvalidTokenError as exc:
             raise TokenRefused("signature", "the signature does not verify") from exc
         self._check_claims(claims)
-        self._verified[token] = (key, dict(claims))
+        self._verified[token] = (key, dict(claims), kid, algorithm)
         if len(self._verified) > VERIFIED_TOKENS:
             self._verified.popitem(last=False)
         return claims

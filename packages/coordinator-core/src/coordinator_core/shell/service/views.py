@@ -43,8 +43,10 @@ __all__ = ["get_run", "inspect_run", "inspection", "list_runs", "step_attempts"]
 
 
 def get_run(context: Runtime, caller: Caller, run_id: uuid.UUID) -> RunStatus | None:
-    snapshot = context.visible_snapshot(caller, run_id)
-    return None if snapshot is None else context.status(snapshot)
+    listed = context.store.reads.get_run_status(run_id)
+    if listed is None or not context.visible(caller, listed.run):
+        return None
+    return context.listed_status(listed)
 
 
 # -- the list and its cursor ----------------------------------------------------------------------

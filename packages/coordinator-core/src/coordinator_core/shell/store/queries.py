@@ -33,7 +33,7 @@ _RISKY = ("mutation", "evaluation")
 def unknown_effect(steps: FromClause) -> ColumnElement[bool]:
     """The record is a prepared mutation or evaluation whose effect is `unknown`."""
     return and_(
-        steps.c.effect_kind.in_(_RISKY),
+        among(steps.c.effect_kind, _RISKY),
         steps.c.command_prepared,
         steps.c.settled_by.is_(None),
         or_(steps.c.uncertain, steps.c.dispatched),

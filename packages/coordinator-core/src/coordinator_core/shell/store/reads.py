@@ -135,6 +135,18 @@ class RunReads:
         )
         return _snapshot_of(control, run, steps)
 
+    def get_run_status(self, run_id: uuid.UUID) -> ListedRun | None:
+        """The run as a status read shows it (06 §11.1), from one consistent read with the
+        control row: the run row with its current record's state and due instant and the
+        unknown-effect flag computed by the store, as a list page reads them, its records
+        not read whole; None when the run is absent."""
+        control, rows = self._tx.read_at_once(
+            "get-run-status", (_CONTROL_ROW, {}), (_RUN_STATUS, {"run_id": run_id})
+        )
+        if not control:
+            raise refuse("coordinator.deployment.schema-mismatch")
+        return _listed_of(rows[0]) if rows else None
+
     def list_runs(
         self,
         *,
@@ -176,14 +188,7 @@ class RunReads:
             statement = statement.order_by(RUNS.c.admitted_at.desc(), RUNS.c.run_id.desc())
             _control_txn(conn)  # the store is one this version reads
             rows = list(conn.execute(statement.limit(limit + 1)).mappings())
-            page = tuple(
-                ListedRun(
-                    run_of(row),
-                    row["listed_due_at"] if row["listed_state"] == "pending" else None,
-                    bool(row["listed_unknown"]),
-                )
-                for row in rows[:limit]
-            )
+            page = tuple(_listed_of(row) for row in rows[:limit])
             last = page[-1].run if page else None
             more = len(rows) > limit
             position = RunPosition(last.state.admitted_at, last.run_id) if more and last else None
@@ -450,6 +455,8 @@ _LISTED: Final = select(
 """`RunReads.list_runs`' statement before its filters: each run with its current record's
 state and due instant and the unknown-effect flag (06 §11.1), so that a page is one statement
 and its records are not read whole."""
+_RUN_STATUS: Final = Prepared(_LISTED.where(RUNS.c.run_id == bindparam("run_id")))
+"""`RunReads.get_run_status`' statement: one run as `_LISTED` reads it."""
 STEPS_OF: Final = Prepared(
     select(STEPS)
     .where(STEPS.c.run_id == bindparam("run_id"))
@@ -515,6 +522,15 @@ def _snapshot_of(
         return None
     return RunSnapshot(
         control_of(control[0]), run_of(run[0]), tuple(step_of(step) for step in steps)
+    )
+
+
+def _listed_of(row: Any) -> ListedRun:
+    """A run of `_LISTED`'s row: its current record's due instant only while it is pending."""
+    return ListedRun(
+        run_of(row),
+        row["listed_due_at"] if row["listed_state"] == "pending" else None,
+        bool(row["listed_unknown"]),
     )
 
 
