@@ -18,11 +18,13 @@ from integration_support import (
     deploy,
     run_input,
 )
+from sqlalchemy import update
 
 from coordinator_core import outputs
 from coordinator_core.definition.ir import CallStep
 from coordinator_core.shell.package_files import LoadedPackage
-from coordinator_core.shell.service import RunQuery, ServiceRefusal
+from coordinator_core.shell.service import RunQuery, ServiceRefusal, views
+from coordinator_core.shell.store.schema import RUNS
 
 
 def test_a_replayed_admission_answers_the_same_run_without_a_second(deployed: Deployed) -> None:
@@ -103,6 +105,28 @@ def test_status_and_inspection_never_show_the_input(sqlite_deployed: Deployed) -
     assert inspection is not None
     assert "a8d12546" not in repr(inspection)
     assert inspection.recovery.retry_blocked_by == "terminal"
+    assert inspection.recovery.reconcile_blocked_by == "not-uncertain"
+
+
+def test_a_settled_run_s_recovery_is_read_without_opening_its_sealed_payloads(
+    sqlite_deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """07 §9.1 checks `cancelled` and `terminal` first, §9.2 an uncertain `unknown` call: no
+    payload takes part. The inspection of a finished run answers them without opening its
+    input, commands and outputs — and so answers `terminal` even when a payload no longer
+    opens (a later condition's reason must not come first)."""
+    deployed = sqlite_deployed
+    run_id = deployed.admit(run_input()).run.run_id
+    status, _ = deployed.drive(run_id)
+    assert status.run.state.status == "finished"
+    opened: list[object] = []
+    real = views.state_of
+    monkeypatch.setattr(views, "state_of", lambda *args: opened.append(args) or real(*args))
+    with deployed.store.transactor.engine.begin() as conn:
+        conn.execute(update(RUNS).where(RUNS.c.run_id == run_id).values(input=b"{}"))
+    inspection = deployed.inspect(run_id)
+    assert inspection is not None
+    assert inspection.recovery.retry_blocked_by == "terminal" and opened == []
     assert inspection.recovery.reconcile_blocked_by == "not-uncertain"
 
 

@@ -10,6 +10,7 @@ import json
 import re
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Final, cast
 
 from coordinator_core.engine import (
@@ -126,25 +127,29 @@ def _recovery(context: Runtime, snapshot: RunSnapshot, now: Instant) -> Recovery
         )
         return Recovery(False, reason, False, reason)
     snap, definition = found
-    try:
-        state = state_of(context.sealer, snapshot)
-    except CoordinatorError:
-        return Recovery(False, "snapshot-incompatible", False, "snapshot-incompatible")
     binding = context.bindings.matches(run, snap)
     lease = context.lease_active(snapshot, now)
-    retry = retry_blocked_by(
-        definition,
-        state,
-        RetrySame(binding_unchanged=binding, payload_erased=run.payload_erased, lease_active=lease),
-        now,
+    retrying = RetrySame(
+        binding_unchanged=binding, payload_erased=run.payload_erased, lease_active=lease
     )
-    reconcile = reconcile_blocked_by(
-        definition,
-        state,
-        ReconcileRequested(
-            binding_unchanged=binding, payload_erased=run.payload_erased, lease_active=lease
-        ),
+    reconciling = ReconcileRequested(
+        binding_unchanged=binding, payload_erased=run.payload_erased, lease_active=lease
     )
+    # The first conditions of 07 §9.1 (`cancelled`, `terminal`) and of §9.2 (an uncertain
+    # `unknown` call) read no payload: a run they block (every finished run) is answered
+    # without opening its sealed input, commands and outputs.
+    sealed = replace(run.state, records=snapshot.records)
+    retry = retry_blocked_by(definition, sealed, retrying, now)
+    current = sealed.current
+    if retry not in ("cancelled", "terminal") or (current.state == "unknown" and current.uncertain):
+        try:
+            state = state_of(context.sealer, snapshot)
+        except CoordinatorError:
+            return Recovery(False, "snapshot-incompatible", False, "snapshot-incompatible")
+        retry = retry_blocked_by(definition, state, retrying, now)
+        reconcile = reconcile_blocked_by(definition, state, reconciling)
+    else:
+        reconcile = reconcile_blocked_by(definition, sealed, reconciling)
     spec = definition.steps.get(run.state.current_step)
     operation = spec.alias.operation if isinstance(spec, CallStep) else None
     return Recovery(
