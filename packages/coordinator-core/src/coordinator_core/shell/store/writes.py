@@ -11,11 +11,11 @@ invariants (`invariants.check_write`) and writing it (`apply_txn`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import Integer, and_, bindparam, insert, not_, select, true, tuple_, update
+from sqlalchemy import Integer, Table, and_, bindparam, insert, not_, select, true, tuple_, update
 from sqlalchemy.engine import Connection
 
 from coordinator_core.engine.instants import Instant
@@ -246,7 +246,7 @@ class RunWrites:
                     if _ends_an_attempt(None, step)
                 ]
                 if ended:
-                    _INSERT_ATTEMPT[tx.location.kind].run(conn, ended)
+                    _insert_attempts(conn, tx.location.kind, ended)
                 if admission.journal is not None:
                     admission.journal()
                 if announce:
@@ -734,7 +734,7 @@ def apply_txn(
         if inserts:
             _insert_steps(conn, inserts)
         if ended:
-            _INSERT_ATTEMPT[tx.location.kind].run(conn, ended)
+            _insert_attempts(conn, tx.location.kind, ended)
     ordered = tuple(
         sorted(steps.values(), key=lambda stored: (stored.record.entered_at, stored.step))
     )
@@ -803,27 +803,44 @@ def _replay_txn(conn: Connection, admission: NewRun) -> AdmissionResult | None:
 def _insert_steps(conn: Connection, rows: list[dict[str, Any]]) -> None:
     """Insert records in one statement (a continuation inserts a few at once: one multi-row
     `INSERT` costs less than the driver's batch protocol)."""
+    _insert_rows(conn, _INSERT_STEPS, lambda: insert(STEPS), STEPS, _STEP_FIELDS, rows)
+
+
+def _insert_attempts(conn: Connection, kind: StoreKind, rows: list[dict[str, Any]]) -> None:
+    """Insert ended attempts in one statement, a repeat kept out (one per (run, step,
+    generation, attempt)): a finish ends two at once, the call's and the next record's."""
+    _insert_rows(
+        conn,
+        _INSERT_ATTEMPTS[kind],
+        lambda: insert_ignoring(STEP_ATTEMPTS, kind),
+        STEP_ATTEMPTS,
+        _ATTEMPT_FIELDS,
+        rows,
+    )
+
+
+def _insert_rows(
+    conn: Connection,
+    statements: dict[int, Prepared],
+    base: Callable[[], Any],
+    table: Table,
+    fields: Sequence[str],
+    rows: list[dict[str, Any]],
+) -> None:
+    """Insert `rows` (each with exactly `fields`) with one `INSERT` of as many rows, built from
+    `base()` once per row count and kept in `statements`."""
     count = len(rows)
-    statement = _INSERT_STEPS.get(count)
+    statement = statements.get(count)
     if statement is None:
-        statement = Prepared(
-            insert(STEPS).values(
-                [
-                    {
-                        name: bindparam(f"{name}_{index}", type_=STEPS.c[name].type)
-                        for name in _STEP_FIELDS
-                    }
-                    for index in range(count)
-                ]
-            )
-        )
-        _INSERT_STEPS[count] = statement
-    if count == 1:
-        statement.run(conn, rows[0])
-        return
+        values = [
+            {name: bindparam(f"{name}_{index}", type_=table.c[name].type) for name in fields}
+            for index in range(count)
+        ]
+        statement = Prepared(base().values(values if count > 1 else values[0]))
+        statements[count] = statement
     statement.run(
         conn,
-        {f"{name}_{index}": value for index, row in enumerate(rows) for name, value in row.items()},
+        {f"{name}_{index}": row[name] for index, row in enumerate(rows) for name in fields},
     )
 
 
@@ -870,16 +887,11 @@ _INSERT_RUN: Final = {
     for kind in ("postgresql", "sqlite")
 }
 """A run's row; none is inserted (and no row answered) when its start identity exists."""
-_INSERT_STEP: Final = Prepared(insert(STEPS), column_keys=_STEP_FIELDS)
-_INSERT_STEPS: dict[int, Prepared] = {1: _INSERT_STEP}
-_INSERT_ATTEMPT: Final = {
-    kind: Prepared(
-        insert_ignoring(STEP_ATTEMPTS, kind),
-        column_keys=tuple(column.name for column in STEP_ATTEMPTS.c),
-    )
-    for kind in ("postgresql", "sqlite")
-}
-"""An ended attempt's row (one per (run, step, generation, attempt): a repeat is kept out)."""
+_INSERT_STEPS: dict[int, Prepared] = {}
+"""The multi-row `INSERT`s of records, by row count (`_insert_steps`)."""
+_ATTEMPT_FIELDS: Final = tuple(column.name for column in STEP_ATTEMPTS.c)
+_INSERT_ATTEMPTS: Final[dict[StoreKind, dict[int, Prepared]]] = {"postgresql": {}, "sqlite": {}}
+"""The multi-row `INSERT`s of ended attempts, by backend and row count (`_insert_attempts`)."""
 _INSERT_LIVE_PAIR: Final = {
     kind: Prepared(
         insert_ignoring(LIVE_BINDINGS, kind),
