@@ -49,17 +49,27 @@ def test_each_durable_event_is_advanced_once_when_nobody_changed_the_run(
     deployed: Deployed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The advance made before a fenced transaction is its decision when the run as committed
-    is the state it was made from: no event of an uncontended run is advanced twice."""
+    is the state it was made from: no event of an uncontended run is advanced twice, and no
+    finish's continuation is carried twice (the one previewed to learn its credential, 07
+    §7.7 item 7, is the one the transaction writes)."""
     import coordinator_core.shell.execution.attempt as attempt_module
 
     calls: list[str] = []
     original = attempt_module.advance
+    carried: list[str | None] = []
+    original_carry_on = attempt_module.carry_on
 
     def counted(definition: Any, state: Any, event: Any, now: Any, keys: Any) -> Any:
         calls.append(type(event).__name__)
         return original(definition, state, event, now, keys)
 
+    def counted_carry_on(*args: Any, **options: Any) -> Any:
+        result = original_carry_on(*args, **options)
+        carried.append(result.holding)
+        return result
+
     monkeypatch.setattr(attempt_module, "advance", counted)
+    monkeypatch.setattr(attempt_module, "carry_on", counted_carry_on)
     admitted = deployed.admit(run_input())
     status, _ = deployed.drive(admitted.run.run_id)
     assert status.status == "finished", status
@@ -68,6 +78,8 @@ def test_each_durable_event_is_advanced_once_when_nobody_changed_the_run(
     # item 7 — inside the engine's chain); the notice: its outcome (the finish). Each event
     # the attempt feeds is advanced once.
     assert calls == ["ReadyToSend", "CallOutcome", "CallOutcome"], calls
+    # Two finishes, one continuation each: the read's (holding the notice) and the notice's.
+    assert carried == ["notify", None], carried
 
 
 def test_a_record_without_the_flag_takes_the_skip_route_and_sends_nothing(

@@ -144,7 +144,7 @@ def without_credentials_beforehand(monkeypatch: pytest.MonkeyPatch) -> None:
     """A continuation never gets its next call's credential before its transaction (the token
     endpoint answered too late, say): the call's `dispatched` mark then commits in a pre-send
     fence of its own."""
-    monkeypatch.setattr(attempt_module.RecordAttempt, "prefetch", lambda *_arguments: None)
+    monkeypatch.setattr(attempt_module.RecordAttempt, "prefetch", lambda *_arguments: (None, None))
 
 
 def crash_at(

@@ -32,6 +32,8 @@ from coordinator_core.engine import (
     advance,
     carry_on,
     claim_record,
+    needs_credential,
+    send_ready,
 )
 from coordinator_core.engine.carry import PURE_WORK
 
@@ -128,6 +130,14 @@ def test_a_carried_chain_is_the_same_records_claimed_one_by_one(
         assert continued.state == after.state
         assert continued.commands == result.commands + after.commands
         assert continued.entries == after.entries
+        # A continuation previewed without a credential, then finished with the credential it
+        # asks for, is the continuation made with that credential at once (the worker keeps
+        # its preview); with none, or one it does not ask for, the preview stays as it is.
+        wanted = needs_credential(continued)
+        assert send_ready(definition, continued, wanted, now, KEYS) == carry_on(
+            definition, result, now, KEYS, ready=wanted
+        )
+        assert send_ready(definition, continued, ("other-step", "other"), now, KEYS) is continued
 
 
 @_EVERY_STATE
@@ -219,6 +229,14 @@ def test_a_claim_freezes_the_request_and_carries_through_pure_records() -> None:
     answered = advance(chain, carried.state, CallOutcome.success("read", {"ok": True}), T0, KEYS)
     # not ready yet: the credential comes first
     assert answered.refused is not None
+    # With that credential at hand (07 §7.7 item 7) the held call goes on to its dispatch.
+    wanted = needs_credential(carried)
+    assert wanted is not None and wanted[0] == "read"
+    sent = send_ready(chain, carried, wanted, T0, KEYS)
+    assert isinstance(sent.commands[-1], Dispatch) and sent.holding == "read"
+    assert sent.commands[: len(carried.commands)] == carried.commands
+    assert send_ready(chain, carried, ("read", "another-connection"), T0, KEYS) is carried
+    assert send_ready(chain, carried, None, T0, KEYS) is carried
 
 
 def test_a_chain_stops_at_a_record_that_is_not_due() -> None:

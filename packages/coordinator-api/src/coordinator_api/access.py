@@ -368,14 +368,13 @@ class AccessVerifier:
     async def verify(self, token: str) -> dict[str, Any]:
         """The verified claims; TokenRefused (401) or KeySetUnavailable (503)."""
         known = self._verified.get(token)
-        if known is not None:
-            # A token verified before: its header is the one checked then (the same bytes), so
-            # only its key is looked up again (the key set may have rotated since) and its
-            # claims checked against the clock.
-            if await self._keys.key(known[2], known[3]) is known[0]:
-                self._verified.move_to_end(token)
-                self._check_claims(known[1])
-                return dict(known[1])
+        # A token verified before: its header is the one checked then (the same bytes), so only
+        # its key is looked up again (the key set may have rotated since) and its claims checked
+        # against the clock.
+        if known is not None and await self._keys.key(known[2], known[3]) is known[0]:
+            self._verified.move_to_end(token)
+            self._check_claims(known[1])
+            return dict(known[1])
         if len(token.encode("utf-8")) > TOKEN_MAX_BYTES or not _COMPACT_JWS.fullmatch(token):
             raise TokenRefused("malformed", "not a compact JWS within 16,384 bytes")
         try:

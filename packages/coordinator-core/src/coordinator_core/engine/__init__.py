@@ -30,6 +30,7 @@ from coordinator_core.engine.carry import (
     carry_on,
     claim_record,
     needs_credential,
+    send_ready,
 )
 from coordinator_core.engine.codes import (
     ADAPTER_CODES,
@@ -186,6 +187,7 @@ __all__ = [
     "parse_instant",
     "reconcile_blocked_by",
     "retry_blocked_by",
+    "send_ready",
     "to_canonical",
     "unrestorable",
 ]

@@ -34,7 +34,15 @@ from coordinator_core.engine.keys import Keys
 from coordinator_core.engine.state import RunState, StepRecord
 from coordinator_core.engine.transition import NOT_APPLICABLE, Advance
 
-__all__ = ["MAX_CARRIED", "PURE_WORK", "Carried", "carry_on", "claim_record", "needs_credential"]
+__all__ = [
+    "MAX_CARRIED",
+    "PURE_WORK",
+    "Carried",
+    "carry_on",
+    "claim_record",
+    "needs_credential",
+    "send_ready",
+]
 
 MAX_CARRIED: Final = 16
 """07 §7.7 item 1: at most 16 records in one transaction."""
@@ -135,13 +143,14 @@ class _Chain:
             if not self.lease_and_work(record.step):
                 return
 
-    def send_if_ready(self, ready: tuple[str, str] | None) -> None:
+    def send_if_ready(self, ready: tuple[str, str] | None) -> bool:
         """07 §7.7 item 7: when the chain holds the record `ready` names (step, connection)
         and its last command asks for that connection's credential, which the shell obtained
         before the transaction began, the record goes on to its pre-send checks at once
-        (`ReadyToSend`: a mutation's `dispatched` mark, then its `Dispatch`)."""
+        (`ReadyToSend`: a mutation's `dispatched` mark, then its `Dispatch`). Answers whether
+        it did."""
         if ready is None or not self.commands:
-            return
+            return False
         step, connection = ready
         last = self.commands[-1]
         if (
@@ -151,6 +160,8 @@ class _Chain:
         ):
             self.feed(ReadyToSend(step))
             self.note_left(step)
+            return True
+        return False
 
     def done(self, refused: str | None = None) -> Carried:
         return Carried(
@@ -208,7 +219,29 @@ def carry_on(
     chain = _Chain(definition, result.state, now, keys)
     chain.commands.extend(result.commands)
     chain.carry(MAX_CARRIED - leased)
-    chain.send_if_ready(ready)
+    return send_ready(definition, chain.done(), ready, now, keys)
+
+
+def send_ready(
+    definition: Definition,
+    carried: Carried,
+    ready: tuple[str, str] | None,
+    now: int,
+    keys: Keys,
+) -> Carried:
+    """The last part of `carry_on` by itself: `carried` (a continuation made without `ready`)
+    with the record `ready` names taken through its pre-send checks when the chain holds it
+    and asks last for that credential; `carried` itself otherwise. So a shell that previewed a
+    continuation to learn which credential it needs (`needs_credential`) and then obtained it
+    finishes that same continuation rather than carrying the run on again:
+    `carry_on(d, r, now, k, ready=x) == send_ready(d, carry_on(d, r, now, k), x, now, k)`."""
+    if ready is None or carried.refused is not None:
+        return carried
+    chain = _Chain(definition, carried.state, now, keys)
+    chain.commands.extend(carried.commands)
+    chain.entries.extend(carried.entries)
+    if not chain.send_if_ready(ready):
+        return carried
     return chain.done()
 
 

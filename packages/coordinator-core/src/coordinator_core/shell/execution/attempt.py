@@ -45,6 +45,7 @@ from coordinator_core.engine import (
     carry_on,
     claim_record,
     needs_credential,
+    send_ready,
     unrestorable,
 )
 from coordinator_core.errors import CoordinatorError
@@ -362,6 +363,7 @@ class TickRun:
         carry: bool,
         probe: tuple[RunState, Advance] | None = None,
         ready: tuple[str, str] | None = None,
+        preview: Carried | None = None,
     ) -> RunWrite | None:
         """A fence's or finish transaction's one decision: `event` on the run as committed,
         with the run fields others may have changed read fresh and the holder's own record;
@@ -375,7 +377,10 @@ class TickRun:
 
         `ready` (step, connection) names the credential obtained before the transaction for
         the record the continuation leases (07 §7.7 item 7): that record passes its pre-send
-        checks here too, and its `dispatched` mark commits with this write."""
+        checks here too, and its `dispatched` mark commits with this write. `preview` is the
+        continuation the attempt computed from the probe's result to learn that credential
+        (`RecordAttempt.prefetch`): when the probe is kept, the continuation is that preview
+        finished with `ready` (`send_ready`), not computed a second time."""
         assert self.definition is not None and self.keys is not None
         assert self.stored is not None and self.known is not None and self.state is not None
         ports = self.ports
@@ -388,7 +393,7 @@ class TickRun:
         if probe is not None and probe[0] is basis:
             result = probe[1]
         else:
-            result = advance(self.definition, basis, event, now, self.keys)
+            result, preview = advance(self.definition, basis, event, now, self.keys), None
         if result.refused is not None:
             raise Discard
         run_id = snapshot.run.run_id
@@ -403,7 +408,10 @@ class TickRun:
         self.decided = result.commands
         self.sending = None
         if ended and carry and ports.may_claim(snapshot.control):
-            carried = carry_on(self.definition, result, now, self.keys, ready=ready)
+            if preview is not None:
+                carried = send_ready(self.definition, preview, ready, now, self.keys)
+            else:
+                carried = carry_on(self.definition, result, now, self.keys, ready=ready)
             entries.extend(carried_entries(self.correlation, run_id, carried))
             state, commands = carried.state, carried.commands
             sent = _dispatched_by(carried.commands, ready)
@@ -486,7 +494,7 @@ class RecordAttempt:
             self._adopt_record(outcome.state)
             return False, outcome.commands, None
         writes, own = self.ports.writes, self.record
-        ready = self.prefetch(outcome, now) if persistence == "finish" else None
+        preview, ready = self.prefetch(outcome, now) if persistence == "finish" else (None, None)
 
         def decide(snapshot: RunSnapshot) -> RunWrite | None:
             return run.decide(
@@ -497,6 +505,7 @@ class RecordAttempt:
                 carry=persistence == "finish",
                 probe=(basis, outcome),
                 ready=ready,
+                preview=preview,
             )
 
         if persistence == "finish":
@@ -528,11 +537,12 @@ class RecordAttempt:
             return False, run.commands, None
         return True, run.commands, held
 
-    def prefetch(self, outcome: Advance, now: Instant) -> tuple[str, str] | None:
+    def prefetch(self, outcome: Advance, now: Instant) -> tuple[Carried, tuple[str, str] | None]:
         """07 §7.7 item 7: the continuation the finish transaction will make, computed in
         memory first (the engine is pure); when it ends holding a call that asks for a
         credential, that credential is obtained now, before the transaction, so that the call's
         pre-send checks (and a mutation's `dispatched` mark) commit with it. Answers the
+        continuation (kept for the transaction's decision when it decides on `outcome`) and the
         (step, connection) the credential is for, or None. A credential the transaction then
         does not use is discarded, never used for another attempt."""
         run = self.run
@@ -540,19 +550,19 @@ class RecordAttempt:
         preview = carry_on(run.definition, outcome, now, run.keys)
         wanted = needs_credential(preview)
         if wanted is None:
-            return None
+            return preview, None
         check = self.ports.binding_check
         assert run.snapshot is not None
         if check is not None and not check(self.claim.snapshot.run, run.snapshot):
-            return None  # the attempt of that record refuses it itself (binding-conflict)
+            return preview, None  # the attempt of that record refuses it (binding-conflict)
         step, connection = wanted
         obtained = self.ports.adapters.obtain_credential(
             ObtainCredential(step, connection), attempt_deadline=self.deadline
         )
         if isinstance(obtained, CallOutcome):
-            return None  # that attempt asks again, and its failure is recorded there
+            return preview, None  # that attempt asks again; its failure is recorded there
         run.credential = (step, obtained)
-        return wanted
+        return preview, wanted
 
     def _adopt_record(self, state: RunState) -> None:
         record = state.record(self.claim.step)
