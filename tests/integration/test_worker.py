@@ -50,8 +50,8 @@ def test_each_durable_event_is_advanced_once_when_nobody_changed_the_run(
 ) -> None:
     """The advance made before a fenced transaction is its decision when the run as committed
     is the state it was made from: no event of an uncontended run is advanced twice, and no
-    finish's continuation is carried twice (the one previewed to learn its credential, 07
-    §7.7 item 7, is the one the transaction writes)."""
+    finish's continuation is carried twice (the one previewed to learn its credential, as
+    07 §7.7 item 7 allows, is the one the transaction writes)."""
     import coordinator_core.shell.execution.attempt as attempt_module
 
     calls: list[str] = []
