@@ -528,6 +528,14 @@ class Sample:
     def per_run(self, value: float) -> float:
         return value / self.runs
 
+    def count(self, before: Counters, after: Counters, own_statements: int = 0) -> None:
+        """PostgreSQL's counters over the window, less `own_statements` (the client's polls)
+        from the database's transactions."""
+        self.write_transactions = after.next_xid - before.next_xid
+        self.wal_flushes = after.wal_sync - before.wal_sync
+        self.wal_kilobytes = (after.wal_bytes - before.wal_bytes) / 1024
+        self.transactions = after.transactions - before.transactions - own_statements
+
 
 class Poller:
     """The client's view of run status: one connection, its statements counted (so that they
@@ -1153,10 +1161,7 @@ class Bench:
             busy=poller.busy,
         )
         if not sqlite:
-            sample.write_transactions = after.next_xid - before.next_xid
-            sample.wal_flushes = after.wal_sync - before.wal_sync
-            sample.wal_kilobytes = (after.wal_bytes - before.wal_bytes) / 1024
-            sample.transactions = after.transactions - before.transactions - poller.statements
+            sample.count(before, after, poller.statements)
         return sample
 
     def bound(self, configuration: str, connections: int) -> Sample:
@@ -1204,10 +1209,7 @@ class Bench:
             busy=retried,
         )
         if not sqlite:
-            sample.write_transactions = after.next_xid - before.next_xid
-            sample.wal_flushes = after.wal_sync - before.wal_sync
-            sample.wal_kilobytes = (after.wal_bytes - before.wal_bytes) / 1024
-            sample.transactions = after.transactions - before.transactions
+            sample.count(before, after)
         return sample
 
 

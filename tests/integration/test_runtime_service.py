@@ -128,6 +128,11 @@ def test_a_settled_run_s_recovery_is_read_without_opening_its_sealed_payloads(
     assert inspection is not None
     assert inspection.recovery.retry_blocked_by == "terminal" and opened == []
     assert inspection.recovery.reconcile_blocked_by == "not-uncertain"
+    # Each record's one attempt was recorded, the two a finish ends in one statement among them.
+    assert [(step.record.step, step.attempt_count) for step in inspection.steps] == [
+        (step.record.step, 1) for step in inspection.steps
+    ]
+    assert len(inspection.steps) >= 4
 
 
 def test_the_run_list_pages_newest_first_with_a_verified_cursor(sqlite_deployed: Deployed) -> None:
