@@ -61,6 +61,10 @@ _READS: dict[str, tuple[Any, int]] = {
     "snapshot": (lambda store, run_id: store.reads.get_run_snapshot(run_id), 5),
     "status": (lambda store, run_id: store.reads.get_run_status(run_id), 4),
     "inspection": (lambda store, run_id: store.reads.inspect_run(run_id), 6),
+    "page": (
+        lambda store, run_id: store.reads.list_runs(owner=None, workflows=("wf",), limit=5).runs,
+        4,
+    ),
 }
 
 
@@ -71,7 +75,8 @@ def test_postgresql_sends_it_in_one_round_trip_and_lends_the_connection_back_as_
     """libpq's protocol trace of the connection: one Sync (one round trip) for the BEGIN, the
     reads (a snapshot: the control row, the run and its records; a status: the control row and
     the run with its status facts; an inspection: a snapshot's and each step's recent
-    attempts) and the COMMIT."""
+    attempts; a list page: the control row and the page's runs with their status facts) and
+    the COMMIT."""
     _postgresql(store)
     reader, statements = _READS[read]
     run = admit(store, "k1")

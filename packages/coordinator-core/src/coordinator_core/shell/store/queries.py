@@ -75,7 +75,12 @@ def settled(now: Instant) -> ColumnElement[bool]:
 def reported_status() -> ColumnElement[str]:
     """06 §11.5 / 07 §5: a non-terminal run under restore review reports `attention`."""
     return case(
-        (and_(RUNS.c.restore_review, RUNS.c.status.not_in(TERMINAL_STATUSES)), "attention"),
+        (
+            and_(
+                RUNS.c.restore_review, not_(among(RUNS.c.status, tuple(sorted(TERMINAL_STATUSES))))
+            ),
+            fixed("attention"),
+        ),
         else_=RUNS.c.status,
     )
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import and_, bindparam, func, not_, or_, select
+from sqlalchemy import and_, bindparam, false, func, not_, or_, select
 from sqlalchemy.engine import Connection
 
 from coordinator_core.engine.instants import Instant
@@ -168,33 +169,36 @@ class RunReads:
         if not 1 <= limit <= 1000:
             raise ValueError("The page limit is out of range.")
 
-        def work(conn: Connection) -> RunPage:
-            statement = _LISTED
-            if owner is not None:
-                statement = statement.where(RUNS.c.owner == owner)
-            if workflows is not None:
-                statement = statement.where(RUNS.c.workflow_id.in_(sorted(workflows)))
-            if workflow is not None:
-                statement = statement.where(RUNS.c.workflow_id == workflow)
-            if status is not None:
-                statement = statement.where(reported_status() == status)
-            if after is not None:
-                statement = statement.where(
-                    or_(
-                        RUNS.c.admitted_at < after.admitted_at,
-                        and_(RUNS.c.admitted_at == after.admitted_at, RUNS.c.run_id < after.run_id),
-                    )
-                )
-            statement = statement.order_by(RUNS.c.admitted_at.desc(), RUNS.c.run_id.desc())
-            _control_txn(conn)  # the store is one this version reads
-            rows = list(conn.execute(statement.limit(limit + 1)).mappings())
-            page = tuple(_listed_of(row) for row in rows[:limit])
-            last = page[-1].run if page else None
-            more = len(rows) > limit
-            position = RunPosition(last.state.admitted_at, last.run_id) if more and last else None
-            return RunPage(page, position)
-
-        return self._tx.transact("list-runs", work, read_only=True)
+        params: dict[str, Any] = {"limit": limit + 1}
+        if owner is not None:
+            params["owner"] = owner
+        chosen = sorted(workflows) if workflows is not None else None
+        for index, name in enumerate(chosen or ()):
+            params[f"workflow_{index}"] = name
+        if workflow is not None:
+            params["workflow"] = workflow
+        if status is not None:
+            params["status"] = status
+        if after is not None:
+            params["after_admitted_at"] = after.admitted_at
+            params["after_run_id"] = after.run_id
+        shape = _PageShape(
+            owner is not None,
+            None if chosen is None else len(chosen),
+            workflow is not None,
+            status is not None,
+            after is not None,
+        )
+        control, rows = self._tx.read_at_once(
+            "list-runs", (_CONTROL_ROW, {}), (_page_statement(shape), params)
+        )
+        if not control:
+            raise refuse("coordinator.deployment.schema-mismatch")
+        page = tuple(_listed_of(row) for row in rows[:limit])
+        last = page[-1].run if page else None
+        more = len(rows) > limit
+        position = RunPosition(last.state.admitted_at, last.run_id) if more and last else None
+        return RunPage(page, position)
 
     def inspect_run(
         self, run_id: uuid.UUID, per_step: int = ATTEMPTS_PER_STEP
@@ -457,6 +461,64 @@ state and due instant and the unknown-effect flag (06 §11.1), so that a page is
 and its records are not read whole."""
 _RUN_STATUS: Final = Prepared(_LISTED.where(RUNS.c.run_id == bindparam("run_id")))
 """`RunReads.get_run_status`' statement: one run as `_LISTED` reads it."""
+
+
+@dataclass(frozen=True, slots=True)
+class _PageShape:
+    """Which filters a list page has (`RunReads.list_runs`), each a statement of its own:
+    an owner, the caller's workflows (how many), one workflow, a status, a position."""
+
+    owner: bool
+    workflows: int | None
+    workflow: bool
+    status: bool
+    after: bool
+
+
+_PAGE_STATEMENTS: Final[dict[_PageShape, Prepared]] = {}
+_PAGE_SHAPES_KEPT: Final = 64
+
+
+def _page_statement(shape: _PageShape) -> Prepared:
+    """`_LISTED` with a shape's filters, newest first, each value a parameter (`limit`
+    included), so that a page's statement is worked out once per shape, not at every read."""
+    found = _PAGE_STATEMENTS.get(shape)
+    if found is not None:
+        return found
+    statement = _LISTED
+    if shape.owner:
+        statement = statement.where(RUNS.c.owner == bindparam("owner"))
+    if shape.workflows is not None:
+        statement = statement.where(
+            RUNS.c.workflow_id.in_([bindparam(f"workflow_{i}") for i in range(shape.workflows)])
+            if shape.workflows
+            else false()
+        )
+    if shape.workflow:
+        statement = statement.where(RUNS.c.workflow_id == bindparam("workflow"))
+    if shape.status:
+        statement = statement.where(reported_status() == bindparam("status"))
+    if shape.after:
+        statement = statement.where(
+            or_(
+                RUNS.c.admitted_at < bindparam("after_admitted_at"),
+                and_(
+                    RUNS.c.admitted_at == bindparam("after_admitted_at"),
+                    RUNS.c.run_id < bindparam("after_run_id"),
+                ),
+            )
+        )
+    prepared = Prepared(
+        statement.order_by(RUNS.c.admitted_at.desc(), RUNS.c.run_id.desc()).limit(
+            bindparam("limit")
+        )
+    )
+    if len(_PAGE_STATEMENTS) >= _PAGE_SHAPES_KEPT:  # policies name few workflows: never, really
+        _PAGE_STATEMENTS.clear()
+    _PAGE_STATEMENTS[shape] = prepared
+    return prepared
+
+
 STEPS_OF: Final = Prepared(
     select(STEPS)
     .where(STEPS.c.run_id == bindparam("run_id"))
