@@ -6,6 +6,7 @@ its `Lease`, and back; a value read from its row is the value written; and an in
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import fields, replace
 from datetime import UTC, datetime
@@ -40,7 +41,7 @@ from coordinator_core.shell.store import (
     StoredRun,
     StoredStep,
 )
-from coordinator_core.shell.store.dialect import UTCDateTime
+from coordinator_core.shell.store.dialect import Prepared, UTCDateTime
 from coordinator_core.shell.store.schema import (
     RUN_IMMUTABLE,
     RUN_OWN,
@@ -513,6 +514,34 @@ def test_every_field_a_write_sets_is_read_back_as_written(store: Store) -> None:
     assert read == written
     assert read.current.record.route == StepRoute("case", "label")
     assert (read.current.updated_at, read.run.updated_at) == (now, now)
+
+
+def test_a_write_sends_the_columns_it_changes_alone(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record's row is updated with the columns the write changes (and its `updated_at`):
+    its sealed command and output, and the columns no transition changes, are not sent again;
+    a run the write leaves as it was is not updated at all."""
+    request = admission("narrow")
+    store.writes.admit(request, T0)
+    sent: list[str] = []
+    real = Prepared.run
+
+    def run(self: Prepared, conn: Any, params: Any = ()) -> None:
+        sent.append(str(self.statement))
+        real(self, conn, params)
+
+    monkeypatch.setattr(Prepared, "run", run)
+
+    def detail(snapshot: RunSnapshot) -> RunWrite:
+        return RunWrite(snapshot.run, (changed(snapshot.current, detail="detail"),))
+
+    written = store.writes.update_run(request.run.run_id, T0 + SECOND, detail)
+    assert written is not None and written.current.record.detail == "detail"
+    updates = [statement for statement in sent if statement.startswith("UPDATE")]
+    assert len(updates) == 1 and updates[0].startswith("UPDATE steps SET"), updates
+    assert set(re.findall(r"(\w+)=:v_", updates[0])) == {"detail", "updated_at"}
+    assert store.reads.get_run_snapshot(request.run.run_id) == written
 
 
 def test_a_write_never_sets_a_lease(store: Store) -> None:

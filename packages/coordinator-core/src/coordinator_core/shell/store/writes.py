@@ -698,9 +698,8 @@ def apply_txn(
                         run.state.admitted_at, now,
                     )
                 )  # fmt: skip
-            values = run_values(run)
-            _UPDATE_RUN.run(
-                conn, {f"v_{name}": values[name] for name in _RUN_MUTABLE} | {"k_run": run.run_id}
+            _update_changed(
+                conn, RUNS, run_values(before.run), run_values(run), {"k_run": run.run_id}
             )
         steps = {stored.step: stored for stored in before.steps}
         leased: str | None = None
@@ -726,10 +725,12 @@ def apply_txn(
             if old is None:
                 inserts.append(values)
             else:
-                _UPDATE_STEP.run(
+                _update_changed(
                     conn,
-                    {f"v_{name}": values[name] for name in _STEP_MUTABLE}
-                    | {"k_run": run.run_id, "k_step": stored.step},
+                    STEPS,
+                    step_values(old),
+                    values,
+                    {"k_run": run.run_id, "k_step": stored.step},
                 )
         if inserts:
             _insert_steps(conn, inserts)
@@ -909,16 +910,44 @@ _INSERT_DEFINITION: Final = {
 _LIVE_PAIRS: Final = Prepared(
     select(LIVE_BINDINGS.c.definition_digest, LIVE_BINDINGS.c.binding_digest)
 )
-_UPDATE_RUN: Final = Prepared(
-    update(RUNS)
-    .where(RUNS.c.run_id == bindparam("k_run"))
-    .values({name: bindparam(f"v_{name}", type_=RUNS.c[name].type) for name in _RUN_MUTABLE})
-)
-_UPDATE_STEP: Final = Prepared(
-    update(STEPS)
-    .where(STEPS.c.run_id == bindparam("k_run"), STEPS.c.step == bindparam("k_step"))
-    .values({name: bindparam(f"v_{name}", type_=STEPS.c[name].type) for name in _STEP_MUTABLE})
-)
+_MUTABLE: Final[dict[str, tuple[str, ...]]] = {
+    "runs": _RUN_MUTABLE,
+    "steps": _STEP_MUTABLE,
+}
+_UPDATES: Final[dict[tuple[str, tuple[str, ...]], Prepared]] = {}
+_UPDATES_KEPT: Final = 256
+
+
+def _update_changed(
+    conn: Connection,
+    table: Table,
+    old: dict[str, Any],
+    new: dict[str, Any],
+    keys: dict[str, Any],
+) -> None:
+    """Update a run's or a record's row (`keys`: `k_run`, and `k_step` for a record) with
+    the columns whose value the write changes, and those alone: a transition changes a few
+    of a record's thirty-odd columns, and the sealed command and output it leaves as they
+    are are not sent again. One statement per set of changed columns, worked out once."""
+    changed = tuple(name for name in _MUTABLE[table.name] if new[name] != old[name])
+    if not changed:
+        return
+    statement = _UPDATES.get((table.name, changed))
+    if statement is None:
+        where = [table.c.run_id == bindparam("k_run")]
+        if "k_step" in keys:
+            where.append(table.c.step == bindparam("k_step"))
+        statement = Prepared(
+            update(table)
+            .where(*where)
+            .values({name: bindparam(f"v_{name}", type_=table.c[name].type) for name in changed})
+        )
+        if len(_UPDATES) >= _UPDATES_KEPT:  # transitions change a few dozen sets at most
+            _UPDATES.clear()
+        _UPDATES[(table.name, changed)] = statement
+    statement.run(conn, {f"v_{name}": new[name] for name in changed} | keys)
+
+
 _FENCE_SELECT: Final = (
     select(
         *STEPS.c,
