@@ -8,6 +8,7 @@ import uuid
 from dataclasses import replace
 
 import pytest
+from sqlalchemy import text
 from store_support import (
     DEFINITION,
     SECOND,
@@ -516,3 +517,21 @@ def test_watched_runs_fingerprint_as_the_full_status_does_in_one_read(store: Sto
     assert after[reviewed].fingerprint(reviewed) != before[reviewed].fingerprint(reviewed)
     assert after[running] == before[running]
     assert store.reads.watched_runs([]) == {}
+
+
+def test_a_status_read_tells_an_absent_run_from_a_store_without_its_control_row(
+    store: Store,
+) -> None:
+    """The status read is one statement (the run beside the control row): an absent run reads
+    None, and a store whose control row is gone is refused as one this version does not read,
+    whether or not the run is there."""
+    run = admit(store, "k1")
+    assert store.reads.get_run_status(uuid.uuid4()) is None
+    found = store.reads.get_run_status(run.run_id)
+    assert found is not None and found.run.run_id == run.run_id
+    with store.transactor.engine.begin() as conn:
+        conn.execute(text("DELETE FROM control"))
+    for run_id in (run.run_id, uuid.uuid4()):
+        with pytest.raises(CoordinatorError) as refused:
+            store.reads.get_run_status(run_id)
+        assert refused.value.code == "coordinator.deployment.schema-mismatch"

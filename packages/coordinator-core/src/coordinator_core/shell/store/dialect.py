@@ -53,6 +53,7 @@ __all__ = [
     "lock_rows",
     "pipelined",
     "quote_namespace",
+    "read_alone",
     "read_engine",
     "read_in_one_trip",
     "read_together",
@@ -543,6 +544,23 @@ def read_in_one_trip(
     driver.autocommit = True
     try:
         return _pipelined_reads(conn, reads, driver)
+    finally:
+        if not driver.closed:
+            with suppress(Exception):  # a lost connection is the caller's error already
+                if driver.info.transaction_status.name != "IDLE":
+                    driver.rollback()
+                driver.autocommit = False
+
+
+def read_alone(conn: Connection, read: tuple[Prepared, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """PostgreSQL: every row of one statement sent alone, outside any transaction (the driver
+    connection in autocommit mode meanwhile): a statement reads one snapshot by itself, so it
+    needs neither a BEGIN nor a COMMIT, nor a pipeline to send them with it."""
+    driver: Any = conn.connection.driver_connection
+    driver.autocommit = True
+    try:
+        statement, params = read
+        return statement.rows(conn, params)
     finally:
         if not driver.closed:
             with suppress(Exception):  # a lost connection is the caller's error already

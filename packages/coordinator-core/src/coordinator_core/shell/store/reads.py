@@ -11,7 +11,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import and_, bindparam, false, func, not_, or_, select
+from sqlalchemy import and_, bindparam, false, func, not_, or_, select, true
 from sqlalchemy.engine import Connection
 
 from coordinator_core.engine.instants import Instant
@@ -141,12 +141,10 @@ class RunReads:
         control row: the run row with its current record's state and due instant and the
         unknown-effect flag computed by the store, as a list page reads them, its records
         not read whole; None when the run is absent."""
-        control, rows = self._tx.read_at_once(
-            "get-run-status", (_CONTROL_ROW, {}), (_RUN_STATUS, {"run_id": run_id})
-        )
-        if not control:
+        rows = self._tx.read_alone("get-run-status", (_RUN_STATUS, {"run_id": run_id}))
+        if not rows:
             raise refuse("coordinator.deployment.schema-mismatch")
-        return _listed_of(rows[0]) if rows else None
+        return _listed_of(rows[0]) if rows[0]["run_id"] is not None else None
 
     def list_runs(
         self,
@@ -459,8 +457,15 @@ _LISTED: Final = select(
 """`RunReads.list_runs`' statement before its filters: each run with its current record's
 state and due instant and the unknown-effect flag (06 §11.1), so that a page is one statement
 and its records are not read whole."""
-_RUN_STATUS: Final = Prepared(_LISTED.where(RUNS.c.run_id == bindparam("run_id")))
-"""`RunReads.get_run_status`' statement: one run as `_LISTED` reads it."""
+_ONE_LISTED: Final = _LISTED.where(RUNS.c.run_id == bindparam("run_id")).subquery("listed")
+_RUN_STATUS: Final = Prepared(
+    select(CONTROL.c.id.label("control_id"), *_ONE_LISTED.c).select_from(
+        CONTROL.outerjoin(_ONE_LISTED, true())
+    )
+)
+"""`RunReads.get_run_status`' statement: one run as `_LISTED` reads it, beside the control
+row, in one statement (one snapshot): no row when the control row is missing, a row of nulls
+but its own when the run is."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from coordinator_core.shell.store.dialect import (
     StoreLocation,
     is_transient,
     is_unavailable,
+    read_alone,
     read_engine,
     read_in_one_trip,
     read_together,
@@ -175,6 +176,16 @@ class Transactor:
         if self.location.kind != "postgresql":
             return self.transact(purpose, lambda conn: read_together(conn, *reads), read_only=True)
         return self._transact(purpose, lambda conn: read_in_one_trip(conn, reads), True, True)
+
+    def read_alone(
+        self, purpose: str, read: tuple[Prepared, Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Every row of one statement, which reads one snapshot by itself. PostgreSQL: sent
+        alone, outside any transaction (`dialect.read_alone`: no BEGIN, no COMMIT, no
+        pipeline); SQLite: in a read transaction, as `read_at_once` reads."""
+        if self.location.kind != "postgresql":
+            return self.read_at_once(purpose, read)[0]
+        return self._transact(purpose, lambda conn: read_alone(conn, read), True, True)
 
     def _transact(
         self, purpose: str, work: Callable[[Connection], T], read_only: bool, own: bool = False
