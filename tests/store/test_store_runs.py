@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import delete, insert, select
 from store_support import (
     DEFINITION,
     SECOND,
@@ -38,6 +40,7 @@ from coordinator_core.shell.store import (
     StoreInvariantError,
     supported_version,
 )
+from coordinator_core.shell.store.schema import CONTROL
 
 
 def _snapshot(store: Store, run_id: uuid.UUID) -> RunSnapshot:
@@ -529,9 +532,35 @@ def test_a_status_read_tells_an_absent_run_from_a_store_without_its_control_row(
     assert store.reads.get_run_status(uuid.uuid4()) is None
     found = store.reads.get_run_status(run.run_id)
     assert found is not None and found.run.run_id == run.run_id
+    with _control_row_gone(store):
+        for run_id in (run.run_id, uuid.uuid4()):
+            with pytest.raises(CoordinatorError) as refused:
+                store.reads.get_run_status(run_id)
+            assert refused.value.code == "coordinator.deployment.schema-mismatch"
+
+
+def test_a_page_is_read_beside_the_control_row(store: Store) -> None:
+    """A list page is one statement too: an empty page reads as one, and a store whose control
+    row is gone is refused, whether or not it has runs."""
+    assert store.reads.list_runs(owner=None).runs == ()
+    admit(store, "k1")
+    assert len(store.reads.list_runs(owner=None).runs) == 1
+    with _control_row_gone(store):
+        for workflow in (None, "absent"):
+            with pytest.raises(CoordinatorError) as refused:
+                store.reads.list_runs(owner=None, workflow=workflow)
+            assert refused.value.code == "coordinator.deployment.schema-mismatch"
+
+
+@contextmanager
+def _control_row_gone(store: Store) -> Iterator[None]:
+    """The store without its control row meanwhile (put back after: the PostgreSQL
+    namespace is the session's)."""
     with store.transactor.engine.begin() as conn:
-        conn.execute(text("DELETE FROM control"))
-    for run_id in (run.run_id, uuid.uuid4()):
-        with pytest.raises(CoordinatorError) as refused:
-            store.reads.get_run_status(run_id)
-        assert refused.value.code == "coordinator.deployment.schema-mismatch"
+        row = dict(conn.execute(select(CONTROL)).mappings().one())
+        conn.execute(delete(CONTROL))
+    try:
+        yield
+    finally:
+        with store.transactor.engine.begin() as conn:
+            conn.execute(insert(CONTROL).values(row))
