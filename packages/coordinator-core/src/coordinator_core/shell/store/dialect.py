@@ -535,32 +535,32 @@ def read_in_one_trip(
     conn: Connection, reads: Sequence[tuple[Prepared, Mapping[str, Any]]]
 ) -> list[list[dict[str, Any]]]:
     """PostgreSQL: `reads` in a repeatable-read, read-only transaction of their own, sent in
-    one round trip: BEGIN, the statements and COMMIT in one pipeline (the driver connection
-    in autocommit mode meanwhile, so that psycopg sends no BEGIN of its own, which would cost
-    a round trip by itself, and its commit finds nothing to do). A failed statement leaves
-    the transaction aborted and the COMMIT skipped: it is rolled back here, and the error
-    raised as `pipelined` raises it."""
-    driver: Any = conn.connection.driver_connection
-    driver.autocommit = True
-    try:
+    one round trip: BEGIN, the statements and COMMIT in one pipeline (`_on_its_own`, so that
+    psycopg sends no BEGIN of its own, which would cost a round trip by itself, and its commit
+    finds nothing to do). A failed statement leaves the transaction aborted and the COMMIT
+    skipped: it is rolled back here, and the error raised as `pipelined` raises it."""
+    with _on_its_own(conn) as driver:
         return _pipelined_reads(conn, reads, driver)
-    finally:
-        if not driver.closed:
-            with suppress(Exception):  # a lost connection is the caller's error already
-                if driver.info.transaction_status.name != "IDLE":
-                    driver.rollback()
-                driver.autocommit = False
 
 
 def read_alone(conn: Connection, read: tuple[Prepared, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """PostgreSQL: every row of one statement sent alone, outside any transaction (the driver
-    connection in autocommit mode meanwhile): a statement reads one snapshot by itself, so it
-    needs neither a BEGIN nor a COMMIT, nor a pipeline to send them with it."""
+    """PostgreSQL: every row of one statement sent alone, outside any transaction
+    (`_on_its_own`): a statement reads one snapshot by itself, so it needs neither a BEGIN
+    nor a COMMIT, nor a pipeline to send them with it."""
+    statement, params = read
+    with _on_its_own(conn):
+        return statement.rows(conn, params)
+
+
+@contextmanager
+def _on_its_own(conn: Connection) -> Iterator[Any]:
+    """The driver connection of `conn` in autocommit mode meanwhile (what it sends begins and
+    ends its own transaction, if any); whatever is left open is rolled back after, and the
+    connection goes back to the pool as it was lent."""
     driver: Any = conn.connection.driver_connection
     driver.autocommit = True
     try:
-        statement, params = read
-        return statement.rows(conn, params)
+        yield driver
     finally:
         if not driver.closed:
             with suppress(Exception):  # a lost connection is the caller's error already
