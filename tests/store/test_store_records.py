@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import Column, Integer, MetaData, Table, insert, select
+from sqlalchemy import Column, Integer, MetaData, Table, insert, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 from store_support import (
     BINDING,
@@ -41,7 +41,7 @@ from coordinator_core.shell.store import (
     StoredRun,
     StoredStep,
 )
-from coordinator_core.shell.store.dialect import Prepared, UTCDateTime
+from coordinator_core.shell.store.dialect import Prepared, PreparedShapes, UTCDateTime
 from coordinator_core.shell.store.schema import (
     RUN_IMMUTABLE,
     RUN_OWN,
@@ -633,3 +633,20 @@ def test_an_instant_column_takes_only_integer_milliseconds(dialect: Any, other: 
     with pytest.raises(TypeError):
         UTCDateTime().process_bind_param(other, dialect)  # type: ignore[arg-type]
     assert UTCDateTime().process_bind_param(None, dialect) is None
+
+
+def test_a_statement_family_builds_each_shape_once_and_keeps_a_bounded_number() -> None:
+    """`PreparedShapes`: a shape met again answers the statement built the first time; past
+    `kept` shapes, the kept ones are let go and built again as they come."""
+    built: list[int] = []
+
+    def build(count: int) -> Any:
+        built.append(count)
+        return select(literal_column(str(count)))
+
+    shapes = PreparedShapes(build, kept=2)
+    first = shapes(1)
+    assert shapes(1) is first and shapes(2) is shapes(2)
+    assert built == [1, 2]
+    shapes(3)  # a third shape: the two kept are let go
+    assert shapes(1) is not first and built == [1, 2, 3, 1]

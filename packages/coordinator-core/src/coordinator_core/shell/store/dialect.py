@@ -14,12 +14,12 @@ import binascii
 import json
 import re
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Generic, Literal, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from psycopg import RawCursor
@@ -41,6 +41,7 @@ __all__ = [
     "HexKey",
     "JsonDocument",
     "Prepared",
+    "PreparedShapes",
     "SealedBytes",
     "StoreKind",
     "StoreLocation",
@@ -604,6 +605,32 @@ def _text_dialect(dialect: Dialect) -> Dialect:
         dialect_class: Any = type(dialect)
         found = _TEXT_DIALECTS[type(dialect)] = dialect_class(paramstyle="numeric_dollar")
     return found
+
+
+Shape = TypeVar("Shape", bound=Hashable)
+
+
+class PreparedShapes(Generic[Shape]):
+    """A family of statements that differ only by their shape — a multi-row `INSERT`'s row
+    count, an `UPDATE`'s changed columns, a list page's filters —, each shape's `Prepared`
+    built by `build` at its first use and kept (at most `kept`: a family meets few shapes,
+    and past that number they are built again as they come)."""
+
+    __slots__ = ("_build", "_kept", "_made")
+
+    def __init__(self, build: Callable[[Shape], Any], *, kept: int = 256) -> None:
+        self._build = build
+        self._kept = kept
+        self._made: dict[Shape, Prepared] = {}
+
+    def __call__(self, shape: Shape) -> Prepared:
+        made = self._made.get(shape)
+        if made is None:
+            made = Prepared(self._build(shape))
+            if len(self._made) >= self._kept:
+                self._made.clear()
+            self._made[shape] = made
+        return made
 
 
 _BEGIN_READ: Final = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from coordinator_core.engine.instants import Instant
 from coordinator_core.shell.audit.writer import JournalPosition
 from coordinator_core.shell.observe.metrics import StoreGauges
-from coordinator_core.shell.store.dialect import Prepared, UTCDateTime
+from coordinator_core.shell.store.dialect import Prepared, PreparedShapes, UTCDateTime
 from coordinator_core.shell.store.guards import refuse
 from coordinator_core.shell.store.identity import StoreIdentity
 from coordinator_core.shell.store.queries import (
@@ -187,7 +187,7 @@ class RunReads:
             status is not None,
             after is not None,
         )
-        rows = self._tx.read_alone("list-runs", (_page_statement(shape), params))
+        rows = self._tx.read_alone("list-runs", (_PAGE_STATEMENTS(shape), params))
         if not rows:
             raise refuse("coordinator.deployment.schema-mismatch")
         if rows[0]["run_id"] is None:
@@ -480,18 +480,11 @@ class _PageShape:
     after: bool
 
 
-_PAGE_STATEMENTS: Final[dict[_PageShape, Prepared]] = {}
-_PAGE_SHAPES_KEPT: Final = 64
-
-
-def _page_statement(shape: _PageShape) -> Prepared:
+def _page_of(shape: _PageShape) -> Any:
     """`_LISTED` with a shape's filters, newest first, each value a parameter (`limit`
     included), so that a page's statement is worked out once per shape, not at every read;
     beside the control row, in one statement (one snapshot) as a status read is: no row when
     the control row is missing, one row of nulls but its own when the page is empty."""
-    found = _PAGE_STATEMENTS.get(shape)
-    if found is not None:
-        return found
     statement = _LISTED
     if shape.owner:
         statement = statement.where(RUNS.c.owner == bindparam("owner"))
@@ -517,15 +510,15 @@ def _page_statement(shape: _PageShape) -> Prepared:
         )
     newest_first = (RUNS.c.admitted_at.desc(), RUNS.c.run_id.desc())
     page = statement.order_by(*newest_first).limit(bindparam("limit")).subquery("page")
-    prepared = Prepared(
+    return (
         select(CONTROL.c.id.label("control_id"), *page.c)
         .select_from(CONTROL.outerjoin(page, true()))
         .order_by(page.c.admitted_at.desc(), page.c.run_id.desc())
     )
-    if len(_PAGE_STATEMENTS) >= _PAGE_SHAPES_KEPT:  # policies name few workflows: never, really
-        _PAGE_STATEMENTS.clear()
-    _PAGE_STATEMENTS[shape] = prepared
-    return prepared
+
+
+_PAGE_STATEMENTS: Final = PreparedShapes(_page_of, kept=64)
+"""A list page's statement, by its shape (policies name few workflows)."""
 
 
 STEPS_OF: Final = Prepared(

@@ -10,6 +10,7 @@ invariants (`invariants.check_write`) and writing it (`apply_txn`).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from coordinator_core.engine.state import TERMINAL_STATUSES, StepRecord
 from coordinator_core.evolve import evolve
 from coordinator_core.shell.store.dialect import (
     Prepared,
+    PreparedShapes,
     StoreKind,
     UTCDateTime,
     insert_ignoring,
@@ -804,45 +806,39 @@ def _replay_txn(conn: Connection, admission: NewRun) -> AdmissionResult | None:
 def _insert_steps(conn: Connection, rows: list[dict[str, Any]]) -> None:
     """Insert records in one statement (a continuation inserts a few at once: one multi-row
     `INSERT` costs less than the driver's batch protocol)."""
-    _insert_rows(conn, _INSERT_STEPS, lambda: insert(STEPS), STEPS, _STEP_FIELDS, rows)
+    _insert_rows(conn, _INSERT_STEPS, _STEP_FIELDS, rows)
 
 
 def _insert_attempts(conn: Connection, kind: StoreKind, rows: list[dict[str, Any]]) -> None:
     """Insert ended attempts in one statement, a repeat kept out (one per (run, step,
     generation, attempt)): a finish ends two at once, the call's and the next record's."""
-    _insert_rows(
-        conn,
-        _INSERT_ATTEMPTS[kind],
-        lambda: insert_ignoring(STEP_ATTEMPTS, kind),
-        STEP_ATTEMPTS,
-        _ATTEMPT_FIELDS,
-        rows,
-    )
+    _insert_rows(conn, _INSERT_ATTEMPTS[kind], _ATTEMPT_FIELDS, rows)
 
 
 def _insert_rows(
     conn: Connection,
-    statements: dict[int, Prepared],
-    base: Callable[[], Any],
-    table: Table,
+    statements: PreparedShapes[int],
     fields: Sequence[str],
     rows: list[dict[str, Any]],
 ) -> None:
-    """Insert `rows` (each with exactly `fields`) with one `INSERT` of as many rows, built from
-    `base()` once per row count and kept in `statements`."""
-    count = len(rows)
-    statement = statements.get(count)
-    if statement is None:
+    """Insert `rows` (each with exactly `fields`) with one `INSERT` of as many rows."""
+    statements(len(rows)).run(
+        conn,
+        {f"{name}_{index}": row[name] for index, row in enumerate(rows) for name in fields},
+    )
+
+
+def _rows_of(base: Callable[[], Any], table: Table, fields: Sequence[str]) -> PreparedShapes[int]:
+    """The multi-row `INSERT`s of `base()` into `table`, by row count."""
+
+    def build(count: int) -> Any:
         values = [
             {name: bindparam(f"{name}_{index}", type_=table.c[name].type) for name in fields}
             for index in range(count)
         ]
-        statement = Prepared(base().values(values if count > 1 else values[0]))
-        statements[count] = statement
-    statement.run(
-        conn,
-        {f"{name}_{index}": row[name] for index, row in enumerate(rows) for name in fields},
-    )
+        return base().values(values if count > 1 else values[0])
+
+    return PreparedShapes(build)
 
 
 # -- statements, built once (SQLAlchemy's compiled form is kept per backend by `Prepared`) ---------
@@ -888,10 +884,15 @@ _INSERT_RUN: Final = {
     for kind in ("postgresql", "sqlite")
 }
 """A run's row; none is inserted (and no row answered) when its start identity exists."""
-_INSERT_STEPS: dict[int, Prepared] = {}
+_INSERT_STEPS: Final = _rows_of(lambda: insert(STEPS), STEPS, _STEP_FIELDS)
 """The multi-row `INSERT`s of records, by row count (`_insert_steps`)."""
 _ATTEMPT_FIELDS: Final = tuple(column.name for column in STEP_ATTEMPTS.c)
-_INSERT_ATTEMPTS: Final[dict[StoreKind, dict[int, Prepared]]] = {"postgresql": {}, "sqlite": {}}
+_INSERT_ATTEMPTS: Final[dict[StoreKind, PreparedShapes[int]]] = {
+    kind: _rows_of(
+        functools.partial(insert_ignoring, STEP_ATTEMPTS, kind), STEP_ATTEMPTS, _ATTEMPT_FIELDS
+    )
+    for kind in ("postgresql", "sqlite")
+}
 """The multi-row `INSERT`s of ended attempts, by backend and row count (`_insert_attempts`)."""
 _INSERT_LIVE_PAIR: Final = {
     kind: Prepared(
@@ -910,12 +911,29 @@ _INSERT_DEFINITION: Final = {
 _LIVE_PAIRS: Final = Prepared(
     select(LIVE_BINDINGS.c.definition_digest, LIVE_BINDINGS.c.binding_digest)
 )
-_MUTABLE: Final[dict[str, tuple[str, ...]]] = {
-    "runs": _RUN_MUTABLE,
-    "steps": _STEP_MUTABLE,
+
+
+def _updates_of(table: Table) -> PreparedShapes[tuple[str, ...]]:
+    """The `UPDATE`s of a run's row (`k_run`) or a record's (`k_run`, `k_step`), by the set of
+    columns they set (`_update_changed`)."""
+    where = [table.c.run_id == bindparam("k_run")]
+    if "step" in table.c:
+        where.append(table.c.step == bindparam("k_step"))
+
+    def build(changed: tuple[str, ...]) -> Any:
+        return (
+            update(table)
+            .where(*where)
+            .values({name: bindparam(f"v_{name}", type_=table.c[name].type) for name in changed})
+        )
+
+    return PreparedShapes(build)
+
+
+_UPDATES: Final = {
+    RUNS.name: (_RUN_MUTABLE, _updates_of(RUNS)),
+    STEPS.name: (_STEP_MUTABLE, _updates_of(STEPS)),
 }
-_UPDATES: Final[dict[tuple[str, tuple[str, ...]], Prepared]] = {}
-_UPDATES_KEPT: Final = 256
 
 
 def _update_changed(
@@ -928,24 +946,11 @@ def _update_changed(
     """Update a run's or a record's row (`keys`: `k_run`, and `k_step` for a record) with
     the columns whose value the write changes, and those alone: a transition changes a few
     of a record's thirty-odd columns, and the sealed command and output it leaves as they
-    are are not sent again. One statement per set of changed columns, worked out once."""
-    changed = tuple(name for name in _MUTABLE[table.name] if new[name] != old[name])
-    if not changed:
-        return
-    statement = _UPDATES.get((table.name, changed))
-    if statement is None:
-        where = [table.c.run_id == bindparam("k_run")]
-        if "k_step" in keys:
-            where.append(table.c.step == bindparam("k_step"))
-        statement = Prepared(
-            update(table)
-            .where(*where)
-            .values({name: bindparam(f"v_{name}", type_=table.c[name].type) for name in changed})
-        )
-        if len(_UPDATES) >= _UPDATES_KEPT:  # transitions change a few dozen sets at most
-            _UPDATES.clear()
-        _UPDATES[(table.name, changed)] = statement
-    statement.run(conn, {f"v_{name}": new[name] for name in changed} | keys)
+    are are not sent again."""
+    mutable, statements = _UPDATES[table.name]
+    changed = tuple(name for name in mutable if new[name] != old[name])
+    if changed:
+        statements(changed).run(conn, {f"v_{name}": new[name] for name in changed} | keys)
 
 
 _FENCE_SELECT: Final = (
