@@ -31,6 +31,7 @@ from store_support import (
 from support.instants import instant
 
 from coordinator_core.engine import RunState, StepRecord, StepRoute, TimingPolicy
+from coordinator_core.engine.serial import FormatError
 from coordinator_core.shell.store import (
     Claim,
     ControlRow,
@@ -403,6 +404,22 @@ def test_a_value_without_its_optional_fields_round_trips_and_no_payload_is_read(
     assert run_of(run_values(run)) == run
     stored = run_of(run_values(_stored_run(uuid.uuid4())))
     assert (stored.state.input, stored.state.output, stored.state.records) == (None, None, ())
+
+
+def test_a_policy_is_decoded_by_its_document_and_a_wrong_one_is_refused_every_time() -> None:
+    """Runs share decoded policies; a document equal to a good one under `==` but of another
+    type (`true` for `1`, `30.0` for `30`) is still refused, however often the good one was
+    read."""
+    base = _stored_run(uuid.uuid4())
+    good = run_values(base)
+    assert run_of(good).state.policy == run_of(dict(good)).state.policy == base.state.policy
+    odd = TimingPolicy(retry_delays_ms=(1, 1), observation_floor_seconds=1)
+    assert run_of(good | {"policy": odd.to_json()}).state.policy == odd
+    for floor in (True, 1.0):
+        document = odd.to_json() | {"observationFloorSeconds": floor}
+        for _ in range(2):
+            with pytest.raises(FormatError):
+                run_of(good | {"policy": document})
 
 
 def test_a_value_with_its_engine_payload_is_written_without_it() -> None:

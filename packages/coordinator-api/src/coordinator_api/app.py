@@ -60,11 +60,17 @@ from connexion.middleware.server_error import (  # type: ignore[import-untyped]
     ServerErrorMiddleware,
 )
 from connexion.resolver import Resolver  # type: ignore[import-untyped]
+from connexion.utils import is_null, is_nullable  # type: ignore[import-untyped]
 from connexion.validators.json import (  # type: ignore[import-untyped]
     JSONResponseBodyValidator,
     TextResponseBodyValidator,
 )
-from connexion.validators.parameter import ParameterValidator  # type: ignore[import-untyped]
+from connexion.validators.parameter import (  # type: ignore[import-untyped]
+    Draft4Validator,
+    ParameterValidator,
+    ValidationError,
+    draft4_format_checker,
+)
 from starlette.exceptions import HTTPException
 
 from coordinator_api.access import AccessVerifier, bearer_token, match_secret
@@ -158,6 +164,38 @@ class _BearerSchemes:
 # Parameter validation (Connexion `validator_map`)
 
 
+class _CompiledParameterValidator(ParameterValidator):  # type: ignore[misc]
+    """Connexion's parameter checks (its validator class and format checker), each parameter's
+    schema compiled once: Connexion copies the parameter and compiles a Draft 4 validator for
+    every value of every request. The parameters are the operation's own and live as long as
+    the validator."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._compiled: dict[int, Any] = {}
+        for parameters in self.parameters.values():
+            for parameter in parameters:
+                own = copy.deepcopy(parameter)
+                self._compiled[id(parameter)] = Draft4Validator(
+                    own.get("schema", own), format_checker=draft4_format_checker
+                )
+
+    def validate_parameter(
+        self, parameter_type: str, value: Any, param: dict[str, Any], param_name: Any = None
+    ) -> str | None:
+        compiled = self._compiled.get(id(param))
+        if value is None or compiled is None or (is_nullable(param) and is_null(value)):
+            problem: str | None = ParameterValidator.validate_parameter(
+                parameter_type, value, param, param_name
+            )
+            return problem
+        try:
+            compiled.validate(value)
+        except ValidationError as exception:
+            return str(exception)
+        return None
+
+
 class _QueryParameterValidator:
     """Connexion's parameter validator restricted to query parameters.
 
@@ -178,7 +216,7 @@ class _QueryParameterValidator:
         security_query_params: list[str] | None = None,
     ) -> None:
         query = [parameter for parameter in parameters if parameter.get("in") == "query"]
-        self._inner = ParameterValidator(
+        self._inner = _CompiledParameterValidator(
             query,
             uri_parser=uri_parser,
             strict_validation=strict_validation and bool(query),

@@ -314,6 +314,17 @@ def test_records_outside_the_contract_table_are_refused(
         AuditEntry(phase, correlation, record)  # type: ignore[arg-type]
 
 
+def test_an_entry_journals_the_record_it_checked() -> None:
+    """The writer does not check an entry again: the record it journals is the one checked when
+    the entry was made, so neither the caller's dict nor the entry's view can change it."""
+    record: dict[str, object] = {"action": "status", "actorRef": REFS.actor("o")}
+    entry = AuditEntry("request", new_correlation(), record)
+    record["actorRef"] = "a raw identifier"
+    assert entry.record["actorRef"] == REFS.actor("o")
+    with pytest.raises(TypeError):
+        entry.record["actorRef"] = "a raw identifier"  # type: ignore[index]
+
+
 def test_correlation_form_is_checked() -> None:
     step_ref = REFS.step("r", "s")
     record = {"action": "status", "actorRef": REFS.actor("o")}

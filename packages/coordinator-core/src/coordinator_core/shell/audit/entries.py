@@ -6,6 +6,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Final, Literal, get_args
 
 from coordinator_core.errors import catalogue
@@ -197,15 +198,18 @@ class AuditEntry:
     """What a caller journals: the writer adds schema, sequence, eventId, time and previous.
 
     Construction refuses (ValueError, fixed message) a phase, correlation or record outside the
-    07 §11 table, so a raw value can never reach the journal through a member."""
+    07 §11 table, so a raw value can never reach the journal through a member. The entry keeps
+    a private copy of the record behind a read-only view, so what was checked is what the
+    writer journals: it does not check again."""
 
     phase: Phase
     correlation: str
     record: Mapping[str, object]
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "record", dict(self.record))  # a private copy
-        check_entry(self.phase, self.correlation, self.record)
+        record = dict(self.record)  # a private copy, checked once, never changed after
+        check_entry(self.phase, self.correlation, record)
+        object.__setattr__(self, "record", MappingProxyType(record))
 
 
 def check_entry(phase: object, correlation: object, record: object) -> None:

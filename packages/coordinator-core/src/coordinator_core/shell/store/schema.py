@@ -553,12 +553,28 @@ sealed ones)."""
 STEP_IMMUTABLE: Final = ("run_id", "step", "type", "pure", "entered_at", "operation", "effect_kind")
 
 
+_POLICIES: dict[str, TimingPolicy] = {}
+"""Decoded policy documents by their `repr`. A deployment's runs share one or a few policies,
+and a policy is immutable; `repr` tells `true` from `1` and `1.0`, which equality does not."""
+
+
+def _policy_of(document: Any) -> TimingPolicy:
+    key = repr(document)
+    policy = _POLICIES.get(key)
+    if policy is None:
+        policy = TimingPolicy.from_json(document or {})
+        if len(_POLICIES) >= 64:
+            _POLICIES.clear()
+        _POLICIES[key] = policy
+    return policy
+
+
 def run_of(row: Mapping[Any, Any]) -> StoredRun:
     """The stored run of a `runs` row (its payload sealed, its state without records)."""
     state = RunState(
         **{name: row[name] for name in RUN_STATE_COLUMNS},
         input=None,
-        policy=TimingPolicy.from_json(row["policy"] or {}),
+        policy=_policy_of(row["policy"]),
     )
     return StoredRun(**{name: row[name] for name in RUN_OWN}, state=state)
 
