@@ -6,12 +6,20 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from pathlib import Path
 from uuid import uuid4
 
 import pytest
 
-from coordinator_core.shell.audit import AuditReferences, AuditWriter, writer
+from coordinator_core.shell.audit import (
+    AuditEntry,
+    AuditReferences,
+    AuditWriter,
+    api_request,
+    new_correlation,
+    writer,
+)
 from coordinator_core.shell.sealing import AdmissionKey
 from coordinator_core.shell.service.journal import AuditRequest, AuditResponse, WriterJournal
 from coordinator_core.shell.service.model import Caller
@@ -115,3 +123,49 @@ def test_a_command_s_request_entry_is_queued_and_its_barrier_makes_it_durable(
         ("request", correlation),
         ("response", correlation),
     ]
+
+
+class CountedFsync:
+    """`os.fsync` for the journal's file, counted."""
+
+    def __init__(self, real: object) -> None:
+        self._real = real
+        self.calls = 0
+
+    def __call__(self, fd: int) -> None:
+        self.calls += 1
+        self._real(fd)  # type: ignore[operator]
+
+
+def _status(action: str = "status") -> AuditEntry:
+    return api_request(new_correlation(), action, AuditReferences(b"\x07" * 32, "db").actor("o"))
+
+
+def test_reads_answered_together_share_one_fsync_and_a_command_takes_them_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The background flusher lets the lines no one waits for gather for
+    `BACKGROUND_LINGER_SECONDS`: the reads of that moment cost one write and one fsync. A
+    command's durable append meanwhile does not wait for the linger: its fsync covers them."""
+    monkeypatch.setattr(writer, "BACKGROUND_LINGER_SECONDS", 0.5)
+    audit = AuditWriter.open(tmp_path / "audit", "serve")
+    counted = CountedFsync(writer.os.fsync)
+    monkeypatch.setattr(writer.os, "fsync", counted)
+    try:
+        for _ in range(5):
+            audit.append(_status(), wait=False)
+        assert audit.sequence == 0 and counted.calls == 0, "the reads' lines linger together"
+        deadline = time.monotonic() + 5
+        while audit.sequence < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (audit.sequence, counted.calls) == (5, 1)
+
+        for _ in range(3):
+            audit.append(_status(), wait=False)
+        began = time.monotonic()
+        audit.append(_status("cancel"))
+        assert time.monotonic() - began < 0.4, "a durable append never waits for the linger"
+        assert (audit.sequence, counted.calls) == (9, 2)
+    finally:
+        audit.close()
+    assert [line["sequence"] for line in _lines(tmp_path / "audit")] == list(range(1, 10))

@@ -58,6 +58,12 @@ _OPEN_FLAGS: Final = (
 )
 
 
+BACKGROUND_LINGER_SECONDS: Final = 0.005
+"""How long the background flusher lets lines that no one waits for (API reads, 07 §7.7
+item 5) gather before it writes and fsyncs them together. A durable append meanwhile takes
+them with its own lines at once."""
+
+
 def _unavailable(message: str) -> CoordinatorError:
     return CoordinatorError(
         Diagnostic(code="coordinator.command.audit-unavailable", message=message)
@@ -145,6 +151,7 @@ class AuditWriter:
         self._failed = False
         self._closed = False
         self._background: threading.Thread | None = None
+        self._linger_until: float | None = None  # when the background flusher writes
         self._observer: JournalObserver | None = None
         # Owned by the thread that flushes (at most one at a time) and by open/close.
         self._file_number = 1
@@ -255,7 +262,8 @@ class AuditWriter:
         """Journal `entry`; returns only after its line is written and fsynced.
 
         `wait=False` (API read actions, 07 §7.7 item 5) queues the line in sequence order and
-        returns at once; the next durable append, or `close`, makes it durable.
+        returns at once; the background flusher makes it durable within
+        `BACKGROUND_LINGER_SECONDS` (and the fsync's time), or sooner a durable append or `close`.
 
         Raises `coordinator.command.audit-unavailable` when the line may not be durable, and for
         every later call: the protected action must then not proceed."""
@@ -264,7 +272,7 @@ class AuditWriter:
     def append_all(self, entries: Sequence[AuditEntry], *, wait: bool = True) -> None:
         """Journal `entries` in order, covered by one fsync (the entries of one transaction,
         07 §7.7 item 5); returns only after all of them are on stable storage (`wait=False`:
-        at once, a background flusher makes them durable soon after)."""
+        at once, the background flusher makes them durable soon after)."""
         sequence = self.queue_all(entries)
         if sequence is None:
             return
@@ -273,7 +281,9 @@ class AuditWriter:
             return
         with self._cond:
             self._start_background()
-            self._cond.notify_all()
+            if self._linger_until is None:
+                self._linger_until = time.monotonic() + BACKGROUND_LINGER_SECONDS
+                self._cond.notify_all()
 
     def queue_all(self, entries: Sequence[AuditEntry]) -> int | None:
         """Queue `entries` in sequence order and answer the last one's sequence (None for no
@@ -341,12 +351,21 @@ class AuditWriter:
         self._background.start()
 
     def _flush_in_background(self) -> None:
+        """Make what is queued durable `BACKGROUND_LINGER_SECONDS` after the first line that no
+        one waits for, unless a durable append took it first: the lines of the reads answered
+        meanwhile share one write and one fsync."""
         with self._cond:
             while not (self._closed or self._failed):
-                if self._queue and not self._flushing:
-                    self._flush_queue()
-                else:
+                if not self._queue or self._flushing:
                     self._cond.wait()
+                    continue
+                if self._linger_until is None:  # left by a transaction that did not commit
+                    self._linger_until = time.monotonic() + BACKGROUND_LINGER_SECONDS
+                left = self._linger_until - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                else:
+                    self._flush_queue()
 
     def close(self) -> None:
         """Close the current file (every queued line is made durable first); later appends
@@ -388,6 +407,7 @@ class AuditWriter:
         """Called with the lock held by the thread that becomes the flusher: writes and fsyncs
         everything queued, with the lock released so that others can queue meanwhile."""
         batch, self._queue = self._queue, []
+        self._linger_until = None
         first = self._durable_sequence + 1
         proofs = [sequence - first for sequence in sorted(self._proof_at)]
         self._proof_at.clear()
