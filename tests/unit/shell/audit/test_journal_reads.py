@@ -147,7 +147,7 @@ def test_reads_answered_together_share_one_fsync_and_a_command_takes_them_at_onc
     """The background flusher lets the lines no one waits for gather for
     `BACKGROUND_LINGER_SECONDS`: the reads of that moment cost one write and one fsync. A
     command's durable append meanwhile does not wait for the linger: its fsync covers them."""
-    monkeypatch.setattr(writer, "BACKGROUND_LINGER_SECONDS", 0.5)
+    monkeypatch.setattr(writer, "BACKGROUND_LINGER_SECONDS", 3.0)
     audit = AuditWriter.open(tmp_path / "audit", "serve")
     counted = CountedFsync(writer.os.fsync)
     monkeypatch.setattr(writer.os, "fsync", counted)
@@ -155,7 +155,7 @@ def test_reads_answered_together_share_one_fsync_and_a_command_takes_them_at_onc
         for _ in range(5):
             audit.append(_status(), wait=False)
         assert audit.sequence == 0 and counted.calls == 0, "the reads' lines linger together"
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 15
         while audit.sequence < 5 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert (audit.sequence, counted.calls) == (5, 1)
@@ -164,7 +164,7 @@ def test_reads_answered_together_share_one_fsync_and_a_command_takes_them_at_onc
             audit.append(_status(), wait=False)
         began = time.monotonic()
         audit.append(_status("cancel"))
-        assert time.monotonic() - began < 0.4, "a durable append never waits for the linger"
+        assert time.monotonic() - began < 2.0, "a durable append never waits for the linger"
         assert (audit.sequence, counted.calls) == (9, 2)
     finally:
         audit.close()
