@@ -111,6 +111,7 @@ def test_metrics_move_with_a_run_on_serve_and_worker_and_name_no_identifier(
     assert _total(during, "coordinator_runs", status="running") == 1
     assert _total(during, "coordinator_store_gauges_available") == 1
     assert _total(during, "coordinator_audit_appends_total") > 0
+    assert _total(during, "coordinator_process_frozen_objects") > 10_000  # its start-up heap
     assert project.processes.stop(service) == 0
 
     port = free_port()
@@ -142,6 +143,7 @@ def test_metrics_move_with_a_run_on_serve_and_worker_and_name_no_identifier(
     assert _total(after, "coordinator_store_transaction_duration_seconds_count", mode="write") > 0
     assert _total(after, "coordinator_audit_fsync_duration_seconds_count") > 0
     assert _total(after, "coordinator_worker_loops") == 1
+    assert _total(after, "coordinator_process_frozen_objects") > 10_000
     assert _total(after, "coordinator_admissions_total") == 0  # the worker admits nothing
     assert project.processes.stop(worker) == 0
 

@@ -167,6 +167,7 @@ def _serve(app: Any, sock: socket.socket, begun: process.Started) -> int:
         server.should_exit = True
 
     shutdown.on_stop.append(stop_server)
+    process.settle_heap()
     threads = process.start_workers(begun)
     begun.recheck().start()
 

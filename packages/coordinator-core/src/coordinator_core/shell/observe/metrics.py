@@ -43,6 +43,7 @@ __all__ = [
     "audit_appended",
     "audit_fsync",
     "exposition",
+    "heap_settled",
     "run_finished",
     "serve",
     "status_changed",
@@ -113,10 +114,22 @@ WORKER_LOOPS: Final = Gauge(
     registry=REGISTRY,
 )
 
+FROZEN_OBJECTS: Final = Gauge(
+    "coordinator_process_frozen_objects",
+    "Objects this process moved out of the garbage collector's way at the end of its start-up"
+    " (gc.freeze): what a full collection no longer walks.",
+    registry=REGISTRY,
+)
+
 _READ_MODE: Final = STORE_SECONDS.labels("read")
 _WRITE_MODE: Final = STORE_SECONDS.labels("write")
 for _state in ("working", "idle", "backoff"):
     WORKER_LOOPS.labels(_state)
+
+
+def heap_settled(frozen: int) -> None:
+    """The process's start-up heap was frozen: `frozen` objects (`process.settle_heap`)."""
+    FROZEN_OBJECTS.set(frozen)
 
 
 def admission(workflow: str, origin: str, outcome: str, code: str = "") -> None:

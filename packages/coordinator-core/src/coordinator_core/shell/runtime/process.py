@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import ipaddress
 import os
 import signal
@@ -508,6 +509,7 @@ def run_worker(options: argparse.Namespace, log: ServiceLog, started: contextlib
             raise refusal("coordinator.command.listener-unavailable") from None
         started.callback(server.server_close)
         started.callback(server.shutdown)
+    settle_heap()
     threads = start_workers(process)
     process.recheck().start()
     log.emit("info", "coordinator.service.ready", "Worker loops running.")
@@ -642,6 +644,19 @@ def _worker_ticks(
             # the process's one poller waits until something can be due, the others for a ring
             state.enter("idle")
             polled = not worker.wakeup.idle(seen, pause)
+
+
+def settle_heap() -> None:
+    """Once start-up is over, before the loops start: collect what start-up left unreachable,
+    then move every object that survived to the permanent generation (`gc.freeze`). The
+    imported modules, the app, the compiled statements and schemas — about 150,000 objects in
+    `coordinator serve` — are never garbage, yet a full collection would walk all of them, every
+    thread stopped meanwhile: about 105 ms each, one or two per 1,500 runs at concurrency 8.
+    After it, a full collection walks only what came later (4 ms in the same window). The
+    count is the metric `coordinator_process_frozen_objects`."""
+    gc.collect()
+    gc.freeze()
+    metrics.heap_settled(gc.get_freeze_count())
 
 
 def start_workers(process: Started) -> list[threading.Thread]:
