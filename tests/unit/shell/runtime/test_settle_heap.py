@@ -36,11 +36,11 @@ def test_start_up_garbage_is_collected_and_what_survived_is_frozen(unfrozen: Non
     process.settle_heap()
 
     assert gone() is None, "an unreachable cycle is collected, not frozen forever"
-    assert gc.get_freeze_count() > 0
-    assert metrics.REGISTRY.get_sample_value("coordinator_process_frozen_objects") == (
-        gc.get_freeze_count()
+    frozen = gc.get_freeze_count()  # frozen objects that die since leave the count
+    assert (
+        0 < frozen <= (metrics.REGISTRY.get_sample_value("coordinator_process_frozen_objects") or 0)
     )
     assert gc.is_tracked(kept)
-    frozen = gc.get_freeze_count()
+    assert not any(found is kept for found in gc.get_objects()), "kept is in the frozen heap"
     gc.collect()
-    assert gc.get_freeze_count() == frozen, "a full collection leaves the frozen heap alone"
+    assert not any(found is kept for found in gc.get_objects()), "a collection leaves it there"
