@@ -18,6 +18,8 @@ this partition.
 
 from __future__ import annotations
 
+import functools
+import json
 import uuid
 from collections.abc import Mapping
 from typing import Any, Final, get_args
@@ -553,20 +555,16 @@ sealed ones)."""
 STEP_IMMUTABLE: Final = ("run_id", "step", "type", "pure", "entered_at", "operation", "effect_kind")
 
 
-_POLICIES: dict[str, TimingPolicy] = {}
-"""Decoded policy documents by their `repr`. A deployment's runs share one or a few policies,
-and a policy is immutable; `repr` tells `true` from `1` and `1.0`, which equality does not."""
-
-
 def _policy_of(document: Any) -> TimingPolicy:
-    key = repr(document)
-    policy = _POLICIES.get(key)
-    if policy is None:
-        policy = TimingPolicy.from_json(document or {})
-        if len(_POLICIES) >= 64:
-            _POLICIES.clear()
-        _POLICIES[key] = policy
-    return policy
+    """A run's decoded policy document. A deployment's runs share one or a few policies and a
+    policy is immutable, so each is decoded once, by its canonical text: that text tells
+    `true` from `1` and `1.0`, which equality of the documents does not."""
+    return _policy_of_text(json.dumps(document or {}, sort_keys=True, separators=(",", ":")))
+
+
+@functools.lru_cache(maxsize=64)
+def _policy_of_text(text: str) -> TimingPolicy:
+    return TimingPolicy.from_json(json.loads(text))
 
 
 def run_of(row: Mapping[Any, Any]) -> StoredRun:
