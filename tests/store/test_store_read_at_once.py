@@ -124,10 +124,11 @@ def test_postgresql_a_failed_read_is_rolled_back_and_raised(store: Store) -> Non
 def test_postgresql_a_prepared_statement_is_sent_as_written_with_its_own_placeholders(
     store: Store,
 ) -> None:
-    """The statements carry PostgreSQL's `$n` placeholders and run on psycopg's `RawCursor`,
-    which sends the text as it is: the default cursor parsed every query for `%(name)s`
-    placeholders, again at every execution for one of more than 50 parameters (a multi-row
-    INSERT of records). A parameter used twice is one placeholder."""
+    """The statements carry PostgreSQL's `$n` placeholders and go to libpq as they are (a
+    `trips.Trip`, statements of the hot path; psycopg's `RawCursor` for the rest): psycopg's
+    default cursor parsed every query for `%(name)s` placeholders, again at every execution
+    for one of more than 50 parameters (a multi-row INSERT of records). A parameter used twice
+    is one placeholder."""
     _postgresql(store)
     twice = Prepared(
         text("SELECT CAST(:value AS integer) + CAST(:value AS integer) AS total").columns(
@@ -137,6 +138,7 @@ def test_postgresql_a_prepared_statement_is_sent_as_written_with_its_own_placeho
     with store.transactor.engine.connect() as conn:
         plan = twice._plan(conn.dialect)
         assert "$1" in plan.sql and "$2" not in plan.sql and "%(" not in plan.sql
+        assert plan.encoded == plan.sql.encode()
         assert twice.rows(conn, {"value": 20}) == [{"total": 40}]
         assert type(dialect._cursor_of(conn)[1]) is RawCursor
         conn.rollback()

@@ -34,6 +34,7 @@ from sqlalchemy.sql.schema import Table
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
+from coordinator_core.shell.store.trips import Trip, TripState
 
 __all__ = [
     "NAMESPACE_MARKER",
@@ -321,8 +322,17 @@ def create_store_engine(
             max_overflow=pool_size,
             # No pre-ping per checkout: a connection found dead before the commit is retried by
             # the store's transaction runner (Store._transact), which is all a ping would buy.
-            connect_args={"options": options, "application_name": "registry-coordinator"},
+            # psycopg prepares nothing itself: the store's statements are prepared by its
+            # trips (`trips.Trip`), and psycopg would deallocate them with its own on every
+            # rollback.
+            connect_args={
+                "options": options,
+                "application_name": "registry-coordinator",
+                "prepare_threshold": None,
+            },
         )
+
+        event.listen(engine, "before_cursor_execute", _send_before_others)
 
         @event.listens_for(engine, "connect")
         def _check_database(dbapi_connection: Any, _record: Any) -> None:
@@ -578,13 +588,14 @@ def _pipelined_reads(
     cursors: list[tuple[_Plan, Any]] = []
     try:
         with pipelined(conn):
+            trip = conn.info[_TRIP]
             if bracket is not None:
-                bracket.cursor().execute(_BEGIN_READ)
+                trip.command(_BEGIN_READ)
             for statement, params in reads:
                 plan = statement._plan(conn.dialect)
                 cursors.append((plan, plan.execute(conn, params)))
             if bracket is not None:
-                bracket.cursor().execute(_COMMIT)
+                trip.command(_COMMIT)
         return [plan.read(cursor.fetchall()) for plan, cursor in cursors]
     finally:
         for _, cursor in cursors:
@@ -642,13 +653,11 @@ def _cursor_of(conn: Connection) -> tuple[Any, Any]:
     """The driver connection of `conn` and the one cursor kept with it: statements of the
     hot path run on it one after another (a pooled connection serves one thread at a time,
     and each execution replaces the previous result), so none is opened and closed per
-    statement. A connection that was replaced gets a new cursor; inside `pipelined`, every
-    statement gets its own (their results arrive together)."""
+    statement. A connection that was replaced gets a new cursor. (Inside `pipelined`, the
+    statements go to the block's `Trip` instead.)"""
     driver = conn.connection.driver_connection
     assert driver is not None
     pgconn = getattr(driver, "pgconn", None)
-    if pgconn is not None and pgconn.pipeline_status:
-        return driver, RawCursor(driver)  # in a pipeline each statement keeps its own results
     kept = conn.info.get(_CURSOR)
     if kept is not None and kept[0] is driver and not getattr(kept[1], "closed", False):
         return driver, kept[1]
@@ -659,31 +668,57 @@ def _cursor_of(conn: Connection) -> tuple[Any, Any]:
 
 @contextmanager
 def pipelined(conn: Connection) -> Iterator[None]:
-    """PostgreSQL: the `Prepared` statements executed inside are sent without waiting for each
-    other's answers (psycopg's pipeline mode), and answered together when the block ends, so
-    many small statements of one transaction cost one round trip; a statement's failure is
-    raised there, as SQLAlchemy raises it (`DBAPIError`, a lost connection invalidated), and
-    fails the transaction as it would have. Inside a pipeline already, the block is part of it.
-    Nothing changes on SQLite."""
+    """PostgreSQL: the `Prepared` statements executed inside are kept and sent together when
+    the block ends (a `trips.Trip`: one pipeline, one sync, one flush), so many small
+    statements of one transaction cost one round trip and one wake-up of the server; a
+    statement's failure is raised there, as SQLAlchemy raises it (`DBAPIError`, a lost
+    connection invalidated), and fails the transaction as it would have. Rows read inside
+    the block (`fetchall`) send what is queued first, and so does any statement executed
+    through SQLAlchemy meanwhile (`create_store_engine`), so nothing runs out of order. Inside
+    a block already, the statements join its trip. Nothing changes on SQLite."""
     if conn.dialect.name != "postgresql":
         yield
         return
-    driver: Any = conn.connection.driver_connection
-    if driver.pgconn.pipeline_status:
+    info = conn.info
+    if info.get(_TRIP) is not None:
         yield
         return
+    trip = info[_TRIP] = Trip(_trip_state(conn))
+    try:
+        try:
+            yield
+        except BaseException:
+            trip.discard()  # nothing of it was sent; the transaction fails with the error
+            raise
+        _send(conn, trip)
+    finally:
+        info.pop(_TRIP, None)
+
+
+def _trip_state(conn: Connection) -> TripState:
+    """What trips keep of the driver connection of `conn` (kept with the pooled connection;
+    a connection that was replaced gets its own)."""
+    info = conn.info
+    driver: Any = conn.connection.driver_connection
+    kept = info.get(_TRIP_STATE)
+    if kept is None or kept.driver is not driver:
+        kept = info[_TRIP_STATE] = TripState(driver)
+    return kept
+
+
+def _send(conn: Connection, trip: Trip, statement: str = "(pipelined statements)") -> None:
+    """Send `trip`; a driver error as SQLAlchemy raises it (`DBAPIError`, a lost connection
+    invalidated)."""
     dbapi_error = conn.dialect.loaded_dbapi.Error
     try:
-        with driver.pipeline():
-            yield
-    except exc.DBAPIError:
-        raise
+        trip.send()
     except dbapi_error as error:
+        driver: Any = conn.connection.driver_connection
         invalidated = bool(conn.dialect.is_disconnect(error, driver, None))
         if invalidated:
             conn.invalidate(error)
         raise exc.DBAPIError.instance(
-            "(pipelined statements)",
+            statement,
             None,
             error,
             dbapi_error,
@@ -691,6 +726,20 @@ def pipelined(conn: Connection) -> Iterator[None]:
             connection_invalidated=invalidated,
             dialect=conn.dialect,
         ) from error
+
+
+def _send_before_others(
+    conn: Connection, cursor: Any, statement: Any, parameters: Any, context: Any, many: bool
+) -> None:
+    """SQLAlchemy's `before_cursor_execute`: a statement executed through SQLAlchemy inside a
+    `pipelined` block goes after what the block has queued, never before it."""
+    trip = conn.info.get(_TRIP)
+    if trip is not None and trip.pending:
+        _send(conn, trip)
+
+
+_TRIP: Final = "coordinator_trip"
+_TRIP_STATE: Final = "coordinator_trip_state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -704,7 +753,10 @@ class _Plan:
     positional: bool
     dbapi_error: type[Exception]
     prepare: bool | None = None
-    """psycopg's `prepare` argument: None lets the driver decide, False never prepares."""
+    """psycopg's `prepare` argument: None lets the driver decide, False never prepares (in
+    a `pipelined` block: None prepares the statement on its first execution)."""
+    encoded: bytes = b""
+    """PostgreSQL: `sql`, encoded once for `trips.Trip` (empty on SQLite)."""
 
     @classmethod
     def build(cls, statement: Any, dialect: Dialect, column_keys: list[str] | None) -> _Plan:
@@ -738,6 +790,7 @@ class _Plan:
             results=tuple(results),
             positional=positional,
             dbapi_error=dialect.loaded_dbapi.Error,
+            encoded=sql.encode() if dialect.name == "postgresql" else b"",
         )
 
     def _parameters(self, params: Mapping[str, Any]) -> Any:
@@ -752,6 +805,15 @@ class _Plan:
         return values
 
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> Any:
+        if self.encoded:  # PostgreSQL: a statement is a trip of its own, or joins the block's
+            prepare = self.prepare is not False
+            trip = conn.info.get(_TRIP)
+            if trip is not None:
+                return trip.add(self.encoded, self._parameters(params), prepare=prepare)
+            alone = Trip(_trip_state(conn))
+            rows = alone.add(self.encoded, self._parameters(params), prepare=prepare)
+            _send(conn, alone, self.sql)
+            return rows
         driver, cursor = _cursor_of(conn)
         parameters = self._parameters(params)
         try:
@@ -764,6 +826,10 @@ class _Plan:
         return cursor
 
     def execute_many(self, conn: Connection, params: Sequence[Mapping[str, Any]]) -> None:
+        if conn.info.get(_TRIP) is not None:
+            for one in params:
+                self.execute(conn, one)
+            return
         driver, cursor = _cursor_of(conn)
         parameters = [self._parameters(one) for one in params]
         try:
