@@ -6,6 +6,7 @@ its `Lease`, and back; a value read from its row is the value written; and an in
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from dataclasses import fields, replace
@@ -409,17 +410,22 @@ def test_a_value_without_its_optional_fields_round_trips_and_no_payload_is_read(
 def test_a_policy_is_decoded_by_its_document_and_a_wrong_one_is_refused_every_time() -> None:
     """Runs share decoded policies; a document equal to a good one under `==` but of another
     type (`true` for `1`, `30.0` for `30`) is still refused, however often the good one was
-    read."""
+    read. PostgreSQL's rows carry the policy's stored text (`dialect.CompactJson`), SQLite's
+    the document: both read the same."""
     base = _stored_run(uuid.uuid4())
     good = run_values(base)
     assert run_of(good).state.policy == run_of(dict(good)).state.policy == base.state.policy
     odd = TimingPolicy(retry_delays_ms=(1, 1), observation_floor_seconds=1)
     assert run_of(good | {"policy": odd.to_json()}).state.policy == odd
+    stored_text = json.dumps(odd.to_json(), sort_keys=True, separators=(",", ":"))
+    assert run_of(good | {"policy": stored_text}).state.policy == odd
     for floor in (True, 1.0):
         document = odd.to_json() | {"observationFloorSeconds": floor}
         for _ in range(2):
             with pytest.raises(FormatError):
                 run_of(good | {"policy": document})
+            with pytest.raises(FormatError):
+                run_of(good | {"policy": json.dumps(document)})
 
 
 def test_a_value_with_its_engine_payload_is_written_without_it() -> None:

@@ -208,7 +208,9 @@ _ENVELOPE_FORMAT: Final = b"\x01"
 
 class CompactJson(TypeDecorator[Any]):
     """A store-controlled JSON document kept once per run (a run's retry policy): its
-    canonical text (`text`) on PostgreSQL, a third of the `jsonb` form; JSON on SQLite."""
+    canonical text (`text`) on PostgreSQL, a third of the `jsonb` form; JSON on SQLite. It
+    binds a document and reads back its text on PostgreSQL (the reader decodes it, once per
+    distinct text: `schema.run_of`), the document on SQLite."""
 
     impl = Text
     cache_ok = True
@@ -222,11 +224,6 @@ class CompactJson(TypeDecorator[Any]):
         if value is None or dialect.name != "postgresql":
             return value
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
-        if isinstance(value, str) and dialect.name == "postgresql":
-            return json.loads(value)
-        return value
 
 
 JsonDocument: Final[TypeEngine[Any]] = JSON().with_variant(JSONB(), "postgresql")
@@ -861,7 +858,9 @@ class _Plan:
         for raw in rows:
             values = list(raw)
             for index, processor in results:
-                values[index] = processor(values[index])
+                value = values[index]
+                if value is not None:  # every processor here reads None as None
+                    values[index] = processor(value)
             out.append(dict(zip(keys, values, strict=True)))
         return out
 

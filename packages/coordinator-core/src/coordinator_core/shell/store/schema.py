@@ -555,11 +555,14 @@ sealed ones)."""
 STEP_IMMUTABLE: Final = ("run_id", "step", "type", "pure", "entered_at", "operation", "effect_kind")
 
 
-def _policy_of(document: Any) -> TimingPolicy:
-    """A run's decoded policy document. A deployment's runs share one or a few policies and a
-    policy is immutable, so each is decoded once, by its canonical text: that text tells
-    `true` from `1` and `1.0`, which equality of the documents does not."""
-    return _policy_of_text(json.dumps(document or {}, sort_keys=True, separators=(",", ":")))
+def _policy_of(stored: Any) -> TimingPolicy:
+    """A run's decoded policy. A deployment's runs share one or a few policies and a policy
+    is immutable, so each is decoded once, by its text: the stored canonical text itself on
+    PostgreSQL (`dialect.CompactJson`), the document's canonical text on SQLite (the text
+    tells `true` from `1` and `1.0`, which equality of the documents does not)."""
+    if isinstance(stored, str):
+        return _policy_of_text(stored)
+    return _policy_of_text(json.dumps(stored or {}, sort_keys=True, separators=(",", ":")))
 
 
 @functools.lru_cache(maxsize=64)

@@ -39,6 +39,9 @@ MAX_PREPARED: Final = 512
 """Statements a connection keeps prepared at most; past that, all are deallocated and
 prepared again as they come (the store has fewer distinct statements than that)."""
 _OK: Final = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
+_BINARY: Final = pq.Format.BINARY
+"""Rows come in PostgreSQL's binary form: no text to parse for an instant, no hex for bytes
+(on either side), the same Python values from psycopg's loaders."""
 
 
 class TripState:
@@ -162,7 +165,7 @@ class Trip:
             for item in queued:
                 types = item.types or None
                 if not item.prepare:
-                    pgconn.send_query_params(item.sql, item.params, types, item.formats)
+                    pgconn.send_query_params(item.sql, item.params, types, item.formats, _BINARY)
                     answers.append(item.rows)
                     continue
                 key = (item.sql, tuple(item.types))
@@ -173,7 +176,7 @@ class Trip:
                     preparing[len(answers)] = key
                     pgconn.send_prepare(name, item.sql, types)
                     answers.append(None)
-                pgconn.send_query_prepared(name, item.params, item.formats)
+                pgconn.send_query_prepared(name, item.params, item.formats, _BINARY)
                 answers.append(item.rows)
             pgconn.pipeline_sync()
             _flush(pgconn)
