@@ -21,6 +21,7 @@ from api_fakes import (
     claims,
 )
 
+from coordinator_api import app as app_module
 from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.shell.service import Caller, ServiceRefusal
 
@@ -370,6 +371,33 @@ async def test_list_query_parameters_are_validated_strictly(
 ) -> None:
     response = conforms(await client.get("/v1/runs", params=params, headers=bearer(keys)))
     assert (response.status_code, response.json()["code"]) == (400, "coordinator.request.invalid")
+
+
+async def test_query_parameters_are_compiled_once_for_the_app_not_per_request(
+    client: httpx.AsyncClient, keys: SigningKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connexion makes the parameter validator anew for every request; the Draft 4
+    validator of each parameter's schema is compiled once all the same."""
+    compiled: list[object] = []
+    real = app_module.Draft4Validator
+
+    def counting(*arguments: Any, **options: Any) -> Any:
+        compiled.append(arguments[0])
+        return real(*arguments, **options)
+
+    monkeypatch.setattr(app_module, "Draft4Validator", counting)
+
+    async def reads() -> None:
+        listed = await client.get("/v1/runs", params={"limit": 5}, headers=bearer(keys))
+        assert listed.status_code == 200
+        absent = await client.get(f"/v1/runs/{uuid.uuid4()}?wait=1", headers=bearer(keys))
+        assert absent.status_code == 404
+
+    await reads()  # each route's parameters compiled by now, if they were not before
+    before = len(compiled)
+    for _ in range(3):
+        await reads()
+    assert len(compiled) == before
 
 
 async def test_operator_routes_conform(

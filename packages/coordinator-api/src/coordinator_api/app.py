@@ -166,24 +166,32 @@ class _BearerSchemes:
 
 class _CompiledParameterValidator(ParameterValidator):  # type: ignore[misc]
     """Connexion's parameter checks (its validator class and format checker), each parameter's
-    schema compiled once: Connexion copies the parameter and compiles a Draft 4 validator for
-    every value of every request. The parameters are the operation's own and live as long as
-    the validator."""
+    schema compiled once for the life of the app: Connexion copies the parameter and compiles
+    a Draft 4 validator for every value of every request, and makes this validator anew for
+    every request. The parameters are the operation's own and live as long as the app; the
+    class keeps each with its compiled validator, so that an identity is never reused for
+    another."""
+
+    _compiled: ClassVar[dict[int, tuple[Any, Any]]] = {}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._compiled: dict[int, Any] = {}
         for parameters in self.parameters.values():
             for parameter in parameters:
-                own = copy.deepcopy(parameter)
-                self._compiled[id(parameter)] = Draft4Validator(
-                    own.get("schema", own), format_checker=draft4_format_checker
-                )
+                if id(parameter) not in self._compiled:
+                    own = copy.deepcopy(parameter)
+                    self._compiled[id(parameter)] = (
+                        parameter,
+                        Draft4Validator(
+                            own.get("schema", own), format_checker=draft4_format_checker
+                        ),
+                    )
 
     def validate_parameter(
         self, parameter_type: str, value: Any, param: dict[str, Any], param_name: Any = None
     ) -> str | None:
-        compiled = self._compiled.get(id(param))
+        kept = self._compiled.get(id(param))
+        compiled = None if kept is None or kept[0] is not param else kept[1]
         if value is None or compiled is None or (is_nullable(param) and is_null(value)):
             problem: str | None = ParameterValidator.validate_parameter(
                 parameter_type, value, param, param_name
