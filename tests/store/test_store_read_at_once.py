@@ -10,11 +10,10 @@ import tempfile
 from typing import Any
 
 import pytest
-from psycopg import RawCursor
 from sqlalchemy import Integer, bindparam, column, exc, select, text
 from store_support import T0, admit, claim, deliver_and_finish
 
-from coordinator_core.shell.store import Store, dialect
+from coordinator_core.shell.store import Store
 from coordinator_core.shell.store.dialect import Prepared, read_together
 from coordinator_core.shell.store.reads import STEPS_OF
 from coordinator_core.shell.store.schema import CONTROL, RUNS
@@ -124,11 +123,10 @@ def test_postgresql_a_failed_read_is_rolled_back_and_raised(store: Store) -> Non
 def test_postgresql_a_prepared_statement_is_sent_as_written_with_its_own_placeholders(
     store: Store,
 ) -> None:
-    """The statements carry PostgreSQL's `$n` placeholders and go to libpq as they are (a
-    `trips.Trip`, statements of the hot path; psycopg's `RawCursor` for the rest): psycopg's
-    default cursor parsed every query for `%(name)s` placeholders, again at every execution
-    for one of more than 50 parameters (a multi-row INSERT of records). A parameter used twice
-    is one placeholder."""
+    """The statements carry PostgreSQL's `$n` placeholders and go to libpq as they are
+    (`trips.Trip`): psycopg's default cursor parsed every query for `%(name)s` placeholders,
+    again at every execution for one of more than 50 parameters (a multi-row INSERT of
+    records). A parameter used twice is one placeholder."""
     _postgresql(store)
     twice = Prepared(
         text("SELECT CAST(:value AS integer) + CAST(:value AS integer) AS total").columns(
@@ -140,7 +138,6 @@ def test_postgresql_a_prepared_statement_is_sent_as_written_with_its_own_placeho
         assert "$1" in plan.sql and "$2" not in plan.sql and "%(" not in plan.sql
         assert plan.encoded == plan.sql.encode()
         assert twice.rows(conn, {"value": 20}) == [{"total": 40}]
-        assert type(dialect._cursor_of(conn)[1]) is RawCursor
         conn.rollback()
     runs = [admit(store, f"k{index}") for index in range(3)]  # records inserted several at once
     assert all(store.reads.get_run_snapshot(run.run_id) is not None for run in runs)

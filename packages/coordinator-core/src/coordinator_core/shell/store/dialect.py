@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Final, Generic, Literal, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from psycopg import RawCursor
 from sqlalchemy import JSON, BigInteger, DateTime, LargeBinary, String, Text, event, exc
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -647,18 +646,17 @@ _CURSOR: Final = "coordinator_cursor"
 
 
 def _cursor_of(conn: Connection) -> tuple[Any, Any]:
-    """The driver connection of `conn` and the one cursor kept with it: statements of the
-    hot path run on it one after another (a pooled connection serves one thread at a time,
-    and each execution replaces the previous result), so none is opened and closed per
-    statement. A connection that was replaced gets a new cursor. (Inside `pipelined`, the
-    statements go to the block's `Trip` instead.)"""
+    """SQLite: the driver connection of `conn` and the one cursor kept with it: statements
+    run on it one after another (a pooled connection serves one thread at a time, and each
+    execution replaces the previous result), so none is opened and closed per statement. A
+    connection that was replaced gets a new cursor. (PostgreSQL's statements go by
+    `trips.Trip`.)"""
     driver = conn.connection.driver_connection
     assert driver is not None
-    pgconn = getattr(driver, "pgconn", None)
     kept = conn.info.get(_CURSOR)
-    if kept is not None and kept[0] is driver and not getattr(kept[1], "closed", False):
+    if kept is not None and kept[0] is driver:
         return driver, kept[1]
-    cursor = RawCursor(driver) if pgconn is not None else driver.cursor()
+    cursor = driver.cursor()
     conn.info[_CURSOR] = (driver, cursor)
     return driver, cursor
 
@@ -750,8 +748,8 @@ class _Plan:
     positional: bool
     dbapi_error: type[Exception]
     prepare: bool | None = None
-    """psycopg's `prepare` argument: None lets the driver decide, False never prepares (in
-    a `pipelined` block: None prepares the statement on its first execution)."""
+    """PostgreSQL: False sends the statement unnamed, planned at every execution; otherwise
+    `trips.Trip` prepares it on a connection at its first execution there."""
     encoded: bytes = b""
     """PostgreSQL: `sql`, encoded once for `trips.Trip` (empty on SQLite)."""
 
@@ -814,18 +812,16 @@ class _Plan:
         driver, cursor = _cursor_of(conn)
         parameters = self._parameters(params)
         try:
-            if self.prepare is None:
-                cursor.execute(self.sql, parameters)
-            else:
-                cursor.execute(self.sql, parameters, prepare=self.prepare)
+            cursor.execute(self.sql, parameters)
         except self.dbapi_error as error:
             raise self._raise(conn, driver, cursor, error, parameters) from error
         return cursor
 
     def execute_many(self, conn: Connection, params: Sequence[Mapping[str, Any]]) -> None:
-        if conn.info.get(_TRIP) is not None:
-            for one in params:
-                self.execute(conn, one)
+        if self.encoded:  # PostgreSQL: one trip for all of them
+            with pipelined(conn):
+                for one in params:
+                    self.execute(conn, one)
             return
         driver, cursor = _cursor_of(conn)
         parameters = [self._parameters(one) for one in params]
