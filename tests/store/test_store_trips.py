@@ -132,6 +132,19 @@ def test_a_failed_statement_is_raised_after_the_block_and_its_transaction_rolls_
         assert _count(table) == 1
 
 
+def test_a_failure_met_by_reading_rows_inside_a_block_is_raised_as_sqlalchemy_raises_it(
+    table: Connection,
+) -> None:
+    transaction = table.begin()
+    with pytest.raises(exc.IntegrityError), pipelined(table):
+        _INSERT.run(table, {"id": 1})
+        _INSERT.run(table, {"id": 1})
+        _COUNT.rows(table)  # sends what is queued: the duplicate fails here
+    transaction.rollback()
+    with table.begin():
+        assert _count(table) == 0
+
+
 def _frontend_messages(conn: Connection, action: Any) -> list[str]:
     pgconn: Any = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
     with tempfile.TemporaryFile() as trace:

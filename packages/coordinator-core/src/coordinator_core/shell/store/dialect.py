@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 import sqlite3
@@ -678,7 +679,7 @@ def pipelined(conn: Connection) -> Iterator[None]:
     if info.get(_TRIP) is not None:
         yield
         return
-    trip = info[_TRIP] = Trip(_trip_state(conn))
+    trip = info[_TRIP] = Trip(_trip_state(conn), functools.partial(_send, conn))
     try:
         try:
             yield

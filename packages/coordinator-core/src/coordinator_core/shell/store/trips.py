@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import select
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from psycopg import errors, pq
@@ -77,7 +77,7 @@ class TripRows:
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         if self._rows is None and self._trip is not None:
-            self._trip.send()
+            self._trip.send_queued()
         if self._rows is None:
             raise RuntimeError("The statement's trip failed; it answered no rows.")
         return self._rows
@@ -109,11 +109,14 @@ class _Queued:
 class Trip:
     """The statements of one block on one connection, sent together by `send`."""
 
-    __slots__ = ("_queued", "_state")
+    __slots__ = ("_queued", "_sender", "_state")
 
-    def __init__(self, state: TripState) -> None:
+    def __init__(self, state: TripState, sender: Callable[[Trip], None] | None = None) -> None:
+        """`sender` sends the trip for `TripRows.fetchall` (the store's, which raises a
+        failure as SQLAlchemy raises it); `send` itself by default."""
         self._state = state
         self._queued: list[_Queued] = []
+        self._sender = sender
 
     @property
     def pending(self) -> bool:
@@ -136,6 +139,13 @@ class Trip:
     def command(self, sql: bytes) -> None:
         """Queue a statement without parameters whose answer is not read (BEGIN, COMMIT)."""
         self._queued.append(_Queued(sql, None, (), None, False, None))
+
+    def send_queued(self) -> None:
+        """Send what is queued through the trip's sender."""
+        if self._sender is None:
+            self.send()
+        else:
+            self._sender(self)
 
     def discard(self) -> None:
         """Forget what is queued (the block failed before it was sent)."""
