@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import select
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from psycopg import errors, pq
@@ -86,24 +87,14 @@ class TripRows:
         self._trip = None
 
 
+@dataclass(slots=True)
 class _Queued:
-    __slots__ = ("formats", "params", "prepare", "rows", "sql", "types")
-
-    def __init__(
-        self,
-        sql: bytes,
-        params: Sequence[Any] | None,
-        types: Sequence[int],
-        formats: Sequence[Any] | None,
-        prepare: bool,
-        rows: TripRows | None,
-    ) -> None:
-        self.sql = sql
-        self.params = params
-        self.types = types
-        self.formats = formats
-        self.prepare = prepare
-        self.rows = rows
+    sql: bytes
+    params: Sequence[Any] | None
+    types: Sequence[int]
+    formats: Sequence[Any] | None
+    prepare: bool
+    rows: TripRows | None
 
 
 class Trip:
