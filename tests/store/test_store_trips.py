@@ -183,6 +183,27 @@ def test_a_statement_stays_prepared_across_rollbacks(table: Connection) -> None:
     assert driver.prepare_threshold is None
 
 
+def test_a_statement_planned_each_time_is_never_prepared(table: Connection) -> None:
+    """A claim's statements (`planned_each_time`) go unnamed: PostgreSQL plans them for their
+    parameters and the tables as they are at every execution, never with a generic plan kept
+    for the connection's life."""
+    each_time = Prepared(
+        text("SELECT count(*) AS rows FROM trip_rows WHERE id > :above").columns(
+            column("rows", Integer)
+        ),
+        planned_each_time=True,
+    )
+    with table.begin():
+        for _ in range(7):  # past psycopg's old threshold of five
+            sent = _frontend_messages(table, lambda: each_time.rows(table, {"above": 0}))
+            # unnamed, every time (the first trip also carries the transaction's BEGIN)
+            assert "Parse-" in sent and sent.count("Parse") == 0, sent
+        kept = table.execute(
+            text("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%id > $1%'")
+        ).scalar_one()
+        assert kept == 0
+
+
 def test_sqlalchemy_inside_a_block_runs_after_what_the_block_queued(table: Connection) -> None:
     with table.begin():
         with pipelined(table):

@@ -454,12 +454,13 @@ class Prepared:
     The statement must have no expanding (`IN` list) parameters. Rows come back as dicts keyed
     by the statement's column keys (labels included).
 
-    `planned_each_time` keeps the driver from preparing the statement on the server (psycopg
-    prepares a statement it has run five times on a connection, and PostgreSQL may then keep
-    one generic plan for the connection's life): such a statement is planned at every execution
-    for its parameters and the tables as they are then. The claim and the idle look-ahead use it
-    (issue 9): a generic plan made while the tables were small (a fresh store, or statistics
-    that no `ANALYZE` refreshed) kept scanning every due record per claim once they were not. Driver errors are raised as SQLAlchemy's
+    `planned_each_time` keeps the statement from being prepared on the server (`trips.Trip`
+    prepares a statement at its first execution on a connection, and PostgreSQL may then keep
+    one generic plan for the connection's life): such a statement is sent unnamed and planned
+    at every execution for its parameters and the tables as they are then. The claim and the
+    idle look-ahead use it (issue 9): a generic plan made while the tables were small (a fresh
+    store, or statistics that no `ANALYZE` refreshed) kept scanning every due record per claim
+    once they were not. Driver errors are raised as SQLAlchemy's
     `DBAPIError` classes, and a lost connection is invalidated, exactly as SQLAlchemy would, so
     the store's retry rules (`is_transient`, `connection_invalidated`) see no difference.
     """
@@ -536,7 +537,7 @@ def read_together(
     together (`pipelined`: one round trip on PostgreSQL)."""
     if conn.dialect.name != "postgresql":
         return [statement.rows(conn, params) for statement, params in reads]
-    return _pipelined_reads(conn, reads, None)
+    return _pipelined_reads(conn, reads, bracketed=False)
 
 
 def read_in_one_trip(
@@ -547,8 +548,8 @@ def read_in_one_trip(
     psycopg sends no BEGIN of its own, which would cost a round trip by itself, and its commit
     finds nothing to do). A failed statement leaves the transaction aborted and the COMMIT
     skipped: it is rolled back here, and the error raised as `pipelined` raises it."""
-    with _on_its_own(conn) as driver:
-        return _pipelined_reads(conn, reads, driver)
+    with _on_its_own(conn):
+        return _pipelined_reads(conn, reads, bracketed=True)
 
 
 def read_alone(conn: Connection, read: tuple[Prepared, Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -561,14 +562,14 @@ def read_alone(conn: Connection, read: tuple[Prepared, Mapping[str, Any]]) -> li
 
 
 @contextmanager
-def _on_its_own(conn: Connection) -> Iterator[Any]:
+def _on_its_own(conn: Connection) -> Iterator[None]:
     """The driver connection of `conn` in autocommit mode meanwhile (what it sends begins and
     ends its own transaction, if any); whatever is left open is rolled back after, and the
     connection goes back to the pool as it was lent."""
     driver: Any = conn.connection.driver_connection
     driver.autocommit = True
     try:
-        yield driver
+        yield
     finally:
         if not driver.closed:
             with suppress(Exception):  # a lost connection is the caller's error already
@@ -578,20 +579,20 @@ def _on_its_own(conn: Connection) -> Iterator[Any]:
 
 
 def _pipelined_reads(
-    conn: Connection, reads: Sequence[tuple[Prepared, Mapping[str, Any]]], bracket: Any
+    conn: Connection, reads: Sequence[tuple[Prepared, Mapping[str, Any]]], *, bracketed: bool
 ) -> list[list[dict[str, Any]]]:
-    """The statements of `reads` in one pipeline, their rows read once it is synced; with
-    `bracket` (the driver connection), between a read-only BEGIN and a COMMIT of their own."""
+    """The statements of `reads` in one trip, their rows read once it is sent; `bracketed`,
+    between a read-only BEGIN and a COMMIT of their own."""
     cursors: list[tuple[_Plan, Any]] = []
     try:
         with pipelined(conn):
             trip = conn.info[_TRIP]
-            if bracket is not None:
+            if bracketed:
                 trip.command(_BEGIN_READ)
             for statement, params in reads:
                 plan = statement._plan(conn.dialect)
                 cursors.append((plan, plan.execute(conn, params)))
-            if bracket is not None:
+            if bracketed:
                 trip.command(_COMMIT)
         return [plan.read(cursor.fetchall()) for plan, cursor in cursors]
     finally:
@@ -652,14 +653,21 @@ def _cursor_of(conn: Connection) -> tuple[Any, Any]:
     execution replaces the previous result), so none is opened and closed per statement. A
     connection that was replaced gets a new cursor. (PostgreSQL's statements go by
     `trips.Trip`.)"""
-    driver = conn.connection.driver_connection
+    return _kept(conn, _CURSOR, lambda driver: driver.cursor())
+
+
+Kept = TypeVar("Kept")
+
+
+def _kept(conn: Connection, key: str, make: Callable[[Any], Kept]) -> tuple[Any, Kept]:
+    """The driver connection of `conn` and what `make` made of it, kept in the pooled
+    connection's `info` under `key`; made again for a driver connection that replaced it."""
+    driver: Any = conn.connection.driver_connection
     assert driver is not None
-    kept = conn.info.get(_CURSOR)
-    if kept is not None and kept[0] is driver:
-        return driver, kept[1]
-    cursor = driver.cursor()
-    conn.info[_CURSOR] = (driver, cursor)
-    return driver, cursor
+    kept: tuple[Any, Kept] | None = conn.info.get(key)
+    if kept is None or kept[0] is not driver:
+        kept = conn.info[key] = (driver, make(driver))
+    return kept
 
 
 @contextmanager
@@ -692,14 +700,8 @@ def pipelined(conn: Connection) -> Iterator[None]:
 
 
 def _trip_state(conn: Connection) -> TripState:
-    """What trips keep of the driver connection of `conn` (kept with the pooled connection;
-    a connection that was replaced gets its own)."""
-    info = conn.info
-    driver: Any = conn.connection.driver_connection
-    kept = info.get(_TRIP_STATE)
-    if kept is None or kept.driver is not driver:
-        kept = info[_TRIP_STATE] = TripState(driver)
-    return kept
+    """What trips keep of the driver connection of `conn` (`_kept`)."""
+    return _kept(conn, _TRIP_STATE, TripState)[1]
 
 
 def _send(conn: Connection, trip: Trip, statement: str = "(pipelined statements)") -> None:
