@@ -22,6 +22,7 @@ from coordinator_core.operations import descriptor
 from coordinator_core.shell.service import (
     RUN_STATUSES,
     AdmissionRequest,
+    AfterAnswer,
     AttemptPage,
     AuditRequest,
     AuditResponse,
@@ -343,6 +344,10 @@ class FakeRunService:
         )
         return RunStatus(run=run, next_due_at=admitted)
 
+    def _answered(self) -> None:
+        """The wake-up an admission hands to the API (`after_answer`)."""
+        self.calls.append("woken")
+
     def _command(self, name: str) -> None:
         self.calls.append(name)
         if self.refusal is not None:
@@ -365,7 +370,11 @@ class FakeRunService:
             return "coordinator.command.restore-admissions-held"
         return None
 
-    def admit(self, admission: AdmissionRequest) -> RunAdmitted:
+    def admit(
+        self, admission: AdmissionRequest, *, after_answer: AfterAnswer | None = None
+    ) -> RunAdmitted:
+        if after_answer is not None:
+            after_answer(self._answered)
         self._command("admit")
         owner = (admission.caller.issuer, admission.caller.subject)
         identity = (owner, admission.workflow, admission.idempotency_key)

@@ -406,9 +406,9 @@ async def test_a_command_journals_and_acts_in_one_worker_thread_off_the_event_lo
         monkeypatch.setattr(journal, name, recorded)
     admit = service.admit
 
-    def admitting(admission: Any) -> Any:
+    def admitting(admission: Any, **options: Any) -> Any:
         seen.append(("admit", threading.get_ident()))
-        return admit(admission)
+        return admit(admission, **options)
 
     monkeypatch.setattr(service, "admit", admitting)
     response = await client.post("/v1/runs", json=START, headers=start_headers(keys))
@@ -464,7 +464,7 @@ async def test_a_failing_response_entry_says_the_action_may_have_completed(
     journal.fail_responses = True
     response = await client.post("/v1/runs", json=START, headers=start_headers(keys))
     assert code(response) == (503, "coordinator.command.audit-response-unavailable")
-    assert service.calls == ["admit"] and len(service.runs) == 1
+    assert service.calls == ["admit", "woken"] and len(service.runs) == 1
 
 
 async def test_workflow_reads_are_journaled_for_the_workflow_policy(
@@ -480,3 +480,55 @@ async def test_settings_must_bind_every_trigger(keys: SigningKeys) -> None:
     broken = dataclasses.replace(settings(keys), event_triggers={})
     with pytest.raises(ValueError, match="triggers"):
         create_app(broken, service=FakeRunService(), journal=FakeJournal())
+
+
+# ---------------------------------------------------------------------------------------------
+# The admitted run's loop is woken once the answer is sent
+
+
+async def _admit_raw(app: Any, service: FakeRunService, keys: SigningKeys) -> None:
+    """POST /v1/runs straight through the ASGI app, every message sent recorded in
+    `service.calls` beside the service's own calls."""
+    body = json.dumps(START).encode()
+    headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in start_headers(
+        keys, key=f"key-{uuid.uuid4()}").items()]  # fmt: skip
+    headers.append((b"content-length", str(len(body)).encode()))
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+        "scheme": "http", "path": "/v1/runs", "raw_path": b"/v1/runs", "query_string": b"",
+        "root_path": "", "headers": headers, "server": ("testserver", 80),
+        "client": ("127.0.0.1", 50000),
+    }  # fmt: skip
+    heard = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal heard
+        if not heard:
+            heard = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        service.calls.append(message["type"])
+
+    await app(scope, receive, send)
+
+
+async def test_an_admission_wakes_the_loop_only_after_its_answer_is_sent(
+    app: Any, service: FakeRunService, keys: SigningKeys
+) -> None:
+    await _admit_raw(app, service, keys)
+    assert service.calls[-1] == "woken" and "admit" in service.calls, service.calls
+    wakes = [index for index, call in enumerate(service.calls) if call == "woken"]
+    body = service.calls.index("http.response.body")
+    assert len(wakes) == 1 and wakes[0] > body, service.calls
+
+
+async def test_a_refused_admission_wakes_the_loops_after_its_problem_is_sent(
+    app: Any, service: FakeRunService, keys: SigningKeys
+) -> None:
+    service.refusal = ServiceRefusal("coordinator.command.restore-hold")
+    await _admit_raw(app, service, keys)
+    wakes = [index for index, call in enumerate(service.calls) if call == "woken"]
+    body = service.calls.index("http.response.body")
+    assert len(wakes) == 1 and wakes[0] > body, service.calls

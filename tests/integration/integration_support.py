@@ -30,6 +30,7 @@ from coordinator_core.shell.package_files import LoadedPackage, load_package, wr
 from coordinator_core.shell.secrets import Secrets, resolve_secrets
 from coordinator_core.shell.service import (
     AdmissionRequest,
+    AfterAnswer,
     Caller,
     RunAdmitted,
     RunInspection,
@@ -304,6 +305,7 @@ class Deployed:
         key: str | None = None,
         caller: Caller | None = None,
         revision: str | None = None,
+        after_answer: AfterAnswer | None = None,
     ) -> RunAdmitted:
         admission = AdmissionRequest(
             caller=caller or _caller_for(self.workflow),
@@ -312,7 +314,7 @@ class Deployed:
             input=run_input,
             idempotency_key=key or f"key-{uuid.uuid4()}",
         )
-        return self.service.admit(admission)
+        return self.service.admit(admission, after_answer=after_answer)
 
     def status(self, run_id: uuid.UUID, caller: Caller | None = None) -> RunStatus | None:
         return self.service.get_run(caller or _caller_for(self.workflow), run_id)

@@ -25,7 +25,7 @@ from test_worker_fused_crashes import (
 )
 
 from coordinator_core.shell.audit import verify_directory
-from coordinator_core.shell.service import RunAdmitted
+from coordinator_core.shell.service import RunAdmitted, ServiceRefusal
 from coordinator_core.shell.store import writes
 
 READ = "read-application"
@@ -37,6 +37,39 @@ def admit_taken(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> RunAdmit
     free = iter([True])
     monkeypatch.setattr(wakeup, "take_idle_loop", lambda: next(free, False))
     return deployed.admit(run_input())
+
+
+def test_the_loop_that_took_the_run_is_woken_when_the_caller_says_it_answered(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `after_answer` (the API's admission), the loop the run was handed to is rung only
+    by the action the admission hands over, which the API runs once its answer is sent; the
+    claim is handed at the commit all the same, and the ring, when it comes, is the one the
+    taken loop waits for."""
+    wakeup = deployed.runtime.wakeup
+    free = iter([True])
+    monkeypatch.setattr(wakeup, "take_idle_loop", lambda: next(free, False))
+    rings: list[str] = []
+    monkeypatch.setattr(wakeup, "ring", lambda: rings.append("ring"))
+    later: list[Any] = []
+    admitted = deployed.admit(run_input(), after_answer=later.append)
+    assert admitted.created
+    assert rings == []  # nobody woken beside the answer
+    assert len(later) == 1
+    later[0]()
+    assert rings == ["ring"]
+    monkeypatch.undo()
+    assert deployed.worker().tick()  # the handed claim, no claim transaction
+    finished_once(deployed, admitted)
+
+
+def test_a_refused_admission_still_hands_over_its_wake_up(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    later: list[Any] = []
+    with pytest.raises(ServiceRefusal):
+        deployed.admit({"applicationId": 7}, after_answer=later.append)
+    assert len(later) == 1  # the caller rings once it answered the refusal
 
 
 def count_writes(deployed: Deployed, monkeypatch: pytest.MonkeyPatch, *also: str) -> list[str]:

@@ -9,6 +9,9 @@
   `application/json` (or nothing), so that neither its media-type check nor its form parsing
   runs before access and visibility have been decided (06 §1 item 6).
 * Every response gets `Cache-Control: no-store` and the recommended security headers.
+* What a handler asked to run once its answer is sent (`RequestContext.after_answer`: the
+  wake-up of the loop an admission handed its run to) runs here, after the response's last
+  byte was handed to the server, or when the request ends without one.
 * A well-formed W3C `traceparent` is accepted and kept on the request context; with tracing
   on (`coordinator_core.shell.observe.tracing`), the request's span, named by its operationId, is its
   child (the caller's `tracestate` is not taken).
@@ -16,9 +19,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import MutableMapping
-from dataclasses import dataclass
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -60,6 +64,19 @@ class RequestContext:
     receive: Receive | None = None
     """The request's ASGI `receive` once its body was read: what is left to hear is the
     client going away (`http.disconnect`), which a waiting status read listens for."""
+    answered: list[Callable[[], None]] = field(default_factory=list)
+
+    def after_answer(self, action: Callable[[], None]) -> None:
+        """Run `action` once the answer is sent, or the request ended without one (any
+        thread may call this while the request is handled)."""
+        self.answered.append(action)
+
+    def ran_answered(self) -> None:
+        """The edge, once the request is over: each action, each whatever the others do."""
+        actions, self.answered = self.answered, []
+        for action in actions:
+            with contextlib.suppress(Exception):
+                action()
 
     def header(self, name: str) -> list[str]:
         """Every value of header `name` (latin-1 decoded, as HTTP defines header bytes)."""
@@ -180,16 +197,19 @@ class EdgeMiddleware:
         extensions = dict(scope.get("extensions") or {})
         extensions["connexion_context"] = {CONTEXT_KEY: context}
         downstream["extensions"] = extensions
-        if not tracing.enabled():
-            await self.app(downstream, replayed, send)
-            return
-        with tracing.request(
-            route.operation_ids[scope["method"]],
-            scope["method"],
-            route.template,
-            context.traceparent,
-        ) as span:
-            await self.app(downstream, replayed, _observed(send, span))
+        try:
+            if not tracing.enabled():
+                await self.app(downstream, replayed, send)
+                return
+            with tracing.request(
+                route.operation_ids[scope["method"]],
+                scope["method"],
+                route.template,
+                context.traceparent,
+            ) as span:
+                await self.app(downstream, replayed, _observed(send, span))
+        finally:
+            context.ran_answered()
 
 
 def _observed(send: Send, span: object) -> Send:

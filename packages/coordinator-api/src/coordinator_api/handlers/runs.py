@@ -8,6 +8,7 @@ Each handler runs the checks of 06 §1 item 6 in order after Connexion's securit
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 from uuid import UUID
@@ -60,7 +61,8 @@ __all__ = [
 
 
 async def start_run(token_info: dict[str, Any], coordinator: RequestContext) -> Response:
-    """06 §5.1 steps 2–11."""
+    """06 §5.1 steps 2–11. The worker loop that takes the new run is woken once the answer is
+    sent (`RequestContext.after_answer`), not beside it."""
     caller = caller_of(token_info)
     state = coordinator.state
     async with Audited(state.journal, AuditRequest(action="admit", caller=caller)) as audit:
@@ -80,7 +82,7 @@ async def start_run(token_info: dict[str, Any], coordinator: RequestContext) -> 
         except JsonBoundsError:
             raise ApiProblem("coordinator.command.input-invalid") from None
         admitted = await audit.act(
-            state.service.admit,
+            functools.partial(state.service.admit, after_answer=coordinator.after_answer),
             AdmissionRequest(
                 caller=caller,
                 workflow=workflow,

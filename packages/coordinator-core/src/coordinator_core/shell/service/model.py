@@ -15,7 +15,7 @@ the commands.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, get_args, runtime_checkable
 from uuid import UUID
@@ -34,6 +34,7 @@ __all__ = [
     "RUN_STATUSES",
     "Action",
     "AdmissionRequest",
+    "AfterAnswer",
     "AttemptPage",
     "BlockReason",
     "Caller",
@@ -95,6 +96,10 @@ Action = Literal[
     "release-admission-hold",
     "retain",
 ]
+
+
+AfterAnswer = Callable[[Callable[[], None]], None]
+"""Takes an action for the caller to run once its answer is sent (`RunService.admit`)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -402,8 +407,15 @@ class RunService(Protocol):
         is away, 09 §5 step 7)."""
         ...
 
-    def admit(self, admission: AdmissionRequest) -> RunAdmitted:
-        """06 §5.1 steps 8–10: identity, one admission transaction, the new or replayed run."""
+    def admit(
+        self, admission: AdmissionRequest, *, after_answer: AfterAnswer | None = None
+    ) -> RunAdmitted:
+        """06 §5.1 steps 8–10: identity, one admission transaction, the new or replayed run.
+
+        The admission wakes this process's worker loops (07 §7.7 item 4): at once, or, with
+        `after_answer`, by the wake-up it hands to `after_answer` for the caller to call once
+        its answer is sent, so that the loop starting the run's first call does not compete
+        with the answer for the interpreter. The caller must call it whatever happens."""
         ...
 
     def get_run(self, caller: Caller, run_id: UUID) -> RunStatus | None:

@@ -20,6 +20,7 @@ from coordinator_core.shell.service import admission, deliveries, holds, interve
 from coordinator_core.shell.service.changes import RunChanges
 from coordinator_core.shell.service.model import (
     AdmissionRequest,
+    AfterAnswer,
     AttemptPage,
     Caller,
     Doctor,
@@ -58,13 +59,17 @@ class StoreRunService:
         self._readiness = holds.Readiness(runtime)
 
     @contextlib.contextmanager
-    def _changing(self) -> Iterator[None]:
-        """An action that may make a record claimable now: the loops are rung after it."""
+    def _changing(self, after_answer: AfterAnswer | None = None) -> Iterator[None]:
+        """An action that may make a record claimable now: the loops are rung after it (or,
+        with `after_answer`, the ring is handed to it, for once the caller has answered)."""
         try:
             with _refusals():
                 yield
         finally:
-            self.runtime.wakeup.ring()
+            if after_answer is None:
+                self.runtime.wakeup.ring()
+            else:
+                after_answer(self.runtime.wakeup.ring)
 
     # -- readiness and doctor ---------------------------------------------------------------------
 
@@ -77,9 +82,11 @@ class StoreRunService:
 
     # -- admission --------------------------------------------------------------------------------
 
-    def admit(self, request: AdmissionRequest) -> RunAdmitted:
+    def admit(
+        self, request: AdmissionRequest, *, after_answer: AfterAnswer | None = None
+    ) -> RunAdmitted:
         run_events = self.runtime.events
-        with self._changing():
+        with self._changing(after_answer):
             try:
                 admitted = admission.admit(self.runtime, request)
             except CoordinatorError as error:
