@@ -20,6 +20,7 @@ from api_fakes import (
     bearer,
     claims,
 )
+from connexion.decorators import parameter as connexion_parameters
 
 from coordinator_api import app as app_module
 from coordinator_core.jsonschema.violations import Violation
@@ -398,6 +399,34 @@ async def test_query_parameters_are_compiled_once_for_the_app_not_per_request(
     for _ in range(3):
         await reads()
     assert len(compiled) == before
+
+
+async def test_each_handler_is_decorated_once_for_the_app_not_per_request(
+    client: httpx.AsyncClient, keys: SigningKeys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connexion wraps an operation's handler anew for every request (its parameter and
+    response wrappers, the handler's signature inspected each time); the app wraps each once,
+    and the request's arguments are still read per request."""
+    inspected: list[object] = []
+    real = connexion_parameters.inspect_function_arguments
+
+    def counting(function: Any) -> Any:
+        inspected.append(function)
+        return real(function)
+
+    monkeypatch.setattr(connexion_parameters, "inspect_function_arguments", counting)
+
+    async def reads(limit: int) -> None:
+        listed = await client.get("/v1/runs", params={"limit": limit}, headers=bearer(keys))
+        assert listed.status_code == 200
+        absent = await client.get(f"/v1/runs/{uuid.uuid4()}?wait=1", headers=bearer(keys))
+        assert absent.status_code == 404
+
+    await reads(5)  # each route's handler wrapped by now, if it was not before
+    before = len(inspected)
+    for limit in (1, 2, 3):
+        await reads(limit)
+    assert len(inspected) == before
 
 
 async def test_operator_routes_conform(

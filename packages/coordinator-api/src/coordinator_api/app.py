@@ -9,7 +9,8 @@ Layers, outermost first (each named where it is defined):
 2. Connexion's server-error and exception layers, both rendering through `_problem_reply`, so
    every refusal is problem+json with a `code` and never echoes the request.
 3. Connexion routing (operationId `startRun` → `coordinator_api.handlers.runs.start_run`
-   through the table `coordinator_api.handlers.OPERATIONS`).
+   through the table `coordinator_api.handlers.OPERATIONS`), each handler wrapped once for the
+   app (`_KeptOperation`) where Connexion would wrap it again for every request.
 4. Connexion security with `_BearerSchemes`: access tokens (06 §2) including the route's policy
    action (`x-policy-action`, `x-operator-only`), and the Casework completion secret (06 §9).
 5. Connexion parameter validation of query parameters only (strict on routes that take query
@@ -38,7 +39,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import connexion  # type: ignore[import-untyped]
+from connexion import context as connexion_context
+from connexion.apps.asynchronous import AsyncApi, AsyncOperation  # type: ignore[import-untyped]
 from connexion.datastructures import MediaTypeDict  # type: ignore[import-untyped]
+from connexion.decorators import StarletteDecorator  # type: ignore[import-untyped]
+from connexion.decorators.parameter import (  # type: ignore[import-untyped]
+    AsyncParameterDecorator,
+    pythonic,
+)
 from connexion.exceptions import (  # type: ignore[import-untyped]
     BadRequestProblem,
     ExtraParameterProblem,
@@ -337,6 +345,69 @@ def _problem_reply(request: Any, error: Exception) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
+# Operations decorated once
+
+
+@functools.cache
+def _pythonic(name: str) -> str:
+    """Connexion's `pythonic_params` spelling of a parameter name (three regular expressions
+    and an inflection each time), worked out once per name."""
+    return str(pythonic(name))
+
+
+class _KeptParameterDecorator(AsyncParameterDecorator):  # type: ignore[misc]
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        if options.get("pythonic_params"):
+            self.sanitize_fn = _pythonic
+
+
+class _OnceDecorator(StarletteDecorator):  # type: ignore[misc]
+    """Connexion's decorator of one operation's handler, with what does not change between
+    requests made once: the handler's parameter and response wrappers (their signature
+    inspection included) and the operation's URI parser. Connexion makes each of them again
+    for every request (`ASGIDecorator.__call__`); the request and its arguments are still
+    read per request exactly as Connexion reads them."""
+
+    @property
+    def _parameter_decorator_cls(self) -> type[AsyncParameterDecorator]:
+        return _KeptParameterDecorator
+
+    def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        decorated = self.decorate(function)
+        parser: list[Any] = []
+
+        @functools.wraps(function)
+        async def wrapper(*_arguments: Any, **_options: Any) -> Any:
+            if not parser:  # the operation is known once a request of it is routed
+                parser.append(self.uri_parser)
+            request = self.framework.get_request(
+                uri_parser=parser[0],
+                scope=connexion_context.scope,
+                receive=connexion_context.receive,
+            )
+            return await decorated(request)
+
+        return wrapper
+
+
+class _KeptOperation(AsyncOperation):  # type: ignore[misc]
+    @functools.cached_property
+    def fn(self) -> Callable[..., Any]:
+        return _OnceDecorator(pythonic_params=self.pythonic_params, jsonifier=self.jsonifier)(
+            self._fn
+        )
+
+
+class _KeptApi(AsyncApi):  # type: ignore[misc]
+    def make_operation(self, operation: Any) -> _KeptOperation:
+        kept: _KeptOperation = _KeptOperation.from_operation(
+            operation, pythonic_params=self.pythonic_params, jsonifier=self.jsonifier
+        )
+        return kept
+
+
+# ---------------------------------------------------------------------------------------------
 # The app
 
 
@@ -408,6 +479,8 @@ def create_app(settings: ApiSettings, *, service: RunService, journal: AuditJour
             ContextMiddleware,
         ],
     )
+    # Each operation's handler decorated once, not for every request (`_OnceDecorator`).
+    app._middleware_app.api_cls = _KeptApi
     # The document is handed over as a dict: Connexion would otherwise re-read the file and
     # render it through Jinja2 before parsing it with the pure-Python YAML loader.
     app.add_api(
