@@ -52,6 +52,7 @@ MODULES = {
         "RUN_STATUSES",
         "Action",
         "AdmissionRequest",
+        "AfterAnswer",
         "AttemptPage",
         "RunAdmitted",
         "RunChanges",
