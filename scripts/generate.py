@@ -18,6 +18,7 @@ import argparse
 import difflib
 import filecmp
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -72,10 +73,15 @@ PACKAGE_INIT = '"""Generated from spec/ by `nox -s generate`. Do not edit by han
 # say. An instant given as an integer is epoch milliseconds, the one time representation of
 # coordinator-core, so the API validates its service shapes into their models as they are
 # (`model_validate(shape, from_attributes=True)`) with no conversion per member; on the wire an
-# instant is always an RFC 3339 string.
+# instant is always an RFC 3339 string with milliseconds (06 §1 item 5), which pydantic's own
+# JSON rendering writes with microseconds: `Instant`, every date-time member's type in place of
+# pydantic's `AwareDatetime` (`_instants`), says how, so that a model renders its JSON itself.
 BASE_MODULE = '''"""Generated from spec/ by `nox -s generate` (scripts/generate.py). Do not edit by hand."""
 
-from pydantic import BaseModel, ConfigDict
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, PlainSerializer
 
 
 class SpecModel(BaseModel):
@@ -83,7 +89,34 @@ class SpecModel(BaseModel):
     integer is epoch milliseconds (the service's time representation)."""
 
     model_config = ConfigDict(val_temporal_unit="milliseconds")
+
+
+def rfc3339_milliseconds(moment: datetime) -> str:
+    """`YYYY-MM-DDTHH:MM:SS.mmmZ` (contract 06 §1 item 5) of an aware datetime."""
+    utc = moment.astimezone(UTC) if moment.utcoffset() else moment
+    return utc.isoformat(timespec="milliseconds")[:23] + "Z"
+
+
+Instant = Annotated[
+    AwareDatetime, PlainSerializer(rfc3339_milliseconds, return_type=str, when_used="json")
+]
+"""A date-time member: validated as pydantic's `AwareDatetime`, rendered in JSON as
+`rfc3339_milliseconds`."""
 '''
+
+
+def _instants(module: Path) -> None:
+    """Every `AwareDatetime` of a generated module becomes the base module's `Instant`."""
+    text = module.read_text(encoding="utf-8")
+    if "AwareDatetime" not in text:
+        return
+    text = text.replace("    AwareDatetime,\n", "", 1).replace(
+        "from coordinator_models.base import SpecModel\n",
+        "from coordinator_models.base import Instant, SpecModel\n",
+        1,
+    )
+    text = re.sub(r"\bAwareDatetime\b", "Instant", text)
+    module.write_text(text, encoding="utf-8")
 
 
 def generate(out_root: Path) -> None:
@@ -111,6 +144,7 @@ def generate(out_root: Path) -> None:
             ],
             check=True,
         )  # fmt: skip
+        _instants(package / f"{module}.py")
     sys.path.insert(0, str(ROOT / "scripts"))
     import bundle_openapi
     import generate_api_doc

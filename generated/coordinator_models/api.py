@@ -7,9 +7,8 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from coordinator_models.base import SpecModel
+from coordinator_models.base import Instant, SpecModel
 from pydantic import (
-    AwareDatetime,
     ConfigDict,
     Field,
     RootModel,
@@ -418,7 +417,7 @@ class RetentionRequest(SpecModel):
         extra="forbid",
         populate_by_name=True,
     )
-    before: AwareDatetime
+    before: Instant
     """
     An RFC 3339 date-time that is not in the future.
     """
@@ -453,7 +452,7 @@ class ReviewCompletion(SpecModel):
     """
     The Casework review result id.
     """
-    completed_at: Annotated[AwareDatetime, Field(alias="completedAt")]
+    completed_at: Annotated[Instant, Field(alias="completedAt")]
     """
     When the review completed.
     """
@@ -593,19 +592,19 @@ class RunStatus(SpecModel):
     """
     The current step id.
     """
-    admitted_at: Annotated[AwareDatetime, Field(alias="admittedAt")]
+    admitted_at: Annotated[Instant, Field(alias="admittedAt")]
     """
     An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
     """
-    deadline_at: Annotated[AwareDatetime, Field(alias="deadlineAt")]
+    deadline_at: Annotated[Instant, Field(alias="deadlineAt")]
     """
     An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
     """
-    completed_at: Annotated[AwareDatetime | None, Field(alias="completedAt")]
+    completed_at: Annotated[Instant | None, Field(alias="completedAt")]
     """
     When the status became terminal, else null.
     """
-    next_due_at: Annotated[AwareDatetime | None, Field(alias="nextDueAt")]
+    next_due_at: Annotated[Instant | None, Field(alias="nextDueAt")]
     """
     When the current step is next due (timer, observation, retry), if pending.
     """
@@ -682,7 +681,7 @@ class WaitUntil(SpecModel):
         extra="forbid",
         populate_by_name=True,
     )
-    until: AwareDatetime
+    until: Instant
     """
     An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
     """
@@ -705,11 +704,11 @@ class WaitFor(SpecModel):
     """
     The awaited completion.
     """
-    started_at: Annotated[AwareDatetime, Field(alias="startedAt")]
+    started_at: Annotated[Instant, Field(alias="startedAt")]
     """
     An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
     """
-    timeout_at: Annotated[AwareDatetime, Field(alias="timeoutAt")]
+    timeout_at: Annotated[Instant, Field(alias="timeoutAt")]
     """
     An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
     """
@@ -721,9 +720,9 @@ class WaitFor(SpecModel):
     """
     Observations made so far.
     """
-    last_observed_at: Annotated[AwareDatetime | None, Field(alias="lastObservedAt")]
+    last_observed_at: Annotated[Instant | None, Field(alias="lastObservedAt")]
     next_observation_at: Annotated[
-        AwareDatetime | None, Field(alias="nextObservationAt")
+        Instant | None, Field(alias="nextObservationAt")
     ]
     result: WaitResult
 
@@ -745,11 +744,11 @@ class StepAttempt(SpecModel):
     """
     The attempt's number in its generation, from 1.
     """
-    started_at: Annotated[AwareDatetime | None, Field(alias="startedAt")]
+    started_at: Annotated[Instant | None, Field(alias="startedAt")]
     """
     When the attempt was claimed; null when the store holds no start for it.
     """
-    ended_at: Annotated[AwareDatetime, Field(alias="endedAt")]
+    ended_at: Annotated[Instant, Field(alias="endedAt")]
     """
     When the attempt ended (for a wait, the observation's time).
     """
@@ -783,13 +782,13 @@ class StepStatus(SpecModel):
     """
     Attempts in the current generation.
     """
-    entered_at: Annotated[AwareDatetime, Field(alias="enteredAt")]
+    entered_at: Annotated[Instant, Field(alias="enteredAt")]
     """
     An RFC 3339 UTC instant with millisecond precision, `YYYY-MM-DDTHH:MM:SS.mmmZ`.
     """
-    finished_at: Annotated[AwareDatetime | None, Field(alias="finishedAt")]
-    next_due_at: Annotated[AwareDatetime | None, Field(alias="nextDueAt")]
-    lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")]
+    finished_at: Annotated[Instant | None, Field(alias="finishedAt")]
+    next_due_at: Annotated[Instant | None, Field(alias="nextDueAt")]
+    lease_expires_at: Annotated[Instant | None, Field(alias="leaseExpiresAt")]
     failure_code: Annotated[FailureCode | None, Field(alias="failureCode")]
     route: StepRoute | None
     """
@@ -1030,13 +1029,13 @@ class DoctorState(SpecModel):
     statuses: RunStatusCounts
     unknown_effects: Annotated[StrictInt, Field(alias="unknownEffects", ge=0)]
     waits: Annotated[StrictInt, Field(ge=0)]
-    oldest_due_at: Annotated[AwareDatetime | None, Field(alias="oldestDueAt")]
+    oldest_due_at: Annotated[Instant | None, Field(alias="oldestDueAt")]
     terminal_payloads: Annotated[StrictInt, Field(alias="terminalPayloads", ge=0)]
     """
     Settled runs whose payload has not been erased.
     """
     oldest_terminal_payload_at: Annotated[
-        AwareDatetime | None, Field(alias="oldestTerminalPayloadAt")
+        Instant | None, Field(alias="oldestTerminalPayloadAt")
     ]
     audit_head: Annotated[
         StrictStr, Field(alias="auditHead", pattern="^sha256:[0-9a-f]{64}$")

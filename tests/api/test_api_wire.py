@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import httpx
@@ -70,6 +70,34 @@ def test_a_run_renders_with_the_spec_member_names_and_millisecond_timestamps() -
     assert b'"admittedAt":"2026-03-02T09:00:00.123Z"' in body
     # Required members that are null are present; none is left out.
     assert b'"completedAt":null' in body and b'"trigger":null' in body
+
+
+def test_an_instant_on_a_whole_second_keeps_its_milliseconds() -> None:
+    """Pydantic's own rendering of a datetime drops a zero fraction (`…:00Z`); the models'
+    `Instant` writes `.000Z`, and a later instant in another offset is written in UTC."""
+    second = (NOW_MS // 1000) * 1000
+    body = json.loads(wire.encode(wire.run_status_body(_run(admitted_at=second))))
+    assert body["admittedAt"] == "2026-03-02T09:00:00.000Z"
+    assert body["deadlineAt"] == "2026-03-02T09:00:00.123Z"
+    shifted = datetime(2026, 3, 2, 11, 0, 0, 5_000, tzinfo=timezone(timedelta(hours=2)))
+    assert (
+        wire.RunStatus.model_validate({**body, "admittedAt": shifted})
+        .model_dump_json(by_alias=True)
+        .count('"admittedAt":"2026-03-02T09:00:00.005Z"')
+        == 1
+    )
+
+
+def test_an_output_of_any_text_renders_and_reads_back_the_same() -> None:
+    """Non-ASCII text is written as UTF-8; a lone surrogate (which a JSON input's escapes can
+    carry, and pydantic cannot write as UTF-8) is written ASCII-escaped rather than failing."""
+    for output in (
+        {"name": "Ærø \u2028 日本"},
+        {"name": "\ud800 alone"},
+        {"n": 1.5e-7, "big": 10**30},
+    ):
+        body = wire.encode(wire.run_status_body(_run(output=output)))
+        assert json.loads(body)["output"] == output
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,10 @@ status (its stored run and engine state) and a step's (its record), are read mem
 by name from their parts (`_Reader`), with the few members the spec names otherwise said once.
 Request bodies are read as their models by `bodies`.
 
-The JSON rendering is this module's too: member names are the spec's, an optional member is
-present only when set (an optional member's default is None, a required one has none), and
-timestamps are `YYYY-MM-DDTHH:MM:SS.mmmZ` (06 §1 item 5).
+The JSON rendering is this module's too (`encode`, pydantic's own rendering of the model):
+member names are the spec's, an optional member is present only when set (an optional member's
+default is None, a required one has none), and timestamps are `YYYY-MM-DDTHH:MM:SS.mmmZ` (06 §1
+item 5; the generated models' `Instant` type writes them so).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
 
 from coordinator_api.settings import WorkflowSummary
 from coordinator_core.engine.state import RunState, StepRecord
@@ -33,6 +35,7 @@ from coordinator_core.jsonschema.violations import Violation
 from coordinator_core.shell import service
 from coordinator_core.shell.store import StoredRun
 from coordinator_models import api
+from coordinator_models.base import rfc3339_milliseconds
 
 __all__ = [
     "AttemptPage",
@@ -94,11 +97,9 @@ WorkflowInfo = api.WorkflowInfo
 
 def timestamp(moment: datetime) -> str:
     """`YYYY-MM-DDTHH:MM:SS.mmmZ` (06 §1 item 5); naive datetimes are a programming error."""
-    offset = moment.utcoffset()
-    if offset is None:
+    if moment.utcoffset() is None:
         raise ValueError("timestamps must be timezone-aware")
-    utc = moment.astimezone(UTC) if offset else moment
-    return utc.isoformat(timespec="milliseconds")[:23] + "Z"
+    return rfc3339_milliseconds(moment)
 
 
 def _json_default(value: object) -> str:
@@ -111,13 +112,18 @@ def _json_default(value: object) -> str:
 
 def encode(body: Body) -> bytes:
     """A model's JSON: spec member names; an optional member only where it is not None (its
-    default); compact and ASCII-escaped, so that no value can make encoding fail."""
-    return json.dumps(
-        body.model_dump(by_alias=True, exclude_defaults=True),
-        separators=(",", ":"),
-        allow_nan=False,
-        default=_json_default,
-    ).encode("ascii")
+    default); compact UTF-8, instants as the models' `Instant` renders them. Pydantic renders
+    it; a text it cannot write as UTF-8 (a lone surrogate, which a JSON input can carry) is
+    written ASCII-escaped instead, so that no value can make encoding fail."""
+    try:
+        return body.model_dump_json(by_alias=True, exclude_defaults=True).encode("utf-8")
+    except PydanticSerializationError:
+        return json.dumps(
+            body.model_dump(by_alias=True, exclude_defaults=True),
+            separators=(",", ":"),
+            allow_nan=False,
+            default=_json_default,
+        ).encode("ascii")
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
