@@ -25,6 +25,7 @@ from api_fakes import (
 )
 
 from coordinator_api import create_app
+from coordinator_api.edge import RequestContext
 from coordinator_api.problems import problem_codes, status_of
 from coordinator_core.shell.service import ServiceRefusal
 
@@ -532,3 +533,26 @@ async def test_a_refused_admission_wakes_the_loops_after_its_problem_is_sent(
     wakes = [index for index, call in enumerate(service.calls) if call == "woken"]
     body = service.calls.index("http.response.body")
     assert len(wakes) == 1 and wakes[0] > body, service.calls
+
+
+def test_an_action_after_the_answer_that_fails_leaves_the_others_to_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ran: list[str] = []
+    context = RequestContext(
+        state=None,  # type: ignore[arg-type]
+        body=None,  # type: ignore[arg-type]
+        raw_headers=[],
+        method=b"POST",
+        target=b"/v1/runs",
+    )
+
+    def failing() -> None:
+        raise RuntimeError(CANARY)
+
+    context.after_answer(failing)
+    context.after_answer(lambda: ran.append("woken"))
+    context.ran_answered()
+    context.ran_answered()  # each action runs once
+    assert ran == ["woken"]
+    assert "RuntimeError" in caplog.text and CANARY not in caplog.text

@@ -375,14 +375,15 @@ class _OnceDecorator(StarletteDecorator):  # type: ignore[misc]
 
     def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
         decorated = self.decorate(function)
-        parser: list[Any] = []
+        parser: Any = None
 
         @functools.wraps(function)
         async def wrapper(*_arguments: Any, **_options: Any) -> Any:
-            if not parser:  # the operation is known once a request of it is routed
-                parser.append(self.uri_parser)
+            nonlocal parser
+            if parser is None:  # the operation is known once a request of it is routed
+                parser = self.uri_parser
             request = self.framework.get_request(
-                uri_parser=parser[0],
+                uri_parser=parser,
                 scope=connexion_context.scope,
                 receive=connexion_context.receive,
             )

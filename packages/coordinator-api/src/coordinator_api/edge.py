@@ -19,7 +19,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import re
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
@@ -48,6 +48,7 @@ SECURITY_HEADERS: Final = (
     (b"content-security-policy", b"default-src 'none'"),
     (b"referrer-policy", b"no-referrer"),
 )
+logger = logging.getLogger("coordinator_api")
 _TRACEPARENT: Final = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
@@ -72,11 +73,14 @@ class RequestContext:
         self.answered.append(action)
 
     def ran_answered(self) -> None:
-        """The edge, once the request is over: each action, each whatever the others do."""
+        """The edge, once the request is over: every action, whatever the others raise (what
+        one raises is logged)."""
         actions, self.answered = self.answered, []
         for action in actions:
-            with contextlib.suppress(Exception):
+            try:
                 action()
+            except Exception as error:  # the answer is sent: nothing is left to tell the caller
+                logger.error("an action after the answer failed: %s", type(error).__name__)
 
     def header(self, name: str) -> list[str]:
         """Every value of header `name` (latin-1 decoded, as HTTP defines header bytes)."""
