@@ -110,6 +110,8 @@ def _instants(module: Path) -> None:
     text = module.read_text(encoding="utf-8")
     if "AwareDatetime" not in text:
         return
+    if "    AwareDatetime,\n" not in text or "import SpecModel\n" not in text:
+        raise SystemExit(f"{module.name}: the generator's imports changed; teach _instants them")
     text = text.replace("    AwareDatetime,\n", "", 1).replace(
         "from coordinator_models.base import SpecModel\n",
         "from coordinator_models.base import Instant, SpecModel\n",
