@@ -13,28 +13,44 @@ from sqlalchemy.dialects import postgresql, sqlite
 from coordinator_core.shell.execution.codec import seal_value
 from coordinator_core.shell.sealing import Sealer, StateKeyRing
 from coordinator_core.shell.store.dialect import HexKey, SealedBytes
+from coordinator_core.values import canonical_json
 
 PG = postgresql.dialect()  # type: ignore[no-untyped-call]
 LITE = sqlite.dialect()  # type: ignore[no-untyped-call]
 
 
+_SEALER = Sealer(StateKeyRing(1, {1: bytes(range(32))}), "columns-dev")
+_RUN = uuid.uuid4()
+_VALUE = {"applicationId": "app-1"}
+
+
 def _sealed() -> bytes:
-    sealer = Sealer(StateKeyRing(1, {1: bytes(range(32))}), "columns-dev")
-    return seal_value(sealer, {"applicationId": str(uuid.uuid4())}, uuid.uuid4(), "input")
+    return seal_value(_SEALER, _VALUE, _RUN, "input")
 
 
 @pytest.mark.parametrize("dialect", [PG, LITE], ids=["postgresql", "sqlite"])
-def test_a_sealed_value_is_kept_as_its_envelope_and_read_back_in_its_stored_form(
-    dialect: object,
-) -> None:
+def test_a_sealed_value_is_kept_and_handed_out_as_its_envelope(dialect: object) -> None:
     column = SealedBytes()
-    stored = _sealed()
-    kept = column.process_bind_param(stored, dialect)  # type: ignore[arg-type]
-    envelope = base64.b64decode(stored[len(b'{"sealedCoordinatorV1":"') : -2])
-    assert kept == envelope and kept[:1] == b"\x01"
-    assert column.process_result_value(kept, dialect) == stored  # type: ignore[arg-type]
-    assert column.process_result_value(memoryview(kept), dialect) == stored  # type: ignore[arg-type]
+    sealed = _sealed()
+    assert sealed[:1] == b"\x01"
+    kept = column.process_bind_param(sealed, dialect)  # type: ignore[arg-type]
+    assert kept == sealed
+    assert column.process_result_value(kept, dialect) == sealed  # type: ignore[arg-type]
+    assert column.process_result_value(memoryview(kept), dialect) == sealed  # type: ignore[arg-type]
     assert column.process_bind_param(None, dialect) is None  # type: ignore[arg-type]
+    assert _SEALER.open(sealed, run_id=str(_RUN), purpose="input") == _VALUE
+
+
+@pytest.mark.parametrize("dialect", [PG, LITE], ids=["postgresql", "sqlite"])
+def test_a_value_in_the_stored_form_is_kept_as_its_envelope(dialect: object) -> None:
+    """The 07 §10 stored form, as a store before schema version 3 kept it: its envelope is
+    kept, and the sealer opens either."""
+    stored_form = canonical_json(_SEALER.seal(_VALUE, run_id=str(_RUN), purpose="input"))
+    kept = SealedBytes().process_bind_param(stored_form, dialect)  # type: ignore[arg-type]
+    assert kept == base64.b64decode(stored_form[len(b'{"sealedCoordinatorV1":"') : -2])
+    for form in (stored_form, kept):
+        assert _SEALER.open(form, run_id=str(_RUN), purpose="input") == _VALUE
+        assert _SEALER.open_text(form, run_id=str(_RUN), purpose="input") == canonical_json(_VALUE)
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ from coordinator_core.shell.sealing import (
     Sealer,
     StateKeyRing,
 )
+from coordinator_core.values import canonical_json
 
 DB = "reviewed-notice-dev"
 RUN = "0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4f"
@@ -236,6 +237,51 @@ def test_command_round_trips_with_and_without_preparation() -> None:
         stored = box.seal_command({"path": "/x"}, preparation, run_id=RUN, step="send")
         assert box.open_command(stored, run_id=RUN, step="send") == CommandParts(
             {"path": "/x"}, preparation
+        )
+
+
+@given(value=json_values)
+def test_a_canonical_text_sealed_as_the_store_keeps_it_opens_in_every_kept_form(
+    value: object,
+) -> None:
+    """`seal_text` gives the envelope (what the store keeps); it opens as the value and as the
+    exact text it sealed, and so does the stored form of 07 §10, as an object or as the JSON
+    text a store before schema version 3 kept."""
+    box = sealer()
+    text = canonical_json(value)
+    envelope = box.seal_text(text, run_id=RUN, purpose="input")
+    assert envelope[:1] == b"\x01" and len(envelope) == len(text) + ENVELOPE_OVERHEAD
+    stored = {SEALED_MEMBER: base64.b64encode(envelope).decode("ascii")}
+    for kept in (envelope, stored, canonical_json(stored)):
+        assert box.open(kept, run_id=RUN, purpose="input") == value
+    for kept in (envelope, canonical_json(stored)):
+        assert box.open_text(kept, run_id=RUN, purpose="input") == text
+
+
+def test_a_kept_value_altered_or_opened_elsewhere_is_refused() -> None:
+    box = sealer()
+    envelope = box.seal_text(b'{"a":1}', run_id=RUN, purpose="output", step="read")
+    altered = envelope[:-1] + bytes([envelope[-1] ^ 1])
+    for attempt in (
+        partial(box.open_text, altered, run_id=RUN, purpose="output", step="read"),
+        partial(box.open_text, envelope, run_id=RUN, purpose="output", step="send"),
+        partial(box.open_text, envelope, run_id=RUN, purpose="terminal"),
+        partial(box.open_text, b"\x02" + envelope[1:], run_id=RUN, purpose="output", step="read"),
+        partial(box.open_text, b'{"sealedCoordinatorV1":1}', run_id=RUN, purpose="terminal"),
+        partial(box.open_text, b"", run_id=RUN, purpose="terminal"),
+    ):
+        assert refused(attempt).code == PROTECTED_STATE_INVALID
+
+
+def test_a_command_sealed_from_its_request_text_is_the_command_seal_command_seals() -> None:
+    box = sealer()
+    request = {"path": "/x", "query": {"b": [1, 2.5, None], "a": "é"}}
+    for preparation in (b"\x00\xffprepared", b"", None):
+        kept = box.seal_command_text(canonical_json(request), preparation, run_id=RUN, step="send")
+        assert box.open_command(kept, run_id=RUN, step="send") == CommandParts(request, preparation)
+        encoded = None if preparation is None else base64.b64encode(preparation).decode("ascii")
+        assert box.open_text(kept, run_id=RUN, purpose="command", step="send") == canonical_json(
+            {"request": request, "preparation": encoded}
         )
 
 

@@ -25,6 +25,11 @@ Public API
     the `command` purpose's `{"request": …, "preparation": <base64 or null>}` shape. Purposes and
     their step rule are those of the 07 §10 table; breaking them, or sealing a value that has no
     canonical JSON form or is over 16 MiB, is a caller bug and raises `ValueError`.
+    The store keeps the envelope itself (`dialect.SealedBytes`), and the execution shell works
+    with it as it is kept: `seal_text(text, …)` seals the canonical JSON text the engine already
+    has and returns the envelope; `open_text(kept, …)` returns the plaintext (that canonical
+    text); `open` and `open_command` take a kept value too. A kept value is the envelope, or
+    the stored form's JSON text that a store before schema version 3 kept.
 
 `AdmissionKey(key, state_keys=None)`
     The deployment's commitment key (07 §3): `commitment(purpose, parts)` and the named
@@ -51,6 +56,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import os
 import struct
 from collections.abc import Callable, Mapping, Sequence
@@ -173,20 +179,21 @@ def _same_marker(expected: str, registered: object) -> bool:
 
 def _context_parts(database_id: str, run_id: str, purpose: str, step: str) -> bytes:
     """`lp32` of each scope part of 07 §10, after checking purpose and step against its table."""
+    return _scope_head(database_id) + _scope_tail(run_id, purpose, step)
+
+
+def _scope_head(database_id: str) -> bytes:
+    """The scope's parts that every value of one database shares."""
+    return _lp32(_STATE_DOMAIN) + _lp32(_utf8(database_id))
+
+
+def _scope_tail(run_id: str, purpose: str, step: str) -> bytes:
+    """The scope's parts of one value of a database."""
     if purpose not in PURPOSES:
         raise ValueError("The purpose is not one of snapshot, input, output, terminal, command.")
     if (purpose in _STEP_PURPOSES) != (step != ""):
         raise ValueError("Only the output and command purposes name a step.")
-    return b"".join(
-        _lp32(part)
-        for part in (
-            _STATE_DOMAIN,
-            _utf8(database_id),
-            _utf8(run_id),
-            _utf8(purpose),
-            _utf8(step),
-        )
-    )
+    return _lp32(_utf8(run_id)) + _lp32(_utf8(purpose)) + _lp32(_utf8(step))
 
 
 def _value_key(state_key: bytes, scope: bytes) -> bytes:
@@ -316,7 +323,7 @@ class CommandParts(NamedTuple):
 class Sealer:
     """Seals and opens the sensitive values of one database (07 §10)."""
 
-    __slots__ = ("_database_id", "_nonce_source", "_ring")
+    __slots__ = ("_nonce_source", "_ring", "_scope_head")
 
     def __init__(
         self,
@@ -325,10 +332,9 @@ class Sealer:
         *,
         nonce_source: Callable[[int], bytes] = os.urandom,
     ) -> None:
-        _utf8(database_id)
         self._ring = ring
-        self._database_id = database_id
         self._nonce_source = nonce_source
+        self._scope_head = _scope_head(database_id)
 
     def __repr__(self) -> str:
         return f"Sealer({self._ring!r})"
@@ -344,20 +350,31 @@ class Sealer:
 
         The plaintext is the RFC 8785 form of `value`; a value with no such form, or one larger
         than 16 MiB, raises ValueError (it is a caller bug, never stored data)."""
-        scope = _context_parts(self._database_id, run_id, purpose, step)
         try:
             plaintext = canonical_json(value)
         except CanonicalJsonError:
             plaintext = None
         if plaintext is None:
             raise ValueError("The value has no canonical JSON form.")
-        return self._seal_bytes(plaintext, scope)
+        envelope = self._seal_bytes(plaintext, self._scope(run_id, purpose, step))
+        return {SEALED_MEMBER: base64.b64encode(envelope).decode("ascii")}
+
+    def seal_text(self, text: bytes, *, run_id: str, purpose: Purpose, step: str = "") -> bytes:
+        """The envelope of `text`, the RFC 8785 text of a value that the caller already has
+        (the engine keeps inputs, outputs and commands as that text): the value `seal` seals,
+        as the store keeps it. Over 16 MiB raises ValueError."""
+        return self._seal_bytes(text, self._scope(run_id, purpose, step))
+
+    def open_text(self, kept: bytes, *, run_id: str, purpose: Purpose, step: str = "") -> bytes:
+        """The plaintext sealed in a kept value (the envelope, or the stored form's JSON text
+        of an earlier store): the RFC 8785 text it was sealed from. Every failure is
+        `protected-state-invalid`."""
+        return self._open_bytes(kept, self._scope(run_id, purpose, step))
 
     def open(self, stored: object, *, run_id: str, purpose: Purpose, step: str = "") -> object:
-        """The value sealed in `stored` for this exact context; every failure is
-        `protected-state-invalid`, never a partial value."""
-        scope = _context_parts(self._database_id, run_id, purpose, step)
-        plaintext = self._open_bytes(stored, scope)
+        """The value sealed in `stored` (the stored form, or a kept value) for this exact
+        context; every failure is `protected-state-invalid`, never a partial value."""
+        plaintext = self._open_bytes(stored, self._scope(run_id, purpose, step))
         try:
             value: object = parse_strict_json(plaintext)
         except ValueError:
@@ -378,6 +395,16 @@ class Sealer:
             step=step,
         )
 
+    def seal_command_text(
+        self, request: bytes, preparation: bytes | None, *, run_id: str, step: str
+    ) -> bytes:
+        """`seal_command`'s value as the store keeps it (`seal_text`), from the RFC 8785 text of
+        the request: the command's own RFC 8785 text is written around it (its two members in
+        their canonical order, a base64 text needing no escape)."""
+        encoded = b"null" if preparation is None else b'"' + base64.b64encode(preparation) + b'"'
+        text = b'{"preparation":' + encoded + b',"request":' + request + b"}"
+        return self.seal_text(text, run_id=run_id, purpose="command", step=step)
+
     def open_command(self, stored: object, *, run_id: str, step: str) -> CommandParts:
         """Open a frozen command; a value of another shape is `protected-state-invalid`."""
         value = self.open(stored, run_id=run_id, purpose="command", step=step)
@@ -396,7 +423,10 @@ class Sealer:
 
     # ---------------------------------------------------------------------------------------
 
-    def _seal_bytes(self, plaintext: bytes, scope: bytes) -> dict[str, str]:
+    def _scope(self, run_id: str, purpose: str, step: str) -> bytes:
+        return self._scope_head + _scope_tail(run_id, purpose, step)
+
+    def _seal_bytes(self, plaintext: bytes, scope: bytes) -> bytes:
         if len(plaintext) > MAX_PLAINTEXT_BYTES:
             raise ValueError("The value is larger than 16 MiB.")
         version = self._ring.active_version
@@ -405,11 +435,10 @@ class Sealer:
             raise RuntimeError("The nonce source did not return 12 bytes.")
         key = _value_key(self._ring._keys[version], scope)
         sealed = AESGCM(key).encrypt(nonce, plaintext, _aad(scope, version))
-        envelope = _FORMAT + struct.pack(">I", version) + nonce + sealed
-        return {SEALED_MEMBER: base64.b64encode(envelope).decode("ascii")}
+        return _FORMAT + struct.pack(">I", version) + nonce + sealed
 
     def _open_bytes(self, stored: object, scope: bytes) -> bytes:
-        envelope = _envelope_of(stored)
+        envelope = _kept_envelope(stored) if isinstance(stored, bytes) else _envelope_of(stored)
         if envelope is None or len(envelope) < ENVELOPE_OVERHEAD or envelope[:1] != _FORMAT:
             raise _protected_state_invalid()
         (version,) = struct.unpack(">I", envelope[1:5])
@@ -444,6 +473,17 @@ def _strict_b64decode(text: str) -> bytes | None:
     if remainder and base64.b64encode(data[-remainder:]).decode("ascii") != text[-4:]:
         return None  # non-zero pad bits: another spelling of the same bytes
     return data
+
+
+def _kept_envelope(kept: bytes) -> bytes | None:
+    """The envelope of a kept value: itself, or the one in an earlier store's stored form."""
+    if kept[:1] == _FORMAT:
+        return kept
+    try:
+        stored = json.loads(kept)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return _envelope_of(stored)
 
 
 def _envelope_of(stored: object) -> bytes | None:

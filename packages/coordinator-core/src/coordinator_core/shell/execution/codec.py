@@ -15,7 +15,6 @@ deployment's admission key, 07 §3).
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
 from collections.abc import Callable
@@ -43,6 +42,7 @@ __all__ = [
     "opened",
     "overlay",
     "refreshed",
+    "seal_text",
     "seal_value",
     "sealed_snapshot",
     "state_of",
@@ -59,31 +59,35 @@ def _protected_state_invalid() -> CoordinatorError:
 def seal_value(
     sealer: Sealer, value: Any, run_id: uuid.UUID, purpose: Purpose, step: str = ""
 ) -> bytes:
-    """The stored bytes of a sealed value: the canonical JSON of its envelope object."""
-    return canonical_json(sealer.seal(value, run_id=str(run_id), purpose=purpose, step=step))
+    """A value sealed as the store keeps it (its envelope, `Sealer.seal_text`)."""
+    return sealer.seal_text(canonical_json(value), run_id=str(run_id), purpose=purpose, step=step)
 
 
-def _open(
-    sealer: Sealer, stored: bytes, run_id: uuid.UUID, purpose: Purpose, step: str = ""
-) -> Any:
-    try:
-        envelope = json.loads(stored)
-    except (ValueError, UnicodeDecodeError):
-        raise _protected_state_invalid() from None
-    return sealer.open(envelope, run_id=str(run_id), purpose=purpose, step=step)
+def seal_text(
+    sealer: Sealer, text: str | bytes, run_id: uuid.UUID, purpose: Purpose, step: str = ""
+) -> bytes:
+    """The canonical JSON text of a value (the engine's, or a snapshot's), sealed as the store
+    keeps it."""
+    plaintext = text.encode("utf-8") if isinstance(text, str) else text
+    return sealer.seal_text(plaintext, run_id=str(run_id), purpose=purpose, step=step)
 
 
 def _open_text(
     sealer: Sealer, stored: bytes | None, run_id: uuid.UUID, purpose: Purpose, step: str = ""
 ) -> str | None:
+    """The canonical JSON text sealed in a kept value: the plaintext it was sealed from."""
     if stored is None:
         return None
-    return to_canonical(_open(sealer, stored, run_id, purpose, step))
+    plaintext = sealer.open_text(stored, run_id=str(run_id), purpose=purpose, step=step)
+    try:
+        return plaintext.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _protected_state_invalid() from None
 
 
 def sealed_snapshot(sealer: Sealer, snapshot: Snapshot, run_id: uuid.UUID) -> bytes:
     """The run's sealed snapshot (purpose `snapshot`): the canonical snapshot document."""
-    return seal_value(sealer, json.loads(snapshot.canonical), run_id, "snapshot")
+    return seal_text(sealer, snapshot.canonical, run_id, "snapshot")
 
 
 # -- store → engine -------------------------------------------------------------------------------
@@ -97,9 +101,7 @@ def opened(sealer: Sealer, stored: StoredStep) -> StepRecord:
     command: str | None = None
     preparation: bytes | None = None
     if stored.command is not None:
-        parts = sealer.open_command(
-            json.loads(stored.command), run_id=str(stored.run_id), step=record.step
-        )
+        parts = sealer.open_command(stored.command, run_id=str(stored.run_id), step=record.step)
         command, preparation = to_canonical(parts.request), parts.preparation
     output = _open_text(sealer, stored.output, stored.run_id, "output", record.step)
     return evolve(record, command=command, preparation=preparation, output=output)
@@ -163,13 +165,8 @@ def stored_step(
     elif record.command is None:
         command, frozen = None, False
     else:
-        command = canonical_json(
-            sealer.seal_command(
-                json.loads(record.command),
-                record.preparation,
-                run_id=str(run_id),
-                step=record.step,
-            )
+        command = sealer.seal_command_text(
+            record.command.encode("utf-8"), record.preparation, run_id=str(run_id), step=record.step
         )
         frozen = record.preparation is not None
     if old is not None and old_record is not None and old_record.output == record.output:
@@ -177,7 +174,7 @@ def stored_step(
     elif record.output is None:
         output = None
     else:
-        output = seal_value(sealer, json.loads(record.output), run_id, "output", record.step)
+        output = seal_text(sealer, record.output, run_id, "output", record.step)
     return StoredStep(
         run_id=run_id,
         record=evolve(record, command=None, preparation=None, output=None),
@@ -208,7 +205,7 @@ def write_of(
     elif state.output is None:
         terminal = None
     else:
-        terminal = seal_value(sealer, json.loads(state.output), run.run_id, "terminal")
+        terminal = seal_text(sealer, state.output, run.run_id, "terminal")
     new_run = stored_run(run, state, terminal)
     steps: list[StoredStep] = []
     for record in state.records:
@@ -281,8 +278,9 @@ class DefinitionCache:
     def _open(
         self, definition_digest: str, run_id: uuid.UUID, sealed: bytes
     ) -> tuple[Snapshot, Definition]:
-        document = _open(self.sealer, sealed, run_id, "snapshot")
-        definition = restore_definition(canonical_json(document))
+        definition = restore_definition(
+            self.sealer.open_text(sealed, run_id=str(run_id), purpose="snapshot")
+        )
         snapshot = definition.snapshot
         if snapshot.definition_digest != definition_digest:
             raise CoordinatorError(Diagnostic("coordinator.definition.snapshot", path=""))

@@ -3,14 +3,13 @@ handed to the store's one admission transaction, which also runs the live-bindin
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import replace
 from typing import Any
 
 from coordinator_core.engine import Admitted, Instant, advance
 from coordinator_core.shell.execution.attempt import TickRun
-from coordinator_core.shell.execution.codec import seal_value, sealed_snapshot, stored_step
+from coordinator_core.shell.execution.codec import seal_text, sealed_snapshot, stored_step
 from coordinator_core.shell.service.model import AdmissionRequest, RunAdmitted, ServiceRefusal
 from coordinator_core.shell.service.runtime import Runtime
 from coordinator_core.shell.store import AdmissionResult, NewRun, RunSnapshot, StoredRun, Written
@@ -44,6 +43,8 @@ def store_admission(
     keys = context.keys_for(start_identity)
     admitted = advance(definition, None, Admitted.of(run_input, context.policy), now, keys)
     state = admitted.state
+    input_text = state.input  # the engine's canonical text of `run_input`
+    assert input_text is not None
     journal = None
     if taking is not None and input_problem is None:
         claimed = taking.admitted(run_id, definition.definition_digest, state, now, keys)
@@ -67,11 +68,9 @@ def store_admission(
             if definition.definition_digest in context.stored_definitions
             else sealed_snapshot(sealer, snapshot, run_id)
         ),
-        input=seal_value(sealer, run_input, run_id, "input"),
+        input=seal_text(sealer, input_text, run_id, "input"),
         terminal_output=(
-            None
-            if state.output is None
-            else seal_value(sealer, json.loads(state.output), run_id, "terminal")
+            None if state.output is None else seal_text(sealer, state.output, run_id, "terminal")
         ),
         updated_at=now,
     )

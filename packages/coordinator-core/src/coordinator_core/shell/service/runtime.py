@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import hmac
-import json
 import os
 import socket
 import uuid
@@ -229,9 +228,7 @@ class Runtime:
     def _terminal_output(self, run: StoredRun) -> Any:
         assert run.terminal_output is not None
         try:
-            return self.sealer.open(
-                json.loads(run.terminal_output), run_id=str(run.run_id), purpose="terminal"
-            )
+            return self.sealer.open(run.terminal_output, run_id=str(run.run_id), purpose="terminal")
         except (CoordinatorError, ValueError):
             return None
 

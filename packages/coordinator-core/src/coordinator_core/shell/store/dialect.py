@@ -170,12 +170,14 @@ _HEX: Final = re.compile(r"[0-9a-f]{64}")
 
 
 class SealedBytes(TypeDecorator[bytes]):
-    """A sealed value (07 §10). The store hands out and takes its stored form, the canonical
-    JSON `{"sealedCoordinatorV1":"<base64 of the envelope>"}`, and keeps the envelope itself
-    (a third less, issue 9); anything else (a row written before schema version 3, or bytes
-    that are not that form) is kept and read back as it is. An envelope begins with its
-    format byte 0x01, the stored form with `{`, so the two never mix up; either way a value
-    that was tampered with fails to open (`protected-state-invalid`)."""
+    """A sealed value (07 §10), kept as its envelope (a third less than the stored form
+    `{"sealedCoordinatorV1":"<base64 of the envelope>"}`, issue 9) and handed out as it is
+    kept: the sealer opens an envelope as it is (`Sealer.open_text`). A value given in the
+    stored form is kept as its envelope too; anything else (a row written before schema
+    version 3 kept the stored form's JSON text, which the sealer also opens, or bytes that are
+    neither) is kept and read back as it is. An envelope begins with its format byte 0x01, the
+    stored form with `{`, so the two never mix up; either way a value that was tampered with
+    fails to open (`protected-state-invalid`)."""
 
     impl = LargeBinary
     cache_ok = True
@@ -193,12 +195,7 @@ class SealedBytes(TypeDecorator[bytes]):
         return envelope
 
     def process_result_value(self, value: Any, dialect: Dialect) -> bytes | None:
-        if value is None:
-            return None
-        stored = bytes(value)
-        if stored[:1] != _ENVELOPE_FORMAT:
-            return stored
-        return _SEALED_HEAD + base64.b64encode(stored) + _SEALED_TAIL
+        return value if value is None or type(value) is bytes else bytes(value)
 
 
 _SEALED_HEAD: Final = b'{"sealedCoordinatorV1":"'  # sealing.SEALED_MEMBER, canonical JSON
