@@ -24,6 +24,7 @@ from coordinator_core.values import (
     canonical_json,
     check_json_value,
     is_binary64_integer,
+    parse_canonical_json,
     parse_strict_json,
     sha256_label,
 )
@@ -503,6 +504,22 @@ def test_canonical_round_trip_is_a_fixed_point(value: object) -> None:
     canonical = canonical_json(value)
     assert canonical_json(parse_strict_json(canonical)) == canonical
     assert parse_strict_json(canonical.decode("utf-8")) is not None or canonical == b"null"
+
+
+@given(json_values)
+def test_canonical_bytes_parse_as_canonical_json_to_the_value_strict_parsing_reads(
+    value: object,
+) -> None:
+    canonical = canonical_json(value)
+    parsed = parse_canonical_json(canonical)
+    assert parsed == parse_strict_json(canonical)
+    assert canonical_json(parsed) == canonical
+
+
+def test_bytes_that_are_not_utf8_json_do_not_parse_as_canonical_json() -> None:
+    for data in (b"", b"{", b"\xff", b'{"a":NaN}', b"[1,]", b"\xef\xbb\xbf1", b"1 2"):
+        with pytest.raises(StrictJsonError):
+            parse_canonical_json(data)
 
 
 def _shuffled(value: object, rng: random.Random) -> object:

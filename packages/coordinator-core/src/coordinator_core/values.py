@@ -37,6 +37,7 @@ __all__ = [
     "canonical_json",
     "check_json_value",
     "is_binary64_integer",
+    "parse_canonical_json",
     "parse_strict_json",
     "pointer_token",
     "sha256_label",
@@ -456,4 +457,25 @@ def parse_strict_json(data: bytes | str) -> object:
         raise StrictJsonError("The text is not valid JSON.") from exc
     if _MAYBE_SURROGATE.search(text) and _has_surrogate(value):
         raise StrictJsonError("A JSON string contains a lone surrogate.")
+    return value
+
+
+def parse_canonical_json(data: bytes) -> object:
+    """Parse bytes that `canonical_json` made and that came back unaltered (a sealed value's
+    authenticated plaintext) to the value `parse_strict_json` reads from them.
+
+    Numbers read as `parse_strict_json` reads them. Its checks for what canonical bytes cannot
+    hold (duplicate member names, lone surrogates) are left out; anything else that is not
+    UTF-8 JSON is refused with StrictJsonError all the same."""
+    try:
+        value: object = json.loads(
+            data.decode("utf-8"),
+            parse_constant=_refuse_constant,
+            parse_float=_parse_float,
+            parse_int=_parse_int,
+        )
+    except StrictJsonError:
+        raise
+    except (RecursionError, ValueError) as exc:  # UnicodeDecodeError, JSONDecodeError, int()
+        raise StrictJsonError("The text is not canonical JSON.") from exc
     return value

@@ -66,7 +66,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
-from coordinator_core.values import CanonicalJsonError, canonical_json, parse_strict_json
+from coordinator_core.values import CanonicalJsonError, canonical_json, parse_canonical_json
 
 __all__ = [
     "ENVELOPE_OVERHEAD",
@@ -376,7 +376,8 @@ class Sealer:
         context; every failure is `protected-state-invalid`, never a partial value."""
         plaintext = self._open_bytes(stored, self._scope(run_id, purpose, step))
         try:
-            value: object = parse_strict_json(plaintext)
+            # authenticated: bytes that `seal` or `seal_text` made with `canonical_json`
+            value: object = parse_canonical_json(plaintext)
         except ValueError:
             value = _UNREADABLE
         if value is _UNREADABLE:
