@@ -638,7 +638,11 @@ class FakeRunService:
         self._command("retain")
         return 0
 
-    def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
+    def admit_event(
+        self, delivery: EventDelivery, *, after_answer: AfterAnswer | None = None
+    ) -> EventAdmitted:
+        if after_answer is not None:
+            after_answer(self._answered)
         self._command("admit-event")
         if self.hold.restore_hold or self.hold.admissions_hold:
             raise ServiceRefusal("coordinator.event.admissions-held")

@@ -23,6 +23,9 @@ from api_fakes import (
     claims,
     settings,
 )
+from test_api_inbound import BODY as EVENT_BODY
+from test_api_inbound import PATH as EVENT_PATH
+from test_api_inbound import VECTOR_2 as EVENT_HEADERS
 
 from coordinator_api import create_app
 from coordinator_api.edge import RequestContext
@@ -490,14 +493,21 @@ async def test_settings_must_bind_every_trigger(keys: SigningKeys) -> None:
 async def _admit_raw(app: Any, service: FakeRunService, keys: SigningKeys) -> None:
     """POST /v1/runs straight through the ASGI app, every message sent recorded in
     `service.calls` beside the service's own calls."""
-    body = json.dumps(START).encode()
-    headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in start_headers(
-        keys, key=f"key-{uuid.uuid4()}").items()]  # fmt: skip
-    headers.append((b"content-length", str(len(body)).encode()))
+    headers = start_headers(keys, key=f"key-{uuid.uuid4()}")
+    await _post_raw(app, service, "/v1/runs", json.dumps(START).encode(), headers)
+
+
+async def _post_raw(
+    app: Any, service: FakeRunService, path: str, body: bytes, headers: dict[str, str]
+) -> None:
+    """POST `body` to `path` straight through the ASGI app, every message sent recorded in
+    `service.calls` beside the service's own calls."""
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+    raw.append((b"content-length", str(len(body)).encode()))
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": "/v1/runs", "raw_path": b"/v1/runs", "query_string": b"",
-        "root_path": "", "headers": headers, "server": ("testserver", 80),
+        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+        "root_path": "", "headers": raw, "server": ("testserver", 80),
         "client": ("127.0.0.1", 50000),
     }  # fmt: skip
     heard = False
@@ -533,6 +543,22 @@ async def test_a_refused_admission_wakes_the_loops_after_its_problem_is_sent(
 ) -> None:
     service.refusal = ServiceRefusal("coordinator.command.restore-hold")
     await _admit_raw(app, service, keys)
+    _woken_once_after_the_body(service.calls)
+
+
+async def test_an_event_admission_wakes_the_loops_only_after_its_answer_is_sent(
+    app: Any, service: FakeRunService
+) -> None:
+    await _post_raw(app, service, EVENT_PATH, EVENT_BODY, EVENT_HEADERS)
+    assert "admit-event" in service.calls
+    _woken_once_after_the_body(service.calls)
+
+
+async def test_a_refused_event_admission_wakes_the_loops_after_its_problem_is_sent(
+    app: Any, service: FakeRunService
+) -> None:
+    service.refusal = ServiceRefusal("coordinator.event.admissions-held")
+    await _post_raw(app, service, EVENT_PATH, EVENT_BODY, EVENT_HEADERS)
     _woken_once_after_the_body(service.calls)
 
 

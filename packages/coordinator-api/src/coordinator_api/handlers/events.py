@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from starlette.responses import Response
 
@@ -25,7 +26,8 @@ __all__ = ["admit_event"]
 
 
 async def admit_event(workflow: str, trigger: str, coordinator: RequestContext) -> Response:
-    """06 §8 steps 1–11, in order."""
+    """06 §8 steps 1–11, in order. As for `start_run`, the worker loops are woken once the
+    answer is sent (`RequestContext.after_answer`)."""
     state = coordinator.state
     body = coordinator.body
     if body.too_large:  # step 1
@@ -66,7 +68,7 @@ async def admit_event(workflow: str, trigger: str, coordinator: RequestContext) 
             raise ApiProblem("coordinator.event.admissions-held")
         await audit.begin()
         admitted = await asyncio.to_thread(
-            state.service.admit_event,
+            functools.partial(state.service.admit_event, after_answer=coordinator.after_answer),
             EventDelivery(
                 workflow=workflow,
                 trigger=trigger,

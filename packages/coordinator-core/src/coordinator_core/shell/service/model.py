@@ -482,8 +482,11 @@ class RunService(Protocol):
         """06 §7.5 / 07 §13: erase up to `limit` eligible payloads; the number erased."""
         ...
 
-    def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
-        """06 §8 steps 8–11 (holds, identity, mapping, admission transaction)."""
+    def admit_event(
+        self, delivery: EventDelivery, *, after_answer: AfterAnswer | None = None
+    ) -> EventAdmitted:
+        """06 §8 steps 8–11 (holds, identity, mapping, admission transaction). The worker
+        loops are woken as by `admit`, `after_answer` included."""
         ...
 
     def complete_review(self, connection: str, request_id: UUID) -> None:

@@ -95,9 +95,11 @@ class StoreRunService:
             run_events.admitted("api", admitted.run.run_id, created=admitted.created)
             return admitted
 
-    def admit_event(self, delivery: EventDelivery) -> EventAdmitted:
+    def admit_event(
+        self, delivery: EventDelivery, *, after_answer: AfterAnswer | None = None
+    ) -> EventAdmitted:
         run_events = self.runtime.events
-        with self._changing():
+        with self._changing(after_answer):
             try:
                 admitted = deliveries.admit_event(self.runtime, delivery)
             except CoordinatorError as error:
