@@ -665,6 +665,7 @@ class FakeJournal:
 
     def __init__(self) -> None:
         self.entries: list[tuple[str, str, AuditRequest | AuditResponse]] = []
+        self.until_commit: list[str] = []  # actions whose request entry the commit makes durable
         self.fail_requests = False
         self.fail_responses = False
 
@@ -679,7 +680,9 @@ class FakeJournal:
         return correlation
 
     def request_until_commit(self, entry: AuditRequest) -> tuple[str, Callable[[], None]]:
-        return self.request(entry), lambda: None
+        correlation = self.request(entry)
+        self.until_commit.append(entry.action)
+        return correlation, lambda: None
 
     def response(self, correlation: str, entry: AuditResponse) -> None:
         if self.fail_responses:

@@ -22,6 +22,7 @@ from api_fakes import (
 
 from coordinator_api import create_app
 from coordinator_api.events import DeliveryHeaders, delivery_signature, parse_delivery_headers
+from coordinator_core.shell.service import ServiceRefusal
 
 pytestmark = pytest.mark.anyio
 
@@ -93,6 +94,21 @@ async def test_vector_2_admits_a_run_once(
         VECTOR_2["ce-id"],
     )
     assert journal.entries[1][2].run_id == uuid.UUID(first.json()["runId"])
+    assert journal.entries[3][2].run_id == uuid.UUID(first.json()["runId"])  # the replay's
+    # Each request entry is made durable with the admission's commit, not by an fsync of its own.
+    assert journal.until_commit == ["event-admit", "event-admit"]
+
+
+async def test_a_refused_event_admission_names_no_run(
+    client: httpx.AsyncClient, service: FakeRunService, journal: FakeJournal
+) -> None:
+    service.refusal = ServiceRefusal("idempotency.key-reused")
+    response = await client.post(PATH, content=BODY, headers=VECTOR_2)
+    assert response.status_code == 409, response.text
+    phases = [(phase, getattr(entry, "outcome", None)) for phase, _, entry in journal.entries]
+    assert phases == [("request", None), ("response", "refused")]
+    assert journal.entries[1][2].run_id is None  # type: ignore[union-attr]
+    assert journal.until_commit == ["event-admit"]
 
 
 @pytest.mark.parametrize(

@@ -65,10 +65,6 @@ class Audited:
             raise RuntimeError("the request entry is already written")
         self._entry = dataclasses.replace(self._entry, **changes)
 
-    def admitted(self, run_id: UUID) -> None:
-        """Events: the run the response entry names."""
-        self._admitted_run = run_id
-
     async def begin(self) -> None:
         """Write the request entry; nothing may change before this returns."""
         entry = self._entry
@@ -83,17 +79,33 @@ class Audited:
         except AuditUnavailable:
             raise ApiProblem("coordinator.command.audit-unavailable") from None
 
-    async def act(self, call: Callable[..., T], /, *arguments: Any) -> T:
+    async def act(
+        self,
+        call: Callable[..., T],
+        /,
+        *arguments: Any,
+        names_run: Callable[[T], UUID] | None = None,
+    ) -> T:
         """`begin()`, then `call(*arguments)` (the service's action, which blocks) and, when it
         answers or refuses, the response entry: for a command, all three in one worker thread;
-        for a read, the request entry is queued here and the call alone runs in the thread."""
+        for a read, the request entry is queued here and the call alone runs in the thread.
+        `names_run` gives the run the response entry names from what the call answered (an
+        event admission's new or replayed run)."""
         entry = self._entry
         if not durable(entry.action):
             await self.begin()
-            return await asyncio.to_thread(call, *arguments)
-        return await asyncio.to_thread(self._act, call, arguments)
+            result = await asyncio.to_thread(call, *arguments)
+            if names_run is not None:
+                self._admitted_run = names_run(result)
+            return result
+        return await asyncio.to_thread(self._act, call, arguments, names_run)
 
-    def _act(self, call: Callable[..., T], arguments: tuple[Any, ...]) -> T:
+    def _act(
+        self,
+        call: Callable[..., T],
+        arguments: tuple[Any, ...],
+        names_run: Callable[[T], UUID] | None,
+    ) -> T:
         try:
             self._correlation, barrier = self._journal.request_until_commit(self._entry)
         except AuditUnavailable:
@@ -106,6 +118,8 @@ class Audited:
                 outcome: AuditOutcome = "refused" if status_of(refusal.code) < 500 else "unknown"
                 self._respond(outcome, refusal.code, began=True)
             raise
+        if names_run is not None:
+            self._admitted_run = names_run(result)
         self._respond("accepted", None, began=True)
         return result
 

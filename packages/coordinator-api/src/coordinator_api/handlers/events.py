@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
+from uuid import UUID
 
 from starlette.responses import Response
 
@@ -15,6 +15,7 @@ from coordinator_api.handlers._shared import json_reply
 from coordinator_api.problems import ApiProblem
 from coordinator_api.wire import EventAdmitted
 from coordinator_core.shell.service import AuditRequest, EventDelivery
+from coordinator_core.shell.service import EventAdmitted as AdmittedByEvent
 from coordinator_core.values import (
     JsonBoundsError,
     StrictJsonError,
@@ -66,8 +67,9 @@ async def admit_event(workflow: str, trigger: str, coordinator: RequestContext) 
             raise ApiProblem("coordinator.event.body-invalid") from None
         if state.settings.recovery_only:  # step 8 (the holds are the service's to check)
             raise ApiProblem("coordinator.event.admissions-held")
-        await audit.begin()
-        admitted = await asyncio.to_thread(
+        # The request entry is made durable by the admission's commit, the response entry
+        # then names the run (`Audited.act`).
+        admitted = await audit.act(
             functools.partial(state.service.admit_event, after_answer=coordinator.after_answer),
             EventDelivery(
                 workflow=workflow,
@@ -76,6 +78,10 @@ async def admit_event(workflow: str, trigger: str, coordinator: RequestContext) 
                 event_id=event_id,
                 body=value,
             ),
+            names_run=_run_of,
         )
-        audit.admitted(admitted.run_id)
         return json_reply(EventAdmitted(run_id=admitted.run_id), 201 if admitted.created else 200)
+
+
+def _run_of(admitted: AdmittedByEvent) -> UUID:
+    return admitted.run_id
