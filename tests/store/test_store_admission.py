@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 from dataclasses import replace
+from typing import Any
 
 import pytest
+from sqlalchemy import select
 from store_support import (
     BINDING,
     DEFINITION,
@@ -21,6 +25,7 @@ from store_support import (
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.shell.store import ActivationRequest, Store, StoreInvariantError
+from coordinator_core.shell.store.schema import STEPS
 
 
 def _refusal(store: Store, *args: object, **options: object) -> str:
@@ -58,10 +63,58 @@ def test_admission_inserts_the_run_and_its_due_start_record(store: Store) -> Non
 
 def test_same_start_identity_and_input_answers_the_existing_run(store: Store) -> None:
     first = store.writes.admit(admission("k1"), T0)
-    again = store.writes.admit(admission("k1", T0 + SECOND), T0 + SECOND)
+    replaying = admission("k1", T0 + SECOND)
+    again = store.writes.admit(replaying, T0 + SECOND)
     assert not again.created
     assert again.run.run_id == first.run.run_id
     assert len(store.reads.list_runs(owner=None).runs) == 1
+    # the records sent with the replaying run's row went nowhere (no row of theirs was there)
+    with store.transactor.engine.connect() as conn:
+        owners = conn.execute(select(STEPS.c.run_id)).scalars().all()
+    assert owners == [first.run.run_id]
+
+
+def test_a_run_admitted_with_several_records_has_each_and_a_replay_adds_none(
+    store: Store,
+) -> None:
+    """An admission that carried its run through pure steps inserts every record it wrote
+    (one statement of as many rows); the same admission again inserts none."""
+    request = admission("k1")
+    (first,) = request.steps
+    records = (first, changed(first, step="later", due_at=T0 + SECOND))
+    several = replace(request, steps=records)
+    assert store.writes.admit(several, T0).created
+    assert not store.writes.admit(several, T0).created
+    snapshot = store.reads.get_run_snapshot(request.run.run_id)
+    assert snapshot is not None
+    assert sorted(record.step for record in snapshot.records) == ["later", "start"]
+
+
+def test_an_admission_sends_its_run_and_records_in_one_round_trip_before_its_commit(
+    store: Store,
+) -> None:
+    """PostgreSQL, libpq's protocol trace: once the binding and the definition are stored, an
+    admission is one pipeline (the BEGIN, the lock, the live pairs, the run's row, its records
+    and the NOTIFY: one Sync) and its COMMIT."""
+    if store.transactor.location.kind != "postgresql":
+        pytest.skip("SQLite runs each statement as it comes (no round trips)")
+    admit(store, "k1")  # the binding and the definition stored, the statements prepared
+    with store.transactor.engine.connect() as conn:
+        pgconn: Any = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
+        with tempfile.TemporaryFile() as trace:
+            pgconn.trace(trace.fileno())
+            try:
+                conn.close()  # back to the pool: the admission takes this connection
+                # the service sends no snapshot once its definition's is stored
+                assert store.writes.admit(admission("k2", snapshot=None), T0).created
+            finally:
+                pgconn.untrace()
+            os.fsync(trace.fileno())
+            trace.seek(0)
+            sent = [line.split("\t") for line in trace.read().decode().splitlines()]
+    frontend = [fields[3] for fields in sent if len(fields) > 3 and fields[1] == "F"]
+    assert frontend.count("Sync") == 1, frontend
+    assert frontend[frontend.index("Sync") + 1 :] == ["Query"], frontend  # the COMMIT
 
 
 def test_same_start_identity_with_other_input_is_key_reused(store: Store) -> None:

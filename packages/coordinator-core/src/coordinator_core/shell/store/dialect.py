@@ -528,13 +528,19 @@ class Prepared:
 
 
 def read_together(
-    conn: Connection, *reads: tuple[Prepared, Mapping[str, Any]]
+    conn: Connection,
+    *reads: tuple[Prepared, Mapping[str, Any]],
+    then: Callable[[], None] | None = None,
 ) -> list[list[dict[str, Any]]]:
     """Every row of each of `reads` (statement and parameters), in order, the statements sent
-    together (`pipelined`: one round trip on PostgreSQL)."""
+    together (`pipelined`: one round trip on PostgreSQL); `then` executes statements whose
+    answer is not read after them, in the same trip."""
     if conn.dialect.name != "postgresql":
-        return [statement.rows(conn, params) for statement, params in reads]
-    return _pipelined_reads(conn, reads, bracketed=False)
+        rows = [statement.rows(conn, params) for statement, params in reads]
+        if then is not None:
+            then()
+        return rows
+    return _pipelined_reads(conn, reads, bracketed=False, then=then)
 
 
 def read_in_one_trip(
@@ -576,10 +582,14 @@ def _on_its_own(conn: Connection) -> Iterator[None]:
 
 
 def _pipelined_reads(
-    conn: Connection, reads: Sequence[tuple[Prepared, Mapping[str, Any]]], *, bracketed: bool
+    conn: Connection,
+    reads: Sequence[tuple[Prepared, Mapping[str, Any]]],
+    *,
+    bracketed: bool,
+    then: Callable[[], None] | None = None,
 ) -> list[list[dict[str, Any]]]:
     """The statements of `reads` in one trip, their rows read once it is sent; `bracketed`,
-    between a read-only BEGIN and a COMMIT of their own."""
+    between a read-only BEGIN and a COMMIT of their own; `then` queues more after them."""
     cursors: list[tuple[_Plan, Any]] = []
     try:
         with pipelined(conn):
@@ -589,6 +599,8 @@ def _pipelined_reads(
             for statement, params in reads:
                 plan = statement._plan(conn.dialect)
                 cursors.append((plan, plan.execute(conn, params)))
+            if then is not None:
+                then()
             if bracketed:
                 trip.command(_COMMIT)
         return [plan.read(cursor.fetchall()) for plan, cursor in cursors]

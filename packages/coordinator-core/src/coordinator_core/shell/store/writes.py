@@ -16,7 +16,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import Integer, Table, and_, bindparam, insert, not_, select, true, tuple_, update
+from sqlalchemy import (
+    Integer,
+    Table,
+    and_,
+    bindparam,
+    cast,
+    exists,
+    insert,
+    not_,
+    select,
+    true,
+    tuple_,
+    union_all,
+    update,
+)
 from sqlalchemy.engine import Connection
 
 from coordinator_core.engine.instants import Instant
@@ -161,16 +175,40 @@ class RunWrites:
         stored = evolve(run, snapshot=None, payload_erased_at=None, updated_at=now)
 
         def work(conn: Connection) -> AdmissionResult:
-            # The admission lock, the live pairs and the run's own row: one round trip on
-            # PostgreSQL. The row is inserted before the checks below have read the lock's
-            # row, in the order the statements run (the lock first); a check that refuses
-            # rolls the insert back with the rest of the transaction. An existing start
-            # identity inserts nothing (ON CONFLICT DO NOTHING answers no row).
+            expires = now + admission.lease_seconds * 1000
+            inserted_steps = tuple(
+                evolve(
+                    step,
+                    lease=(
+                        Lease(admission.lease_owner, new_token(), expires)
+                        if step.record.state == "leased" and admission.lease_owner is not None
+                        else None
+                    ),
+                    updated_at=now,
+                )
+                for step in steps
+            )
+
+            def records_and_news() -> None:
+                _insert_steps_of_new_run(
+                    conn, tx.location.kind, [step_values(step) for step in inserted_steps]
+                )
+                if announce:
+                    tx.notify_txn(conn)
+
+            # The admission lock, the live pairs, the run's own row and its records: one round
+            # trip on PostgreSQL. The rows are inserted before the checks below have read the
+            # lock's row, in the order the statements run (the lock first); a check that
+            # refuses rolls them back with the rest of the transaction. An existing start
+            # identity inserts nothing (ON CONFLICT DO NOTHING answers no row), and so no
+            # record either (they are inserted only into a run's row that has none); the other
+            # processes may then be told of a run they find nothing new of.
             control_rows, pair_rows, inserted_rows = read_together(
                 conn,
                 (_CONTROL_SHARED, {}),
                 (_LIVE_PAIRS, {}),
                 (_INSERT_RUN[tx.location.kind], run_values(stored)),
+                then=records_and_news,
             )
             control = tx.verified(control_rows[0] if control_rows else None)
             if not tx.serves_active_package(control):
@@ -205,8 +243,9 @@ class RunWrites:
             ):
                 refusal = refuse("coordinator.command.live-binding-conflict")
             if refusal is not None:
-                raise refusal  # the run's row goes with the rolled-back transaction
-            # The inserts answer nothing: on PostgreSQL they go in one round trip.
+                raise refusal  # the run's rows go with the rolled-back transaction
+            # What the first admissions of a binding or a definition add, and an admission that
+            # ends an attempt: on PostgreSQL one more round trip, when any.
             with pipelined(conn):
                 pair = (run.definition_digest, run.binding_digest)
                 if pair not in pairs:
@@ -228,20 +267,6 @@ class RunWrites:
                             "stored_at": now,
                         },
                     )
-                expires = now + admission.lease_seconds * 1000
-                inserted_steps = tuple(
-                    evolve(
-                        step,
-                        lease=(
-                            Lease(admission.lease_owner, new_token(), expires)
-                            if step.record.state == "leased" and admission.lease_owner is not None
-                            else None
-                        ),
-                        updated_at=now,
-                    )
-                    for step in steps
-                )
-                _insert_steps(conn, [step_values(step) for step in inserted_steps])
                 ended = [
                     _ended_attempt(run.run_id, step.record, now)
                     for step in inserted_steps
@@ -249,10 +274,8 @@ class RunWrites:
                 ]
                 if ended:
                     _insert_attempts(conn, tx.location.kind, ended)
-                if admission.journal is not None:
-                    admission.journal()
-                if announce:
-                    tx.notify_txn(conn)
+            if admission.journal is not None:
+                admission.journal()
             ordered = tuple(
                 sorted(inserted_steps, key=lambda step: (step.record.entered_at, step.step))
             )
@@ -809,6 +832,13 @@ def _insert_steps(conn: Connection, rows: list[dict[str, Any]]) -> None:
     _insert_rows(conn, _INSERT_STEPS, _STEP_FIELDS, rows)
 
 
+def _insert_steps_of_new_run(conn: Connection, kind: StoreKind, rows: list[dict[str, Any]]) -> None:
+    """Insert an admitted run's records in one statement, only if the run's row is there and
+    has none yet: an admission sends them with the run's `INSERT … ON CONFLICT DO NOTHING`,
+    which inserts nothing for an existing start identity."""
+    _insert_rows(conn, lambda count: _INSERT_NEW_RUN_STEPS((kind, count)), _STEP_FIELDS, rows)
+
+
 def _insert_attempts(conn: Connection, kind: StoreKind, rows: list[dict[str, Any]]) -> None:
     """Insert ended attempts in one statement, a repeat kept out (one per (run, step,
     generation, attempt)): a finish ends two at once, the call's and the next record's."""
@@ -817,7 +847,7 @@ def _insert_attempts(conn: Connection, kind: StoreKind, rows: list[dict[str, Any
 
 def _insert_rows(
     conn: Connection,
-    statements: PreparedShapes[int],
+    statements: Callable[[int], Prepared],
     fields: Sequence[str],
     rows: list[dict[str, Any]],
 ) -> None:
@@ -886,6 +916,34 @@ _INSERT_RUN: Final = {
 """A run's row; none is inserted (and no row answered) when its start identity exists."""
 _INSERT_STEPS: Final = _rows_of(lambda: insert(STEPS), STEPS, _STEP_FIELDS)
 """The multi-row `INSERT`s of records, by row count (`_insert_steps`)."""
+
+
+def _new_run_steps(shape: tuple[StoreKind, int]) -> Any:
+    """`INSERT INTO steps SELECT …` of `count` records of one run (the parameters named as
+    `_insert_rows` names them), selected only if that run's row exists and has no records
+    yet. On PostgreSQL each value is cast to its column's type: a selected parameter has no
+    column to take its type from (a null would be text)."""
+    kind, count = shape
+    run_id = bindparam("run_id_0", type_=STEPS.c.run_id.type)
+    there = and_(
+        exists().where(RUNS.c.run_id == run_id),
+        not_(exists().where(STEPS.c.run_id == run_id)),
+    )
+
+    def value(name: str, index: int) -> Any:
+        column = STEPS.c[name]
+        parameter = run_id if name == "run_id" else bindparam(f"{name}_{index}", type_=column.type)
+        return cast(parameter, column.type) if kind == "postgresql" else parameter
+
+    rows = [
+        select(*(value(name, index).label(name) for name in _STEP_FIELDS)).where(there)
+        for index in range(count)
+    ]
+    return insert(STEPS).from_select(_STEP_FIELDS, rows[0] if count == 1 else union_all(*rows))
+
+
+_INSERT_NEW_RUN_STEPS: Final = PreparedShapes(_new_run_steps)
+"""The `INSERT`s of an admitted run's records, by row count (`_insert_steps_of_new_run`)."""
 _ATTEMPT_FIELDS: Final = tuple(column.name for column in STEP_ATTEMPTS.c)
 _INSERT_ATTEMPTS: Final[dict[StoreKind, PreparedShapes[int]]] = {
     kind: _rows_of(
