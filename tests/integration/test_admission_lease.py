@@ -11,6 +11,7 @@ again by anyone once its lease lapses").
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -114,6 +115,62 @@ def test_a_run_taken_at_admission_needs_three_write_transactions(
         "accepted": ["delivered"],
     }
     assert verify_directory(deployed.audit.path.parent).entries > 0
+
+
+def count_credentials(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The (step, thread name) of every fresh credential the deployment's adapters obtain."""
+    adapters = deployed.runtime.ports.adapters
+    real = adapters.obtain_credential
+    seen: list[tuple[str, str]] = []
+
+    def obtain(command: Any, **options: Any) -> Any:
+        seen.append((command.step, threading.current_thread().name))
+        return real(command, **options)
+
+    monkeypatch.setattr(adapters, "obtain_credential", obtain)
+    return seen
+
+
+def test_the_first_calls_credential_is_obtained_beside_the_admission_and_used_once(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """07 §7.7 items 6 and 7: the read the admission leased asks for a fresh credential; it is
+    obtained beside the admission's transaction (not by the loop after the answer), and that
+    attempt sends with it without asking again."""
+    obtained = count_credentials(deployed, monkeypatch)
+    admitted = admit_taken(deployed, monkeypatch)
+    assert deployed.worker().tick()  # the handed claim
+    finished_once(deployed, admitted)
+    reads = [thread for step, thread in obtained if step == READ]
+    assert len(reads) == 1 and reads[0].startswith("credential-ahead"), obtained
+    assert [step for step, _ in obtained].count("notify") == 1  # the next call asks as before
+
+
+def test_a_credential_obtained_for_a_claim_nobody_took_is_never_used(
+    deployed: Deployed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process died after the admission's commit, before its loop took the claim: the
+    credential obtained beside it goes with the process; the worker that retries the read once
+    its lease lapsed obtains its own."""
+    obtained = count_credentials(deployed, monkeypatch)
+    real = writes.RunWrites.admit
+    admitted_runs: list[Any] = []
+
+    def dying(self: writes.RunWrites, admission: Any, now: int, **options: Any) -> Any:
+        admitted_runs.append(real(self, admission, now, **options))
+        raise ProcessDied("after the commit")
+
+    monkeypatch.setattr(writes.RunWrites, "admit", dying)
+    with pytest.raises(ProcessDied):
+        admit_taken(deployed, monkeypatch)
+    (result,) = admitted_runs
+    admitted = RunAdmitted(deployed.status(result.run.run_id), True)  # type: ignore[arg-type]
+    take_over(deployed, admitted, lambda status: status != "running")
+    monkeypatch.undo()
+    finished_once(deployed, admitted)
+    reads = [thread for step, thread in obtained if step == READ]
+    assert len(reads) == 2, obtained
+    assert reads[0].startswith("credential-ahead") and not reads[1].startswith("credential")
 
 
 def test_an_admission_that_dies_before_its_commit_leaves_nothing_and_sends_nothing(

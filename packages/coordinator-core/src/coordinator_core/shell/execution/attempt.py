@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Literal
 
@@ -147,6 +149,9 @@ class Ports:
     audit: WorkerAudit | None = None
     binding_check: BindingCheck | None = None
     lease_seconds: int = 15
+    ahead: Executor | None = None
+    """Where an admission obtains its first call's credential beside its transaction
+    (`TickRun.obtain_ahead`); None: the attempt obtains it, as any other."""
 
     def journal(self, entries: Sequence[Entry]) -> None:
         """Append worker entries inside the calling transaction: queued now and made durable
@@ -268,6 +273,8 @@ class TickRun:
         self.decided: tuple[Command, ...] = ()  # the commands of the last decision itself
         self.sending: str | None = None  # a continued record the last decision sends at once
         self.credential: tuple[str, AccessToken] | None = None  # obtained for it beforehand
+        self.ahead: tuple[str, Future[AccessToken | CallOutcome]] | None = None  # being obtained
+        self._wanted: tuple[str, str] | None = None  # the credential the claim's call asks for
         self._pending: tuple[RunState, tuple[Command, ...]] | None = None
         self._marked: frozenset[str] = frozenset()  # records `dispatched` before the write
 
@@ -304,8 +311,29 @@ class TickRun:
             return None
         self._marked = frozenset()
         self._pending = (carried.state, carried.commands)
+        self._wanted = needs_credential(carried)
         entries = carried_entries(self.correlation, run_id, carried)
         return carried.state, lambda: ports.journal(entries)
+
+    def obtain_ahead(self, budget_seconds: float) -> None:
+        """07 §7.7 items 6 and 7: when the record an admission claims (`admitted`) is a call
+        that asks for a fresh credential, start obtaining it now, beside the admission's
+        transaction, for that record's first attempt (the loop that takes the run waits for it
+        instead of asking then). It is used by that attempt only; if the admission does not
+        commit its claim, nobody takes it and it is discarded."""
+        wanted, self._wanted = self._wanted, None
+        executor = self.ports.ahead
+        if wanted is None or executor is None:
+            return
+        step, connection = wanted
+        self.ahead = (
+            step,
+            executor.submit(
+                self.ports.adapters.obtain_credential,
+                ObtainCredential(step, connection),
+                attempt_deadline=time.monotonic() + budget_seconds,
+            ),
+        )
 
     def claim(self, snapshot: RunSnapshot, now: Instant) -> RunWrite | None:
         """The claim transaction's decision (07 §7.2, §7.7 items 1–2): the engine leases the
@@ -460,6 +488,10 @@ class RecordAttempt:
         handed, run.credential = run.credential, None
         if handed is not None and handed[0] == claim.step and run.sending == claim.step:
             self.credential = handed[1]  # obtained for this very attempt; else discarded
+        ahead, run.ahead = run.ahead, None
+        self._ahead: Future[AccessToken | CallOutcome] | None = (
+            ahead[1] if ahead is not None and ahead[0] == claim.step else None
+        )
         self._frozen: tuple[str, PreparedCommand] | None = None
 
     # -- driving the engine ---------------------------------------------------------------------
@@ -605,6 +637,12 @@ class RecordAttempt:
         assert self.run.snapshot is not None
         if check is not None and not check(self.claim.snapshot.run, self.run.snapshot):
             return AttemptRefused(command.step, "binding-conflict")
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:  # obtained for this attempt beside the admission
+            early = ahead.result()
+            if not isinstance(early, CallOutcome):
+                self.credential = early
+                return ReadyToSend(command.step)
         obtained = self.ports.adapters.obtain_credential(command, attempt_deadline=self.deadline)
         if isinstance(obtained, CallOutcome):
             self.credential = None

@@ -10,6 +10,7 @@ from typing import Any
 from coordinator_core.engine import Admitted, Instant, advance
 from coordinator_core.shell.execution.attempt import TickRun
 from coordinator_core.shell.execution.codec import seal_text, sealed_snapshot, stored_step
+from coordinator_core.shell.execution.worker import ATTEMPT_BUDGET_SECONDS
 from coordinator_core.shell.service.model import AdmissionRequest, RunAdmitted, ServiceRefusal
 from coordinator_core.shell.service.runtime import Runtime
 from coordinator_core.shell.store import AdmissionResult, NewRun, RunSnapshot, StoredRun, Written
@@ -50,6 +51,7 @@ def store_admission(
         claimed = taking.admitted(run_id, definition.definition_digest, state, now, keys)
         if claimed is not None:
             state, journal = claimed
+            taking.obtain_ahead(ATTEMPT_BUDGET_SECONDS)
     run = StoredRun(
         run_id=run_id,
         start_identity=start_identity,

@@ -17,6 +17,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,6 +191,7 @@ class Runtime:
                 else WorkerAudit(self.audit, self.secrets.audit_references)
             ),
             binding_check=self.bindings.matches,
+            ahead=ThreadPoolExecutor(max_workers=2, thread_name_prefix="credential-ahead"),
         )
 
     def worker(self, worker_id: str) -> Worker:
