@@ -117,6 +117,23 @@ def test_a_run_taken_at_admission_needs_three_write_transactions(
     assert verify_directory(deployed.audit.path.parent).entries > 0
 
 
+def admit_dying_after_the_commit(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Admit a run taken by an idle loop, the process dying right after the admission's commit
+    (before the loop took the claim); answers what the admission committed."""
+    real = writes.RunWrites.admit
+    admitted_runs: list[Any] = []
+
+    def dying(self: writes.RunWrites, admission: Any, now: int, **options: Any) -> Any:
+        admitted_runs.append(real(self, admission, now, **options))
+        raise ProcessDied("after the commit")
+
+    monkeypatch.setattr(writes.RunWrites, "admit", dying)
+    with pytest.raises(ProcessDied):
+        admit_taken(deployed, monkeypatch)
+    (result,) = admitted_runs
+    return result
+
+
 def count_credentials(deployed: Deployed, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """The (step, thread name) of every fresh credential the deployment's adapters obtain."""
     adapters = deployed.runtime.ports.adapters
@@ -153,17 +170,7 @@ def test_a_credential_obtained_for_a_claim_nobody_took_is_never_used(
     credential obtained beside it goes with the process; the worker that retries the read once
     its lease lapsed obtains its own."""
     obtained = count_credentials(deployed, monkeypatch)
-    real = writes.RunWrites.admit
-    admitted_runs: list[Any] = []
-
-    def dying(self: writes.RunWrites, admission: Any, now: int, **options: Any) -> Any:
-        admitted_runs.append(real(self, admission, now, **options))
-        raise ProcessDied("after the commit")
-
-    monkeypatch.setattr(writes.RunWrites, "admit", dying)
-    with pytest.raises(ProcessDied):
-        admit_taken(deployed, monkeypatch)
-    (result,) = admitted_runs
+    result = admit_dying_after_the_commit(deployed, monkeypatch)
     admitted = RunAdmitted(deployed.status(result.run.run_id), True)  # type: ignore[arg-type]
     take_over(deployed, admitted, lambda status: status != "running")
     monkeypatch.undo()
@@ -212,18 +219,8 @@ def test_an_admission_whose_process_died_after_its_commit_is_retried_and_sends_o
 ) -> None:
     """The run and its leased, frozen read committed; the loop never took the claim. The lease
     lapses like a claim's (T29): any worker retries the read with the frozen request."""
-    real = writes.RunWrites.admit
-    admitted_runs: list[Any] = []
-
-    def dying(self: writes.RunWrites, admission: Any, now: int, **options: Any) -> Any:
-        admitted_runs.append(real(self, admission, now, **options))
-        raise ProcessDied("after the commit")
-
-    monkeypatch.setattr(writes.RunWrites, "admit", dying)
-    with pytest.raises(ProcessDied):
-        admit_taken(deployed, monkeypatch)
+    result = admit_dying_after_the_commit(deployed, monkeypatch)
     monkeypatch.undo()
-    (result,) = admitted_runs
     assert result.claim is not None and deployed.runtime.wakeup.take_handed() is None
     admitted = RunAdmitted(deployed.status(result.run.run_id), True)  # type: ignore[arg-type]
     read = record(stored(deployed, admitted), READ)

@@ -11,7 +11,9 @@ its own), so a stand-in reads like the columns it writes. Instants are epoch mil
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
+import tempfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
@@ -338,3 +340,31 @@ def claim_all_in_process(url: str, namespace: str, worker: str, barrier: Any, re
     except BaseException as error:  # reported to the parent test, never swallowed
         results.put(repr(error))
         raise
+
+
+def client_sent(pgconn: Any, action: Callable[[], object]) -> list[list[str]]:
+    """PostgreSQL: libpq's protocol trace of `pgconn` while `action` runs, the fields of each
+    message the client sent (the fourth is the message's type)."""
+    with tempfile.TemporaryFile() as trace:
+        pgconn.trace(trace.fileno())
+        try:
+            action()
+        finally:
+            pgconn.untrace()
+        os.fsync(trace.fileno())
+        trace.seek(0)
+        sent = [line.split("\t") for line in trace.read().decode().splitlines()]
+    return [fields for fields in sent if len(fields) > 3 and fields[1] == "F"]
+
+
+def frontend_messages(store: Store, action: Callable[[], object]) -> list[str]:
+    """PostgreSQL: the message types the client sent while `action` ran on the connection the
+    pool lends next."""
+    with store.transactor.engine.connect() as conn:
+        pgconn: Any = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
+
+        def back_to_the_pool_then_act() -> None:
+            conn.close()  # `action` takes this connection
+            action()
+
+        return [fields[3] for fields in client_sent(pgconn, back_to_the_pool_then_act)]

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 from dataclasses import replace
-from typing import Any
 
 import pytest
 from sqlalchemy import select
@@ -21,6 +18,7 @@ from store_support import (
     admit,
     changed,
     claim,
+    frontend_messages,
 )
 
 from coordinator_core.errors import CoordinatorError, Diagnostic
@@ -99,20 +97,13 @@ def test_an_admission_sends_its_run_and_records_in_one_round_trip_before_its_com
     if store.transactor.location.kind != "postgresql":
         pytest.skip("SQLite runs each statement as it comes (no round trips)")
     admit(store, "k1")  # the binding and the definition stored, the statements prepared
-    with store.transactor.engine.connect() as conn:
-        pgconn: Any = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
-        with tempfile.TemporaryFile() as trace:
-            pgconn.trace(trace.fileno())
-            try:
-                conn.close()  # back to the pool: the admission takes this connection
-                # the service sends no snapshot once its definition's is stored
-                assert store.writes.admit(admission("k2", snapshot=None), T0).created
-            finally:
-                pgconn.untrace()
-            os.fsync(trace.fileno())
-            trace.seek(0)
-            sent = [line.split("\t") for line in trace.read().decode().splitlines()]
-    frontend = [fields[3] for fields in sent if len(fields) > 3 and fields[1] == "F"]
+    created: list[bool] = []
+    frontend = frontend_messages(
+        # the service sends no snapshot once its definition's is stored
+        store,
+        lambda: created.append(store.writes.admit(admission("k2", snapshot=None), T0).created),
+    )
+    assert created == [True]
     assert frontend.count("Sync") == 1, frontend
     assert frontend[frontend.index("Sync") + 1 :] == ["Query"], frontend  # the COMMIT
 

@@ -5,13 +5,11 @@ pool as it was lent, after a failed read too."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Any
 
 import pytest
 from sqlalchemy import Integer, bindparam, column, exc, select, text
-from store_support import T0, admit, claim, deliver_and_finish
+from store_support import T0, admit, claim, deliver_and_finish, frontend_messages
 
 from coordinator_core.shell.store import Store
 from coordinator_core.shell.store.dialect import Prepared, read_together
@@ -83,19 +81,9 @@ def test_postgresql_sends_it_in_one_round_trip_and_lends_the_connection_back_as_
     assert leased is not None
     store.writes.complete_step(leased, T0, deliver_and_finish(T0))  # an ended attempt
     reader(store, run.run_id)  # the statements prepared, the pool warm
-    with store.transactor.engine.connect() as conn:
-        pgconn: Any = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
-        with tempfile.TemporaryFile() as trace:
-            pgconn.trace(trace.fileno())
-            try:
-                conn.close()  # back to the pool: the read takes this connection
-                assert reader(store, run.run_id) is not None
-            finally:
-                pgconn.untrace()
-            os.fsync(trace.fileno())
-            trace.seek(0)
-            sent = [line.split("\t") for line in trace.read().decode().splitlines()]
-    frontend = [fields[3] for fields in sent if len(fields) > 3 and fields[1] == "F"]
+    answers: list[object] = []
+    frontend = frontend_messages(store, lambda: answers.append(reader(store, run.run_id)))
+    assert answers[0] is not None
     assert frontend.count("Sync") == 1, frontend
     assert sum(1 for message in frontend if message == "Parse" or message == "Bind") >= statements
     if statements == 1:  # no BEGIN, no COMMIT

@@ -9,8 +9,6 @@ nothing; a connection keeps a bounded number of statements; a lost connection is
 from __future__ import annotations
 
 import collections
-import os
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +16,7 @@ import psycopg
 import pytest
 from sqlalchemy import Integer, bindparam, column, exc, select, text
 from sqlalchemy.engine import Connection
-from store_support import T0, admit, claim, deliver_and_finish
+from store_support import T0, admit, claim, client_sent, deliver_and_finish
 
 from coordinator_core.shell.store import Store, dialect, trips
 from coordinator_core.shell.store.dialect import Prepared, pipelined, read_together
@@ -147,20 +145,11 @@ def test_a_failure_met_by_reading_rows_inside_a_block_is_raised_as_sqlalchemy_ra
 
 def _frontend_messages(conn: Connection, action: Any) -> list[str]:
     pgconn: Any = conn.connection.driver_connection.pgconn  # type: ignore[union-attr]
-    with tempfile.TemporaryFile() as trace:
-        pgconn.trace(trace.fileno())
-        try:
-            action()
-        finally:
-            pgconn.untrace()
-        os.fsync(trace.fileno())
-        trace.seek(0)
-        sent = [line.split("\t") for line in trace.read().decode().splitlines()]
     # "Parse" of a named statement, "Parse-" of an unnamed one (a BEGIN)
     return [
         fields[3] + ("-" if fields[3] == "Parse" and fields[4].lstrip().startswith('""') else "")
-        for fields in sent
-        if len(fields) > 4 and fields[1] == "F"
+        for fields in client_sent(pgconn, action)
+        if len(fields) > 4
     ]
 
 
