@@ -10,7 +10,7 @@ import uuid
 import pytest
 from sqlalchemy.dialects import postgresql, sqlite
 
-from coordinator_core.shell.execution.codec import seal_value
+from coordinator_core.shell.execution.codec import seal_text
 from coordinator_core.shell.sealing import Sealer, StateKeyRing
 from coordinator_core.shell.store.dialect import HexKey, SealedBytes
 from coordinator_core.values import canonical_json
@@ -25,7 +25,7 @@ _VALUE = {"applicationId": "app-1"}
 
 
 def _sealed() -> bytes:
-    return seal_value(_SEALER, _VALUE, _RUN, "input")
+    return seal_text(_SEALER, canonical_json(_VALUE), _RUN, "input")
 
 
 @pytest.mark.parametrize("dialect", [PG, LITE], ids=["postgresql", "sqlite"])

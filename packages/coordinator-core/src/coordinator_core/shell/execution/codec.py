@@ -19,7 +19,6 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from coordinator_core.definition.restore import restore_definition
 from coordinator_core.definition.snapshot import Snapshot
@@ -34,7 +33,6 @@ from coordinator_core.errors import CoordinatorError, Diagnostic
 from coordinator_core.evolve import evolve
 from coordinator_core.shell.sealing import AdmissionKey, Purpose, Sealer
 from coordinator_core.shell.store import RunSnapshot, RunWrite, StoredRun, StoredStep
-from coordinator_core.values import canonical_json
 
 __all__ = [
     "DefinitionCache",
@@ -43,7 +41,6 @@ __all__ = [
     "overlay",
     "refreshed",
     "seal_text",
-    "seal_value",
     "sealed_snapshot",
     "state_of",
     "stored_run",
@@ -54,13 +51,6 @@ __all__ = [
 
 def _protected_state_invalid() -> CoordinatorError:
     return CoordinatorError(Diagnostic("protected-state-invalid", path=""))
-
-
-def seal_value(
-    sealer: Sealer, value: Any, run_id: uuid.UUID, purpose: Purpose, step: str = ""
-) -> bytes:
-    """A value sealed as the store keeps it (its envelope, `Sealer.seal_text`)."""
-    return sealer.seal_text(canonical_json(value), run_id=str(run_id), purpose=purpose, step=step)
 
 
 def seal_text(
