@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import httpcore
 import pytest
 from adapter_support import Tls, deadline, read_request
 
@@ -271,14 +270,9 @@ def test_a_server_closing_the_idle_connection_costs_a_new_connection_not_a_resen
     assert [(s.connection, s.path) for s in product.served] == [(1, "/a"), (2, "/b")]
 
 
-def test_a_close_missed_by_the_pool_is_caught_before_any_byte_is_written(server, monkeypatch):
-    """httpcore drops idle connections the server closed when it hands one out; if the close
-    lands just after that check, the first write notices it and a fresh connection is used."""
-
-    def expired_by_age_only(self: httpcore.HTTP11Connection) -> bool:
-        return self._expire_at is not None and time.monotonic() > self._expire_at
-
-    monkeypatch.setattr(httpcore.HTTP11Connection, "has_expired", expired_by_age_only)
+def test_a_post_on_a_connection_the_server_closed_while_idle_is_written_once_on_a_new_one(server):
+    """The close is caught when the idle connection is taken, before any byte is written: the
+    body goes out once, on a new connection."""
     product = server(close_after=1)
     post = lambda path: exchange(  # noqa: E731
         "POST",
@@ -292,6 +286,46 @@ def test_a_close_missed_by_the_pool_is_caught_before_any_byte_is_written(server,
     assert wait_until(lambda: product.open_now == 0)
     assert post("/b").status == 200
     assert [(s.connection, s.path) for s in product.served] == [(1, "/a"), (2, "/b")]
+
+
+def test_an_idle_connection_with_bytes_nobody_asked_for_is_not_reused(server):
+    """An answer followed by more than it framed leaves the connection unusable: it is closed,
+    not handed to the next request, whose answer would otherwise be the stray bytes."""
+    stray = ok(b'{"first": true}') + ok(b'"stray"')
+    product = server(script=lambda n, path: stray if n == 1 else echo(n, path))
+    assert get(product.url("/a")) == b'{"first": true}'
+    assert get(product.url("/b")) == b'{"path": "/b"}'
+    assert [s.connection for s in product.served] == [1, 2]
+
+
+def test_an_interim_answer_is_skipped_and_a_close_delimited_body_is_read_to_the_close(server):
+    early = b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n"
+    unframed = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n" + b'{"to": "close"}'
+    replies = {1: early + ok(b'"final"'), 2: unframed}
+    product = server(script=lambda n, path: replies.get(n) or echo(n, path), close_after=2)
+    assert get(product.url("/a")) == b'"final"'
+    # The second answer has no length: the server's close ends it, and the connection goes.
+    assert get(product.url("/b")) == b'{"to": "close"}'
+    assert get(product.url("/c")) == b'{"path": "/c"}'
+    assert [s.connection for s in product.served] == [1, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("X-Trace", "a\r\nX-Injected: 1"), ("X-Trace", "a\nb"), ("Bad Name", "v"), ("X-Nul", "a\x00")],
+)
+def test_a_header_field_that_could_change_the_framing_is_never_written(server, name, value):
+    product = server()
+    with pytest.raises(TransportFailure) as failure:
+        exchange(
+            "GET",
+            product.url(),
+            headers={name: value},
+            attempt_deadline=deadline(),
+            settings=SETTINGS,
+        )
+    assert not failure.value.sent
+    assert product.accepted == 0
 
 
 def test_a_reused_connection_dropped_after_sending_is_not_resent(server):
@@ -383,8 +417,7 @@ def test_concurrent_requests_from_threads_are_correct_and_bounded(server, thread
     assert len(product.served) == threads * 3
     if threads <= POOL_IDLE_CONNECTIONS:
         assert product.accepted <= threads  # never more connections than callers at once
-    # (Above the bound httpcore 1.0.9 counts every connection, idle or not, against it, so a
-    # returning connection is closed rather than kept: bounded, correct, less reuse.)
+    # (Above the bound a returning connection is closed rather than kept: bounded, correct.)
     assert wait_until(lambda: product.open_now <= POOL_IDLE_CONNECTIONS)
     accepted = product.accepted
     for index in range(5):

@@ -43,8 +43,8 @@ from coordinatorctl.cli import main
 codes = [main(argv) for argv in json.loads(sys.argv[1])]
 # The service half, tracing, pydantic (only the remote commands read the API models) and the
 # console's web stack (only `console` serves pages).
-service = {"cryptography", "sqlmodel", "sqlalchemy", "psycopg", "alembic", "httpx", "jwt",
-           "opentelemetry", "pydantic", "starlette", "uvicorn", "jinja2"}
+service = {"cryptography", "sqlmodel", "sqlalchemy", "psycopg", "alembic", "httpx", "httptools",
+           "jwt", "opentelemetry", "pydantic", "starlette", "uvicorn", "jinja2"}
 loaded = sorted({name.split(".")[0] for name in sys.modules} & service)
 Path(sys.argv[2]).write_text(json.dumps({"codes": codes, "loaded": loaded}))
 """

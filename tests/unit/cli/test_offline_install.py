@@ -24,6 +24,7 @@ SERVICE_DISTRIBUTIONS = {
     "psycopg",
     "alembic",
     "pyjwt",
+    "httptools",
     "prometheus-client",
 }
 

@@ -19,6 +19,7 @@ SERVICE_MODULES: Final = (
     "psycopg",
     "alembic",
     "httpx",
+    "httptools",
     "jwt",
     "prometheus_client",
 )

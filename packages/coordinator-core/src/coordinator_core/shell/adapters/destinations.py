@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from functools import lru_cache
 from typing import Final
 
 import httpx
@@ -46,6 +47,8 @@ class DestinationRefused(Exception):
         super().__init__("The destination is refused by the client policy.")
 
 
+# Pure functions of the text, asked for every request: kept per text.
+@lru_cache(maxsize=1024)
 def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
         address = ipaddress.ip_address(text.split("%", 1)[0])
@@ -56,6 +59,7 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return address
 
 
+@lru_cache(maxsize=1024)
 def _is_numeric_loopback(host: str) -> bool:
     """05 §5.1: `127.0.0.0/8` or `[::1]`, written as such (no mapped or scoped forms)."""
     try:
@@ -110,6 +114,7 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> frozenset[ipaddress.IPv4Add
     return frozenset(found)
 
 
+@lru_cache(maxsize=1024)
 def _is_metadata(text: str) -> bool:
     address = _address(text)
     if address is None:

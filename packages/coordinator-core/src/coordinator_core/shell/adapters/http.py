@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final, Literal
 from urllib.parse import quote
 
-import httpcore
 import httpx
 
 from coordinator_core.shell.adapters.destinations import (
@@ -33,14 +32,14 @@ from coordinator_core.shell.adapters.destinations import (
     checked_address,
 )
 from coordinator_core.shell.adapters.transport import (
-    MINIMUM_WAIT,
+    HttpConnection,
     PoolKey,
+    ProtocolFailure,
     RequestClock,
-    StaleConnection,
     TransportFailure,
     checkout,
     default_ssl_context,
-    serving,
+    request_bytes,
 )
 from coordinator_core.values import (
     JsonBoundsError,
@@ -175,9 +174,8 @@ def exchange(
     is dropped (the status alone then classifies); a 2xx body that is oversize or cannot be
     decoded is reported through `body_problem`.
 
-    The request goes straight to the destination's httpcore pool; httpx only parses and
-    checks the URL (its client, built per request with auth, redirect and cookie handling
-    this policy never uses, cost more CPU than the exchange itself).
+    The request goes to the destination's pool (transport.py); httpx only parses and checks
+    the URL.
     """
     now = settings.clock()
     deadline = min(now + settings.total_timeout, attempt_deadline)
@@ -194,56 +192,64 @@ def exchange(
 
     ssl_context = settings.ssl_context or default_ssl_context()
     secure = target.scheme == "https"
-    port = target.port or (443 if secure else 80)
     key: PoolKey = (
         target.scheme,
         target.raw_host.decode("ascii"),
-        port,
+        target.port or (443 if secure else 80),
         address,
         id(ssl_context) if secure else None,
     )
-    remaining = max(deadline - settings.clock(), MINIMUM_WAIT)
-    request = httpcore.Request(
-        method=method.encode("ascii"),
-        url=httpcore.URL(
-            scheme=target.raw_scheme,
-            host=target.raw_host,
-            port=target.port,
-            target=target.raw_path,
-        ),
-        headers=_request_headers(target, headers, body),
-        content=body if body is not None else b"",
-        extensions={
-            "timeout": {
-                "connect": min(settings.connect_timeout, remaining),
-                "read": remaining,
-                "write": remaining,
-                "pool": remaining,
-            }
-        },
-    )
-    with checkout(key, ssl_context) as destination, serving(clock):
+    try:
+        message = request_bytes(
+            method.encode("ascii"),
+            target.raw_path,
+            _request_headers(target, headers, body),
+            body if body is not None else b"",
+        )
+    except (ProtocolFailure, UnicodeEncodeError) as exc:
+        raise TransportFailure(sent=False, budget=False, timeout=False) from exc
+    with checkout(key, ssl_context) as destination:
         try:
-            try:
-                response = destination.pool.handle_request(request)
-            except StaleConnection:
-                # The server had closed the reused connection and no byte of this request was
-                # written: once more on a new connection (a transport detail, not a retry).
-                response = destination.fresh().handle_request(request)
-        except httpcore.UnsupportedProtocol as exc:
-            raise DestinationRefused() from exc
-        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
-            raise _failure(exc, clock) from exc
-        except OSError as exc:
+            connection = destination.connection(clock, settings.connect_timeout)
+        except (OSError, ssl.SSLError) as exc:
             raise _failure(exc, clock) from exc
         answer: ProductAnswer | None = None
         try:
-            answer = _read_answer(response, clock, settings.max_body_bytes)
+            answer = _answer_on(connection, message, clock, settings.max_body_bytes)
             return answer
         finally:
-            if answer is None or answer.body_problem is not None:
-                _discard(response)  # only a connection read to its clean end goes back
-            response.close()
+            if answer is not None and answer.body_problem is None and connection.reusable:
+                destination.give_back(connection)
+            else:
+                connection.close()  # only a connection read to its clean end goes back
+
+
+def _answer_on(
+    connection: HttpConnection, message: bytes, clock: RequestClock, limit: int
+) -> ProductAnswer:
+    """Send `message` on `connection` and read its complete answer."""
+    try:
+        connection.send(message, clock, limit)
+        status, head = connection.head(clock)
+    except (OSError, ProtocolFailure) as exc:
+        raise _failure(exc, clock) from exc
+    content_type = _text(head.field(b"content-type"))
+    declared = _text(head.field(b"content-length")) or ""
+    if declared.strip().isdigit() and int(declared) > limit:
+        return ProductAnswer(status, None, "oversize", content_type)
+    coding = (_text(head.field(b"content-encoding")) or "identity").strip().lower()
+    if coding != "identity":  # none was accepted (`Accept-Encoding: identity`)
+        return ProductAnswer(status, None, "undecodable", content_type)
+    try:
+        body = connection.body(clock)
+    except (OSError, ProtocolFailure) as exc:
+        if 200 <= status < 300:
+            raise _failure(exc, clock) from exc
+        # the status alone decides
+        return ProductAnswer(status, None, "undecodable", content_type)
+    if body is None:
+        return ProductAnswer(status, None, "oversize", content_type)
+    return ProductAnswer(status, body, None, content_type)
 
 
 @lru_cache(maxsize=256)
@@ -281,54 +287,12 @@ def _request_headers(
     return encoded
 
 
-def _discard(response: httpcore.Response) -> None:
-    stream = response.extensions.get("network_stream")
-    if isinstance(stream, httpcore.NetworkStream):
-        stream.close()  # the pool then sees it closed and drops it
-
-
 def _failure(exc: BaseException, clock: RequestClock) -> TransportFailure:
-    timed_out = isinstance(exc, httpcore.TimeoutException | TimeoutError)
+    timed_out = isinstance(exc, TimeoutError)
     return TransportFailure(
         sent=clock.sending, budget=timed_out and clock.budget_spent(), timeout=timed_out
     )
 
 
-def _field(response: httpcore.Response, name: bytes) -> str | None:
-    for key, value in response.headers:
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
-
-
-def _read_answer(response: httpcore.Response, clock: RequestClock, limit: int) -> ProductAnswer:
-    status = response.status
-    success = 200 <= status < 300
-    content_type = _field(response, b"content-type")
-    declared = _field(response, b"content-length") or ""
-    if declared.strip().isdigit() and int(declared) > limit:
-        return ProductAnswer(status, None, "oversize", content_type)
-    coding = (_field(response, b"content-encoding") or "identity").strip().lower()
-    if coding != "identity":  # none was accepted (`Accept-Encoding: identity`)
-        return ProductAnswer(status, None, "undecodable", content_type)
-    stream = response.stream
-    assert isinstance(stream, Iterable)
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        for chunk in stream:
-            size += len(chunk)
-            if size > limit:
-                return ProductAnswer(status, None, "oversize", content_type)
-            chunks.append(chunk)
-    except (
-        httpcore.TimeoutException,
-        httpcore.NetworkError,
-        httpcore.ProtocolError,
-        OSError,
-    ) as exc:
-        if success:
-            raise _failure(exc, clock) from exc
-        # the status alone decides
-        return ProductAnswer(status, None, "undecodable", content_type)
-    return ProductAnswer(status, b"".join(chunks), None, content_type)
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("latin-1")

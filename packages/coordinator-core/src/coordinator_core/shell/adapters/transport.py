@@ -1,17 +1,21 @@
-"""The pinned, deadline-clipped transport under the HTTP client policy (contract 08 §2.1).
+"""The pinned, deadline-clipped HTTP/1.1 transport under the HTTP client policy (contract 08 §2.1).
 
 Every TCP connection is made to the one checked address of its destination (TLS still verifies
 the certificate against the host name), and every socket operation is clipped to the deadline
-of the request using the socket now (`RequestClock`, made current by `serving`), not of the one
-that opened it.
+of the request using the socket now (`RequestClock`), never of the one that opened it.
+
+A request is written as one buffer; the answer is parsed by httptools (llhttp, the parser under
+uvicorn). What is ours is only what the policy needs of a connection: the pinned connect, the
+per-operation deadlines, knowing whether a byte may have left, and the pool.
 
 Connections are pooled per checked destination: one process-wide keep-alive pool per (scheme,
 host, port, resolved address, TLS context), so a host that now resolves elsewhere gets another
 connection and a refused destination never reaches a pool. At most 8 idle connections are kept
-per destination, none idle longer than 30 s. A reused connection found closed by the server
-before any byte of the request was written raises `StaleConnection`, so the exchange can replace
-it by a fresh one once (nothing was sent, so this is no retry). `close_pools()` closes them all
-(also at process exit).
+per destination, none idle longer than 30 s. A connection goes back only once its answer was
+read to its clean end and both sides keep it alive. An idle connection that has anything to
+read when it is taken (the server's close, or bytes nobody asked for) is closed and another is
+used: nothing of the request was written yet, so this is no retry. `close_pools()` closes them
+all (also at process exit).
 """
 
 from __future__ import annotations
@@ -19,18 +23,18 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import re
+import select
+import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, suppress
 from functools import lru_cache
-from typing import Any, Final
+from typing import Final
 
-# httpcore is httpx's own transport layer: the pinned, deadline-clipped network backend below
-# plugs in there, since httpx's public transport takes no backend.
-import httpcore
+import httptools
 import httpx
 
 __all__ = [
@@ -38,14 +42,15 @@ __all__ = [
     "POOL_IDLE_CONNECTIONS",
     "POOL_IDLE_SECONDS",
     "DestinationPool",
+    "HttpConnection",
     "PoolKey",
+    "ProtocolFailure",
     "RequestClock",
-    "StaleConnection",
     "TransportFailure",
     "checkout",
     "close_pools",
     "default_ssl_context",
-    "serving",
+    "request_bytes",
 ]
 
 # A socket timeout of 0 would make the socket non-blocking (an OSError, not a timeout), so a
@@ -53,6 +58,7 @@ __all__ = [
 MINIMUM_WAIT: Final = 0.001
 # A timeout firing this close to the attempt deadline is the attempt budget running out.
 _BUDGET_SLACK: Final = 0.005
+_READ_SIZE: Final = 65_536
 
 
 class TransportFailure(Exception):
@@ -70,6 +76,12 @@ class TransportFailure(Exception):
         self.timeout = timeout
 
 
+class ProtocolFailure(Exception):
+    """The peer broke HTTP/1.1: an answer that does not parse, or a close in its middle, or a
+    request this client will not write (a header field that is not a token or holds a line
+    break)."""
+
+
 # How long a pooled connection may sit idle, and how many idle ones a destination keeps.
 POOL_IDLE_SECONDS: Final = 30.0
 POOL_IDLE_CONNECTIONS: Final = 8
@@ -80,7 +92,9 @@ _serials = itertools.count(1)
 
 
 class RequestClock:
-    """The request's deadline and what happened so far; shared by the backend and streams."""
+    """The request's deadline and what happened so far."""
+
+    __slots__ = ("attempt_deadline", "deadline", "now", "sending", "serial")
 
     def __init__(self, deadline: float, attempt_deadline: float, now: Callable[[], float]):
         self.serial = next(_serials)
@@ -89,10 +103,11 @@ class RequestClock:
         self.now = now
         self.sending = False
 
-    def clip(self, timeout: float | None, expired: type[Exception]) -> float:
+    def clip(self, timeout: float | None = None) -> float:
+        """The seconds the next socket operation may take; TimeoutError once none are left."""
         remaining = self.deadline - self.now()
         if remaining <= 0:
-            raise expired("The request deadline passed.")
+            raise TimeoutError("The request deadline passed.")
         if timeout is not None:
             remaining = min(remaining, timeout)
         return max(remaining, MINIMUM_WAIT)
@@ -101,142 +116,270 @@ class RequestClock:
         return self.now() >= self.attempt_deadline - _BUDGET_SLACK
 
 
-# The clock of the request this thread is sending now: a pooled socket outlives the request
-# that opened it, so every operation asks for the current one.
-_active_clock: ContextVar[RequestClock | None] = ContextVar("coordinator_http_clock", default=None)
+# -- the request -------------------------------------------------------------------------------
+
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_FIELD_VALUE = re.compile(rb"[^\x00\r\n]*\Z")
+_TARGET = re.compile(rb"[\x21-\x7e]+\Z")
 
 
-def _clock(expired: type[Exception]) -> RequestClock:
-    clock = _active_clock.get()
-    if clock is None:  # a socket is only ever used inside exchange()
-        raise expired("No request is active.")
-    return clock
+def request_bytes(
+    method: bytes, target: bytes, fields: list[tuple[bytes, bytes]], body: bytes
+) -> bytes:
+    """The request as written on the wire; ProtocolFailure for a method, target or field
+    that could change the message's framing (a line break in a value, a space in the name)."""
+    if not _TOKEN.match(method) or not _TARGET.match(target):
+        raise ProtocolFailure("The request line is not valid.")
+    lines = [method, b" ", target, b" HTTP/1.1\r\n"]
+    for name, value in fields:
+        if not _TOKEN.match(name) or not _FIELD_VALUE.match(value):
+            raise ProtocolFailure("A request header field is not valid.")
+        lines += (name, b": ", value.strip(b" \t"), b"\r\n")
+    lines.append(b"\r\n")
+    lines.append(body)
+    return b"".join(lines)
 
 
-@contextmanager
-def serving(clock: RequestClock) -> Iterator[None]:
-    """Make `clock` the one every socket operation of this thread is clipped to."""
-    token = _active_clock.set(clock)
-    try:
-        yield
-    finally:
-        _active_clock.reset(token)
+# -- the answer --------------------------------------------------------------------------------
 
 
-class StaleConnection(httpcore.ConnectError):
-    """A reused connection was closed by the server while idle; nothing of the request left.
+class _Answer:
+    """httptools' callbacks for one answer: the final status, its fields and its body up to a
+    limit (an interim 1xx answer is skipped)."""
 
-    A ConnectError, never a WriteError: httpcore swallows write errors to read an early answer.
-    """
+    __slots__ = (
+        "_head",
+        "body",
+        "complete",
+        "fields",
+        "keep_alive",
+        "limit",
+        "messages",
+        "oversize",
+        "parser",
+        "size",
+        "status",
+    )
+
+    def __init__(self, limit: int) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.fields: list[tuple[bytes, bytes]] | None = None  # set once the head is complete
+        self.body: list[bytes] = []
+        self.size = 0
+        self.limit = limit
+        self.oversize = False
+        self.complete = False
+        self.keep_alive = False
+        self.messages = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._head: list[tuple[bytes, bytes]] = []
+
+    def on_message_begin(self) -> None:
+        self.messages += 1
+
+    # Whatever follows the answer (bytes nobody asked for) is parsed but never kept: it only
+    # counts as a further message, which makes the connection unusable.
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self.complete:
+            self._head.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        if self.complete:
+            return
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            self._reset()  # an interim answer: the final one follows
+            return
+        self.status = status
+        self.fields = self._head
+
+    def on_body(self, chunk: bytes) -> None:
+        if self.complete:
+            return
+        self.size += len(chunk)
+        if self.size > self.limit:
+            self.oversize = True
+            self.body.clear()
+        elif not self.oversize:
+            self.body.append(chunk)
+
+    def on_message_complete(self) -> None:
+        if self.complete:
+            return
+        if self.fields is None:
+            self.messages -= 1  # the interim answer
+            return
+        self.complete = True
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def field(self, name: bytes) -> bytes | None:
+        for key, value in self.fields or ():
+            if key.lower() == name:
+                return value
+        return None
 
 
-class _Stream(httpcore.NetworkStream):
-    def __init__(self, inner: httpcore.NetworkStream, opened_for: int) -> None:
-        self._inner = inner
-        self._opened_for = opened_for  # the serial of the request that opened the socket
+class HttpConnection:
+    """One open connection: it writes a request and reads its answer, every operation clipped
+    to the clock of the request using it."""
 
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        wait = _clock(httpcore.ReadTimeout).clip(timeout, httpcore.ReadTimeout)
-        return self._inner.read(max_bytes, wait)
+    __slots__ = ("_answer", "_broken", "_closed", "last_used", "sock")
 
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        clock = _clock(httpcore.WriteTimeout)
-        wait = clock.clip(timeout, httpcore.WriteTimeout)
-        if buffer:
-            if (
-                not clock.sending
-                and clock.serial != self._opened_for
-                and self._inner.get_extra_info("is_readable")
-            ):
-                # An idle connection has nothing to read but its end: the server closed it.
-                raise StaleConnection("The pooled connection was closed.")
-            clock.sending = True  # from here on the request may have left
-        self._inner.write(buffer, wait)
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.last_used = time.monotonic()
+        self._answer: _Answer | None = None
+        self._closed = False  # the peer's end was read (or this side closed)
+        self._broken = False  # a write failed: an early answer may still be read, no reuse
+
+    def send(self, data: bytes, clock: RequestClock, limit: int) -> None:
+        """Write the whole request; from the first write on, the request may have left. Its
+        answer's body will be kept up to `limit` bytes."""
+        wait = clock.clip()
+        self._answer = _Answer(limit)
+        clock.sending = True
+        self.sock.settimeout(wait)
+        try:
+            self.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            # The server may have answered early and closed (a refusal before it read the
+            # body): the answer, if one arrived, is read below.
+            self._broken = True
+
+    def head(self, clock: RequestClock) -> tuple[int, _Answer]:
+        """Read until the answer's status and header fields are complete."""
+        answer = self._answer
+        assert answer is not None
+        while answer.fields is None:
+            if not self._fill(answer, clock):
+                raise ProtocolFailure("The connection closed before an answer.")
+        return answer.status, answer
+
+    def body(self, clock: RequestClock) -> bytes | None:
+        """Read the body to its end: its bytes, or None once it passed the limit (the
+        connection is then not reusable)."""
+        answer = self._answer
+        assert answer is not None
+        while not answer.complete and not answer.oversize:
+            if not self._fill(answer, clock):
+                if answer.field(b"content-length") is None and (
+                    b"chunked" not in (answer.field(b"transfer-encoding") or b"").lower()
+                ):
+                    break  # a body delimited by the close of the connection
+                raise ProtocolFailure("The connection closed in the middle of an answer.")
+        return None if answer.oversize else b"".join(answer.body)
+
+    @property
+    def reusable(self) -> bool:
+        answer = self._answer
+        return (
+            not self._closed
+            and not self._broken
+            and answer is not None
+            and answer.complete
+            and answer.keep_alive
+            and answer.messages == 1
+        )
+
+    def _fill(self, answer: _Answer, clock: RequestClock) -> bool:
+        if self._closed:
+            return False
+        self.sock.settimeout(clock.clip())
+        data = self.sock.recv(_READ_SIZE)
+        if not data:
+            self._closed = True
+            return False
+        try:
+            answer.parser.feed_data(data)
+        except httptools.HttpParserError as exc:  # HttpParserUpgrade included
+            raise ProtocolFailure("The answer is not valid HTTP/1.1.") from exc
+        return True
+
+    def idle_but_readable(self) -> bool:
+        """An idle connection has nothing to read but its end: the server closed it (or sent
+        something nobody asked for); either way it cannot carry a request."""
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return True
+        try:
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            return bool(poller.poll(0))
+        except (OSError, ValueError):
+            return True
 
     def close(self) -> None:
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: ssl.SSLContext,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore.NetworkStream:
-        clock = _clock(httpcore.ConnectTimeout)
-        wait = clock.clip(timeout, httpcore.ConnectTimeout)
-        return _Stream(self._inner.start_tls(ssl_context, server_hostname, wait), clock.serial)
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
-class _PinnedBackend(httpcore.NetworkBackend):
-    """Connects every TCP connection to the one checked address of its destination."""
-
-    def __init__(self, address: str) -> None:
-        self._address = address
-        self._inner = httpcore.SyncBackend()
-
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        clock = _clock(httpcore.ConnectTimeout)
-        wait = clock.clip(timeout, httpcore.ConnectTimeout)
-        stream = self._inner.connect_tcp(
-            self._address, port, wait, local_address=local_address, socket_options=socket_options
-        )
-        return _Stream(stream, clock.serial)
-
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.NetworkStream:
-        raise httpcore.ConnectError("Unix sockets are not a destination.")
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
+        self._closed = True
+        with suppress(OSError):
+            self.sock.close()
 
 
 PoolKey = tuple[str, str, int, str, int | None]
 
 
 class DestinationPool:
-    """One checked destination: its keep-alive pool and the pinned backend under it."""
+    """One checked destination: its idle keep-alive connections and how to open a new one."""
 
-    def __init__(self, address: str, ssl_context: ssl.SSLContext) -> None:
+    def __init__(self, key: PoolKey, ssl_context: ssl.SSLContext) -> None:
+        scheme, host, port, address, _ = key
         self.ssl_context = ssl_context  # kept alive: its identity is part of the key
-        self.backend = _PinnedBackend(address)
-        self.pool = httpcore.ConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=None,  # as many at once as there are callers
-            max_keepalive_connections=POOL_IDLE_CONNECTIONS,
-            keepalive_expiry=POOL_IDLE_SECONDS,
-            http1=True,
-            http2=False,
-            retries=0,  # the worker owns retries (08 §2.1)
-            network_backend=self.backend,
-        )
+        self._secure = scheme == "https"
+        self._host = host
+        self._port = port
+        self._address = address
+        self._lock = threading.Lock()
+        self._idle: list[HttpConnection] = []
         self.active = 0
         self.last_used = time.monotonic()
 
-    def fresh(self) -> httpcore.ConnectionPool:
-        """A one-connection pool that keeps nothing: a guaranteed new connection."""
-        return httpcore.ConnectionPool(
-            ssl_context=self.ssl_context,
-            max_connections=1,
-            max_keepalive_connections=0,
-            http1=True,
-            http2=False,
-            retries=0,
-            network_backend=self.backend,
+    def connection(self, clock: RequestClock, connect_timeout: float) -> HttpConnection:
+        """The most recently used idle connection that can still carry a request, or a new one
+        (connected, and for https verified, within the connect timeout)."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    break
+                connection = self._idle.pop()
+            if (
+                time.monotonic() - connection.last_used > POOL_IDLE_SECONDS
+                or connection.idle_but_readable()
+            ):
+                connection.close()
+                continue
+            return connection
+        sock = socket.create_connection(
+            (self._address, self._port), timeout=clock.clip(connect_timeout)
         )
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._secure:
+                sock = self.ssl_context.wrap_socket(
+                    sock, server_hostname=self._host, do_handshake_on_connect=False
+                )
+                sock.settimeout(clock.clip(connect_timeout))
+                sock.do_handshake()
+        except BaseException:
+            sock.close()
+            raise
+        return HttpConnection(sock)
+
+    def give_back(self, connection: HttpConnection) -> None:
+        """Keep `connection` for the next request, unless enough are idle already."""
+        connection.last_used = time.monotonic()
+        with self._lock:
+            if len(self._idle) < POOL_IDLE_CONNECTIONS:
+                self._idle.append(connection)
+                return
+        connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
 
 
 class _Pools:
@@ -262,11 +405,11 @@ class _Pools:
                     ]
                     if unused:
                         closing.append(self._destinations.pop(min(unused)[1]))
-                destination = DestinationPool(key[3], ssl_context)
+                destination = DestinationPool(key, ssl_context)
                 self._destinations[key] = destination
             destination.active += 1
         for old in closing:
-            old.pool.close()
+            old.close()
         try:
             yield destination
         finally:
@@ -279,7 +422,7 @@ class _Pools:
             closing = list(self._destinations.values())
             self._destinations.clear()
         for destination in closing:
-            destination.pool.close()
+            destination.close()
 
     def forget(self) -> None:
         """After fork: the child must not share the parent's sockets or locks."""
