@@ -432,3 +432,31 @@ def test_close_pools_closes_every_idle_connection(server):
     assert (first.open_now, second.open_now) == (1, 1)
     close_pools()
     assert wait_until(lambda: first.open_now == second.open_now == 0)
+
+
+# -- answers the parser must bound ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"HTTP/1.1 200 OK\r\nx-filler: " + b"a" * 70_000 + b"\r\ncontent-length: 2\r\n\r\n{}",
+        b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n" * 3_000 + ok(),
+    ],
+    ids=["one-long-field", "endless-interim-answers"],
+)
+def test_an_answer_whose_head_passes_65536_bytes_fails_and_is_not_reused(server, head):
+    product = server(script=lambda n, path: head if n == 1 else echo(n, path))
+    with pytest.raises(TransportFailure) as failure:
+        get(product.url("/a"))
+    assert failure.value.sent and not failure.value.timeout
+    assert get(product.url("/b")) == b'{"path": "/b"}'
+    assert [s.connection for s in product.served] == [1, 2]
+
+
+def test_a_method_whose_answer_the_parser_cannot_frame_is_never_sent(server):
+    product = server()
+    with pytest.raises(TransportFailure) as failure:
+        exchange("HEAD", product.url(), headers={}, attempt_deadline=deadline(), settings=SETTINGS)
+    assert not failure.value.sent
+    assert product.accepted == 0

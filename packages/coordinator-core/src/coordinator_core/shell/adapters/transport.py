@@ -38,6 +38,7 @@ import httptools
 import httpx
 
 __all__ = [
+    "MAX_HEAD_BYTES",
     "MINIMUM_WAIT",
     "POOL_IDLE_CONNECTIONS",
     "POOL_IDLE_SECONDS",
@@ -59,6 +60,9 @@ MINIMUM_WAIT: Final = 0.001
 # A timeout firing this close to the attempt deadline is the attempt budget running out.
 _BUDGET_SLACK: Final = 0.005
 _READ_SIZE: Final = 65_536
+# The most bytes an answer may take before its head (status line and header fields, interim
+# answers included) is complete: a peer that never ends its head cannot grow memory.
+MAX_HEAD_BYTES: Final = 65_536
 
 
 class TransportFailure(Exception):
@@ -119,6 +123,8 @@ class RequestClock:
 # -- the request -------------------------------------------------------------------------------
 
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+# An answer to HEAD (or CONNECT) is framed by the request, which a response parser never sees.
+_METHODS: Final = frozenset({b"GET", b"POST", b"PUT", b"PATCH", b"DELETE"})
 _FIELD_VALUE = re.compile(rb"[^\x00\r\n]*\Z")
 _TARGET = re.compile(rb"[\x21-\x7e]+\Z")
 
@@ -128,7 +134,7 @@ def request_bytes(
 ) -> bytes:
     """The request as written on the wire; ProtocolFailure for a method, target or field
     that could change the message's framing (a line break in a value, a space in the name)."""
-    if not _TOKEN.match(method) or not _TARGET.match(target):
+    if method not in _METHODS or not _TARGET.match(target):
         raise ProtocolFailure("The request line is not valid.")
     lines = [method, b" ", target, b" HTTP/1.1\r\n"]
     for name, value in fields:
@@ -152,6 +158,7 @@ class _Answer:
         "body",
         "complete",
         "fields",
+        "head_bytes",
         "keep_alive",
         "limit",
         "messages",
@@ -165,6 +172,7 @@ class _Answer:
         self.parser = httptools.HttpResponseParser(self)
         self.status = 0
         self.fields: list[tuple[bytes, bytes]] | None = None  # set once the head is complete
+        self.head_bytes = 0
         self.body: list[bytes] = []
         self.size = 0
         self.limit = limit
@@ -293,6 +301,10 @@ class HttpConnection:
         if not data:
             self._closed = True
             return False
+        if answer.fields is None:
+            answer.head_bytes += len(data)
+            if answer.head_bytes > MAX_HEAD_BYTES:
+                raise ProtocolFailure("The answer's head is too large.")
         try:
             answer.parser.feed_data(data)
         except httptools.HttpParserError as exc:  # HttpParserUpgrade included
@@ -332,6 +344,7 @@ class DestinationPool:
         self._address = address
         self._lock = threading.Lock()
         self._idle: list[HttpConnection] = []
+        self._closed = False
         self.active = 0
         self.last_used = time.monotonic()
 
@@ -370,13 +383,15 @@ class DestinationPool:
         """Keep `connection` for the next request, unless enough are idle already."""
         connection.last_used = time.monotonic()
         with self._lock:
-            if len(self._idle) < POOL_IDLE_CONNECTIONS:
+            if not self._closed and len(self._idle) < POOL_IDLE_CONNECTIONS:
                 self._idle.append(connection)
                 return
         connection.close()
 
     def close(self) -> None:
+        """Close the idle connections; one in use is closed when it comes back."""
         with self._lock:
+            self._closed = True
             idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
