@@ -425,6 +425,19 @@ def _has_surrogate(value: object) -> bool:
     return False
 
 
+# One decoder each, built once: `json.loads` with any of these arguments builds a new one per
+# call. A decoder keeps no state between calls but its key cache, which it clears after each.
+_STRICT_DECODER: Final = json.JSONDecoder(
+    object_pairs_hook=_unique_members,
+    parse_constant=_refuse_constant,
+    parse_float=_parse_float,
+    parse_int=_parse_int,
+)
+_CANONICAL_DECODER: Final = json.JSONDecoder(
+    parse_constant=_refuse_constant, parse_float=_parse_float, parse_int=_parse_int
+)
+
+
 def parse_strict_json(data: bytes | str) -> object:
     """Parse one JSON text strictly (RFC 8259 + I-JSON refusals) into plain Python values.
 
@@ -442,13 +455,7 @@ def parse_strict_json(data: bytes | str) -> object:
     else:
         text = data
     try:
-        value: object = json.loads(
-            text,
-            object_pairs_hook=_unique_members,
-            parse_constant=_refuse_constant,
-            parse_float=_parse_float,
-            parse_int=_parse_int,
-        )
+        value: object = _STRICT_DECODER.decode(text)
     except StrictJsonError:
         raise
     except RecursionError as exc:
@@ -468,12 +475,7 @@ def parse_canonical_json(data: bytes) -> object:
     hold (duplicate member names, lone surrogates) are left out; anything else that is not
     UTF-8 JSON is refused with StrictJsonError all the same."""
     try:
-        value: object = json.loads(
-            data.decode("utf-8"),
-            parse_constant=_refuse_constant,
-            parse_float=_parse_float,
-            parse_int=_parse_int,
-        )
+        value: object = _CANONICAL_DECODER.decode(data.decode("utf-8"))
     except StrictJsonError:
         raise
     except (RecursionError, ValueError) as exc:  # UnicodeDecodeError, JSONDecodeError, int()
