@@ -11,7 +11,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import and_, bindparam, false, func, not_, or_, select, true
+from sqlalchemy import and_, bindparam, false, func, not_, null, or_, select, true
 from sqlalchemy.engine import Connection
 
 from coordinator_core.engine.instants import Instant
@@ -440,8 +440,10 @@ _RECENT_ATTEMPTS: Final = Prepared(
 """Each step's latest `per_step` ended attempts of a run, newest first, each with its step's
 total."""
 _LISTED_CURRENT: Final = STEPS.alias("listed_current")
+# A status never shows the sealed snapshot or input: a listed run does not read them.
+_UNLISTED: Final = frozenset({"snapshot", "input"})
 _LISTED: Final = select(
-    RUNS,
+    *(null().label(column.name) if column.name in _UNLISTED else column for column in RUNS.c),
     _LISTED_CURRENT.c.state.label("listed_state"),
     _LISTED_CURRENT.c.due_at.label("listed_due_at"),
     has_unknown_effect().label("listed_unknown"),
@@ -456,7 +458,8 @@ _LISTED: Final = select(
 )
 """`RunReads.list_runs`' statement before its filters: each run with its current record's
 state and due instant and the unknown-effect flag (06 §11.1), so that a page is one statement
-and its records are not read whole."""
+and its records are not read whole; the run's sealed `snapshot` and `input` are not read (None
+in its `StoredRun`)."""
 _ONE_LISTED: Final = _LISTED.where(RUNS.c.run_id == bindparam("run_id")).subquery("listed")
 _RUN_STATUS: Final = Prepared(
     select(CONTROL.c.id.label("control_id"), *_ONE_LISTED.c).select_from(

@@ -421,7 +421,8 @@ class RunPosition:
 class ListedRun:
     """A run of a list page with what its status needs of its records (06 §11.1), read with
     the run row: the due instant of its current record while that is pending, and whether
-    some record's effect is unknown."""
+    some record's effect is unknown. Its run's sealed `snapshot` and `input` are not read: both
+    are None, whatever the store keeps."""
 
     run: StoredRun
     next_due_at: Instant | None
