@@ -25,13 +25,14 @@ EXAMPLE = REPO / "examples" / "reviewed-notice"
 
 def service_distributions() -> set[str]:
     """The distributions coordinator-core's `service` extra adds (its installed metadata), but
-    httpx, which the remote commands need and coordinatorctl installs."""
+    httpx, which the remote commands need, and httptools, which the console's listener needs:
+    coordinatorctl installs both."""
     found = [Requirement(text) for text in metadata.requires("coordinator-core") or []]
     return {
         canonicalize_name(requirement.name)
         for requirement in found
         if requirement.marker is not None and requirement.marker.evaluate({"extra": "service"})
-    } - {"httpx"}
+    } - {"httpx", "httptools"}
 
 
 # Runs each command line of argv[1] in one process, then writes to the file argv[2] the exit
