@@ -460,3 +460,23 @@ def test_a_method_whose_answer_the_parser_cannot_frame_is_never_sent(server):
         exchange("HEAD", product.url(), headers={}, attempt_deadline=deadline(), settings=SETTINGS)
     assert not failure.value.sent
     assert product.accepted == 0
+
+
+def test_an_answer_sent_before_the_request_was_written_is_read_after_a_broken_write():
+    """A server may refuse early (a 413 before it read the body) and close: the write then
+    breaks, yet the answer it sent is read, and the connection is not reused. A socket pair
+    keeps the refusal readable after the close, as a TCP peer that closes cleanly does."""
+    ours, theirs = socket.socketpair()
+    refusal = b"HTTP/1.1 413 Content Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    theirs.sendall(refusal)
+    theirs.close()
+    connection = transport.HttpConnection(ours)
+    clock = transport.RequestClock(deadline(), deadline(), time.monotonic)
+    try:
+        connection.send(b"POST /x HTTP/1.1\r\n\r\n" + b"x" * 1_000_000, clock, 65_536)
+        status, _head = connection.head(clock)
+        assert status == 413
+        assert connection.body(clock) == b""
+        assert clock.sending and not connection.reusable
+    finally:
+        connection.close()
