@@ -1,5 +1,5 @@
 """Benchmark: what a read costs the serving process — our status GET, inspection and run list
-beside the peer's status read.
+beside the peer's status read and its reads of the same kinds.
 
 Issue 25 item 3 asks that a status GET, an inspect and a list cost no more CPU of `coordinator
 serve` than the peer's status read costs the peer. This script builds what
@@ -16,6 +16,14 @@ back-to-back reads of one kind over one keep-alive `httpx` client, a window per 
 * `peer`: the peer, `GET /runs/{id}`: the caller's token checked as its admission checks it,
   then `DBOS.get_workflow_status_async`, as JSON (`run_status` in the peer's app says what it
   leaves out that ours does: the audit journal, visibility, the spec's body and validation).
+* `peer-inspect`: the peer, `GET /runs/{id}/steps`: the same status and the workflow's steps
+  (`DBOS.list_workflow_steps_async`, outputs not loaded), the counterpart of our inspection;
+* `peer-list`: the peer, `GET /runs?limit=20`: the newest 20 statuses
+  (`DBOS.list_workflows_async`, inputs not loaded), the counterpart of our list.
+
+The peer's status read is always measured (issue 25 sets every read of ours against it: the
+`cpu/peer` column); each of ours is also set against the peer's read of the same kind (the
+`cpu/like` column), which does the like work.
 
 The reads cycle over the finished runs' ids. Each window first sends `WARM_UP` reads of its
 kind that are not measured, then measures: the serving process's CPU (`/proc/<pid>/stat`
@@ -26,7 +34,7 @@ from the client's side (p50, p99); the 1-minute load average at the window's sta
 windows of a round run in the reverse order of the round before, so that a drift of the
 machine's load does not read as a ratio. Each figure printed is the median over the rounds; the
 ratios ours/peer (CPU per read, p50) are taken within each round against that round's peer
-window, then their median.
+window (the status read, and the read of the same kind), then their median.
 
 What "fair" means here: both servers are uvicorn on uvloop with httptools, on the same
 loopback, answering the same caller token (each remembers a verified token and checks its
@@ -85,7 +93,9 @@ from coordinator_sandbox.testing import KitFailure
 
 OURS = ("status", "inspect", "list")
 PEER = "peer"
-KINDS = (*OURS, PEER)
+LIKE = {"status": PEER, "inspect": "peer-inspect", "list": "peer-list"}
+"""The peer's read of the same kind as each of ours: what `cpu/like` divides by."""
+KINDS = (*OURS, PEER, "peer-inspect", "peer-list")
 LINE_NUMBER = re.compile(r":\d+\)$")
 RUNNER = "Runner.run (asyncio/runners.py)"  # the event loop's, in a py-spy frame
 WARM_UP = 50  # unmeasured reads at the start of each window (at most --requests)
@@ -100,6 +110,10 @@ def path_of(kind: str, run_id: str) -> str:
         return f"/v1/runs/{run_id}/inspect"
     if kind == "list":
         return "/v1/runs?limit=20"
+    if kind == "peer-inspect":
+        return f"/runs/{run_id}/steps"
+    if kind == "peer-list":
+        return "/runs?limit=20"
     return f"/runs/{run_id}"
 
 
@@ -108,7 +122,9 @@ def check_answer(kind: str, answer: httpx.Response) -> None:
     body = answer.json()
     if kind == "inspect":
         read = body["run"]["status"] == "finished"
-    elif kind == "list":
+    elif kind == "peer-inspect":
+        read = body["run"]["status"] == "SUCCESS" and len(body["steps"]) > 0
+    elif kind in ("list", "peer-list"):
         read = len(body["runs"]) > 0
     else:
         read = body["status"] == ("SUCCESS" if kind == PEER else "finished")
@@ -232,7 +248,7 @@ def profile(token: str, targets: Callable[[str], Target], arguments: argparse.Na
     directory.mkdir(parents=True, exist_ok=True)
     for kind in arguments.kinds:
         origin, run_ids, pid = targets(kind)
-        output = directory / f"{'peer' if kind == PEER else 'serve'}-{kind}.txt"
+        output = directory / f"{'peer' if kind.startswith(PEER) else 'serve'}-{kind}.txt"
         recorder = subprocess.Popen(
             [py_spy(), "record", "--gil", "-p", str(pid), "-f", "raw", "-o", str(output)],
             stdout=subprocess.DEVNULL,
@@ -247,7 +263,7 @@ def profile(token: str, targets: Callable[[str], Target], arguments: argparse.Na
         if not output.exists():
             raise BenchError(f"py-spy wrote no profile: {errors.decode(errors='replace')[-500:]}")
         print(f"# profile of {NAMES[kind]} (the samples holding the GIL), {output}:")
-        own = "dbos" if kind == PEER else "coordinator_"
+        own = "dbos" if kind.startswith(PEER) else "coordinator_"
         print("\n".join("#   " + line for line in heaviest(output, 20, own)))
 
 
@@ -281,7 +297,7 @@ def measure(arguments: argparse.Namespace) -> Callable[[Bench], Results]:
         }
 
         def targets(kind: str) -> Target:
-            return sides["peer" if kind == PEER else "ours"]
+            return sides["peer" if kind.startswith(PEER) else "ours"]
 
         kinds = [kind for kind in KINDS if kind in arguments.kinds]
         results: Results = {kind: [] for kind in kinds}
@@ -317,12 +333,15 @@ def summarise(results: Results) -> list[Row]:
             "load_max": max(max(w.load) for w in windows),
             "other_cpu_percent": median([w.other_cpu_percent for w in windows]),
         }
-        if kind != PEER and peer is not None:
-            pairs = list(zip(windows, peer, strict=True))
-            figures["cpu_ratio_to_peer"] = median(
+        like = results.get(LIKE.get(kind, ""))
+        for name, baseline in (("peer", peer), ("like", like)):
+            if kind.startswith(PEER) or baseline is None:
+                continue
+            pairs = list(zip(windows, baseline, strict=True))
+            figures[f"cpu_ratio_to_{name}"] = median(
                 [w.server_cpu / w.requests / (p.server_cpu / p.requests) for w, p in pairs]
             )
-            figures["p50_ratio_to_peer"] = median(
+            figures[f"p50_ratio_to_{name}"] = median(
                 [median(w.latencies) / median(p.latencies) for w, p in pairs]
             )
         rows.append(Row(kind, 1, figures))
@@ -336,6 +355,8 @@ COLUMNS = (
     ("server", "server_cpu_ms", "{:.2f}"),
     ("cpu/peer", "cpu_ratio_to_peer", "{:.2f}"),
     ("p50/peer", "p50_ratio_to_peer", "{:.2f}"),
+    ("cpu/like", "cpu_ratio_to_like", "{:.2f}"),
+    ("p50/like", "p50_ratio_to_like", "{:.2f}"),
     ("pg*", "postgres_cpu_ms", "{:.2f}"),
     ("client", "client_cpu_ms", "{:.2f}"),
     ("load", "load", "{:.2f}"),
@@ -347,15 +368,19 @@ NAMES = {
     "inspect": "ours: GET /v1/runs/{run}/inspect",
     "list": "ours: GET /v1/runs?limit=20",
     PEER: "peer: GET /runs/{id} (DBOS 3.4.0)",
+    "peer-inspect": "peer: GET /runs/{id}/steps",
+    "peer-list": "peer: GET /runs?limit=20",
 }
 LEGEND = """\
 c: one client thread, reads back to back over one keep-alive connection. reads/s, p50, p99:
 as the client saw them. server: CPU ms per read of the serving process (serve, or the peer's
-one process); cpu/peer, p50/peer: ours over the peer's status read, per round, then the
-median. pg*: CPU ms per read of the whole PostgreSQL server (server-wide). client: this
-script's CPU ms per read. load: the 1-minute load average at the windows' end (median; load
-max: the highest at any window's start or end). other cpu%: CPU the machine spent outside
-the serving process, PostgreSQL and the client during a window, in % of one core (median)."""
+one process); cpu/peer, p50/peer: ours over the peer's status read (the issue's baseline),
+per round, then the median; cpu/like, p50/like: the same over the peer's read of the same
+kind (its status; its status and steps; its newest 20 statuses). pg*: CPU ms per read of the
+whole PostgreSQL server (server-wide). client: this script's CPU ms per read. load: the
+1-minute load average at the windows' end (median; load max: the highest at any window's
+start or end). other cpu%: CPU the machine spent outside the serving process, PostgreSQL and
+the client during a window, in % of one core (median)."""
 
 
 def _stop(signum: int, frame: object) -> None:
@@ -370,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--kinds",
         default=",".join(OURS),
-        help=f"comma-separated subset of {','.join(OURS)} (default all; the peer's always)",
+        help=f"comma-separated subset of {','.join(OURS)} (default all; the peer's status read "
+        "always, and the peer's read of each kind chosen)",
     )
     parser.add_argument(
         "--peer-python",
@@ -393,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     kinds = [part.strip() for part in arguments.kinds.split(",")]
     if not kinds or set(kinds) - set(OURS):
         parser.error(f"--kinds takes names of {', '.join(OURS)}")
-    arguments.kinds = [*kinds, PEER]
+    arguments.kinds = [*kinds, *dict.fromkeys([PEER, *(LIKE[kind] for kind in kinds)])]
     if not Path(arguments.peer_python).exists():
         parser.error(f"no peer environment at {arguments.peer_python} (nox -s bench -- reads)")
     # What bench_service's preparation reads: the one serve and the one peer it builds, with

@@ -59,9 +59,11 @@ them through the store.
   DBOS queues have no wake-up, so every run waits for the next poll and idle polls cost
   transactions.
 
-`GET /runs/{id}` answers a workflow's status from `DBOS.get_workflow_status_async`, the
-caller's token checked as above (`scripts/bench_reads.py` measures it; `run_status` says what
-it leaves out that ours does). `GET /health` answers 200 once DBOS is launched; the line `bench-peer ready` goes to standard
+`GET /runs/{id}` answers a workflow's status from `DBOS.get_workflow_status_async`, `GET
+/runs/{id}/steps` that status and the workflow's steps, `GET /runs?limit=N` the newest
+workflows' statuses, each with the caller's token checked as above (`scripts/bench_reads.py`
+measures them beside our status read, inspection and list; `run_status` says what they leave
+out that ours do). `GET /health` answers 200 once DBOS is launched; the line `bench-peer ready` goes to standard
 output once the server listens. SIGTERM stops uvicorn, then DBOS.
 """
 
@@ -377,12 +379,20 @@ def problem(status: int, code: str) -> JSONResponse:
     return JSONResponse({"status": status, "code": code}, status_code=status)
 
 
-async def admit(request: Request) -> Response:
+def caller_refused(request: Request) -> Response | None:
+    """The caller's token checked as the admission checks it: None when it passes."""
     try:
         verify_caller(request.headers.get("authorization"))
     except Refused as exc:
         DBOS.logger.info("caller refused: %s", exc)
         return problem(401, "unauthenticated")
+    return None
+
+
+async def admit(request: Request) -> Response:
+    refused = caller_refused(request)
+    if refused is not None:
+        return refused
     key = request.headers.get("idempotency-key")
     if key is None or not KEY_PATTERN.fullmatch(key):
         return problem(400, "idempotency-key")
@@ -401,9 +411,24 @@ async def admit(request: Request) -> Response:
     return JSONResponse({"runId": handle.workflow_id}, status_code=201)
 
 
+def status_body(status: Any) -> dict[str, Any]:
+    """A workflow's status as the peer's reads answer it: DBOS's own record, the output
+    deserialised from its pickle or JSON."""
+    return {
+        "runId": status.workflow_id,
+        "status": status.status,
+        "workflow": status.name,
+        "createdAt": status.created_at,
+        "updatedAt": status.updated_at,
+        "completedAt": status.completed_at,
+        "output": status.output,
+        "error": None if status.error is None else type(status.error).__name__,
+    }
+
+
 async def run_status(request: Request) -> Response:
     """`GET /runs/{id}`: the workflow's status, as a DBOS user serves it (`scripts/bench_reads.py`
-    measures it beside our `GET /v1/runs/{run}`).
+    measures it beside our `GET /v1/runs/{run}`, and the issue's read targets against it).
 
     The caller's token is checked as the admission checks it; then one
     `DBOS.get_workflow_status_async` (a read of the `workflow_status` row, on DBOS's thread pool)
@@ -412,28 +437,57 @@ async def run_status(request: Request) -> Response:
     checks that the run is visible to the caller (its policy's workflows, an owner's runs),
     validates the path and query against the spec (an unknown parameter is refused), renders
     the spec's `RunStatus` body (current step, due times, effect uncertainty, links) and sets a
-    weak `ETag`. Here the status is DBOS's own record, the output deserialised from its pickle
-    or JSON."""
-    try:
-        verify_caller(request.headers.get("authorization"))
-    except Refused as exc:
-        DBOS.logger.info("caller refused: %s", exc)
-        return problem(401, "unauthenticated")
+    weak `ETag`. The same holds for the two reads below beside our inspection and list."""
+    refused = caller_refused(request)
+    if refused is not None:
+        return refused
     status = await DBOS.get_workflow_status_async(request.path_params["run"])
     if status is None:
         return problem(404, "absent")
-    return JSONResponse(
-        {
-            "runId": status.workflow_id,
-            "status": status.status,
-            "workflow": status.name,
-            "createdAt": status.created_at,
-            "updatedAt": status.updated_at,
-            "completedAt": status.completed_at,
-            "output": status.output,
-            "error": None if status.error is None else type(status.error).__name__,
-        }
-    )
+    return JSONResponse(status_body(status))
+
+
+async def run_steps(request: Request) -> Response:
+    """`GET /runs/{id}/steps`: the peer's counterpart of our inspection (`GET
+    /v1/runs/{run}/inspect`: the run and each of its steps): the workflow's status and its
+    steps (`DBOS.list_workflow_steps_async`), each step's number, name, error type and times.
+    The steps' outputs are not loaded (`load_output=False`): our inspection shows none either."""
+    refused = caller_refused(request)
+    if refused is not None:
+        return refused
+    run = request.path_params["run"]
+    status = await DBOS.get_workflow_status_async(run)
+    if status is None:
+        return problem(404, "absent")
+    steps = await DBOS.list_workflow_steps_async(run, load_output=False)
+    body = {
+        "run": status_body(status),
+        "steps": [
+            {
+                "number": step["function_id"],
+                "name": step["function_name"],
+                "error": None if step["error"] is None else type(step["error"]).__name__,
+                "startedAt": step["started_at_epoch_ms"],
+                "completedAt": step["completed_at_epoch_ms"],
+            }
+            for step in steps
+        ],
+    }
+    return JSONResponse(body)
+
+
+async def run_list(request: Request) -> Response:
+    """`GET /runs?limit=N` (1–100, default 20): the peer's counterpart of our list page (`GET
+    /v1/runs?limit=20`): the newest workflows' statuses (`DBOS.list_workflows_async`, newest
+    first). Their inputs are not loaded (`load_input=False`): our list shows none either."""
+    refused = caller_refused(request)
+    if refused is not None:
+        return refused
+    limit = request.query_params.get("limit", "20")
+    if not limit.isdigit() or not 1 <= int(limit) <= 100:
+        return problem(400, "limit")
+    statuses = await DBOS.list_workflows_async(limit=int(limit), sort_desc=True, load_input=False)
+    return JSONResponse({"runs": [status_body(status) for status in statuses]})
 
 
 async def health(request: Request) -> Response:
@@ -494,7 +548,9 @@ def main() -> None:
     app = Starlette(
         routes=[
             Route("/v1/runs", admit, methods=["POST"]),
+            Route("/runs", run_list, methods=["GET"]),
             Route("/runs/{run}", run_status, methods=["GET"]),
+            Route("/runs/{run}/steps", run_steps, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
         ]
     )
