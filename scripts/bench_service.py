@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import math
 import os
@@ -869,6 +870,85 @@ def remove_sqlite(path: Path) -> None:
 # -- the service and its peer -------------------------------------------------------------------
 
 
+def project_texts(extra_reads: int) -> tuple[str, str]:
+    """The workflow and scenarios of the project, with `extra_reads` more BReg reads of the
+    same record between the first read and the choose (`--extra-reads`: what one more call
+    step costs a run); 0 gives WORKFLOW_YAML and SCENARIOS_YAML as they are."""
+    if extra_reads == 0:
+        return WORKFLOW_YAML, SCENARIOS_YAML
+    workflow = yaml.safe_load(WORKFLOW_YAML)
+    steps = workflow["steps"]
+    names = [f"read-again-{index}" for index in range(1, extra_reads + 1)]
+    following = [*names, steps["read-application"]["next"]]
+    steps["read-application"]["next"] = following[0]
+    for name, after in zip(names, following[1:], strict=True):
+        steps[name] = {**copy.deepcopy(steps["read-application"]), "next": after}
+    scenarios = yaml.safe_load(SCENARIOS_YAML)
+    for case in scenarios["cases"]:
+        replies = case["replies"]
+        for name in names:
+            replies[name] = copy.deepcopy(replies["read-application"])
+        path = case["expect"]["path"]
+        case["expect"]["path"] = [path[0], *names, *path[1:]]
+    return (
+        yaml.safe_dump(workflow, sort_keys=False),
+        yaml.safe_dump(scenarios, sort_keys=False),
+    )
+
+
+def prefill_store(url: str, namespace: str, count: int) -> float:
+    """`--prefill`: `count` finished runs more in our PostgreSQL store, each a copy of its
+    newest finished run (its row, records and ended attempts) under a new run id and start
+    identity, admitted a second apart before it; then VACUUM ANALYZE of those tables, so
+    that the windows do not meet autovacuum's work on them. The copies' sealed values are
+    bound to the template's run id and are never opened (no window reads them: a finished
+    run is never claimed, swept or listed before the newest). Answers the seconds taken."""
+    schema = f'"{namespace}"'
+    tables = ("runs", "steps", "step_attempts")
+    began = time.monotonic()
+    with psycopg.connect(url) as connection:
+        found = connection.execute(
+            f"SELECT run_id FROM {schema}.runs WHERE status = 'finished'"
+            " ORDER BY admitted_at DESC LIMIT 1"
+        ).fetchone()
+        if found is None:
+            raise BenchError("--prefill: no finished run in the store to copy")
+        connection.execute(
+            "CREATE TEMP TABLE prefill ON COMMIT DROP AS"
+            " SELECT gen_random_uuid() AS run_id, g FROM generate_series(1, %s) AS g",
+            (count,),
+        )
+        replaced = {
+            "run_id": "p.run_id",
+            "start_identity": "sha256(uuid_send(p.run_id))",
+            "admitted_at": "t.admitted_at - p.g * interval '1 second'",
+        }
+        for table in tables:
+            columns = [
+                name
+                for (name,) in connection.execute(
+                    "SELECT column_name FROM information_schema.columns"
+                    " WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+                    (namespace, table),
+                )
+            ]
+            own = replaced if table == "runs" else {"run_id": replaced["run_id"]}
+            chosen = [own.get(name, f't."{name}"') for name in columns]
+            listed = ", ".join(f'"{name}"' for name in columns)
+            inserted = connection.execute(
+                f"INSERT INTO {schema}.{table} ({listed}) SELECT {', '.join(chosen)}"
+                f" FROM prefill p, {schema}.{table} t WHERE t.run_id = %s",
+                found,
+            ).rowcount
+            if table == "runs" and inserted != count:
+                raise BenchError(f"--prefill: {inserted} runs copied, not {count}")
+        connection.commit()
+    with psycopg.connect(url, autocommit=True) as connection:
+        for table in tables:
+            connection.execute(f"VACUUM ANALYZE {schema}.{table}")
+    return time.monotonic() - began
+
+
 def write_project(
     root: Path,
     env: Mapping[str, str],
@@ -1224,7 +1304,8 @@ def prepare(bench: Bench, directory: Path, role: str) -> None:
     env["BENCH_MIGRATION_URL"] = bench.url
     bench.env = env
     root = directory / "project"
-    write_project(root, env)
+    workflow, scenarios = project_texts(arguments.extra_reads)
+    write_project(root, env, workflow=workflow, scenarios=scenarios)
     port = free_port()
     bench.origin = f"http://127.0.0.1:{port}"
     state = root / ".coordinator" / "sandbox"
@@ -1344,6 +1425,13 @@ def run_rounds(bench: Bench) -> Results:
     warm_ups += [name for name in ("serve-sqlite", "dbos-sqlite") if name in selected]
     for configuration in warm_ups:
         bench.window(configuration, 1, bench.applications[:WARM_UP_RUNS])
+    if arguments.prefill and "serve" in warm_ups:
+        seconds = prefill_store(bench.url, bench.namespace, arguments.prefill)
+        print(
+            f"# the PostgreSQL store prefilled with {arguments.prefill} finished runs in "
+            f"{seconds:.0f} s",
+            flush=True,
+        )
     windows = [
         (configuration, concurrency)
         for configuration in selected
@@ -1707,6 +1795,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--timeout", type=float, default=300.0, help="seconds for the runs of one window"
     )
     parser.add_argument(
+        "--extra-reads",
+        type=int,
+        default=0,
+        help="call steps more per run: BReg reads of the same record between the first read and "
+        "the choose (default 0; ours only, the peer's workflow has the one shape)",
+    )
+    parser.add_argument(
+        "--prefill",
+        type=int,
+        default=0,
+        help="finished runs copied into our PostgreSQL store before the windows, to see that "
+        "a store's size does not change a run's cost (default 0)",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help=f"a smoke run: {SMOKE_RUNS} runs per window, one round, {SMOKE_COMMIT_ROWS} "
@@ -1735,6 +1837,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown or not arguments.configurations:
         parser.error(f"--configurations takes names of {', '.join(CONFIGURATIONS)}")
     peers = [name for name in arguments.configurations if name in PEERS]
+    if arguments.extra_reads < 0 or arguments.prefill < 0:
+        parser.error("--extra-reads and --prefill take whole numbers from 0")
+    if arguments.extra_reads and peers:
+        parser.error("--extra-reads measures ours alone: leave the peer's configurations out")
     if peers and not Path(arguments.peer_python).exists():
         parser.error(f"no peer environment at {arguments.peer_python} (nox -s bench -- service)")
     admin_url = os.environ.get(ADMIN_URL_VARIABLE, DEFAULT_ADMIN_URL)
@@ -1744,6 +1850,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"# bench_service: {arguments.runs} runs per window, {arguments.rounds} rounds, window "
         f"order {order}; 1-minute load average at the start {os.getloadavg()[0]:.2f}"
+        + (f"; {arguments.extra_reads} extra reads per run" if arguments.extra_reads else "")
+        + (f"; store prefilled with {arguments.prefill} runs" if arguments.prefill else "")
         + ("; SMOKE RUN: the figures mean nothing" if arguments.smoke else ""),
         flush=True,
     )
