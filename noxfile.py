@@ -439,7 +439,8 @@ BENCH_TARGETS = ("functions", "check", "sealing", "service", "reads", "parked")
 def bench_smoke(session: nox.Session) -> None:
     """Every benchmark (`nox -s bench -- <target>`) once at a smoke size, in CI: a few runs,
     one round, no thresholds, so a broken benchmark fails the build. Its figures mean
-    nothing. `parked` runs with `--worker`, as the README's command does."""
+    nothing. `parked` runs with `--worker`, as the README's command does; the service bench
+    runs once more with its scaling options (`--extra-reads`, `--prefill`)."""
     install_workspace(session)
     python = peer_python(session)
     for target in BENCH_TARGETS:
@@ -449,3 +450,17 @@ def bench_smoke(session: nox.Session) -> None:
         elif target == "parked":
             arguments.append("--worker")
         session.run("python", f"scripts/bench_{target}.py", *arguments)
+    # The service bench's scaling options, on ours alone: a call step more, a prefilled store.
+    session.run(
+        "python",
+        "scripts/bench_service.py",
+        "--smoke",
+        "--configurations",
+        "serve+worker",
+        "--concurrencies",
+        "1",
+        "--extra-reads",
+        "1",
+        "--prefill",
+        "100",
+    )

@@ -428,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments.worker_concurrency, arguments.poll_ms = 4, 20
     arguments.peer_start, arguments.peer_concurrency, arguments.peer_processes = "direct", 0, 1
     arguments.peer_sqlite_journal = "default"
+    arguments.extra_reads, arguments.prefill = 0, 0  # the service bench's own workflow and store
     admin_url = os.environ.get(ADMIN_URL_VARIABLE, DEFAULT_ADMIN_URL)
     signal.signal(signal.SIGTERM, _stop)
     began = time.monotonic()

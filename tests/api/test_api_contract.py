@@ -21,6 +21,7 @@ from api_fakes import (
     claims,
 )
 from connexion.decorators import parameter as connexion_parameters
+from connexion.lifecycle import ConnexionRequest
 
 from coordinator_api import app as app_module
 from coordinator_core.jsonschema.violations import Violation
@@ -427,6 +428,42 @@ async def test_each_handler_is_decorated_once_for_the_app_not_per_request(
     for limit in (1, 2, 3):
         await reads(limit)
     assert len(inspected) == before
+
+
+async def test_a_handler_without_a_body_gets_its_arguments_without_connexion_reading_the_body(
+    client: httpx.AsyncClient,
+    keys: SigningKeys,
+    service: FakeRunService,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No handler takes a body from Connexion (each reads the body the edge captured), so the
+    app's parameter layer never asks Connexion's request for its body or its form files; the
+    path, the query (its default included), the token's claims and the request context still
+    reach the handler."""
+    asked: list[str] = []
+    for name in ("get_body", "files", "form"):
+        real = getattr(ConnexionRequest, name)
+
+        def counting(self: Any, *args: Any, _name: str = name, _real: Any = real) -> Any:
+            asked.append(_name)
+            return _real(self, *args)
+
+        monkeypatch.setattr(ConnexionRequest, name, counting)
+    auth = bearer(keys)
+    created = await start(client, keys)
+    assert created.status_code == 201 and (await start(client, keys, "key-2")).status_code == 201
+    run_id = created.json()["runId"]
+    status = await client.get(f"/v1/runs/{run_id}", headers=auth)  # a path argument
+    assert status.status_code == 200 and status.json()["runId"] == run_id
+    for query, expected in (({}, 2), ({"limit": 1}, 1)):  # the default (20), then a given one
+        listed = await client.get("/v1/runs", params=query, headers=auth)
+        assert listed.status_code == 200 and len(listed.json()["runs"]) == expected
+    assert all(caller.subject for caller in service.callers)  # the token's claims reached it
+    cancelled = await client.post(
+        f"/v1/runs/{run_id}/cancel", json={"reason": "INC-1"}, headers=auth
+    )
+    assert cancelled.status_code == 200
+    assert asked == []
 
 
 async def test_operator_routes_conform(

@@ -36,16 +36,19 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import connexion  # type: ignore[import-untyped]
 from connexion import context as connexion_context
 from connexion.apps.asynchronous import AsyncApi, AsyncOperation  # type: ignore[import-untyped]
 from connexion.datastructures import MediaTypeDict  # type: ignore[import-untyped]
 from connexion.decorators import StarletteDecorator  # type: ignore[import-untyped]
+from connexion.decorators import parameter as connexion_parameters
 from connexion.decorators.parameter import (  # type: ignore[import-untyped]
+    CONTEXT_NAME,
     AsyncParameterDecorator,
     pythonic,
+    unwrap_decorators,
 )
 from connexion.exceptions import (  # type: ignore[import-untyped]
     BadRequestProblem,
@@ -356,10 +359,50 @@ def _pythonic(name: str) -> str:
 
 
 class _KeptParameterDecorator(AsyncParameterDecorator):  # type: ignore[misc]
+    """Connexion's parameter decorator, with each name's spelling worked out once, and for a
+    handler that takes no body (every handler here: each reads the body the edge captured,
+    `coordinator_api.bodies`) its arguments read as Connexion reads them — the path's, the
+    query's with their defaults, and the security layer's (`token_info`) and the edge's
+    (`coordinator`) from the request's context — without the body and the form files that
+    Connexion would also read and resolve a schema for at every request, only to drop them.
+    A handler that takes a body or `**kwargs` gets Connexion's own wrapper."""
+
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         if options.get("pythonic_params"):
             self.sanitize_fn = _pythonic
+
+    def __call__(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        inspected = connexion_parameters.inspect_function_arguments(unwrap_decorators(function))
+        arguments, has_kwargs = inspected
+        if has_kwargs or "body" in arguments:
+            return cast(Callable[..., Any], super().__call__(function))
+        sanitize = self.sanitize_fn
+        named = frozenset(arguments)
+
+        @functools.wraps(function)
+        async def wrapper(request: Any) -> Any:
+            found = connexion_parameters._get_path_arguments(
+                request.path_params, operation=connexion_context.operation, sanitize=sanitize
+            )
+            found.update(
+                connexion_parameters._get_query_arguments(
+                    request.query_params,
+                    operation=connexion_context.operation,
+                    arguments=arguments,
+                    has_kwargs=False,
+                    sanitize=sanitize,
+                )
+            )
+            kwargs = {sanitize(name): value for name, value in found.items()}
+            for name, value in connexion_context.context.items():
+                if name in named:
+                    kwargs[name] = value
+            if CONTEXT_NAME in named:
+                kwargs[CONTEXT_NAME] = connexion_context.context
+            return await function(**kwargs)
+
+        return wrapper
 
 
 class _OnceDecorator(StarletteDecorator):  # type: ignore[misc]
