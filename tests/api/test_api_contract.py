@@ -455,7 +455,7 @@ async def test_a_handler_without_a_body_gets_its_arguments_without_connexion_rea
     run_id = created.json()["runId"]
     status = await client.get(f"/v1/runs/{run_id}", headers=auth)  # a path argument
     assert status.status_code == 200 and status.json()["runId"] == run_id
-    for query, expected in (({}, 2), ({"limit": 1}, 1)):  # the default (20), then a given one
+    for query, expected in (({}, 2), ({"limit": 1}, 1)):  # no limit given, then one
         listed = await client.get("/v1/runs", params=query, headers=auth)
         assert listed.status_code == 200 and len(listed.json()["runs"]) == expected
     assert all(caller.subject for caller in service.callers)  # the token's claims reached it
