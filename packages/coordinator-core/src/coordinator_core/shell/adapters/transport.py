@@ -21,7 +21,6 @@ all (also at process exit).
 from __future__ import annotations
 
 import atexit
-import itertools
 import os
 import re
 import select
@@ -92,16 +91,13 @@ POOL_IDLE_CONNECTIONS: Final = 8
 # Destinations (pools) kept at once; an unused one goes once its connections have expired.
 _POOL_DESTINATIONS: Final = 64
 
-_serials = itertools.count(1)
-
 
 class RequestClock:
     """The request's deadline and what happened so far."""
 
-    __slots__ = ("attempt_deadline", "deadline", "now", "sending", "serial")
+    __slots__ = ("attempt_deadline", "deadline", "now", "sending")
 
     def __init__(self, deadline: float, attempt_deadline: float, now: Callable[[], float]):
-        self.serial = next(_serials)
         self.deadline = deadline
         self.attempt_deadline = attempt_deadline
         self.now = now
