@@ -1839,6 +1839,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     peers = [name for name in arguments.configurations if name in PEERS]
     if arguments.extra_reads < 0 or arguments.prefill < 0:
         parser.error("--extra-reads and --prefill take whole numbers from 0")
+    if arguments.prefill and not {"serve", "serve+worker"} & set(arguments.configurations):
+        parser.error("--prefill fills our PostgreSQL store: choose serve or serve+worker")
     if arguments.extra_reads and peers:
         parser.error("--extra-reads measures ours alone: leave the peer's configurations out")
     if peers and not Path(arguments.peer_python).exists():
