@@ -47,9 +47,10 @@ the spec's body; the peer reads DBOS's own status row.
 
 Run: `nox -s bench -- reads` (which builds the peer's environment), or `python
 scripts/bench_reads.py --peer-python PATH [--runs N] [--requests N] [--rounds R] [--kinds
-status,inspect,list] [--profile DIR]`. `--profile DIR` then records the serving process with
-py-spy (`record --gil -f raw`, the py-spy beside this Python or on PATH) during one more
-window of each kind, writes the folded stacks to DIR and prints the heaviest frames.
+status,inspect,list] [--profile DIR [--profile-rate HZ]]`. `--profile DIR` then records the
+serving process with py-spy (`record --gil -f raw`, the py-spy beside this Python or on PATH;
+`--profile-rate` samples per second, 1,000 unless given) during one more window of each kind,
+writes the folded stacks to DIR and prints the heaviest frames.
 `--smoke` runs one round of 20 reads of each kind after 5 runs (CI: `nox -s bench_smoke`).
 Loopback only; every process started is stopped and every database dropped whatever happens.
 """
@@ -250,7 +251,19 @@ def profile(token: str, targets: Callable[[str], Target], arguments: argparse.Na
         origin, run_ids, pid = targets(kind)
         output = directory / f"{'peer' if kind.startswith(PEER) else 'serve'}-{kind}.txt"
         recorder = subprocess.Popen(
-            [py_spy(), "record", "--gil", "-p", str(pid), "-f", "raw", "-o", str(output)],
+            [
+                py_spy(),
+                "record",
+                "--gil",
+                "--rate",
+                str(arguments.profile_rate),
+                "-p",
+                str(pid),
+                "-f",
+                "raw",
+                "-o",
+                str(output),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -404,6 +417,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the Python of the peer's environment (default .nox/bench_peer/bin/python)",
     )
     parser.add_argument("--profile", help="a directory: record serve with py-spy afterwards")
+    parser.add_argument(
+        "--profile-rate",
+        type=int,
+        default=1000,
+        help="py-spy's samples per second with --profile (default 1000; py-spy's own default, "
+        "100, leaves a few hundred samples per window, too few to rank a function under 5%%)",
+    )
     parser.add_argument(
         "--smoke",
         action="store_true",
