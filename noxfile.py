@@ -290,21 +290,27 @@ MUTANTS_LINKS = (
 )
 # What `nox -s mutants` mutates without arguments (mutmut's mutant names, globs allowed): the
 # engine, the invariants every store write keeps, and the fences of writes.py (the mid-attempt
-# fence and the finish, which names the claim). The rest of writes.py is mutated but not run.
+# fence and the finish, which names the claim); the sealing of protected values and the audit
+# journal's entries, keyed references and verification. The rest of writes.py is mutated but
+# not run.
 MUTATION_SCOPE = (
     "coordinator_core.engine.*",
     "coordinator_core.shell.store.invariants.*",
     "coordinator_core.shell.store.writes.xǁRunWritesǁ_fence_txn__mutmut_*",
     "coordinator_core.shell.store.writes.xǁRunWritesǁrecord_step_progress__mutmut_*",
     "coordinator_core.shell.store.writes.xǁRunWritesǁcomplete_step__mutmut_*",
+    "coordinator_core.shell.sealing.*",
+    "coordinator_core.shell.audit.entries.*",
+    "coordinator_core.shell.audit.references.*",
+    "coordinator_core.shell.audit.verify.*",
 )
 
 
 @nox.session(default=False)
 def mutants(session: nox.Session) -> None:
-    """Mutation testing (mutmut) of the engine and the store's write fences; prints the
-    survivors (`path:line: original → mutated [status]`). Arguments after `--` name the mutants
-    to run instead (`nox -s mutants -- "coordinator_core.engine.steps.x__call_attempt*"`). The
+    """Mutation testing (mutmut) of the engine, the store's write fences, sealing and the audit
+    journal; prints the survivors (`path:line: original → mutated [status]`). Arguments after
+    `--` name the mutants to run instead (`nox -s mutants -- "coordinator_core.engine.steps.x__call_attempt*"`). The
     whole scope takes hours on a 2-core machine; each run starts afresh from the checkout."""
     install_workspace(session, *TEST_TOOLS, "mutmut", "mypy", "types-PyYAML")
     shutil.rmtree(MUTANTS / "mutants", ignore_errors=True)

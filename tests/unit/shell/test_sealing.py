@@ -483,6 +483,9 @@ def test_sixteen_versions_and_the_largest_version_are_accepted() -> None:
     assert len(ring.versions) == 16
     stored = Sealer(ring, DB).seal(1, run_id=RUN, purpose="input")
     assert envelope(stored)[1:5] == b"\xff\xff\xff\xff"
+    assert Sealer(ring, DB).open(stored, run_id=RUN, purpose="input") == 1  # and opened
+    markers = {version: ring.custody_marker(DB, version) for version in ring.versions}
+    assert ring.check_custody(DB, markers) == {}  # its custody marker too
 
 
 def test_admission_key_form_and_separation_are_checked() -> None:
@@ -493,7 +496,22 @@ def test_admission_key_form_and_separation_are_checked() -> None:
             "/deployment/admissionKeyRef",
         )
     error = refused(lambda: AdmissionKey(KEY_2, state_keys=StateKeyRing(1, {1: KEY_1, 2: KEY_2})))
-    assert error.code == "coordinator.secret.invalid"
+    assert (error.code, error.diagnostic.path, error.diagnostic.message) == (
+        "coordinator.secret.invalid",
+        "/deployment/admissionKeyRef",
+        "The admission key is the same as a state key.",
+    )
+
+
+def test_key_and_sealed_value_refusals_say_what_is_wrong_and_what_to_do() -> None:
+    # The standards' "clear error with a stable code and a repair hint", never the key or value.
+    bad_key = refused(partial(AdmissionKey, b"\x01" * 33)).diagnostic
+    assert bad_key.message == "The key is not exactly 32 raw bytes, or it is all zero."
+    stored = sealer().seal(CANARY, run_id=RUN, purpose="input")
+    unopened = refused(partial(sealer().open, stored, run_id=RUN, purpose="output", step="s"))
+    assert unopened.code == PROTECTED_STATE_INVALID
+    assert unopened.diagnostic.message == "A sealed value could not be opened."
+    assert unopened.diagnostic.hint
 
 
 # --- custody ----------------------------------------------------------------------------------
@@ -581,6 +599,8 @@ def test_admission_key_custody_refuses_another_key() -> None:
     AdmissionKey(ADMISSION).check_custody(DB, registered)
     error = refused(lambda: AdmissionKey(KEY_2).check_custody(DB, registered))
     assert error.code == "coordinator.command.admission-key-custody"
+    assert error.diagnostic.path == "/deployment/admissionKeyRef"  # where the operator looks
+    assert "admissionKeyRef" in (error.diagnostic.message or "")
 
 
 # --- nonces, sizes, canaries ------------------------------------------------------------------
@@ -615,6 +635,20 @@ def test_envelope_overhead_is_a_constant_33_bytes() -> None:
         plaintext_length = len(json.dumps(value))
         stored = box.seal(value, run_id=RUN, purpose="input")
         assert len(envelope(stored)) - plaintext_length == ENVELOPE_OVERHEAD
+
+
+def test_a_value_of_exactly_sixteen_mebibytes_is_sealed_and_opened() -> None:
+    # 07 §10: "at most 16 MiB" of plaintext, in both directions and in the stored form.
+    box = sealer()
+    largest = "x" * (sealing.MAX_PLAINTEXT_BYTES - 2)  # its JSON text: the quotes around it
+    stored = box.seal(largest, run_id=RUN, purpose="input")
+    assert len(envelope(stored)) == sealing.MAX_PLAINTEXT_BYTES + ENVELOPE_OVERHEAD
+    assert box.open(stored, run_id=RUN, purpose="input") == largest
+    text = canonical_json(largest)
+    kept = box.seal_text(text, run_id=RUN, purpose="input")
+    assert box.open_text(kept, run_id=RUN, purpose="input") == text
+    with pytest.raises(ValueError):
+        box.seal_text(text + b" ", run_id=RUN, purpose="input")
 
 
 def test_oversized_or_non_json_values_are_not_sealed() -> None:

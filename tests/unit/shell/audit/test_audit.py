@@ -48,6 +48,7 @@ from coordinator_core.shell.audit import (
     worker_correlation,
     worker_record,
 )
+from coordinator_core.shell.audit.entries import store_identity_record, torn_tail_record
 from coordinator_core.values import canonical_json, sha256_label
 
 DB = "reviewed-notice-dev"
@@ -107,8 +108,10 @@ def journal_dir(tmp_path: Path) -> Path:
 
 
 def test_reference_matches_the_contract_vector() -> None:
+    # A fresh instance: the module's REFS keeps the references it made (a bounded cache), and
+    # this test checks the computation, not a value remembered from another test.
     assert (
-        REFS.run("0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4f")
+        AuditReferences(AUDIT_KEY, DB).run("0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4f")
         == "hmac-sha256:41628f385a9002336960665479c48c049e136852f81553f0b34657cb2a169aec"
     )
 
@@ -125,6 +128,10 @@ def test_references_separate_class_scope_and_value_with_byte_lengths() -> None:
     assert REFS.run("x") != REFS.reason("x")
     assert REFS.run("x") != other_scope.run("x")
     assert REFS.step("r", "s") == REFS.reference("step-v1", "r/s")
+    # 07 §11's classes of the restore's evidence and of an admission's recovery
+    assert REFS.restore_evidence("e") == REFS.reference("restore-evidence-v1", "e")
+    assert REFS.admission_recovery("e") == REFS.reference("admission-recovery-v1", "e")
+    assert REFS.restore_evidence("e") != REFS.admission_recovery("e")
     # "é" is 2 UTF-8 bytes: the length written is 2, so "é" and "e\u0301" (3 bytes) differ
     assert REFS.reason("é") != REFS.reason("e\u0301")
     assert re.fullmatch(r"hmac-sha256:[0-9a-f]{64}", REFS.event("ce-1"))
@@ -247,11 +254,33 @@ def test_every_builder_produces_a_contract_shape(journal_dir: Path) -> None:
             3,
             "unknown",
         ),
+        response(
+            correlation,
+            "cancel",
+            "unknown",
+            code="coordinator.command.store-unavailable",
+            run_ref=REFS.run("r"),
+        ),
+        ctl_applied(correlation, activation_id=2**53 - 1),
+        ctl_applied(correlation, activation_id=0),
+        store_identity_record(correlation, "sha256:" + "b" * 64),
+        torn_tail_record(correlation, "serve-20261206T223000Z-0a1b2c3d-2.jsonl", 0, 2**53 - 1),
     ]
     with AuditWriter.open(journal_dir, "serve") as writer:
         for entry in entries:
             writer.append(entry)
     assert verify_directory(journal_dir).entries == len(entries)
+    assert dict(entries[0].record) == {
+        "action": "cancel",
+        "actorRef": REFS.actor("o"),
+        "runRef": REFS.run("r"),
+        "reasonRef": REFS.reason("why"),
+    }
+    assert dict(entries[8].record) == {
+        "action": "activation.apply",
+        "packageDigest": "sha256:" + "a" * 64,
+        "reasonRef": REFS.reason("change-42"),
+    }
 
 
 @pytest.mark.parametrize(
@@ -270,6 +299,36 @@ def test_every_builder_produces_a_contract_shape(journal_dir: Path) -> None:
         ("response", {"action": "status", "outcome": "maybe"}),
         ("response", {"action": "status", "outcome": "refused", "code": "Not A Code"}),
         ("response", {"outcome": "applied", "activationId": "has space"}),
+        ("response", {"outcome": "applied", "activationId": 2**53}),
+        ("response", {"action": "status", "outcome": "accepted", "code": None}),
+        ("record", {"action": "store.identity", "storeIdentity": "sha256:" + "b" * 63}),
+        ("record", {"action": "store.identity"}),
+        (
+            "record",
+            {"action": "store.identity", "storeIdentity": "sha256:" + "b" * 64, "line": 1},
+        ),
+        (
+            "record",
+            {"action": "journal.torn-tail", "journalFile": "notes.jsonl", "line": 1, "bytes": 1},
+        ),
+        (
+            "record",
+            {
+                "action": "journal.torn-tail",
+                "journalFile": "serve-20261206T223000Z-0a1b2c3d.jsonl",
+                "line": -1,
+                "bytes": 1,
+            },
+        ),
+        (
+            "record",
+            {
+                "action": "journal.torn-tail",
+                "journalFile": "serve-20261206T223000Z-0a1b2c3d.jsonl",
+                "line": 1,
+                "bytes": 2**53,
+            },
+        ),
         (
             "record",
             {
@@ -308,7 +367,7 @@ def test_records_outside_the_contract_table_are_refused(
     phase: str, record: dict[str, object]
 ) -> None:
     correlation = new_correlation()
-    if phase == "record":
+    if phase == "record" and not str(record["action"]).startswith(("store.", "journal.")):
         correlation = worker_correlation(correlation, "attempt", REFS.step("r", "s"))
     with pytest.raises(ValueError):
         AuditEntry(phase, correlation, record)  # type: ignore[arg-type]
@@ -329,6 +388,8 @@ def test_correlation_form_is_checked() -> None:
     step_ref = REFS.step("r", "s")
     record = {"action": "status", "actorRef": REFS.actor("o")}
     for correlation in (
+        5,
+        None,
         "",
         "not-a-uuid",
         new_correlation().upper(),
@@ -513,6 +574,103 @@ def test_non_canonical_edit_is_detected_at_its_own_line(journal_dir: Path) -> No
     assert where(broken(journal_dir)) == ("coordinator.audit.chain-broken", writer.path.name, 4)
 
 
+def _first_line_as(journal_dir: Path, edit: Callable[[dict[str, Any]], object]) -> Path:
+    """A one-line journal whose line is the writer's own first entry after `edit` (which
+    changes the entry in place, or returns the line's bytes to write instead), re-encoded as
+    RFC 8785 text, so that only the rule under test breaks it."""
+    writer = write_journal(journal_dir, 1)
+    entry = json.loads(lines_of(writer.path)[0])
+    line = edit(entry)
+    write_lines(writer.path, [line if isinstance(line, bytes) else canonical_json(entry)])
+    return writer.path
+
+
+def _padded(entry: dict[str, Any], size: int) -> bytes:
+    """The entry's canonical line grown to exactly `size` bytes through its correlation."""
+    entry["correlation"] += "x" * (size - len(canonical_json(entry)))
+    line = canonical_json(entry)
+    assert len(line) == size
+    return line
+
+
+_NOT_A_UUID = "0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4"
+
+
+@pytest.mark.parametrize(
+    ("edit", "path", "message"),
+    [
+        (lambda e: _padded(e, 1_048_577), "", "The line is longer than 1 MiB."),
+        (lambda e: b'{"schema": 1}', "", "The line is not canonical JSON of one object."),
+        (lambda e: b"[1]", "", "The line is not canonical JSON of one object."),
+        (lambda e: e.pop("time"), "", "The entry does not have exactly the journal members."),
+        (lambda e: e.update(extra=1), "", "The entry does not have exactly the journal members."),
+        (
+            lambda e: e.update(schema="x"),
+            "/schema",
+            "The entry's schema is not the journal schema.",
+        ),
+        (
+            lambda e: e.update(sequence=2),
+            "/sequence",
+            "The sequence does not continue the file group.",
+        ),
+        (
+            lambda e: e.update(sequence=True),
+            "/sequence",
+            "The sequence does not continue the file group.",
+        ),
+        (
+            lambda e: e.update(previous="sha256:" + "1" * 64),
+            "/previous",
+            "The previous hash does not match the line before.",
+        ),
+        (lambda e: e.update(eventId=_NOT_A_UUID), "/eventId", "The event id is not a UUID."),
+        (lambda e: e.update(eventId=7), "/eventId", "The event id is not a UUID."),
+        (
+            lambda e: e.update(time="2026-12-06T22:40:00Z"),
+            "/time",
+            "The time is not a UTC time with milliseconds.",
+        ),
+        (
+            lambda e: e.update(time="2026-13-06T22:40:00.000Z"),
+            "/time",
+            "The time is not a UTC time with milliseconds.",
+        ),
+        (lambda e: e.update(time=1), "/time", "The time is not a UTC time with milliseconds."),
+        (
+            lambda e: e.update(phase="answer"),
+            "/phase",
+            "The phase is not request, response or record.",
+        ),
+        (lambda e: e.update(phase=1), "/phase", "The phase is not request, response or record."),
+        (lambda e: e.update(correlation=""), "/correlation", "The correlation is not a string."),
+        (lambda e: e.update(correlation=5), "/correlation", "The correlation is not a string."),
+        (lambda e: e.update(record=[]), "/record", "The record is not an object."),
+        (
+            lambda e: e["record"].update(action="steal"),
+            "/record",
+            "The record is not one of the shapes of 07 §11.",
+        ),
+    ],
+)
+def test_a_broken_first_line_names_the_member_at_fault_and_why(
+    journal_dir: Path, edit: Callable[[dict[str, Any]], object], path: str, message: str
+) -> None:
+    # What `audit verify` tells an operator of a broken line (09 §2): the member at fault and
+    # a fixed sentence, besides the file and the line. Each edit breaks one rule only.
+    file = _first_line_as(journal_dir, edit)
+    error = broken(journal_dir)
+    assert where(error) == ("coordinator.audit.chain-broken", file.name, 1)
+    assert (error.diagnostic.path, error.diagnostic.message) == (path, message)
+
+
+def test_a_line_of_exactly_one_mebibyte_is_not_refused_for_its_length(journal_dir: Path) -> None:
+    # 07 §11: "An entry is at most 1 MiB". This one is refused for its oversized correlation,
+    # one past the limit is refused for its length (above).
+    _first_line_as(journal_dir, lambda e: _padded(e, 1_048_576))
+    assert broken(journal_dir).diagnostic.message != "The line is longer than 1 MiB."
+
+
 def test_edited_last_line_changes_the_head(journal_dir: Path) -> None:
     # A chain proves integrity only relative to a trusted head (07 §11).
     writer = write_journal(journal_dir, 3)
@@ -612,10 +770,11 @@ def test_tampering_in_a_later_file_names_that_file(journal_dir: Path) -> None:
 def test_a_missing_file_of_a_group_is_detected(journal_dir: Path) -> None:
     writer = write_journal(journal_dir, 30, rotate_bytes=2_000)
     (journal_dir / f"{writer.prefix}-2.jsonl").unlink()
-    assert where(broken(journal_dir)) == (
-        "coordinator.audit.chain-broken",
-        f"{writer.prefix}-3.jsonl",
-        1,
+    error = broken(journal_dir)
+    assert where(error) == ("coordinator.audit.chain-broken", f"{writer.prefix}-3.jsonl", 1)
+    assert (error.diagnostic.path, error.diagnostic.message) == (
+        "",
+        "An earlier file of this journal is missing.",
     )
     (journal_dir / f"{writer.prefix}.jsonl").unlink()
     assert where(broken(journal_dir))[1] == f"{writer.prefix}-3.jsonl"
@@ -624,11 +783,40 @@ def test_a_missing_file_of_a_group_is_detected(journal_dir: Path) -> None:
 def test_a_journal_file_with_a_bad_name_is_detected(journal_dir: Path) -> None:
     writer = write_journal(journal_dir, 2)
     writer.path.rename(journal_dir / f"{writer.prefix}-1.jsonl")
-    assert where(broken(journal_dir)) == (
-        "coordinator.audit.chain-broken",
-        f"{writer.prefix}-1.jsonl",
-        1,
+    error = broken(journal_dir)
+    assert where(error) == ("coordinator.audit.chain-broken", f"{writer.prefix}-1.jsonl", 1)
+    assert (error.diagnostic.path, error.diagnostic.message) == (
+        "",
+        "The file name does not follow the journal naming rule.",
     )
+
+
+def test_a_last_line_without_its_line_feed_in_an_earlier_file_is_broken(
+    journal_dir: Path,
+) -> None:
+    # Only the group's last file may end torn (07 §12.1 item 6): a rotated file was complete.
+    writer = write_journal(journal_dir, 30, rotate_bytes=2_000)
+    first = journal_dir / f"{writer.prefix}.jsonl"
+    count = len(lines_of(first))
+    first.write_bytes(first.read_bytes()[:-1])
+    error = broken(journal_dir)
+    assert where(error) == ("coordinator.audit.chain-broken", first.name, count)
+    assert (error.diagnostic.path, error.diagnostic.message) == (
+        "",
+        "The line is incomplete or longer than 1 MiB.",
+    )
+
+
+def test_a_fifo_named_as_a_journal_file_is_unreadable_and_never_opened(journal_dir: Path) -> None:
+    writer = write_journal(journal_dir, 2)
+    fifo = journal_dir / f"{writer.prefix}-2.jsonl"
+    os.mkfifo(fifo)  # opened for reading without a writer, it would wait forever
+    error = broken(journal_dir)
+    assert (error.code, error.diagnostic.file) == ("coordinator.audit.unreadable", fifo.name)
+    assert error.diagnostic.message == (
+        "The journal file is not a regular file (a FIFO, socket, device or directory)."
+    )
+    assert error.diagnostic.hint and "Move what is not a journal file" in error.diagnostic.hint
 
 
 def test_a_second_process_forms_its_own_group(journal_dir: Path) -> None:

@@ -14,8 +14,10 @@ from coordinator_core.shell.audit import (
     AuditEntry,
     AuditReferences,
     AuditWriter,
+    TornTail,
     WorkerAction,
     WorkerOutcome,
+    verify_directory,
     worker_record,
 )
 from coordinator_core.shell.audit.heads import (
@@ -268,6 +270,29 @@ def test_a_torn_tail_of_a_dead_group_is_set_aside(directory: Path) -> None:
     assert (directory / (path.name + ".torn")).read_bytes() == whole[len(kept) : len(kept) + 17]
     assert torn_tails(directory) == []
     assert len(read_after_heads(directory, {head.group: head}).dispatches) == 1
+    # `audit verify` then finds the group whole, and the tail where it was set aside: its line
+    # and offset in the file it was cut from (07 §12.1 item 6).
+    result = verify_directory(directory)
+    assert result.groups[0].entries == 4
+    assert result.torn == (TornTail(path.name, 5, len(kept), moved_aside=True),)
+    assert result.torn[0].to_json() == {"file": path.name, "line": 5, "movedAside": True}
+
+
+def test_a_tail_set_aside_from_a_journal_over_one_mebibyte_names_its_line(directory: Path) -> None:
+    # `audit verify` counts the lines before a set-aside tail across the whole file, read a
+    # MiB at a time: the line it names is the one the tail began at, past the first MiB too.
+    writer = AuditWriter.open(directory, "worker")
+    writer.append_all([record("attempt", "intent")] * 4_000)
+    writer.close()
+    kept = writer.path.stat().st_size
+    assert kept > 1 << 20
+    with writer.path.open("ab") as handle:
+        handle.write(b'{"schema":')  # the last write failed part way
+    [torn] = torn_tails(directory)
+    assert set_aside(directory, torn) == 10
+    result = verify_directory(directory)
+    assert result.groups[0].entries == 4_000
+    assert result.torn == (TornTail(writer.path.name, 4_001, kept, moved_aside=True),)
 
 
 def test_a_last_line_that_is_not_json_is_a_torn_tail(directory: Path) -> None:
