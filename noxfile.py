@@ -291,7 +291,8 @@ MUTANTS_LINKS = (
 # What `nox -s mutants` mutates without arguments (mutmut's mutant names, globs allowed): the
 # engine, the invariants every store write keeps, and the fences of writes.py (the mid-attempt
 # fence and the finish, which names the claim); the sealing of protected values and the audit
-# journal's entries, keyed references and verification. The rest of writes.py is mutated but
+# journal's entries, keyed references, verification, and what restore detection reads of it
+# (the store's heads, torn tails, the restore witness). The rest of writes.py is mutated but
 # not run.
 MUTATION_SCOPE = (
     "coordinator_core.engine.*",
@@ -301,8 +302,10 @@ MUTATION_SCOPE = (
     "coordinator_core.shell.store.writes.xǁRunWritesǁcomplete_step__mutmut_*",
     "coordinator_core.shell.sealing.*",
     "coordinator_core.shell.audit.entries.*",
+    "coordinator_core.shell.audit.heads.*",
     "coordinator_core.shell.audit.references.*",
     "coordinator_core.shell.audit.verify.*",
+    "coordinator_core.shell.audit.witness.*",
 )
 
 

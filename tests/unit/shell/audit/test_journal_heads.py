@@ -5,6 +5,7 @@ the journal's ends that a restore hold records. Real writers, real files."""
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,7 @@ def test_a_deleted_tail_line_is_reported_with_its_file_and_line(directory: Path)
     diagnostic = caught.value.diagnostic
     assert diagnostic.code == "coordinator.audit.journal-truncated"
     assert (diagnostic.file, diagnostic.line) == (path.name, 3)
+    assert diagnostic.message == "The journal ends before the line the store recorded."
 
 
 def test_a_deleted_file_is_reported(directory: Path) -> None:
@@ -126,6 +128,7 @@ def test_a_deleted_file_is_reported(directory: Path) -> None:
         check_heads(directory, {head.group: head})
     assert caught.value.diagnostic.code == "coordinator.audit.journal-truncated"
     assert caught.value.diagnostic.file == f"{writer.prefix}.jsonl"
+    assert caught.value.diagnostic.message == "A journal file the store recorded is missing."
 
 
 def test_a_changed_head_line_is_reported(directory: Path) -> None:
@@ -138,6 +141,9 @@ def test_a_changed_head_line_is_reported(directory: Path) -> None:
         check_heads(directory, {head.group: head})
     assert caught.value.diagnostic.code == "coordinator.audit.journal-truncated"
     assert caught.value.diagnostic.line == 2
+    assert caught.value.diagnostic.message == (
+        "The journal line differs from the one the store recorded."
+    )
 
 
 def test_a_fifo_where_a_journal_file_should_be_never_blocks(directory: Path) -> None:
@@ -258,6 +264,34 @@ def test_a_group_without_a_head_is_verified_from_its_first_line(directory: Path)
     assert altered(directory, {}) == ("coordinator.audit.journal-altered", path.name, 2)
 
 
+def test_a_missing_later_file_of_a_group_is_an_altered_journal(directory: Path) -> None:
+    _, head = rotated_journal(directory, 12)
+    missing = directory / f"{head.group}-3.jsonl"
+    missing.unlink()
+    with pytest.raises(CoordinatorError) as caught:
+        read_after_heads(directory, {head.group: head})
+    diagnostic = caught.value.diagnostic
+    assert (diagnostic.code, diagnostic.file) == ("coordinator.audit.journal-altered", missing.name)
+    assert diagnostic.message == "A file of this journal group is missing."
+
+
+def test_an_incomplete_line_before_the_last_file_is_an_altered_journal(directory: Path) -> None:
+    # Only the last file's last line may be mid-write (a live process): a rotated file is whole.
+    _, head = rotated_journal(directory, 12)
+    second = directory / f"{head.group}-2.jsonl"
+    count = len(lines(second))
+    second.write_bytes(second.read_bytes()[:-1])
+    with pytest.raises(CoordinatorError) as caught:
+        read_after_heads(directory, {head.group: head})
+    diagnostic = caught.value.diagnostic
+    assert (diagnostic.code, diagnostic.file, diagnostic.line) == (
+        "coordinator.audit.journal-altered",
+        second.name,
+        count,
+    )
+    assert (diagnostic.path, diagnostic.message) == ("", "The line is incomplete.")
+
+
 def test_a_torn_tail_of_a_dead_group_is_set_aside(directory: Path) -> None:
     path, head = headed_journal(directory)
     whole = path.read_bytes()
@@ -267,7 +301,9 @@ def test_a_torn_tail_of_a_dead_group_is_set_aside(directory: Path) -> None:
     assert (torn.file, torn.line, torn.offset) == (path.name, 5, len(kept))
     assert set_aside(directory, torn) == 17
     assert path.read_bytes() == kept
-    assert (directory / (path.name + ".torn")).read_bytes() == whole[len(kept) : len(kept) + 17]
+    aside = directory / (path.name + ".torn")
+    assert aside.read_bytes() == whole[len(kept) : len(kept) + 17]
+    assert stat.S_IMODE(aside.stat().st_mode) == 0o600  # owner-only, as the journal's files
     assert torn_tails(directory) == []
     assert len(read_after_heads(directory, {head.group: head}).dispatches) == 1
     # `audit verify` then finds the group whole, and the tail where it was set aside: its line
@@ -293,6 +329,94 @@ def test_a_tail_set_aside_from_a_journal_over_one_mebibyte_names_its_line(direct
     result = verify_directory(directory)
     assert result.groups[0].entries == 4_000
     assert result.torn == (TornTail(writer.path.name, 4_001, kept, moved_aside=True),)
+
+
+def test_a_torn_tail_past_the_window_read_from_a_large_file_is_found(directory: Path) -> None:
+    # `torn_tails` reads only the end of a group's last file: a journal longer than that window
+    # still has its tail found where it begins, and set aside whole.
+    writer = AuditWriter.open(directory, "worker")
+    writer.append_all([record("attempt", "intent")] * 8_000)
+    writer.close()
+    kept = writer.path.stat().st_size
+    assert kept > 2 * (1 << 20) + 4
+    with writer.path.open("ab") as handle:
+        handle.write(b'{"schema":"registry-platform-audit/v1","seq')
+    assert torn_tails(directory) == [TornTail(writer.path.name, 8_001, kept)]
+    assert set_aside(directory, TornTail(writer.path.name, 8_001, kept)) == 43
+    assert writer.path.stat().st_size == kept
+    assert torn_tails(directory) == []
+    # a last line that is complete but not JSON is a torn tail too, from where it begins
+    with writer.path.open("ab") as handle:
+        handle.write(b"not json\n")
+    assert torn_tails(directory) == [TornTail(writer.path.name, 8_001, kept)]
+
+
+def test_each_dead_group_is_looked_at_for_a_torn_tail(directory: Path) -> None:
+    # A live group (its writer holds the file's lock, mid-write), a clean one or the caller's
+    # own is passed over, not the end of the search.
+    writers = [AuditWriter.open(directory, "worker") for _ in range(3)]
+    for writer in writers:
+        writer.append_all([record("attempt", "intent")])
+    live, clean, dead = sorted(writers, key=lambda writer: writer.path.name)
+    clean.close()
+    dead.close()
+    for writer in (live, dead):
+        with writer.path.open("ab") as handle:
+            handle.write(b'{"torn')
+    try:
+        found = [TornTail(dead.path.name, 2, dead.path.stat().st_size - 6)]
+        assert torn_tails(directory) == found
+        assert torn_tails(directory, own=clean.prefix) == found
+        assert torn_tails(directory, own=dead.prefix) == []
+    finally:
+        live.close()
+
+
+def test_files_beside_the_journal_do_not_hide_it(directory: Path) -> None:
+    # Whatever else the directory holds, in whatever order it lists them, every group is found.
+    _, head = write(directory, [record("attempt", "intent")])
+    for number in range(100):
+        (directory / f"notes-{number:03d}.txt").write_text("not a journal")
+    (directory / "worker-20261206T000000Z-00000000.jsonl").mkdir()  # named as one, not a file
+    assert journal_ends(directory) == [head]
+
+
+def rotated_journal(directory: Path, proofs: int) -> tuple[Path, JournalPosition]:
+    """A dead group spread over several files: two attempts (the second is the store's head,
+    inside the first file), then `proofs` proofs of commit, each in a write of its own."""
+    writer = AuditWriter.open(directory, "worker", rotate_bytes=1_500)
+    writer.append_all([record("attempt", "intent")] * 2)
+    head = writer.position
+    for _ in range(proofs):
+        writer.append_all([record("dispatch", "committed")])
+    writer.close()
+    assert head is not None and head.file_number == 1 and head.line_offset > 0
+    return writer.path, head
+
+
+def test_the_lines_after_a_head_are_read_across_the_files_that_follow(directory: Path) -> None:
+    last, head = rotated_journal(directory, 12)
+    files = sorted(directory.glob(f"{head.group}*.jsonl"))
+    assert len(files) > 3
+    tail = read_after_heads(directory, {head.group: head})
+    assert len(tail.dispatches) == 12  # every later file read from its first line
+    end = tail.ends[head.group]
+    assert (end.sequence, end.file_number) == (14, len(files))
+    assert journal_ends(directory) == [end]
+    assert last.name == f"{head.group}-{end.file_number}.jsonl"  # the writer's last file
+
+
+def test_the_end_of_a_group_whose_last_file_is_still_empty_is_in_the_file_before(
+    directory: Path,
+) -> None:
+    # A process that rotated and died before writing leaves an empty last file: the journal
+    # ends in the file before it, not two before.
+    _, head = rotated_journal(directory, 12)
+    number = len(sorted(directory.glob(f"{head.group}*.jsonl")))
+    (directory / f"{head.group}-{number + 1}.jsonl").write_bytes(b"")
+    [end] = journal_ends(directory)
+    assert end == read_after_heads(directory, {}).ends[head.group]
+    assert (end.sequence, end.file_number) == (14, number)
 
 
 def test_a_last_line_that_is_not_json_is_a_torn_tail(directory: Path) -> None:
