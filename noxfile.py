@@ -313,8 +313,9 @@ MUTATION_SCOPE = (
 def mutants(session: nox.Session) -> None:
     """Mutation testing (mutmut) of the engine, the store's write fences, sealing and the audit
     journal; prints the survivors (`path:line: original → mutated [status]`). Arguments after
-    `--` name the mutants to run instead (`nox -s mutants -- "coordinator_core.engine.steps.x__call_attempt*"`). The
-    whole scope takes hours on a 2-core machine; each run starts afresh from the checkout."""
+    `--` name the mutants to run instead
+    (`nox -s mutants -- "coordinator_core.engine.steps.x__call_attempt*"`). The whole scope
+    takes hours on a 2-core machine; each run starts afresh from the checkout."""
     install_workspace(session, *TEST_TOOLS, "mutmut", "mypy", "types-PyYAML")
     shutil.rmtree(MUTANTS / "mutants", ignore_errors=True)
     MUTANTS.mkdir(exist_ok=True)
