@@ -10,9 +10,17 @@ from pathlib import Path
 import pytest
 
 from coordinator_core.errors import CoordinatorError
+from coordinator_core.shell.audit import (
+    AuditEntry,
+    AuditReferences,
+    AuditWriter,
+    WorkerAction,
+    WorkerOutcome,
+    worker_record,
+)
 from coordinator_core.shell.audit.witness import RestoreWitness
 from coordinator_core.shell.audit.writer import JournalPosition
-from coordinator_core.values import canonical_json
+from coordinator_core.values import canonical_json, sha256_label
 
 SERVE = "serve-20261206T223000Z-0a1b2c3d"
 WORKER = "worker-20261206T223001Z-4e5f6a7b"
@@ -139,3 +147,42 @@ def test_replace_names_exactly_the_positions_given_and_later_appends_follow(
     assert witness.positions() == {SERVE: position(SERVE, 3, 1, 300), WORKER: position(WORKER, 1)}
     witness.replace([])
     assert witness.positions() == {}
+
+
+REFS = AuditReferences(b"\x07" * 32, "witness-test")
+RUN = "0b7d3c52-3f0e-4a57-9f55-8f1a1d2c3e4f"
+
+
+def record(action: WorkerAction, outcome: WorkerOutcome) -> AuditEntry:
+    step_ref = REFS.step(RUN, "notify")
+    return worker_record(
+        f"5d0c6f7e-3b1a-4c2d-9e8f-0a1b2c3d4e5f:{action}:{step_ref}",
+        action,
+        REFS.run(RUN),
+        step_ref,
+        1,
+        1,
+        outcome,
+    )
+
+
+def test_the_writer_names_only_proofs_of_commit_each_at_its_own_line(
+    tmp_path: Path, witness: RestoreWitness
+) -> None:
+    # 07 §12.1 item 5: the witness names the line of each write's last `dispatch`/`committed`
+    # entry, nothing else (an intent or another action's `committed` is no proof of commit).
+    with AuditWriter.open(tmp_path / "audit", "worker", proofs=witness.append) as writer:
+        writer.append_all([record("attempt", "intent"), record("dispatch", "intent")])
+        assert witness.positions() == {}
+        writer.append_all(
+            [
+                record("dispatch", "intent"),
+                record("dispatch", "committed"),
+                record("transition", "delivered"),
+            ]
+        )
+    journal = writer.path.read_bytes().splitlines(keepends=True)
+    offset = sum(len(line) for line in journal[:3])
+    assert witness.positions() == {
+        writer.prefix: JournalPosition(writer.prefix, 4, sha256_label(journal[3][:-1]), 1, offset)
+    }
