@@ -175,6 +175,25 @@ def test_dev_runs_a_fresh_project_live_activates_edits_and_leaves_no_process(
     assert not (project / ".coordinator" / "dev" / "session.json").exists()
 
 
+def test_a_second_interrupt_while_stopping_hurries_the_stop_without_a_traceback(
+    project: Path, tmp_path: Path
+) -> None:
+    # Ctrl-C pressed twice, or a supervisor's SIGTERM after it: the stop goes on, quicker (the
+    # children still running are killed), and ends as a stop does: no traceback, nothing left.
+    errors = tmp_path / "dev.err"
+    with errors.open("w") as err, running_dev(project, err, "--no-console") as dev:
+        dev.next_event("ready")
+        family = descendants(dev.process.pid)
+        assert len(family) >= 2  # the sandbox and the service
+        dev.process.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        dev.process.send_signal(signal.SIGTERM)
+        stopped = dev.next_event("stopped", timeout=60)
+        assert stopped["ok"] is True and dev.process.wait(60) == 0
+        wait_for(lambda: not any(alive(pid) for pid in family), 10, "every child to end")
+    assert "Traceback" not in errors.read_text()
+
+
 def test_the_children_of_a_killed_dev_end_with_it(project: Path, tmp_path: Path) -> None:
     if not sys.platform.startswith("linux"):
         pytest.skip("the parent-death signal is Linux's")

@@ -119,15 +119,25 @@ class Children:
         return child
 
     def stop(self, name: str) -> int | None:
-        """SIGTERM the child's group, SIGKILL after the grace; its exit code."""
-        child = self.running.pop(name, None)
+        """SIGTERM the child's group, SIGKILL after the grace; its exit code. The child counts
+        as running until it has ended (`kill_all` meanwhile ends it at once)."""
+        child = self.running.get(name)
         if child is None:
             return None
-        return _stop(child.process)
+        try:
+            return _stop(child.process)
+        finally:
+            self.running.pop(name, None)
 
     def stop_all(self) -> None:
         for name in reversed(list(self.running)):
             self.stop(name)
+
+    def kill_all(self) -> None:
+        """SIGKILL the group of every child still running, the one being stopped included
+        (called from a signal handler: it only sends signals)."""
+        for child in list(self.running.values()):
+            _signal_group(child.process, signal.SIGKILL)
 
 
 def _pump(stream: IO[bytes], lines: queue.Queue[str], log: Path) -> None:

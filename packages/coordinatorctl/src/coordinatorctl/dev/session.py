@@ -32,7 +32,7 @@ import shutil
 import signal
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -129,21 +129,40 @@ def free_port() -> int:
     raise _unavailable("No free loopback port was found for the service.")
 
 
-@contextlib.contextmanager
-def interruptible() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP end the session (KeyboardInterrupt in the main thread).
-    SIGINT is set explicitly: a shell starts a background job (`coordinatorctl dev &`) with
-    SIGINT ignored, and Python keeps an ignored SIGINT ignored."""
+class Interrupts:
+    """What SIGINT, SIGTERM and SIGHUP do while `dev` runs (`interruptible`): the first ends
+    the session (KeyboardInterrupt in the main thread); every later one, and every one once
+    the session is stopping (`stopping`), calls `hurry` instead (which kills the children
+    still running), so that a second Ctrl-C, or a supervisor's SIGTERM after the first, makes
+    the stop quicker rather than cutting it short with a traceback."""
 
-    def interrupt(signum: int, frame: FrameType | None) -> None:
+    def __init__(self, hurry: Callable[[], None]) -> None:
+        self.hurry = hurry
+        self.ended = False
+
+    def stopping(self) -> None:
+        self.ended = True
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.ended:
+            self.hurry()
+            return
+        self.ended = True
         raise KeyboardInterrupt
 
+
+@contextlib.contextmanager
+def interruptible(hurry: Callable[[], None]) -> Iterator[Interrupts]:
+    """`Interrupts` installed for SIGINT, SIGTERM and SIGHUP. SIGINT is set explicitly: a
+    shell starts a background job (`coordinatorctl dev &`) with SIGINT ignored, and Python
+    keeps an ignored SIGINT ignored."""
+    interrupts = Interrupts(hurry)
     previous = {
-        signum: signal.signal(signum, interrupt)
+        signum: signal.signal(signum, interrupts)
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     }
     try:
-        yield
+        yield interrupts
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -196,7 +215,7 @@ class Session:
 
     def run(self) -> dict[str, Any]:
         """Serve until interrupted; the final result members."""
-        with interruptible():
+        with interruptible(self.children.kill_all) as interrupts:
             try:
                 self._prepare()
                 watched = self._fingerprint()
@@ -212,6 +231,7 @@ class Session:
             except KeyboardInterrupt:
                 pass
             finally:
+                interrupts.stopping()
                 self.events.say("Stopping the service, the console and the sandbox…")
                 self.children.stop_all()
         return {
